@@ -1,0 +1,92 @@
+/*
+ * st_backend — the object store interface, and the registry of backends.
+ *
+ * A backend is a const ops table plus an instance context: {ops, ctx}.
+ * Features such as retry or fault injection are wrappers (a backend whose ctx
+ * holds another backend), never ifs inside a backend. Every backend passes
+ * the shared conformance suite (tests/unit/backend_conformance.h).
+ *
+ * Keys are '/'-separated relative names from [A-Za-z0-9._-] and '/', with no
+ * leading '/', no empty, "." or ".." component (st_key_is_valid()). Every
+ * operation refuses other keys with ST_ERR_INVALID, so no key can escape the
+ * store's root.
+ *
+ * Errors are classified: ST_ERR_NOT_FOUND (the object is not there),
+ * ST_ERR_TRANSIENT (retrying may help: timeouts, 5xx, resets),
+ * ST_ERR_PERMANENT (retrying will not help: auth, missing bucket, bad root),
+ * ST_ERR_INVALID (bad key or argument). The detail is in st_errmsg(); it
+ * never contains credentials.
+ *
+ * Threads: ops may be called concurrently from several threads on one
+ * instance; a backend that cannot do that serialises internally.
+ */
+#ifndef ST_BACKEND_H
+#define ST_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+#include "st_wire.h"
+
+#define ST_KEY_MAX 1024
+#define ST_GET_TO_END UINT64_MAX
+
+/*! Called once per listed key, in ascending byte order of key. Return 0 to
+ *  continue, non-zero to stop the listing (list then returns ST_OK). */
+typedef int (*st_list_cb)(void *arg, const char *key, uint64_t size);
+
+typedef struct st_backend_ops {
+    const char *scheme; /* "file", "s3" */
+
+    /*! Stores data[0..len) under key, atomically: readers see the old
+     *  object, or none, or all of the new one. Replaces an existing object. */
+    st_err (*put)(void *ctx, const char *key, const void *data, size_t len);
+
+    /*! Reads len bytes from offset (len ST_GET_TO_END: to the end) into out,
+     *  replacing its contents. A range reaching past the end is truncated to
+     *  the object; an offset past the end gives ST_ERR_INVALID. */
+    st_err (*get)(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
+
+    /*! Size of the object, or ST_ERR_NOT_FOUND. */
+    st_err (*stat)(void *ctx, const char *key, uint64_t *size);
+
+    /*! Every key that starts with prefix (a plain string prefix, not only a
+     *  directory), ascending. Pages through large listings internally. */
+    st_err (*list)(void *ctx, const char *prefix, st_list_cb cb, void *arg);
+
+    /*! Removes key. ST_OK also when it did not exist (idempotent). */
+    st_err (*del)(void *ctx, const char *key);
+
+    /*! Releases ctx. */
+    void (*close)(void *ctx);
+} st_backend_ops;
+
+typedef struct st_backend {
+    const st_backend_ops *ops;
+    void *ctx;
+} st_backend;
+
+/*! 1 if key is acceptable to every backend, else 0. */
+int st_key_is_valid(const char *key);
+
+/*!
+ * Opens the store at url: "file:///absolute/dir" (created if missing) or,
+ * when built in, "s3://bucket/prefix". ST_ERR_INVALID for a malformed or
+ * unknown URL; the message says why. Free with st_backend_close().
+ */
+st_err st_backend_open(const char *url, st_backend **out);
+void st_backend_close(st_backend *b);
+
+/* Convenience wrappers that also validate the key. */
+st_err st_put(st_backend *b, const char *key, const void *data, size_t len);
+st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
+st_err st_stat(st_backend *b, const char *key, uint64_t *size);
+st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
+st_err st_del(st_backend *b, const char *key);
+
+/* The file:// backend (st_backend_file.c). root must be an absolute path;
+ * it is created (mkdir -p) if missing. */
+st_err st_backend_file_open(const char *root, st_backend **out);
+
+#endif

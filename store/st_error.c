@@ -1,0 +1,47 @@
+/*
+ * st_error — code descriptions and the thread-local error detail buffer.
+ * Each thread owns its buffer; nothing here is shared between threads.
+ */
+#include "st_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char st_errbuf[512];
+
+const char *st_strerror(st_err code)
+{
+    switch (code) {
+    case ST_OK: return "success";
+    case ST_ERR_NOMEM: return "out of memory";
+    case ST_ERR_IO: return "local I/O error";
+    case ST_ERR_NOT_FOUND: return "not found";
+    case ST_ERR_TRANSIENT: return "transient store error";
+    case ST_ERR_PERMANENT: return "permanent store error";
+    case ST_ERR_CORRUPT: return "data corrupt or unparsable";
+    case ST_ERR_INVALID: return "invalid argument";
+    case ST_ERR_NOSPACE: return "no space left";
+    case ST_ERR_EXISTS: return "already exists";
+    case ST_ERR_UNSUPPORTED: return "not supported";
+    }
+    return "unknown error";
+}
+
+st_err st_seterr(st_err code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st_errbuf, sizeof st_errbuf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *st_errmsg(void)
+{
+    return st_errbuf;
+}
+
+void st_clearerr(void)
+{
+    st_errbuf[0] = '\0';
+}
