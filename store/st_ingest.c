@@ -1,0 +1,359 @@
+/*
+ * st_ingest — chunk, dedup, encode, pack, upload. See st_ingest.h.
+ *
+ * Pack table: the manifest under construction lists every pack its chunk
+ * references name, each by index. The open pack gets its slot when it is
+ * opened; its id (the hash of its bytes) is only known when it is finished,
+ * so the slot is filled in then. Old packs found through the index get a
+ * slot on first use (pack_slots maps id -> slot).
+ */
+#include "st_ingest.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_codec.h"
+#include "st_hash.h"
+#include "st_idmap.h"
+#include "st_pack.h"
+#include "st_step.h"
+
+#define READ_BUF_SIZE (1u << 20)
+
+/* A chunk of the open pack: its id and where it sits in the pack. */
+typedef struct open_chunk {
+    st_id id;
+    uint64_t offset;
+    uint32_t stored_len;
+    uint32_t raw_len;
+} open_chunk;
+
+struct st_ingest {
+    st_backend *backend;
+    st_state *state;
+    char job[ST_JOB_MAX + 1];
+    st_chunker *chunker;
+    size_t max_chunk;
+
+    uint8_t *read_buf;
+    uint8_t *chunk_buf;
+    size_t chunk_len;
+    uint8_t *scratch;
+
+    /* The open pack and the chunks in it. */
+    st_pack_writer pack;
+    int pack_open;
+    uint32_t pack_slot;
+    st_idmap open_ids; /* id -> index into open_chunks */
+    open_chunk *open_chunks;
+    size_t nopen, open_cap;
+
+    /* The manifest under construction. */
+    st_id *packs;
+    size_t npacks, packs_cap;
+    st_idmap pack_slots;
+    st_file_entry *files;
+    size_t nfiles, files_cap;
+
+    st_ingest_stats stats;
+};
+
+/* Grows *arr (element size elem) so that it holds at least need elements. */
+static st_err grow_array(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return ST_OK;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    *arr = p;
+    *cap = n;
+    return ST_OK;
+}
+
+st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
+                     const st_chunker_params *chunker, st_ingest **out)
+{
+    *out = NULL;
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_ingest *g = calloc(1, sizeof *g);
+    if (!g)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    g->backend = backend;
+    g->state = state;
+    strcpy(g->job, job);
+    st_err e = st_chunker_new(chunker, &g->chunker);
+    if (e)
+        goto fail;
+    g->max_chunk = st_chunker_max_chunk(chunker ? chunker : &st_chunker_default_params);
+    g->read_buf = malloc(READ_BUF_SIZE);
+    g->chunk_buf = malloc(g->max_chunk);
+    g->scratch = malloc(st_codec_scratch_bound(g->max_chunk));
+    if (!g->read_buf || !g->chunk_buf || !g->scratch) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory allocating ingest buffers");
+        goto fail;
+    }
+    *out = g;
+    return ST_OK;
+fail:
+    st_ingest_free(g);
+    return e;
+}
+
+/* Slot of a pack in the manifest's pack table, adding it on first use. */
+static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
+{
+    if (st_idmap_get(&g->pack_slots, pack, slot))
+        return ST_OK;
+    st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    if (e)
+        return e;
+    *slot = (uint32_t)g->npacks;
+    g->packs[g->npacks++] = *pack;
+    return st_idmap_put(&g->pack_slots, pack, *slot);
+}
+
+/* PUTs the open pack, then records its chunks in the index. */
+static st_err flush_pack(st_ingest *g)
+{
+    if (!g->pack_open)
+        return ST_OK;
+    st_id pack_id;
+    char key[ST_KEY_MAX];
+    st_err e = st_pack_finish(&g->pack, &pack_id);
+    if (!e)
+        e = st_key_pack(key, sizeof key, g->job, &pack_id);
+    if (!e)
+        e = st_put(g->backend, key, g->pack.data.data, g->pack.data.len);
+    if (e)
+        return e;
+    g->stats.packs++;
+    g->stats.stored_bytes += g->pack.data.len;
+
+    /* The slot was reserved when the pack opened; now it has its name. */
+    g->packs[g->pack_slot] = pack_id;
+    e = st_idmap_put(&g->pack_slots, &pack_id, g->pack_slot);
+    if (e)
+        return e;
+
+    e = st_state_begin(g->state);
+    if (e)
+        return e;
+    for (size_t i = 0; !e && i < g->nopen; i++) {
+        st_chunk_loc loc = {pack_id, g->open_chunks[i].offset, g->open_chunks[i].stored_len,
+                            g->open_chunks[i].raw_len};
+        e = st_state_chunk_add(g->state, g->job, &g->open_chunks[i].id, &loc);
+    }
+    if (!e)
+        e = st_state_pack_add(g->state, g->job, &pack_id, g->pack.data.len, (uint32_t)g->nopen);
+    if (e) {
+        st_state_rollback(g->state);
+        return e;
+    }
+    e = st_state_commit(g->state);
+    if (e)
+        return e;
+
+    st_pack_writer_reset(&g->pack);
+    st_idmap_clear(&g->open_ids);
+    g->nopen = 0;
+    g->pack_open = 0;
+    return ST_OK;
+}
+
+/* Opens a new pack: reserves its slot in the pack table. */
+static st_err open_pack(st_ingest *g)
+{
+    st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    if (e)
+        return e;
+    g->pack_slot = (uint32_t)g->npacks;
+    memset(&g->packs[g->npacks++], 0, sizeof(st_id));
+    g->pack_open = 1;
+    return ST_OK;
+}
+
+/* Appends a reference to the current file entry. */
+static st_err add_ref(st_ingest *g, st_file_entry *f, size_t *refs_cap, const st_chunk_ref *ref)
+{
+    st_err e = grow_array((void **)&f->chunks, refs_cap, f->nchunks + 1, sizeof *f->chunks);
+    if (e)
+        return e;
+    f->chunks[f->nchunks++] = *ref;
+    g->stats.chunks++;
+    return ST_OK;
+}
+
+/* Stores (or dedups) the chunk in chunk_buf and appends its reference. */
+static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
+{
+    const size_t len = g->chunk_len;
+    st_chunk_ref ref = {.id = st_id_of(g->chunk_buf, len), .raw_len = (uint32_t)len};
+    g->chunk_len = 0;
+
+    uint32_t idx;
+    if (g->pack_open && st_idmap_get(&g->open_ids, &ref.id, &idx)) {
+        ref.pack = g->pack_slot;
+        ref.offset = g->open_chunks[idx].offset;
+        ref.stored_len = g->open_chunks[idx].stored_len;
+        return add_ref(g, f, refs_cap, &ref);
+    }
+    st_chunk_loc loc;
+    st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
+    if (e == ST_OK) {
+        e = pack_slot(g, &loc.pack, &ref.pack);
+        ref.offset = loc.offset;
+        ref.stored_len = loc.stored_len;
+        return e ? e : add_ref(g, f, refs_cap, &ref);
+    }
+    if (e != ST_ERR_NOT_FOUND)
+        return e;
+
+    /* New chunk: encode it straight into the open pack. */
+    if (!g->pack_open && (e = open_pack(g)))
+        return e;
+    size_t bound = st_codec_bound(len), enc_len;
+    uint8_t *dst = st_pack_append_begin(&g->pack, bound);
+    if (!dst)
+        return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
+    e = st_codec_encode(g->chunk_buf, len, &ref.id, dst, bound, &enc_len, g->scratch, NULL);
+    if (!e)
+        e = st_pack_append_commit(&g->pack, enc_len, &ref.offset);
+    if (!e)
+        e = grow_array((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
+                       sizeof *g->open_chunks);
+    if (e)
+        return e;
+    ref.pack = g->pack_slot;
+    ref.stored_len = (uint32_t)enc_len;
+    g->open_chunks[g->nopen] = (open_chunk){ref.id, ref.offset, ref.stored_len, ref.raw_len};
+    e = st_idmap_put(&g->open_ids, &ref.id, (uint32_t)g->nopen);
+    if (e)
+        return e;
+    g->nopen++;
+    g->stats.new_chunks++;
+    g->stats.new_raw_bytes += len;
+    e = add_ref(g, f, refs_cap, &ref);
+    if (!e && st_pack_writer_size(&g->pack) >= ST_PACK_TARGET_SIZE)
+        e = flush_pack(g);
+    return e;
+}
+
+st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
+                      int32_t rank)
+{
+    size_t plen = strlen(relpath);
+    if (!st_path_is_clean(relpath, plen))
+        return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored (not a clean relative path)",
+                         relpath);
+    st_err e = grow_array((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    if (e)
+        return e;
+    st_file_entry *f = &g->files[g->nfiles];
+    memset(f, 0, sizeof *f);
+    f->path = strdup(relpath);
+    if (!f->path)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    f->mode = st->st_mode & 07777;
+    f->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    f->rank = rank;
+
+    st_hasher digest;
+    if (st_hasher_init(&digest)) {
+        free(f->path);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    size_t refs_cap = 0;
+    st_chunker_reset(g->chunker);
+    g->chunk_len = 0;
+    for (;;) {
+        ssize_t n = read(fd, g->read_buf, READ_BUF_SIZE);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            e = st_seterr(ST_ERR_IO, "read %s: %s", relpath, strerror(errno));
+            goto fail;
+        }
+        if (n == 0)
+            break;
+        st_hasher_update(&digest, g->read_buf, (size_t)n);
+        f->size += (uint64_t)n;
+        const uint8_t *p = g->read_buf;
+        size_t left = (size_t)n;
+        while (left) {
+            int cut = 0;
+            size_t used = st_chunker_next(g->chunker, p, left, &cut);
+            if (g->chunk_len + used > g->max_chunk) {
+                e = st_seterr(ST_ERR_CORRUPT, "chunker exceeded its maximum chunk size");
+                goto fail;
+            }
+            memcpy(g->chunk_buf + g->chunk_len, p, used);
+            g->chunk_len += used;
+            p += used;
+            left -= used;
+            if (cut && (e = emit_chunk(g, f, &refs_cap)))
+                goto fail;
+        }
+    }
+    if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
+        goto fail;
+    f->digest = st_hasher_final(&digest);
+    st_hasher_free(&digest);
+    g->nfiles++;
+    g->stats.files++;
+    g->stats.logical_bytes += f->size;
+    return ST_OK;
+fail:
+    st_hasher_free(&digest);
+    free(f->path);
+    free(f->chunks);
+    memset(f, 0, sizeof *f);
+    return e;
+}
+
+st_err st_ingest_finish(st_ingest *g, st_manifest *m)
+{
+    st_err e = flush_pack(g);
+    if (e)
+        return e;
+    m->packs = g->packs;
+    m->npacks = g->npacks;
+    m->files = g->files;
+    m->nfiles = g->nfiles;
+    g->packs = NULL;
+    g->files = NULL;
+    g->npacks = g->nfiles = 0;
+    return ST_OK;
+}
+
+const st_ingest_stats *st_ingest_get_stats(const st_ingest *g)
+{
+    return &g->stats;
+}
+
+void st_ingest_free(st_ingest *g)
+{
+    if (!g)
+        return;
+    st_chunker_free(g->chunker);
+    free(g->read_buf);
+    free(g->chunk_buf);
+    free(g->scratch);
+    st_pack_writer_free(&g->pack);
+    st_idmap_free(&g->open_ids);
+    st_idmap_free(&g->pack_slots);
+    free(g->open_chunks);
+    free(g->packs);
+    for (size_t i = 0; i < g->nfiles; i++) {
+        free(g->files[i].path);
+        free(g->files[i].chunks);
+    }
+    free(g->files);
+    free(g);
+}

@@ -1,0 +1,159 @@
+/*
+ * st_restore — manifest file entry -> verified bytes in a local fd.
+ * See st_restore.h.
+ */
+#include "st_restore.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_codec.h"
+#include "st_fsutil.h"
+#include "st_hash.h"
+#include "st_step.h"
+
+struct st_restorer {
+    st_backend *backend;
+    char job[ST_JOB_MAX + 1];
+    st_bytes fetched; /* one coalesced GET */
+    uint8_t *raw;     /* one decoded chunk */
+    size_t raw_cap;
+    uint8_t *scratch;
+    size_t scratch_cap;
+    st_restore_stats stats;
+};
+
+st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out)
+{
+    *out = NULL;
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_restorer *r = calloc(1, sizeof *r);
+    if (!r)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    r->backend = backend;
+    strcpy(r->job, job);
+    *out = r;
+    return ST_OK;
+}
+
+/* Makes sure the decode buffers hold a chunk of raw_len bytes. */
+static st_err reserve_decode(st_restorer *r, size_t raw_len)
+{
+    if (raw_len > r->raw_cap) {
+        uint8_t *p = realloc(r->raw, raw_len);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        r->raw = p;
+        r->raw_cap = raw_len;
+    }
+    size_t need = st_codec_scratch_bound(raw_len);
+    if (need > r->scratch_cap) {
+        uint8_t *p = realloc(r->scratch, need);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        r->scratch = p;
+        r->scratch_cap = need;
+    }
+    return ST_OK;
+}
+
+/* How many refs from `first` can be fetched with one contiguous ranged GET. */
+static size_t coalesce(const st_file_entry *f, size_t first)
+{
+    const st_chunk_ref *a = &f->chunks[first];
+    uint64_t end = a->offset + a->stored_len;
+    size_t n = 1;
+    while (first + n < f->nchunks) {
+        const st_chunk_ref *b = &f->chunks[first + n];
+        if (b->pack != a->pack || b->offset != end ||
+            end + b->stored_len - a->offset > ST_RESTORE_MAX_GET)
+            break;
+        end += b->stored_len;
+        n++;
+    }
+    return n;
+}
+
+st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = ST_OK;
+    uint64_t written = 0;
+    for (size_t i = 0; i < f->nchunks;) {
+        size_t n = coalesce(f, i);
+        const st_chunk_ref *first = &f->chunks[i];
+        const st_chunk_ref *last = &f->chunks[i + n - 1];
+        uint64_t span = last->offset + last->stored_len - first->offset;
+        char key[ST_KEY_MAX];
+        e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
+        if (!e)
+            e = st_get(r->backend, key, first->offset, span, &r->fetched);
+        if (e) {
+            st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
+            goto out;
+        }
+        r->stats.gets++;
+        r->stats.fetched_bytes += r->fetched.len;
+        if (r->fetched.len != span) {
+            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is shorter than the manifest says",
+                          f->path, key);
+            goto out;
+        }
+        const uint8_t *p = r->fetched.data;
+        for (size_t k = 0; k < n; k++) {
+            const st_chunk_ref *ref = &f->chunks[i + k];
+            size_t raw_len;
+            e = reserve_decode(r, ref->raw_len);
+            if (!e)
+                e = st_codec_decode(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
+                                    r->scratch);
+            if (!e && raw_len != ref->raw_len)
+                e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
+            if (e) {
+                st_seterr(e, "restoring %s at byte %llu: %s", f->path, (unsigned long long)written,
+                          st_errmsg());
+                goto out;
+            }
+            st_hasher_update(&digest, r->raw, raw_len);
+            e = st_write_all(fd, r->raw, raw_len, f->path);
+            if (e)
+                goto out;
+            written += raw_len;
+            p += ref->stored_len;
+        }
+        i += n;
+    }
+    if (written != f->size) {
+        e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
+                      (unsigned long long)written, (unsigned long long)f->size);
+        goto out;
+    }
+    st_id got = st_hasher_final(&digest);
+    if (st_id_cmp(&got, &f->digest) != 0) {
+        e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
+        goto out;
+    }
+    r->stats.files++;
+    r->stats.bytes += written;
+out:
+    st_hasher_free(&digest);
+    return e;
+}
+
+const st_restore_stats *st_restorer_stats(const st_restorer *r)
+{
+    return &r->stats;
+}
+
+void st_restorer_free(st_restorer *r)
+{
+    if (!r)
+        return;
+    st_bytes_free(&r->fetched);
+    free(r->raw);
+    free(r->scratch);
+    free(r);
+}
