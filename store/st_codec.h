@@ -13,12 +13,14 @@
  * The id doubles as the raw checksum: every decode recomputes it and reports
  * ST_ERR_CORRUPT on a mismatch, so no chunk is ever returned unverified.
  *
- * Encoding tries LZ4 and, when the chunk is a multiple of the element size,
- * LZ4 over a byte-plane shuffle (float tensors compress only once their
- * exponent bytes sit together), keeps the smallest, and stores raw unless
- * the result saves at least ST_CODEC_MIN_GAIN_PCT percent. Which filters are
- * tried is decided on a sample so the common incompressible case costs one
- * cheap LZ4 pass (docs/CODEC.md).
+ * Encoding tries LZ4 and LZ4 over a 2- or 4-byte-plane shuffle (float
+ * tensors compress only once their exponent bytes sit together; layout in
+ * st_shuffle.h: whole elements by plane, the len % size tail bytes last and
+ * unchanged, so chunks cut anywhere can be shuffled), keeps the smallest, and
+ * stores raw unless the result saves at least ST_CODEC_MIN_GAIN_PCT percent.
+ * Which filter is used is decided on a sample so the common incompressible
+ * case costs a fraction of one LZ4 pass (docs/CODEC.md). An encoding is never
+ * larger than ST_CODEC_HEADER_LEN + raw_len.
  *
  * Pure functions over caller-owned buffers; the scratch buffer is the only
  * working memory. Thread-safe given distinct buffers.
@@ -78,6 +80,9 @@ st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h);
  * its id. If expect_id is not NULL it must also equal the header's id.
  * scratch must hold st_codec_scratch_bound(raw_len) bytes.
  * ST_ERR_CORRUPT on any mismatch or malformed payload; the message says what.
+ * A header raw length above out_cap is also ST_ERR_CORRUPT (the chunk
+ * disagrees with the index the caller sized out from); nothing is written
+ * past out_cap. Bytes after the payload within enc_len are ignored.
  */
 st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_id, uint8_t *out,
                        size_t out_cap, size_t *raw_len, uint8_t *scratch);

@@ -1,0 +1,526 @@
+/*
+ * test_codec — st_shuffle and st_codec: round trips over the data kinds a
+ * checkpoint holds (random, zeros, text, fp32, bf16, int8) and awkward sizes,
+ * the filter the encoder picks for each, and that every damaged encoding
+ * (header bit flips, payload bit flips, truncation, wrong id, random
+ * mutations) is refused with an error instead of a crash or wrong bytes.
+ *
+ * Buffers are malloc'd at exactly the size the contract promises
+ * (st_codec_bound, st_codec_scratch_bound, raw_len), so an ASan build catches
+ * any write or read past them.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_codec.h"
+#include "st_shuffle.h"
+#include "ut.h"
+
+#define MIB (1u << 20)
+
+/* ---- synthetic data kinds ---- */
+
+/* Approximately normal floats (sum of uniforms), like trained weights. */
+static float rand_normal(uint64_t *s, float sigma)
+{
+    float acc = 0;
+    for (int k = 0; k < 4; k++)
+        acc += (float)(ut_rand_next(s) >> 40) / (float)(1u << 24);
+    return (acc - 2.0f) * sigma * 1.7f;
+}
+
+static void fill_fp32(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t n = len / 4;
+    for (size_t i = 0; i < n; i++) {
+        float f = rand_normal(&s, 0.02f);
+        memcpy(buf + 4 * i, &f, 4);
+    }
+    ut_rand_fill(buf + 4 * n, len - 4 * n, seed + 1);
+}
+
+/* bf16: the top half of an fp32 (little-endian: bytes 2 and 3). */
+static void fill_bf16(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t n = len / 2;
+    for (size_t i = 0; i < n; i++) {
+        float f = rand_normal(&s, 0.02f);
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        buf[2 * i] = (uint8_t)(u >> 16);
+        buf[2 * i + 1] = (uint8_t)(u >> 24);
+    }
+    ut_rand_fill(buf + 2 * n, len - 2 * n, seed + 1);
+}
+
+/* int8 with neighbour correlation (a bounded random walk), as quantized rows
+ * are: LZ4 finds repeats in order, shuffling splits neighbours apart. */
+static void fill_int8(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t s = seed;
+    int v = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint64_t r = ut_rand_next(&s) % 3;
+        v += (int)r - 1;
+        if (v > 40)
+            v = 40;
+        if (v < -40)
+            v = -40;
+        buf[i] = (uint8_t)(int8_t)v;
+    }
+}
+
+static void fill_text(uint8_t *buf, size_t len, uint64_t seed)
+{
+    static const char *words[] = {"model.", "layers.", "weight", "bias", "attn", "mlp",
+                                  "norm", "0", "1", "2", "step", "optimizer", "state", " "};
+    uint64_t s = seed;
+    size_t i = 0;
+    while (i < len) {
+        const char *w = words[ut_rand_next(&s) % (sizeof words / sizeof words[0])];
+        for (size_t k = 0; w[k] && i < len; k++)
+            buf[i++] = (uint8_t)w[k];
+    }
+}
+
+static void fill_random(uint8_t *buf, size_t len, uint64_t seed)
+{
+    ut_rand_fill(buf, len, seed);
+}
+
+static void fill_zeros(uint8_t *buf, size_t len, uint64_t seed)
+{
+    (void)seed;
+    memset(buf, 0, len);
+}
+
+typedef void (*fill_fn)(uint8_t *, size_t, uint64_t);
+
+/* ---- an encoded chunk with exactly-sized buffers ---- */
+
+typedef struct enc_case {
+    uint8_t *raw;
+    size_t raw_len;
+    st_id id;
+    uint8_t *enc;
+    size_t enc_len;
+    st_codec_id codec;
+} enc_case;
+
+static uint8_t *xmalloc(size_t n)
+{
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static int make_case(enc_case *c, fill_fn fill, size_t len, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->raw = xmalloc(len);
+    c->raw_len = len;
+    fill(c->raw, len, seed);
+    c->id = st_id_of(c->raw, len);
+    size_t cap = st_codec_bound(len);
+    c->enc = xmalloc(cap);
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(len));
+    st_err e = st_codec_encode(c->raw, len, &c->id, c->enc, cap, &c->enc_len, scratch, &c->codec);
+    free(scratch);
+    CHECK_OK(e);
+    if (e != ST_OK)
+        return -1;
+    CHECK(c->enc_len <= cap);
+    return 0;
+}
+
+static void free_case(enc_case *c)
+{
+    free(c->raw);
+    free(c->enc);
+}
+
+/* Decodes enc[0..enc_len) into exactly-sized buffers; on ST_OK checks bytes. */
+static st_err decode_check(const enc_case *c, const uint8_t *enc, size_t enc_len, int *wrong)
+{
+    uint8_t *out = xmalloc(c->raw_len);
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(c->raw_len));
+    size_t got = (size_t)-1;
+    st_err e = st_codec_decode(enc, enc_len, NULL, out, c->raw_len, &got, scratch);
+    *wrong = e == ST_OK && (got != c->raw_len || memcmp(out, c->raw, c->raw_len) != 0);
+    free(out);
+    free(scratch);
+    return e;
+}
+
+#define ANY_CODEC   (-1)
+#define ANY_SHUFFLE (-2) /* bf16 gains about as much from 2 planes as from 4 */
+
+/* Encodes, checks the gain rule and the codec, decodes, compares. */
+static void roundtrip(fill_fn fill, size_t len, uint64_t seed, int want_codec)
+{
+    enc_case c;
+    if (make_case(&c, fill, len, seed) != 0)
+        return;
+    if (want_codec != ANY_CODEC) {
+        int ok = want_codec == ANY_SHUFFLE
+                     ? c.codec == ST_CODEC_LZ4_SHUF2 || c.codec == ST_CODEC_LZ4_SHUF4
+                     : c.codec == (st_codec_id)want_codec;
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "  len %zu: codec %d, wanted %d (stored %zu)\n", len, (int)c.codec,
+                    want_codec, c.enc_len);
+    }
+    size_t payload = c.enc_len - ST_CODEC_HEADER_LEN;
+    if (c.codec == ST_CODEC_RAW)
+        CHECK(payload == len);
+    else
+        CHECK(payload * 100 <= len * (100 - ST_CODEC_MIN_GAIN_PCT));
+
+    st_chunk_header h;
+    CHECK_OK(st_codec_header(c.enc, c.enc_len, &h));
+    CHECK(h.codec == c.codec && h.raw_len == len && h.payload_len == payload);
+    CHECK(st_id_cmp(&h.id, &c.id) == 0);
+
+    int wrong = 0;
+    CHECK_OK(decode_check(&c, c.enc, c.enc_len, &wrong));
+    CHECK(!wrong);
+    free_case(&c);
+}
+
+/* ---- shuffle ---- */
+
+static void test_shuffle_layout(void)
+{
+    uint8_t src[67], dst[67], back[67];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)(i * 37 + 11);
+    for (size_t es = 2; es <= 4; es += 2) {
+        for (size_t len = 0; len <= sizeof src; len++) {
+            st_shuffle(dst, src, len, es);
+            size_t n = len / es;
+            int ok = 1;
+            for (size_t i = 0; i < n; i++)
+                for (size_t p = 0; p < es; p++)
+                    ok &= dst[p * n + i] == src[i * es + p];
+            for (size_t t = n * es; t < len; t++)
+                ok &= dst[t] == src[t];
+            CHECK(ok);
+            memset(back, 0xAA, sizeof back);
+            st_unshuffle(back, dst, len, es);
+            CHECK(memcmp(back, src, len) == 0);
+        }
+    }
+}
+
+static void test_shuffle_large(void)
+{
+    size_t len = 4 * MIB + 3;
+    uint8_t *a = xmalloc(len), *b = xmalloc(len), *c = xmalloc(len);
+    ut_rand_fill(a, len, 7);
+    for (size_t es = 2; es <= 4; es += 2) {
+        st_shuffle(b, a, len, es);
+        CHECK(memcmp(a, b, len) != 0);
+        st_unshuffle(c, b, len, es);
+        CHECK(memcmp(a, c, len) == 0);
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* ---- round trips and codec choice ---- */
+
+static void test_kinds(void)
+{
+    roundtrip(fill_random, MIB, 1, ST_CODEC_RAW);
+    roundtrip(fill_zeros, MIB, 0, ST_CODEC_LZ4);
+    roundtrip(fill_text, MIB, 2, ST_CODEC_LZ4);
+    roundtrip(fill_fp32, MIB, 3, ST_CODEC_LZ4_SHUF4);
+    roundtrip(fill_bf16, MIB, 4, ST_CODEC_LZ4_SHUF2);
+    roundtrip(fill_int8, MIB, 5, ST_CODEC_LZ4);
+}
+
+static void test_sizes(void)
+{
+    static const fill_fn fills[] = {fill_random, fill_zeros, fill_text,
+                                    fill_fp32,   fill_bf16,  fill_int8};
+    static const size_t sizes[] = {0,         1,          2,          3,       4,
+                                   5,         7,          64,         4097,    64 << 10,
+                                   (64 << 10) + 1, (64 << 10) + 4, 100003, 4 * MIB};
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            roundtrip(fills[f], sizes[s], 100 + s, ANY_CODEC);
+    /* Tiny chunks cannot gain: stored raw. */
+    roundtrip(fill_zeros, 0, 0, ST_CODEC_RAW);
+    roundtrip(fill_zeros, 1, 0, ST_CODEC_RAW);
+    roundtrip(fill_zeros, 3, 0, ST_CODEC_RAW);
+    /* A float chunk cut at an odd offset still wins with the shuffle. */
+    roundtrip(fill_fp32, MIB + 3, 8, ST_CODEC_LZ4_SHUF4);
+    roundtrip(fill_bf16, MIB + 1, 9, ANY_SHUFFLE);
+    roundtrip(fill_fp32, 4 * MIB, 10, ST_CODEC_LZ4_SHUF4);
+    roundtrip(fill_bf16, 64 << 10, 11, ANY_SHUFFLE);
+}
+
+/* Zeros at the sampled spots, random elsewhere: the sample says LZ4 but the
+ * whole chunk does not gain, so the encoder must fall back to raw. */
+static void fill_sample_trap(uint8_t *buf, size_t len, uint64_t seed)
+{
+    ut_rand_fill(buf, len, seed);
+    for (size_t i = 0; i < 4; i++) {
+        size_t centre = len / 8 * (2 * i + 1);
+        memset(buf + centre - (16 << 10), 0, 32 << 10);
+    }
+}
+
+static void test_sample_fallback(void)
+{
+    /* 128 KiB of zeros in 8 MiB: 1.6% < ST_CODEC_MIN_GAIN_PCT. */
+    roundtrip(fill_sample_trap, 8 * MIB, 12, ST_CODEC_RAW);
+}
+
+/* ---- contract errors ---- */
+
+static void test_encode_errors(void)
+{
+    uint8_t raw[100], out[ST_CODEC_HEADER_LEN + 100], scratch[100];
+    size_t out_len = 0;
+    fill_zeros(raw, sizeof raw, 0);
+    st_id id = st_id_of(raw, sizeof raw);
+    CHECK_ERR(st_codec_encode(raw, sizeof raw, &id, out, sizeof out - 1, &out_len, scratch, NULL),
+              ST_ERR_INVALID);
+    CHECK_ERR(st_codec_encode(raw, sizeof raw, NULL, out, sizeof out, &out_len, scratch, NULL),
+              ST_ERR_INVALID);
+    /* Rejected on the length alone, before touching the (small) buffers. */
+    CHECK_ERR(st_codec_encode(raw, (size_t)ST_CODEC_MAX_RAW + 1, &id, out, sizeof out, &out_len,
+                              scratch, NULL),
+              ST_ERR_INVALID);
+    CHECK_OK(st_codec_encode(raw, sizeof raw, &id, out, sizeof out, &out_len, scratch, NULL));
+}
+
+static void test_decode_errors(void)
+{
+    enc_case c;
+    if (make_case(&c, fill_fp32, 256 << 10, 21) != 0)
+        return;
+    CHECK(c.codec == ST_CODEC_LZ4_SHUF4);
+    uint8_t *out = xmalloc(c.raw_len + 64);
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(c.raw_len));
+    size_t got = 0;
+
+    /* expect_id: right one passes, wrong one is corruption. */
+    CHECK_OK(st_codec_decode(c.enc, c.enc_len, &c.id, out, c.raw_len, &got, scratch));
+    CHECK(got == c.raw_len && memcmp(out, c.raw, c.raw_len) == 0);
+    st_id other = c.id;
+    other.b[7] ^= 1;
+    CHECK_ERR(st_codec_decode(c.enc, c.enc_len, &other, out, c.raw_len, &got, scratch),
+              ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "expected") != NULL);
+
+    /* out_cap one short: an error, and nothing written past out_cap. */
+    memset(out, 0x5A, c.raw_len + 64);
+    CHECK_ERR(st_codec_decode(c.enc, c.enc_len, NULL, out, c.raw_len - 1, &got, scratch),
+              ST_ERR_CORRUPT);
+    int untouched = 1;
+    for (size_t i = c.raw_len - 1; i < c.raw_len + 64; i++)
+        untouched &= out[i] == 0x5A;
+    CHECK(untouched);
+
+    /* Trailing bytes after the payload are tolerated (payload_len rules). */
+    uint8_t *longer = xmalloc(c.enc_len + 5);
+    memcpy(longer, c.enc, c.enc_len);
+    memset(longer + c.enc_len, 0xEE, 5);
+    CHECK_OK(st_codec_decode(longer, c.enc_len + 5, &c.id, out, c.raw_len, &got, scratch));
+    free(longer);
+
+    /* A header that claims the maximum with nothing behind it. */
+    uint8_t hdr[ST_CODEC_HEADER_LEN];
+    memcpy(hdr, c.enc, sizeof hdr);
+    hdr[8] = 0, hdr[9] = 0, hdr[10] = 0, hdr[11] = 4; /* 64 MiB */
+    CHECK_ERR(st_codec_decode(hdr, sizeof hdr, NULL, out, c.raw_len, &got, scratch),
+              ST_ERR_CORRUPT);
+    CHECK_ERR(st_codec_decode(NULL, 0, NULL, out, c.raw_len, &got, scratch), ST_ERR_CORRUPT);
+
+    free(out);
+    free(scratch);
+    free_case(&c);
+}
+
+/* Truncation at every length must be detected (checked exhaustively on a
+ * chunk of each codec, then sampled on a large one). */
+static void test_truncation(void)
+{
+    static const fill_fn fills[] = {fill_random, fill_text, fill_fp32, fill_bf16};
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        enc_case c;
+        if (make_case(&c, fills[f], 3000, 30 + f) != 0)
+            continue;
+        int bad = 0;
+        for (size_t n = 0; n < c.enc_len; n++) {
+            uint8_t *cut = xmalloc(n); /* exact size: ASan sees over-reads */
+            memcpy(cut, c.enc, n);
+            int wrong;
+            st_err e = decode_check(&c, cut, n, &wrong);
+            bad += e != ST_ERR_CORRUPT;
+            free(cut);
+        }
+        CHECK(bad == 0);
+        free_case(&c);
+    }
+}
+
+/* What decoding a header with bit `bit` flipped must return. */
+static st_err expected_for_header_flip(const uint8_t *enc, size_t bit)
+{
+    size_t byte = bit / 8;
+    uint8_t v = (uint8_t)(enc[byte] ^ (1u << (bit % 8)));
+    if (byte == 3 && v > '1' && v <= '9')
+        return ST_ERR_UNSUPPORTED; /* looks like a newer format version */
+    if (byte == 4 && v > ST_CODEC_LZ4_SHUF4)
+        return ST_ERR_UNSUPPORTED; /* looks like a codec from the future */
+    return ST_ERR_CORRUPT;
+}
+
+/*
+ * Every header bit flip must fail, with one benign exception: switching the
+ * codec between LZ4 and a shuffle on data the shuffle leaves unchanged (all
+ * zeros) decodes to the same, verified bytes. The all-zero case therefore
+ * only requires "no wrong bytes"; the others require the exact error.
+ */
+static void test_header_bitflips(void)
+{
+    static const fill_fn fills[] = {fill_random, fill_text, fill_fp32, fill_bf16, fill_zeros};
+    static const size_t n_strict = 4;
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        enc_case c;
+        if (make_case(&c, fills[f], 200 << 10, 40 + f) != 0)
+            continue;
+        uint8_t *copy = xmalloc(c.enc_len);
+        int mismatches = 0, wrongs = 0;
+        for (size_t bit = 0; bit < ST_CODEC_HEADER_LEN * 8; bit++) {
+            memcpy(copy, c.enc, c.enc_len);
+            copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            int wrong;
+            st_err e = decode_check(&c, copy, c.enc_len, &wrong);
+            st_err want = expected_for_header_flip(c.enc, bit);
+            if (f >= n_strict && e == ST_OK)
+                want = ST_OK;
+            if (e != want) {
+                mismatches++;
+                fprintf(stderr, "  codec %d header bit %zu: got %d want %d (%s)\n", (int)c.codec,
+                        bit, (int)e, (int)want, st_errmsg());
+            }
+            wrongs += wrong;
+        }
+        CHECK(mismatches == 0);
+        CHECK(wrongs == 0);
+        free(copy);
+        free_case(&c);
+    }
+}
+
+static void test_payload_bitflips(void)
+{
+    static const fill_fn fills[] = {fill_random, fill_text, fill_fp32, fill_bf16, fill_int8};
+    uint64_t s = 99;
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        enc_case c;
+        if (make_case(&c, fills[f], 256 << 10, 50 + f) != 0)
+            continue;
+        uint8_t *copy = xmalloc(c.enc_len);
+        memcpy(copy, c.enc, c.enc_len);
+        size_t payload_bits = (c.enc_len - ST_CODEC_HEADER_LEN) * 8;
+        int not_corrupt = 0;
+        for (int k = 0; k < 300; k++) {
+            size_t bit = ST_CODEC_HEADER_LEN * 8 + ut_rand_next(&s) % payload_bits;
+            copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            int wrong;
+            not_corrupt += decode_check(&c, copy, c.enc_len, &wrong) != ST_ERR_CORRUPT;
+            copy[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        }
+        CHECK(not_corrupt == 0);
+        free(copy);
+        free_case(&c);
+    }
+}
+
+/* Random mutations with a fixed seed: any outcome but a crash, an unexpected
+ * code or wrong bytes reported as OK is fine. */
+static void test_decode_fuzz(void)
+{
+    static const fill_fn fills[] = {fill_random, fill_zeros, fill_text,
+                                    fill_fp32,   fill_bf16,  fill_int8};
+    uint64_t s = 0xC0DEC;
+    int bad = 0, oks = 0, runs = 0;
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        enc_case c;
+        if (make_case(&c, fills[f], 20000 + 7 * f, 60 + f) != 0)
+            continue;
+        size_t max_len = c.enc_len + 64;
+        uint8_t *m = xmalloc(max_len);
+        for (int it = 0; it < 3000; it++) {
+            memcpy(m, c.enc, c.enc_len);
+            size_t len = c.enc_len;
+            int muts = 1 + (int)(ut_rand_next(&s) % 6);
+            for (int k = 0; k < muts; k++) {
+                uint64_t r = ut_rand_next(&s);
+                size_t pos = (size_t)(r >> 16) % len;
+                switch (r % 5) {
+                case 0: /* bit flip */
+                    m[pos] ^= (uint8_t)(1u << ((r >> 8) % 8));
+                    break;
+                case 1: /* random byte */
+                    m[pos] = (uint8_t)(r >> 8);
+                    break;
+                case 2: /* header byte, where damage matters most */
+                    m[pos % ST_CODEC_HEADER_LEN] = (uint8_t)(r >> 8);
+                    break;
+                case 3: /* truncate */
+                    len = pos;
+                    break;
+                default: /* extend with garbage */
+                    while (len < max_len && (r & 1)) {
+                        m[len++] = (uint8_t)(r >> 24);
+                        r = ut_rand_next(&s);
+                    }
+                    break;
+                }
+                if (len == 0)
+                    len = 1;
+            }
+            int wrong;
+            st_err e = decode_check(&c, m, len, &wrong);
+            runs++;
+            oks += e == ST_OK;
+            bad += wrong || (e != ST_OK && e != ST_ERR_CORRUPT && e != ST_ERR_UNSUPPORTED);
+        }
+        free(m);
+        free_case(&c);
+    }
+    CHECK(bad == 0);
+    CHECK(runs == 6 * 3000);
+    fprintf(stderr, "  fuzz: %d decodes, %d accepted (mutations only past the payload)\n", runs,
+            oks);
+}
+
+int main(void)
+{
+    RUN(test_shuffle_layout);
+    RUN(test_shuffle_large);
+    RUN(test_kinds);
+    RUN(test_sizes);
+    RUN(test_sample_fallback);
+    RUN(test_encode_errors);
+    RUN(test_decode_errors);
+    RUN(test_truncation);
+    RUN(test_header_bitflips);
+    RUN(test_payload_bitflips);
+    RUN(test_decode_fuzz);
+    return ut_finish();
+}
