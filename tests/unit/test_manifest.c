@@ -1,0 +1,697 @@
+/*
+ * test_manifest — manifest encode/decode and path rules.
+ *
+ * Covers: round trips (empty, many files, empty file, large counts), byte-for-
+ * byte re-encode, encoder validation, st_path_is_clean, every truncation and
+ * byte flip, hostile manifests with a VALID checksum (written by an
+ * independent, non-validating encoder in this file that follows the layout in
+ * st_manifest.h), a deterministic mutation-fuzz loop, and the golden file
+ * tests/golden/manifest_v1.bin (UPDATE_GOLDEN=1 rewrites it).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_hash.h"
+#include "st_manifest.h"
+#include "st_wire.h"
+#include "ut.h"
+
+/* ---- builders (heap-allocated, as st_manifest_free expects) ---- */
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+/* A file of nchunks chunks spread over npacks packs; size = sum of raw_len. */
+static void build_file(st_file_entry *f, const char *path, size_t nchunks, size_t npacks,
+                       uint64_t seed)
+{
+    uint64_t s = seed ? seed : 1;
+    memset(f, 0, sizeof *f);
+    f->path = dup_str(path);
+    f->mode = 0644 + (uint32_t)(seed % 3);
+    f->mtime_ns = (int64_t)(ut_rand_next(&s) >> 2) * ((seed & 1) ? -1 : 1);
+    f->rank = (int32_t)(seed % 9) - 1;
+    ut_rand_fill(f->digest.b, ST_ID_LEN, seed + 1);
+    f->nchunks = nchunks;
+    f->chunks = nchunks ? calloc(nchunks, sizeof *f->chunks) : NULL;
+    for (size_t i = 0; i < nchunks; i++) {
+        st_chunk_ref *c = &f->chunks[i];
+        ut_rand_fill(c->id.b, ST_ID_LEN, seed * 31 + i);
+        c->pack = (uint32_t)(ut_rand_next(&s) % npacks);
+        c->offset = ut_rand_next(&s) % (16u << 20);
+        c->raw_len = (uint32_t)(ut_rand_next(&s) % (2u << 20));
+        c->stored_len = 32 + c->raw_len / 2;
+        f->size += c->raw_len;
+    }
+}
+
+static void build_manifest(st_manifest *m, size_t nfiles, size_t npacks, size_t max_chunks,
+                           uint64_t seed)
+{
+    memset(m, 0, sizeof *m);
+    m->step = 1000 + seed;
+    m->created_ns = 1700000000123456789LL + (int64_t)seed;
+    m->node = dup_str("node-a7");
+    m->job = dup_str("llama-ft/run3");
+    m->npacks = npacks;
+    m->packs = npacks ? malloc(npacks * sizeof *m->packs) : NULL;
+    for (size_t i = 0; i < npacks; i++)
+        ut_rand_fill(m->packs[i].b, ST_ID_LEN, seed * 7 + i);
+    m->nfiles = nfiles;
+    m->files = nfiles ? calloc(nfiles, sizeof *m->files) : NULL;
+    for (size_t i = 0; i < nfiles; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "global_step%llu/rank_%zu/shard-%03zu.pt",
+                 (unsigned long long)m->step, i % 8, i);
+        size_t nch = npacks && max_chunks ? (size_t)((seed + i * 13) % (max_chunks + 1)) : 0;
+        build_file(&m->files[i], path, nch, npacks ? npacks : 1, seed * 1000 + i);
+    }
+}
+
+static int ids_equal(const st_id *a, const st_id *b)
+{
+    return memcmp(a->b, b->b, ST_ID_LEN) == 0;
+}
+
+static int manifests_equal(const st_manifest *a, const st_manifest *b)
+{
+    if (a->step != b->step || a->created_ns != b->created_ns || strcmp(a->node, b->node) ||
+        strcmp(a->job, b->job) || a->npacks != b->npacks || a->nfiles != b->nfiles)
+        return 0;
+    for (size_t i = 0; i < a->npacks; i++)
+        if (!ids_equal(&a->packs[i], &b->packs[i]))
+            return 0;
+    for (size_t i = 0; i < a->nfiles; i++) {
+        const st_file_entry *x = &a->files[i], *y = &b->files[i];
+        if (strcmp(x->path, y->path) || x->size != y->size || x->mode != y->mode ||
+            x->mtime_ns != y->mtime_ns || x->rank != y->rank || !ids_equal(&x->digest, &y->digest) ||
+            x->nchunks != y->nchunks)
+            return 0;
+        for (size_t j = 0; j < x->nchunks; j++) {
+            const st_chunk_ref *c = &x->chunks[j], *d = &y->chunks[j];
+            if (!ids_equal(&c->id, &d->id) || c->pack != d->pack || c->offset != d->offset ||
+                c->stored_len != d->stored_len || c->raw_len != d->raw_len)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static int is_zeroed(const st_manifest *m)
+{
+    st_manifest z;
+    memset(&z, 0, sizeof z);
+    return memcmp(m, &z, sizeof z) == 0;
+}
+
+/* Decodes from a private exact-size copy so ASan sees any overread. */
+static st_err decode_copy(const uint8_t *buf, size_t len, st_manifest *m)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+    if (len)
+        memcpy(copy, buf, len);
+    st_err e = st_manifest_decode(copy, len, m);
+    free(copy);
+    return e;
+}
+
+/* Encode -> decode -> compare -> re-encode identical. */
+static void check_roundtrip(const st_manifest *m)
+{
+    st_bytes enc = {0}, re = {0};
+    st_manifest d;
+    CHECK_OK(st_manifest_encode(m, &enc));
+    CHECK_OK(decode_copy(enc.data, enc.len, &d));
+    CHECK(manifests_equal(m, &d));
+    CHECK_OK(st_manifest_encode(&d, &re));
+    CHECK(re.len == enc.len && memcmp(re.data, enc.data, enc.len) == 0);
+    st_manifest_free(&d);
+    CHECK(is_zeroed(&d));
+    st_bytes_free(&enc);
+    st_bytes_free(&re);
+}
+
+/* ---- an independent, non-validating encoder for hostile inputs ---- */
+
+typedef struct raw_opts {
+    uint16_t version, flags;
+    int overlong_step;     /* encode step 0 as 0x80 0x00 */
+    int trailing_bytes;    /* extra bytes before the checksum */
+    int64_t npacks_delta;  /* added to the written pack count */
+    int64_t nfiles_delta;  /* added to the written file count */
+    int64_t nchunks_delta; /* added to file 0's written chunk count */
+    uint64_t force_count;  /* if set, written as the file count */
+    int raw_rank;          /* if set, write rank_value verbatim (zigzag) */
+    int64_t rank_value;
+    int raw_mode;          /* if set, write mode_value as the mode varint */
+    uint64_t mode_value;
+    int bad_checksum;
+} raw_opts;
+
+static const raw_opts default_opts = {.version = 1};
+
+static uint64_t zz(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+/* path_lens (may be NULL) overrides strlen, so paths may contain NUL. */
+static void raw_encode(const st_manifest *m, const size_t *path_lens, const raw_opts *o,
+                       st_bytes *out)
+{
+    st_bytes_clear(out);
+    st_bytes_append(out, "CKm1", 4);
+    st_bytes_put_le16(out, o->version);
+    st_bytes_put_le16(out, o->flags);
+    if (o->overlong_step)
+        st_bytes_append(out, "\x80\x00", 2);
+    else
+        st_bytes_put_varint(out, m->step);
+    st_bytes_put_varint(out, zz(m->created_ns));
+    st_bytes_put_str(out, m->node, strlen(m->node));
+    st_bytes_put_str(out, m->job, strlen(m->job));
+    st_bytes_put_varint(out, (uint64_t)((int64_t)m->npacks + o->npacks_delta));
+    for (size_t i = 0; i < m->npacks; i++)
+        st_bytes_append(out, m->packs[i].b, ST_ID_LEN);
+    st_bytes_put_varint(out, o->force_count ? o->force_count
+                                            : (uint64_t)((int64_t)m->nfiles + o->nfiles_delta));
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const st_file_entry *f = &m->files[i];
+        st_bytes_put_str(out, f->path, path_lens ? path_lens[i] : strlen(f->path));
+        st_bytes_put_varint(out, f->size);
+        st_bytes_put_varint(out, o->raw_mode && i == 0 ? o->mode_value : f->mode);
+        st_bytes_put_varint(out, zz(f->mtime_ns));
+        st_bytes_put_varint(out, zz(o->raw_rank && i == 0 ? o->rank_value : f->rank));
+        st_bytes_append(out, f->digest.b, ST_ID_LEN);
+        st_bytes_put_varint(out, (uint64_t)((int64_t)f->nchunks + (i == 0 ? o->nchunks_delta : 0)));
+        for (size_t j = 0; j < f->nchunks; j++) {
+            const st_chunk_ref *c = &f->chunks[j];
+            st_bytes_append(out, c->id.b, ST_ID_LEN);
+            st_bytes_put_varint(out, c->pack);
+            st_bytes_put_varint(out, c->offset);
+            st_bytes_put_varint(out, c->stored_len);
+            st_bytes_put_varint(out, c->raw_len);
+        }
+    }
+    for (int i = 0; i < o->trailing_bytes; i++)
+        st_bytes_put_u8(out, 0);
+    st_bytes_put_le64(out, st_hash64(out->data, out->len) ^ (o->bad_checksum ? 1 : 0));
+}
+
+/* ---- golden file helpers ---- */
+
+/* tests/unit/test_manifest.c -> tests/golden/NAME */
+static void golden_path(const char *name, char *out, size_t cap)
+{
+    const char *file = __FILE__;
+    const char *slash = strrchr(file, '/');
+    if (slash)
+        snprintf(out, cap, "%.*s/../golden/%s", (int)(slash - file), file, name);
+    else
+        snprintf(out, cap, "../golden/%s", name);
+}
+
+/* Reads a golden file into *buf (malloc'd). Returns its length or -1. */
+static long read_golden(const char *name, uint8_t **buf)
+{
+    char path[4096];
+    golden_path(name, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "missing golden file %s (run with UPDATE_GOLDEN=1 to create)\n", path);
+        return -1;
+    }
+    size_t cap = 1 << 16, len = fread(*buf = malloc(cap), 1, cap, f);
+    fclose(f);
+    return (long)len;
+}
+
+/* Compares data with the golden file; UPDATE_GOLDEN=1 rewrites it instead. */
+static void check_golden(const char *name, const uint8_t *data, size_t len)
+{
+    const char *update = getenv("UPDATE_GOLDEN");
+    if (update && strcmp(update, "1") == 0) {
+        char path[4096];
+        golden_path(name, path, sizeof path);
+        FILE *f = fopen(path, "wb");
+        CHECK(f != NULL);
+        if (f) {
+            CHECK(fwrite(data, 1, len, f) == len);
+            CHECK(fclose(f) == 0);
+            fprintf(stderr, "rewrote %s (%zu bytes)\n", path, len);
+        }
+        return;
+    }
+    uint8_t *want = NULL;
+    long got = read_golden(name, &want);
+    CHECK(got == (long)len);
+    int same = got == (long)len && memcmp(want, data, len) == 0;
+    CHECK(same);
+    if (!same)
+        fprintf(stderr, "%s differs from the current encoder: a format change must be "
+                        "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n", name);
+    free(want);
+}
+
+/* ---- cases ---- */
+
+static void test_path_is_clean(void)
+{
+    static const char *good[] = {"a", "a/b", "step-000100/model.pt", ".hidden", "..x", "x..",
+                                 "a/.b/c", "...", "sp ace/ü/\x01\xff", "a/b/c/d/e/f/g"};
+    static const char *bad[] = {"", "/", "/abs", "a/", "a//b", ".", "..", "../x", "a/..",
+                                "a/../b", "./a", "a/./b", "a/.", "//", "a/b/"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int ok = st_path_is_clean(good[i], strlen(good[i]));
+        if (!ok)
+            fprintf(stderr, "  good path refused: '%s'\n", good[i]);
+        CHECK(ok);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int ok = st_path_is_clean(bad[i], strlen(bad[i]));
+        if (ok)
+            fprintf(stderr, "  bad path accepted: '%s'\n", bad[i]);
+        CHECK(!ok);
+    }
+    CHECK(!st_path_is_clean("a\0b", 3));
+    CHECK(!st_path_is_clean(NULL, 0));
+    char *longp = malloc(ST_MANIFEST_MAX_PATH + 2);
+    memset(longp, 'x', ST_MANIFEST_MAX_PATH + 1);
+    longp[ST_MANIFEST_MAX_PATH + 1] = '\0';
+    CHECK(st_path_is_clean(longp, ST_MANIFEST_MAX_PATH));
+    CHECK(!st_path_is_clean(longp, ST_MANIFEST_MAX_PATH + 1));
+    free(longp);
+}
+
+static void test_roundtrip_empty(void)
+{
+    st_manifest m;
+    build_manifest(&m, 0, 0, 0, 1);
+    check_roundtrip(&m);
+    st_manifest_free(&m);
+}
+
+static void test_roundtrip_many(void)
+{
+    st_manifest m;
+    build_manifest(&m, 300, 17, 40, 2);
+    /* An empty file: no chunks, size 0. */
+    free(m.files[5].chunks);
+    m.files[5].chunks = NULL;
+    m.files[5].nchunks = 0;
+    m.files[5].size = 0;
+    /* Extremes of every signed and unsigned field. */
+    m.step = UINT64_MAX;
+    m.created_ns = INT64_MIN;
+    m.files[0].mtime_ns = INT64_MAX;
+    m.files[1].mtime_ns = INT64_MIN;
+    m.files[2].rank = INT32_MAX;
+    m.files[3].rank = -1;
+    m.files[4].mode = UINT32_MAX;
+    check_roundtrip(&m);
+    st_manifest_free(&m);
+}
+
+static void test_roundtrip_large_counts(void)
+{
+    st_manifest m;
+    build_manifest(&m, 5000, 1000, 4, 3);
+    /* One file with many chunks. */
+    st_file_entry *f = &m.files[0];
+    free(f->chunks);
+    free(f->path);
+    build_file(f, "big/optimizer.bin", 200000, m.npacks, 99);
+    check_roundtrip(&m);
+    st_manifest_free(&m);
+}
+
+static void test_encode_rejects(void)
+{
+    struct {
+        const char *what;
+        int field;
+        const char *value;
+    } cases[] = {
+        {"dotdot", 0, "../x"},  {"abs", 0, "/abs"},     {"double slash", 0, "a//b"},
+        {"dot", 0, "a/./b"},    {"trailing /", 0, "a/"}, {"empty path", 0, ""},
+        {"empty node", 1, ""},  {"empty job", 2, ""},   {"dup path", 3, NULL},
+        {"size", 4, NULL},      {"pack index", 5, NULL}, {"long node", 6, NULL},
+        {"rank -2", 7, NULL},   {"null node", 8, NULL}, {"stored < header", 9, NULL},
+        {"null path", 10, NULL},
+    };
+    char longname[ST_MANIFEST_MAX_NAME + 2];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_manifest m;
+        build_manifest(&m, 4, 3, 5, 4);
+        switch (cases[i].field) {
+        case 0: free(m.files[1].path); m.files[1].path = dup_str(cases[i].value); break;
+        case 1: free(m.node); m.node = dup_str(cases[i].value); break;
+        case 2: free(m.job); m.job = dup_str(cases[i].value); break;
+        case 3: free(m.files[2].path); m.files[2].path = dup_str(m.files[0].path); break;
+        case 4: m.files[1].size++; break;
+        case 5: m.files[1].nchunks ? (void)(m.files[1].chunks[0].pack = 3)
+                                   : (void)(m.files[1].size = 1); break;
+        case 6: free(m.node); m.node = dup_str(longname); break;
+        case 7: m.files[3].rank = -2; break;
+        case 8: free(m.node); m.node = NULL; break;
+        case 9: m.files[1].nchunks ? (void)(m.files[1].chunks[0].stored_len = 31)
+                                   : (void)(m.files[1].size = 1); break;
+        case 10: free(m.files[0].path); m.files[0].path = NULL; break;
+        }
+        st_bytes out = {0};
+        st_bytes_put_u8(&out, 0xAA); /* the encoder appends; a failure must not disturb this */
+        st_err e = st_manifest_encode(&m, &out);
+        if (e != ST_ERR_INVALID)
+            fprintf(stderr, "  encode case '%s' not rejected\n", cases[i].what);
+        CHECK_ERR(e, ST_ERR_INVALID);
+        CHECK(out.len == 1 && out.data[0] == 0xAA);
+        st_bytes_free(&out);
+        st_manifest_free(&m);
+    }
+    /* A name of exactly 255 bytes is fine. */
+    st_manifest m;
+    build_manifest(&m, 1, 1, 1, 5);
+    free(m.job);
+    longname[ST_MANIFEST_MAX_NAME] = '\0';
+    m.job = dup_str(longname);
+    check_roundtrip(&m);
+    st_manifest_free(&m);
+}
+
+/* Appending to a buffer that already holds data: checksum covers only the manifest. */
+static void test_encode_appends(void)
+{
+    st_manifest m, d;
+    build_manifest(&m, 3, 2, 3, 6);
+    st_bytes out = {0};
+    st_bytes_append(&out, "prefix", 6);
+    CHECK_OK(st_manifest_encode(&m, &out));
+    CHECK_OK(decode_copy(out.data + 6, out.len - 6, &d));
+    CHECK(manifests_equal(&m, &d));
+    st_manifest_free(&d);
+    st_bytes_free(&out);
+    st_manifest_free(&m);
+}
+
+static void test_truncations_and_flips(void)
+{
+    st_manifest m, d;
+    build_manifest(&m, 6, 3, 4, 7);
+    st_bytes enc = {0};
+    CHECK_OK(st_manifest_encode(&m, &enc));
+    size_t refused = 0;
+    for (size_t k = 0; k < enc.len; k++) {
+        st_err e = decode_copy(enc.data, k, &d);
+        refused += e == ST_ERR_CORRUPT && is_zeroed(&d);
+        if (e == ST_OK)
+            st_manifest_free(&d);
+    }
+    CHECK(refused == enc.len);
+
+    uint8_t *copy = malloc(enc.len);
+    refused = 0;
+    for (size_t i = 0; i < enc.len; i++) {
+        for (int b = 0; b < 8; b++) {
+            memcpy(copy, enc.data, enc.len);
+            copy[i] ^= (uint8_t)(1u << b);
+            st_err e = decode_copy(copy, enc.len, &d);
+            refused += e == ST_ERR_CORRUPT && is_zeroed(&d);
+            if (e == ST_OK)
+                st_manifest_free(&d);
+        }
+    }
+    CHECK(refused == 8 * enc.len);
+    free(copy);
+    CHECK_ERR(st_manifest_decode(NULL, 0, &d), ST_ERR_CORRUPT);
+    st_bytes_free(&enc);
+    st_manifest_free(&m);
+}
+
+/* Hostile manifests with a valid checksum: each must be refused on its own merits. */
+static void test_hostile_valid_checksum(void)
+{
+    st_bytes enc = {0}, ref = {0};
+    st_manifest m, d;
+
+    /* The independent encoder agrees with the real one on a valid manifest. */
+    build_manifest(&m, 5, 3, 4, 8);
+    raw_encode(&m, NULL, &default_opts, &enc);
+    CHECK_OK(st_manifest_encode(&m, &ref));
+    CHECK(enc.len == ref.len && memcmp(enc.data, ref.data, enc.len) == 0);
+    CHECK_OK(decode_copy(enc.data, enc.len, &d));
+    st_manifest_free(&d);
+    st_manifest_free(&m);
+
+    struct {
+        const char *what;
+        raw_opts o;
+        int edit;
+        const char *value;
+        st_err want;
+    } cases[] = {
+        {"huge file count", {.version = 1, .force_count = 1ull << 60}, 0, NULL, ST_ERR_CORRUPT},
+        {"max file count", {.version = 1, .force_count = UINT64_MAX}, 0, NULL, ST_ERR_CORRUPT},
+        /* Counts far beyond the input but small enough that an uncapped decoder
+         * would try to allocate them (and fail with NOMEM, or succeed slowly). */
+        {"file count 2^36", {.version = 1, .force_count = 1ull << 36}, 0, NULL, ST_ERR_CORRUPT},
+        {"pack count 2^37", {.version = 1, .npacks_delta = 1ll << 37}, 0, NULL, ST_ERR_CORRUPT},
+        {"chunk count 2^36", {.version = 1, .nchunks_delta = 1ll << 36}, 0, NULL, ST_ERR_CORRUPT},
+        {"file count +1", {.version = 1, .nfiles_delta = 1}, 0, NULL, ST_ERR_CORRUPT},
+        {"file count -1", {.version = 1, .nfiles_delta = -1}, 0, NULL, ST_ERR_CORRUPT},
+        {"huge pack count", {.version = 1, .npacks_delta = 1ll << 58}, 0, NULL, ST_ERR_CORRUPT},
+        {"pack count -1", {.version = 1, .npacks_delta = -1}, 0, NULL, ST_ERR_CORRUPT},
+        {"huge chunk count", {.version = 1, .nchunks_delta = 1ll << 50}, 0, NULL, ST_ERR_CORRUPT},
+        {"chunk count +1", {.version = 1, .nchunks_delta = 1}, 0, NULL, ST_ERR_CORRUPT},
+        {"overlong varint", {.version = 1, .overlong_step = 1}, 0, NULL, ST_ERR_CORRUPT},
+        {"trailing bytes", {.version = 1, .trailing_bytes = 3}, 0, NULL, ST_ERR_CORRUPT},
+        {"version 2", {.version = 2}, 0, NULL, ST_ERR_UNSUPPORTED},
+        {"version 0", {.version = 0}, 0, NULL, ST_ERR_CORRUPT},
+        {"flags", {.version = 1, .flags = 1}, 0, NULL, ST_ERR_UNSUPPORTED},
+        {"bad checksum", {.version = 1, .bad_checksum = 1}, 0, NULL, ST_ERR_CORRUPT},
+        {"rank -2", {.version = 1, .raw_rank = 1, .rank_value = -2}, 0, NULL, ST_ERR_CORRUPT},
+        {"rank 2^31", {.version = 1, .raw_rank = 1, .rank_value = 1ll << 31}, 0, NULL,
+         ST_ERR_CORRUPT},
+        {"mode > u32", {.version = 1, .raw_mode = 1, .mode_value = 1ull << 32}, 0, NULL,
+         ST_ERR_CORRUPT},
+        {"path ../x", {.version = 1}, 1, "../x", ST_ERR_CORRUPT},
+        {"path /abs", {.version = 1}, 1, "/abs", ST_ERR_CORRUPT},
+        {"path a//b", {.version = 1}, 1, "a//b", ST_ERR_CORRUPT},
+        {"path a/./b", {.version = 1}, 1, "a/./b", ST_ERR_CORRUPT},
+        {"path a/..", {.version = 1}, 1, "a/..", ST_ERR_CORRUPT},
+        {"path empty", {.version = 1}, 1, "", ST_ERR_CORRUPT},
+        {"path with NUL", {.version = 1}, 2, "a\0b", ST_ERR_CORRUPT},
+        {"duplicate path", {.version = 1}, 3, NULL, ST_ERR_CORRUPT},
+        {"size mismatch", {.version = 1}, 4, NULL, ST_ERR_CORRUPT},
+        {"pack index", {.version = 1}, 5, NULL, ST_ERR_CORRUPT},
+        {"empty node", {.version = 1}, 6, "", ST_ERR_CORRUPT},
+        {"long job", {.version = 1}, 7, NULL, ST_ERR_CORRUPT},
+        {"stored < header", {.version = 1}, 8, NULL, ST_ERR_CORRUPT},
+        {"beyond max pack", {.version = 1}, 9, NULL, ST_ERR_CORRUPT},
+        {"raw above max", {.version = 1}, 10, NULL, ST_ERR_CORRUPT},
+        {"path too long", {.version = 1}, 11, NULL, ST_ERR_CORRUPT},
+    };
+    char longname[ST_MANIFEST_MAX_NAME + 2];
+    memset(longname, 'j', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t lens[5];
+        const size_t *plens = NULL;
+        build_manifest(&m, 5, 3, 4, 9);
+        /* Make sure file 1 has chunks for the chunk edits. */
+        if (!m.files[1].nchunks) {
+            free(m.files[1].path);
+            build_file(&m.files[1], "rank1.pt", 3, m.npacks, 77);
+        }
+        switch (cases[i].edit) {
+        case 1: free(m.files[1].path); m.files[1].path = dup_str(cases[i].value); break;
+        case 2:
+            for (size_t j = 0; j < 5; j++)
+                lens[j] = strlen(m.files[j].path);
+            free(m.files[1].path);
+            m.files[1].path = malloc(4);
+            memcpy(m.files[1].path, "a\0b", 4);
+            lens[1] = 3;
+            plens = lens;
+            break;
+        case 3: free(m.files[4].path); m.files[4].path = dup_str(m.files[1].path); break;
+        case 4: m.files[1].size--; break;
+        case 5: m.files[1].chunks[0].pack = (uint32_t)m.npacks; break;
+        case 6: free(m.node); m.node = dup_str(cases[i].value); break;
+        case 7: free(m.job); m.job = dup_str(longname); break;
+        case 8: m.files[1].chunks[0].stored_len = 31; break;
+        case 9: m.files[1].chunks[0].offset = (1ull << 30) - 10; break;
+        case 10: /* one chunk larger than any chunk header may describe */
+            m.files[1].chunks[0].raw_len = UINT32_MAX;
+            m.files[1].size = UINT64_MAX;
+            break;
+        case 11: {
+            char *p = malloc(ST_MANIFEST_MAX_PATH + 2);
+            memset(p, 'p', ST_MANIFEST_MAX_PATH + 1);
+            p[ST_MANIFEST_MAX_PATH + 1] = '\0';
+            free(m.files[1].path);
+            m.files[1].path = p;
+            break;
+        }
+        }
+        raw_encode(&m, plens, &cases[i].o, &enc);
+        st_err e = decode_copy(enc.data, enc.len, &d);
+        if (e != cases[i].want)
+            fprintf(stderr, "  hostile case '%s': got %d (%s)\n", cases[i].what, (int)e,
+                    st_errmsg());
+        CHECK_ERR(e, cases[i].want);
+        CHECK(is_zeroed(&d));
+        if (e == ST_OK)
+            st_manifest_free(&d);
+        st_manifest_free(&m);
+    }
+    st_bytes_free(&enc);
+    st_bytes_free(&ref);
+}
+
+/* Mutation fuzzing without libFuzzer; accepted inputs must be canonical. */
+static void test_mutation_fuzz(void)
+{
+    st_manifest m, d;
+    build_manifest(&m, 4, 3, 3, 10);
+    st_bytes enc = {0}, buf = {0}, re = {0};
+    CHECK_OK(st_manifest_encode(&m, &enc));
+    uint64_t s = 0xfeed;
+    size_t accepted = 0, rejected = 0, bad = 0;
+    for (int it = 0; it < 20000; it++) {
+        st_bytes_clear(&buf);
+        st_bytes_append(&buf, enc.data, enc.len - 8); /* body without checksum */
+        int edits = 1 + (int)(ut_rand_next(&s) % 4);
+        for (int k = 0; k < edits && buf.len; k++) {
+            uint64_t r = ut_rand_next(&s);
+            size_t at = (size_t)(r >> 8) % buf.len;
+            switch (r % 6) {
+            case 0: buf.data[at] ^= (uint8_t)(1u << ((r >> 40) % 8)); break;
+            case 1: buf.data[at] = (uint8_t)(r >> 32); break;
+            case 2: buf.len = at; break;
+            case 3:
+                st_bytes_put_u8(&buf, 0);
+                memmove(buf.data + at + 1, buf.data + at, buf.len - at - 1);
+                buf.data[at] = (uint8_t)(r >> 24);
+                break;
+            case 4: /* delete a byte */
+                memmove(buf.data + at, buf.data + at + 1, buf.len - at - 1);
+                buf.len--;
+                break;
+            case 5: buf.data[at] = (r >> 33) & 1 ? 0x80 : 0xff; break;
+            }
+        }
+        uint64_t sum = st_hash64(buf.data, buf.len);
+        if (ut_rand_next(&s) % 8 == 0)
+            sum ^= 1; /* sometimes leave the checksum stale */
+        st_bytes_put_le64(&buf, sum);
+        st_err e = decode_copy(buf.data, buf.len, &d);
+        if (e == ST_OK) {
+            accepted++;
+            st_bytes_clear(&re);
+            if (st_manifest_encode(&d, &re) != ST_OK || re.len != buf.len ||
+                memcmp(re.data, buf.data, buf.len) != 0)
+                bad++;
+            st_manifest_free(&d);
+        } else {
+            rejected++;
+            if ((e != ST_ERR_CORRUPT && e != ST_ERR_UNSUPPORTED) || !is_zeroed(&d))
+                bad++;
+        }
+    }
+    fprintf(stderr, "  manifest mutation fuzz: %zu accepted, %zu rejected\n", accepted, rejected);
+    CHECK(bad == 0);
+    CHECK(accepted > 0 && rejected > 0);
+    st_bytes_free(&enc);
+    st_bytes_free(&buf);
+    st_bytes_free(&re);
+    st_manifest_free(&m);
+}
+
+/* A small fixed manifest: two packs, three files (one empty), fixed values. */
+static void build_golden(st_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    m->step = 500;
+    m->created_ns = 1764460800000000000LL;
+    m->node = dup_str("gpu-node-01");
+    m->job = dup_str("bert-ft");
+    m->npacks = 2;
+    m->packs = malloc(2 * sizeof *m->packs);
+    m->packs[0] = st_id_of("pack zero", 9);
+    m->packs[1] = st_id_of("pack one", 8);
+    m->nfiles = 3;
+    m->files = calloc(3, sizeof *m->files);
+    st_file_entry *f = &m->files[0];
+    f->path = dup_str("checkpoint-500/model.safetensors");
+    f->size = 3000;
+    f->mode = 0644;
+    f->mtime_ns = 1764460799123456789LL;
+    f->rank = 0;
+    f->digest = st_id_of("model", 5);
+    f->nchunks = 2;
+    f->chunks = calloc(2, sizeof *f->chunks);
+    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000};
+    f->chunks[1] = (st_chunk_ref){st_id_of("c1", 2), 1, 4096, 900, 2000};
+    f = &m->files[1];
+    f->path = dup_str("checkpoint-500/trainer_state.json");
+    f->size = 0;
+    f->mode = 0600;
+    f->mtime_ns = -5; /* before the epoch: zigzag must round-trip */
+    f->rank = -1;
+    f->digest = st_id_of("", 0);
+    f = &m->files[2];
+    f->path = dup_str("checkpoint-500/optimizer.pt");
+    f->size = 1000;
+    f->mode = 0644;
+    f->mtime_ns = 1764460799000000000LL;
+    f->rank = 3;
+    f->digest = st_id_of("c0", 2);
+    f->nchunks = 1;
+    f->chunks = calloc(1, sizeof *f->chunks);
+    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000}; /* dedup */
+}
+
+static void test_golden(void)
+{
+    st_manifest m, d;
+    build_golden(&m);
+    st_bytes enc = {0};
+    CHECK_OK(st_manifest_encode(&m, &enc));
+    check_golden("manifest_v1.bin", enc.data, enc.len);
+
+    /* The stored bytes decode to the builder's manifest. */
+    uint8_t *gold = NULL;
+    long len = read_golden("manifest_v1.bin", &gold);
+    CHECK(len > 0);
+    if (len > 0) {
+        CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));
+        CHECK(manifests_equal(&m, &d));
+        st_manifest_free(&d);
+    }
+    free(gold);
+    st_bytes_free(&enc);
+    st_manifest_free(&m);
+}
+
+int main(void)
+{
+    RUN(test_path_is_clean);
+    RUN(test_roundtrip_empty);
+    RUN(test_roundtrip_many);
+    RUN(test_roundtrip_large_counts);
+    RUN(test_encode_rejects);
+    RUN(test_encode_appends);
+    RUN(test_truncations_and_flips);
+    RUN(test_hostile_valid_checksum);
+    RUN(test_mutation_fuzz);
+    RUN(test_golden);
+    return ut_finish();
+}
