@@ -1,0 +1,671 @@
+/*
+ * st_store — the facade (ckptstore.h): whole-step put, get and listings on
+ * top of the backend, the local state, ingest and restore.
+ *
+ * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
+ * st_ingest), then this node's manifest, then the commit record. The job
+ * registry object joblist/<job> is written before anything else so that
+ * `ls` finds the job without listing every pack in the store.
+ */
+#include "ckptstore.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "st_backend.h"
+#include "st_fsutil.h"
+#include "st_ingest.h"
+#include "st_manifest.h"
+#include "st_restore.h"
+#include "st_state.h"
+#include "st_step.h"
+
+#define JOBLIST_PREFIX "joblist/"
+
+struct st_store {
+    st_backend *backend;
+    st_state *state;
+    char node[ST_NODE_MAX + 1];
+    st_chunker_params chunker;
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
+};
+
+static void warnf(st_store *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(st_store *s, const char *fmt, ...)
+{
+    if (!s->warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->warn(s->warn_arg, msg);
+}
+
+/* $env/suffix, or $HOME/fallback/suffix. */
+static char *xdg_path(char *buf, size_t cap, const char *env, const char *fallback,
+                      const char *suffix)
+{
+    const char *base = getenv(env);
+    int n;
+    if (base && base[0] == '/')
+        n = snprintf(buf, cap, "%s/%s", base, suffix);
+    else {
+        const char *home = getenv("HOME");
+        n = snprintf(buf, cap, "%s/%s/%s", home && home[0] == '/' ? home : "/tmp", fallback,
+                     suffix);
+    }
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+char *st_default_store_url(char *buf, size_t cap)
+{
+    char path[PATH_MAX];
+    if (!xdg_path(path, sizeof path, "XDG_DATA_HOME", ".local/share", "ckptfs/store"))
+        return NULL;
+    int n = snprintf(buf, cap, "file://%s", path);
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+char *st_default_state_dir(char *buf, size_t cap)
+{
+    return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
+}
+
+/* Host name squeezed into a valid node name. */
+static void default_node(char out[ST_NODE_MAX + 1])
+{
+    char host[256] = "node";
+    gethostname(host, sizeof host - 1);
+    size_t n = 0;
+    for (const char *p = host; *p && n < ST_NODE_MAX; p++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-' || (c == '.' && n > 0);
+        out[n++] = ok ? c : '-';
+    }
+    out[n] = '\0';
+    if (!st_name_is_valid(out, ST_NODE_MAX))
+        strcpy(out, "node");
+}
+
+st_err st_store_open(const st_store_options *opts, st_store **out)
+{
+    *out = NULL;
+    st_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    s->warn = opts->warn;
+    s->warn_arg = opts->warn_arg;
+    s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
+    if (opts->node) {
+        if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
+            free(s);
+            return st_seterr(ST_ERR_INVALID,
+                             "invalid node name '%.64s': use A-Z a-z 0-9 . _ -", opts->node);
+        }
+        strcpy(s->node, opts->node);
+    } else {
+        default_node(s->node);
+    }
+
+    char state_dir[PATH_MAX], db[PATH_MAX + 64];
+    st_err e = st_backend_open(opts->url, &s->backend);
+    if (e)
+        goto fail;
+    if (opts->state_dir)
+        snprintf(state_dir, sizeof state_dir, "%s", opts->state_dir);
+    else if (!st_default_state_dir(state_dir, sizeof state_dir)) {
+        e = st_seterr(ST_ERR_INVALID, "cannot derive the local state directory");
+        goto fail;
+    }
+    if ((e = st_mkdir_p(state_dir)))
+        goto fail;
+    /* One index per store: its content describes that store only. */
+    snprintf(db, sizeof db, "%s/index-%016" PRIx64 ".db", state_dir,
+             st_hash64(opts->url, strlen(opts->url)));
+    if ((e = st_state_open(db, &s->state)))
+        goto fail;
+    *out = s;
+    return ST_OK;
+fail:
+    st_store_close(s);
+    return e;
+}
+
+void st_store_close(st_store *s)
+{
+    if (!s)
+        return;
+    st_state_close(s->state);
+    st_backend_close(s->backend);
+    free(s);
+}
+
+/* ---- reading committed steps ---- */
+
+/* Fetches and decodes the commit record of a step. */
+static st_err load_commit(st_store *s, const char *job, uint64_t step, st_bytes *buf,
+                          st_commit *c)
+{
+    char key[ST_KEY_MAX];
+    st_err e = st_key_commit(key, sizeof key, job, step);
+    if (!e)
+        e = st_get(s->backend, key, 0, ST_GET_TO_END, buf);
+    if (e == ST_ERR_NOT_FOUND)
+        return st_seterr(e, "step %" PRIu64 " of job %s is not committed in the store", step,
+                         job);
+    if (!e)
+        e = st_commit_decode(buf->data, buf->len, c);
+    if (!e && (c->step != step || strcmp(c->job, job) != 0)) {
+        st_commit_free(c);
+        e = st_seterr(ST_ERR_CORRUPT, "commit record %s names another step", key);
+    } else if (e == ST_ERR_CORRUPT || e == ST_ERR_UNSUPPORTED) {
+        st_seterr(e, "%s: %s", key, st_errmsg());
+    }
+    return e;
+}
+
+/* Fetches one node's manifest of a step, checks it against the commit record. */
+static st_err load_manifest(st_store *s, const char *job, uint64_t step,
+                            const st_commit_node *node, st_bytes *buf, st_manifest *m)
+{
+    char key[ST_KEY_MAX];
+    st_err e = st_key_manifest(key, sizeof key, job, step, node->name);
+    if (!e)
+        e = st_get(s->backend, key, 0, ST_GET_TO_END, buf);
+    if (e)
+        return e == ST_ERR_NOT_FOUND
+                   ? st_seterr(ST_ERR_CORRUPT, "%s is named by the commit record but missing", key)
+                   : e;
+    st_id digest = st_id_of(buf->data, buf->len);
+    if (buf->len != node->manifest_len || st_id_cmp(&digest, &node->manifest_digest) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "%s does not match its commit record", key);
+    e = st_manifest_decode(buf->data, buf->len, m);
+    if (e)
+        return st_seterr(e, "%s: %s", key, st_errmsg());
+    if (m->step != step || strcmp(m->job, job) != 0) {
+        st_manifest_free(m);
+        return st_seterr(ST_ERR_CORRUPT, "%s describes another step", key);
+    }
+    return ST_OK;
+}
+
+/* ---- the dedup index learns what other writers stored ---- */
+
+typedef struct step_list {
+    uint64_t *steps;
+    size_t n, cap;
+    const char *job;
+} step_list;
+
+static int collect_committed(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    step_list *l = arg;
+    uint64_t step;
+    const char *rest;
+    if (st_key_parse_step(key, l->job, &step, &rest) != ST_OK || strcmp(rest, "commit") != 0)
+        return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        uint64_t *p = realloc(l->steps, cap * sizeof *p);
+        if (!p)
+            return 1;
+        l->steps = p;
+        l->cap = cap;
+    }
+    l->steps[l->n++] = step;
+    return 0;
+}
+
+/* Committed step numbers of a job, ascending (the listing is ordered). */
+static st_err committed_steps(st_store *s, const char *job, step_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    memset(l, 0, sizeof *l);
+    l->job = job;
+    st_err e = st_key_steps_prefix(prefix, sizeof prefix, job);
+    if (!e)
+        e = st_list(s->backend, prefix, collect_committed, l);
+    return e;
+}
+
+static st_err index_manifest(st_store *s, const char *job, const st_manifest *m)
+{
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const st_file_entry *f = &m->files[i];
+        for (size_t k = 0; k < f->nchunks; k++) {
+            const st_chunk_ref *r = &f->chunks[k];
+            st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
+            st_err e = st_state_chunk_add(s->state, job, &r->id, &loc);
+            if (e)
+                return e;
+        }
+    }
+    return ST_OK;
+}
+
+/* Merges the manifests of committed steps not yet seen into the index. */
+static st_err sync_index(st_store *s, const char *job)
+{
+    step_list l;
+    st_bytes buf = {0};
+    st_err e = committed_steps(s, job, &l);
+    for (size_t i = 0; !e && i < l.n; i++) {
+        char key[ST_KEY_MAX];
+        st_commit c;
+        if ((e = st_key_commit(key, sizeof key, job, l.steps[i])) ||
+            st_state_manifest_seen(s->state, key))
+            continue;
+        if (load_commit(s, job, l.steps[i], &buf, &c)) {
+            warnf(s, "ignoring step %" PRIu64 " for dedup: %s", l.steps[i], st_errmsg());
+            continue;
+        }
+        e = st_state_begin(s->state);
+        for (size_t n = 0; !e && n < c.nnodes; n++) {
+            st_manifest m;
+            if (load_manifest(s, job, l.steps[i], &c.nodes[n], &buf, &m)) {
+                warnf(s, "ignoring a manifest of step %" PRIu64 " for dedup: %s", l.steps[i],
+                      st_errmsg());
+                continue;
+            }
+            e = index_manifest(s, job, &m);
+            st_manifest_free(&m);
+        }
+        if (!e)
+            e = st_state_manifest_mark(s->state, key);
+        if (e)
+            st_state_rollback(s->state);
+        else
+            e = st_state_commit(s->state);
+        st_commit_free(&c);
+    }
+    free(l.steps);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* ---- put ---- */
+
+typedef struct walk_ctx {
+    st_store *s;
+    st_ingest *ingest;
+    uint64_t skipped;
+} walk_ctx;
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted entry names of a directory (without . and ..). */
+static st_err read_dir_sorted(const char *path, char ***names, size_t *n)
+{
+    DIR *d = opendir(path);
+    *names = NULL;
+    *n = 0;
+    if (!d)
+        return st_seterr(ST_ERR_IO, "open directory %s: %s", path, strerror(errno));
+    size_t cap = 0;
+    st_err e = ST_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **p = realloc(*names, cap * sizeof *p);
+            if (!p) {
+                e = st_seterr(ST_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *names = p;
+        }
+        if (!((*names)[*n] = strdup(de->d_name))) {
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (*n)
+        qsort(*names, *n, sizeof **names, cmp_names);
+    return e;
+}
+
+/* Stores everything under root/rel (rel "" for the root itself). */
+static st_err walk_put(walk_ctx *w, const char *root, const char *rel)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", root, rel[0] ? "/" : "", rel);
+    char **names;
+    size_t n;
+    st_err e = read_dir_sorted(path, &names, &n);
+    for (size_t i = 0; !e && i < n; i++) {
+        char child_rel[PATH_MAX], child[PATH_MAX];
+        if (snprintf(child_rel, sizeof child_rel, "%s%s%s", rel, rel[0] ? "/" : "", names[i]) >=
+                (int)sizeof child_rel ||
+            snprintf(child, sizeof child, "%s/%s", root, child_rel) >= (int)sizeof child) {
+            e = st_seterr(ST_ERR_INVALID, "path too long under %s", root);
+            break;
+        }
+        struct stat st;
+        if (lstat(child, &st) < 0) {
+            e = st_seterr(ST_ERR_IO, "stat %s: %s", child, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            e = walk_put(w, root, child_rel);
+        } else if (S_ISREG(st.st_mode)) {
+            int fd = open(child, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                e = st_seterr(ST_ERR_IO, "open %s: %s", child, strerror(errno));
+            else if (fstat(fd, &st) < 0)
+                e = st_seterr(ST_ERR_IO, "stat %s: %s", child, strerror(errno));
+            else
+                e = st_ingest_file(w->ingest, fd, child_rel, &st, -1);
+            if (fd >= 0)
+                close(fd);
+        } else {
+            w->skipped++;
+            warnf(w->s, "skipping %s: not a regular file or directory", child);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return e;
+}
+
+/* PUTs the manifest, then the commit record naming it (the protocol order). */
+static st_err publish_step(st_store *s, const char *job, uint64_t step, const st_manifest *m,
+                           uint64_t *puts)
+{
+    st_bytes buf = {0};
+    char key[ST_KEY_MAX];
+    st_commit c = {.step = step, .created_ns = m->created_ns, .nnodes = 1};
+    st_commit_node node = {{0}, 0, {{0}}};
+    st_err e = st_manifest_encode(m, &buf);
+    if (!e)
+        e = st_key_manifest(key, sizeof key, job, step, s->node);
+    if (!e)
+        e = st_put(s->backend, key, buf.data, buf.len);
+    if (e)
+        goto out;
+    (*puts)++;
+    strcpy(node.name, s->node);
+    node.manifest_len = buf.len;
+    node.manifest_digest = st_id_of(buf.data, buf.len);
+    strcpy(c.job, job);
+    c.nodes = &node;
+    st_bytes_clear(&buf);
+    e = st_commit_encode(&c, &buf);
+    if (!e)
+        e = st_key_commit(key, sizeof key, job, step);
+    if (!e)
+        e = st_put(s->backend, key, buf.data, buf.len);
+    if (!e)
+        (*puts)++;
+out:
+    st_bytes_free(&buf);
+    return e;
+}
+
+st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
+                        st_put_result *res)
+{
+    char key[ST_KEY_MAX];
+    uint64_t size;
+    st_put_result r = {0};
+    st_ingest *ingest = NULL;
+    st_manifest m = {0};
+    st_err e = st_key_commit(key, sizeof key, job, step);
+    if (e)
+        return e;
+    e = st_stat(s->backend, key, &size);
+    if (e == ST_OK)
+        return st_seterr(ST_ERR_EXISTS, "step %" PRIu64 " of job %s already exists in the store",
+                         step, job);
+    if (e != ST_ERR_NOT_FOUND)
+        return e;
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return st_seterr(ST_ERR_INVALID, "%s is not a directory", dir);
+
+    snprintf(key, sizeof key, JOBLIST_PREFIX "%s", job);
+    if ((e = st_put(s->backend, key, "", 0)))
+        return e;
+    r.puts++;
+    if ((e = sync_index(s, job)))
+        return e;
+    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_WRITING)))
+        return e;
+
+    walk_ctx w = {.s = s};
+    if ((e = st_ingest_new(s->backend, s->state, job, &s->chunker, &ingest)))
+        goto out;
+    w.ingest = ingest;
+    if ((e = walk_put(&w, dir, "")))
+        goto out;
+    if ((e = st_ingest_finish(ingest, &m)))
+        goto out;
+    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_UPLOADED)))
+        goto out;
+    m.step = step;
+    m.created_ns = st_now_ns();
+    m.node = s->node;
+    m.job = (char *)job;
+    e = publish_step(s, job, step, &m, &r.puts);
+    m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
+    if (!e)
+        e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
+    if (e)
+        goto out;
+
+    const st_ingest_stats *is = st_ingest_get_stats(ingest);
+    r.files = is->files;
+    r.skipped = w.skipped;
+    r.logical_bytes = is->logical_bytes;
+    r.chunks = is->chunks;
+    r.new_chunks = is->new_chunks;
+    r.new_raw_bytes = is->new_raw_bytes;
+    r.stored_bytes = is->stored_bytes;
+    r.packs = is->packs;
+    r.puts += is->packs;
+    if (res)
+        *res = r;
+out:
+    st_manifest_free(&m);
+    st_ingest_free(ingest);
+    return e;
+}
+
+/* ---- get ---- */
+
+/* Restores one file: temp name, verify, fsync, then rename into place. */
+static st_err restore_one(st_restorer *rs, const st_manifest *m, const st_file_entry *f,
+                          int dest_fd)
+{
+    static unsigned counter;
+    char tmp_rel[PATH_MAX];
+    const char *slash = strrchr(f->path, '/');
+    const char *base = slash ? slash + 1 : f->path;
+    int dirlen = slash ? (int)(slash - f->path) + 1 : 0;
+    snprintf(tmp_rel, sizeof tmp_rel, "%.*s.ckpt-restore.%ld.%u", dirlen, f->path,
+             (long)getpid(), counter++);
+    int parent = -1;
+    int fd = st_open_beneath(dest_fd, tmp_rel, O_WRONLY | O_CREAT | O_EXCL, 0600, 1, &parent);
+    if (fd < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                         "create %s in the target directory: %s", tmp_rel, strerror(errno));
+    const char *tmp_base = strrchr(tmp_rel, '/') ? strrchr(tmp_rel, '/') + 1 : tmp_rel;
+    st_err e = st_restore_file(rs, m, f, fd);
+    if (!e) {
+        struct timespec times[2] = {{0, UTIME_OMIT},
+                                    {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
+        if (fchmod(fd, f->mode & 07777) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0)
+            e = st_seterr(ST_ERR_IO, "finish %s: %s", f->path, strerror(errno));
+    }
+    close(fd);
+    if (!e && renameat(parent, tmp_base, parent, base) < 0)
+        e = st_seterr(ST_ERR_IO, "rename into place %s: %s", f->path, strerror(errno));
+    if (e)
+        unlinkat(parent, tmp_base, 0);
+    close(parent);
+    return e;
+}
+
+st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
+                        st_get_result *res)
+{
+    st_bytes buf = {0};
+    st_commit c;
+    st_restorer *rs = NULL;
+    int dest_fd = -1;
+    st_err e = load_commit(s, job, step, &buf, &c);
+    if (e)
+        goto out_nocommit;
+    if ((e = st_mkdir_p(dest)))
+        goto out;
+    dest_fd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dest_fd < 0) {
+        e = st_seterr(ST_ERR_IO, "open %s: %s", dest, strerror(errno));
+        goto out;
+    }
+    if ((e = st_restorer_new(s->backend, job, &rs)))
+        goto out;
+    for (size_t n = 0; !e && n < c.nnodes; n++) {
+        st_manifest m;
+        if ((e = load_manifest(s, job, step, &c.nodes[n], &buf, &m)))
+            break;
+        for (size_t i = 0; !e && i < m.nfiles; i++)
+            e = restore_one(rs, &m, &m.files[i], dest_fd);
+        st_manifest_free(&m);
+    }
+    if (!e && fsync(dest_fd) < 0)
+        e = st_seterr(ST_ERR_IO, "fsync %s: %s", dest, strerror(errno));
+    if (!e && res) {
+        const st_restore_stats *rst = st_restorer_stats(rs);
+        res->files = rst->files;
+        res->bytes = rst->bytes;
+        res->gets = rst->gets + 1 + c.nnodes;
+    }
+out:
+    st_commit_free(&c);
+out_nocommit:
+    if (dest_fd >= 0)
+        close(dest_fd);
+    st_restorer_free(rs);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* ---- listings ---- */
+
+st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n)
+{
+    step_list l;
+    st_bytes buf = {0};
+    *steps = NULL;
+    *n = 0;
+    st_err e = committed_steps(s, job, &l);
+    st_step_info *out = e ? NULL : calloc(l.n ? l.n : 1, sizeof *out);
+    if (!e && !out)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    size_t count = 0;
+    for (size_t i = 0; !e && i < l.n; i++) {
+        st_commit c;
+        if (load_commit(s, job, l.steps[i], &buf, &c)) {
+            warnf(s, "step %" PRIu64 ": %s", l.steps[i], st_errmsg());
+            continue;
+        }
+        st_step_info *si = &out[count];
+        memset(si, 0, sizeof *si);
+        si->step = c.step;
+        si->created_ns = c.created_ns;
+        si->nodes = c.nnodes;
+        int ok = 1;
+        for (size_t k = 0; ok && k < c.nnodes; k++) {
+            st_manifest m;
+            if (load_manifest(s, job, c.step, &c.nodes[k], &buf, &m)) {
+                warnf(s, "step %" PRIu64 ": %s", c.step, st_errmsg());
+                ok = 0;
+                break;
+            }
+            si->files += m.nfiles;
+            for (size_t f = 0; f < m.nfiles; f++)
+                si->bytes += m.files[f].size;
+            st_manifest_free(&m);
+        }
+        st_commit_free(&c);
+        count += ok;
+    }
+    free(l.steps);
+    st_bytes_free(&buf);
+    if (e) {
+        free(out);
+        return e;
+    }
+    *steps = out;
+    *n = count;
+    return ST_OK;
+}
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+    int oom;
+} name_list;
+
+static int collect_job(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    name_list *l = arg;
+    const char *name = key + strlen(JOBLIST_PREFIX);
+    if (!st_name_is_valid(name, ST_JOB_MAX))
+        return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->names, cap * sizeof *p);
+        if (!p)
+            return l->oom = 1;
+        l->names = p;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name)))
+        return l->oom = 1;
+    l->n++;
+    return 0;
+}
+
+st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n)
+{
+    name_list l = {0};
+    st_err e = st_list(s->backend, JOBLIST_PREFIX, collect_job, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    if (e) {
+        st_store_free_names(l.names, l.n);
+        return e;
+    }
+    *jobs = l.names;
+    *n = l.n;
+    return ST_OK;
+}
+
+void st_store_free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
