@@ -1,0 +1,171 @@
+/*
+ * Unit tests of st_state (SQLite dedup index and pending tables) and of
+ * st_step (key names, commit record codec).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "st_state.h"
+#include "st_step.h"
+#include "ut.h"
+
+static char dir[] = "/tmp/ckpt-test-state-XXXXXX";
+static char db[256];
+
+static void test_chunk_index(void)
+{
+    st_state *s;
+    CHECK_OK(st_state_open(db, &s));
+    st_id a = st_id_of("a", 1), b = st_id_of("b", 1), pack = st_id_of("pack", 4);
+    st_chunk_loc loc = {pack, 4096, 100, 200}, got;
+    CHECK_ERR(st_state_chunk_lookup(s, "job", &a, &got), ST_ERR_NOT_FOUND);
+    CHECK_OK(st_state_begin(s));
+    CHECK_OK(st_state_chunk_add(s, "job", &a, &loc));
+    CHECK_OK(st_state_pack_add(s, "job", &pack, 1 << 20, 1));
+    CHECK_OK(st_state_commit(s));
+    CHECK_OK(st_state_chunk_lookup(s, "job", &a, &got));
+    CHECK(st_id_cmp(&got.pack, &pack) == 0 && got.offset == 4096 && got.stored_len == 100 &&
+          got.raw_len == 200);
+    /* Jobs are separate namespaces. */
+    CHECK_ERR(st_state_chunk_lookup(s, "other", &a, &got), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_state_chunk_lookup(s, "job", &b, &got), ST_ERR_NOT_FOUND);
+    /* First location wins. */
+    st_chunk_loc moved = {pack, 1, 2, 3};
+    CHECK_OK(st_state_chunk_add(s, "job", &a, &moved));
+    CHECK_OK(st_state_chunk_lookup(s, "job", &a, &got));
+    CHECK(got.offset == 4096);
+    /* A rolled-back transaction leaves nothing. */
+    CHECK_OK(st_state_begin(s));
+    CHECK_OK(st_state_chunk_add(s, "job", &b, &loc));
+    CHECK_OK(st_state_rollback(s));
+    CHECK_ERR(st_state_chunk_lookup(s, "job", &b, &got), ST_ERR_NOT_FOUND);
+    uint64_t chunks, packs;
+    CHECK_OK(st_state_counts(s, "job", &chunks, &packs));
+    CHECK(chunks == 1 && packs == 1);
+    st_state_close(s);
+
+    /* Persisted across a reopen. */
+    CHECK_OK(st_state_open(db, &s));
+    CHECK_OK(st_state_chunk_lookup(s, "job", &a, &got));
+    st_state_close(s);
+}
+
+static void test_pending(void)
+{
+    st_state *s;
+    CHECK_OK(st_state_open(db, &s));
+    st_pending_state st;
+    CHECK_ERR(st_state_step_get(s, "job", 7, &st), ST_ERR_NOT_FOUND);
+    CHECK_OK(st_state_step_set(s, "job", 7, ST_PENDING_WRITING));
+    CHECK_OK(st_state_step_set(s, "job", 7, ST_PENDING_SEALED));
+    CHECK_OK(st_state_step_get(s, "job", 7, &st));
+    CHECK(st == ST_PENDING_SEALED);
+    CHECK_OK(st_state_file_set(s, "job", 7, "a.pt", 10, ST_PENDING_SEALED));
+    CHECK_OK(st_state_file_set(s, "job", 7, "b.pt", 10, ST_PENDING_WRITING));
+    uint64_t n;
+    CHECK_OK(st_state_files_count(s, "job", 7, ST_PENDING_SEALED, &n));
+    CHECK(n == 1);
+    CHECK_OK(st_state_files_set_step(s, "job", 7, ST_PENDING_DURABLE));
+    CHECK_OK(st_state_files_count(s, "job", 7, ST_PENDING_DURABLE, &n));
+    CHECK(n == 2);
+    CHECK(!st_state_manifest_seen(s, "k"));
+    CHECK_OK(st_state_manifest_mark(s, "k"));
+    CHECK(st_state_manifest_seen(s, "k"));
+    st_state_close(s);
+}
+
+static void test_open_errors(void)
+{
+    st_state *s = (st_state *)1;
+    CHECK_ERR(st_state_open("/nonexistent-dir/x/y.db", &s), ST_ERR_IO);
+    CHECK(s == NULL);
+    CHECK(strstr(st_errmsg(), "/nonexistent-dir") != NULL);
+}
+
+static void test_keys(void)
+{
+    char key[256];
+    st_id p = st_id_of("x", 1);
+    char hex[33];
+    st_id_hex(&p, hex);
+    CHECK_OK(st_key_pack(key, sizeof key, "job-1", &p));
+    char want[128];
+    snprintf(want, sizeof want, "jobs/job-1/packs/%.2s/%s.pack", hex, hex);
+    CHECK(strcmp(key, want) == 0);
+    CHECK_OK(st_key_commit(key, sizeof key, "j", 42));
+    CHECK(strcmp(key, "jobs/j/steps/00000000000000000042/commit") == 0);
+    uint64_t step;
+    const char *rest;
+    CHECK_OK(st_key_parse_step(key, "j", &step, &rest));
+    CHECK(step == 42 && strcmp(rest, "commit") == 0);
+    CHECK_ERR(st_key_parse_step("jobs/j/steps/123/commit", "j", &step, &rest), ST_ERR_INVALID);
+    CHECK_ERR(st_key_parse_step("jobs/j/steps/99999999999999999999/x", "j", &step, &rest),
+              ST_ERR_INVALID); /* overflows 64 bits */
+    CHECK_OK(st_key_manifest(key, sizeof key, "j", 1, "node-a"));
+    CHECK(strcmp(key, "jobs/j/steps/00000000000000000001/nodes/node-a.manifest") == 0);
+    const char *bad[] = {"", ".", "..", ".hidden", "a/b", "a b", "x\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_ERR(st_key_commit(key, sizeof key, bad[i], 1), ST_ERR_INVALID);
+    CHECK_ERR(st_key_manifest(key, sizeof key, "j", 1, "../x"), ST_ERR_INVALID);
+    CHECK_ERR(st_key_commit(key, 10, "job", 1), ST_ERR_INVALID); /* buffer too small */
+}
+
+static void test_commit_record(void)
+{
+    st_commit_node nodes[2] = {{"node-a", 123, st_id_of("m1", 2)},
+                               {"node-b", 456, st_id_of("m2", 2)}};
+    st_commit c = {.step = 99, .created_ns = 1700000000123456789LL, .nnodes = 2, .nodes = nodes};
+    strcpy(c.job, "job");
+    st_bytes buf = {0};
+    CHECK_OK(st_commit_encode(&c, &buf));
+    st_commit d;
+    CHECK_OK(st_commit_decode(buf.data, buf.len, &d));
+    CHECK(d.step == 99 && d.created_ns == c.created_ns && d.nnodes == 2 &&
+          strcmp(d.job, "job") == 0 && strcmp(d.nodes[1].name, "node-b") == 0 &&
+          d.nodes[1].manifest_len == 456 &&
+          st_id_cmp(&d.nodes[0].manifest_digest, &nodes[0].manifest_digest) == 0);
+    st_commit_free(&d);
+    /* Every truncation and every byte flip is rejected. */
+    int rejected = 0, total = 0;
+    for (size_t n = 0; n < buf.len; n++, total++)
+        rejected += st_commit_decode(buf.data, n, &d) == ST_ERR_CORRUPT;
+    for (size_t i = 0; i < buf.len; i++, total++) {
+        buf.data[i] ^= 0x20;
+        st_err e = st_commit_decode(buf.data, buf.len, &d);
+        rejected += e == ST_ERR_CORRUPT || e == ST_ERR_UNSUPPORTED;
+        if (e == ST_OK)
+            st_commit_free(&d);
+        buf.data[i] ^= 0x20;
+    }
+    CHECK(rejected == total);
+    /* Random garbage never decodes. */
+    uint8_t junk[300];
+    int ok = 0;
+    for (uint64_t seed = 1; seed < 2000; seed++) {
+        ut_rand_fill(junk, sizeof junk, seed);
+        memcpy(junk, "CKs1", 4);
+        ok += st_commit_decode(junk, 20 + seed % 280, &d) == ST_OK;
+    }
+    CHECK(ok == 0);
+    st_bytes_free(&buf);
+}
+
+int main(void)
+{
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(db, sizeof db, "%s/state.db", dir);
+    RUN(test_chunk_index);
+    RUN(test_pending);
+    RUN(test_open_errors);
+    RUN(test_keys);
+    RUN(test_commit_record);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return ut_finish();
+}
