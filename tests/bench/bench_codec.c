@@ -94,8 +94,7 @@ static size_t filter_lz4(bench_ctx *b, int codec, const uint8_t *src, size_t len
         st_shuffle(b->scratch, src, len, es);
         src = b->scratch;
     }
-    return (size_t)LZ4_compress_default((const char *)src, (char *)dst, (int)len,
-                                        (int)b->slot_cap);
+    return (size_t)LZ4_compress_default((const char *)src, (char *)dst, (int)len, (int)b->slot_cap);
 }
 
 static void enc_fixed(bench_ctx *b, size_t i, int codec)
@@ -132,8 +131,8 @@ static int enc_auto(bench_ctx *b, size_t i)
     size_t len = piece_len(b->in, i);
     const uint8_t *src = b->in->data + i * b->in->piece;
     st_codec_id used;
-    st_err e = st_codec_encode(src, len, &b->ids[i], b->slots[i].buf, b->slot_cap,
-                               &b->slots[i].len, b->scratch, &used);
+    st_err e = st_codec_encode(src, len, &b->ids[i], b->slots[i].buf, b->slot_cap, &b->slots[i].len,
+                               b->scratch, &used);
     if (e != ST_OK) {
         fprintf(stderr, "bench_codec: encode: %s\n", st_errmsg());
         return -1;
@@ -165,8 +164,8 @@ static int dec_plain(bench_ctx *b, size_t i, int has_header)
 static int dec_auto(bench_ctx *b, size_t i)
 {
     size_t raw_len;
-    st_err e = st_codec_decode(b->slots[i].buf, b->slots[i].len, &b->ids[i], b->out,
-                               b->in->piece, &raw_len, b->scratch);
+    st_err e = st_codec_decode(b->slots[i].buf, b->slots[i].len, &b->ids[i], b->out, b->in->piece,
+                               &raw_len, b->scratch);
     if (e != ST_OK) {
         fprintf(stderr, "bench_codec: decode: %s\n", st_errmsg());
         return -1;

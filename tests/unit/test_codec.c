@@ -76,8 +76,9 @@ static void fill_int8(uint8_t *buf, size_t len, uint64_t seed)
 
 static void fill_text(uint8_t *buf, size_t len, uint64_t seed)
 {
-    static const char *words[] = {"model.", "layers.", "weight", "bias", "attn", "mlp",
-                                  "norm", "0", "1", "2", "step", "optimizer", "state", " "};
+    static const char *words[] = {"model.", "layers.",   "weight", "bias", "attn",
+                                  "mlp",    "norm",      "0",      "1",    "2",
+                                  "step",   "optimizer", "state",  " "};
     uint64_t s = seed;
     size_t i = 0;
     while (i < len) {
@@ -251,9 +252,8 @@ static void test_sizes(void)
 {
     static const fill_fn fills[] = {fill_random, fill_zeros, fill_text,
                                     fill_fp32,   fill_bf16,  fill_int8};
-    static const size_t sizes[] = {0,         1,          2,          3,       4,
-                                   5,         7,          64,         4097,    64 << 10,
-                                   (64 << 10) + 1, (64 << 10) + 4, 100003, 4 * MIB};
+    static const size_t sizes[] = {
+        0, 1, 2, 3, 4, 5, 7, 64, 4097, 64 << 10, (64 << 10) + 1, (64 << 10) + 4, 100003, 4 * MIB};
     for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             roundtrip(fills[f], sizes[s], 100 + s, ANY_CODEC);
