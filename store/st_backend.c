@@ -218,6 +218,8 @@ st_err st_put(st_backend *b, const char *key, const void *data, size_t len)
 
 st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out)
 {
+    if (out)
+        st_bytes_clear(out); /* on any error, out is empty */
     st_err e = key_require("get", key, 0);
     if (e)
         return e;

@@ -6,10 +6,13 @@
  * holds another backend), never ifs inside a backend. Every backend passes
  * the shared conformance suite (tests/unit/backend_conformance.h).
  *
- * Keys are '/'-separated relative names from [A-Za-z0-9._-] and '/', with no
- * leading '/', no empty, "." or ".." component (st_key_is_valid()). Every
+ * Keys are '/'-separated relative names from [A-Za-z0-9._-] and '/', at most
+ * ST_KEY_MAX bytes, with no leading or trailing '/', no empty component and
+ * no component starting with '.' (which excludes "." and "..", and leaves
+ * dot-names free for a backend's own temp files) (st_key_is_valid()). Every
  * operation refuses other keys with ST_ERR_INVALID, so no key can escape the
- * store's root.
+ * store's root. A list prefix follows the same rules but may be "" or end
+ * in '/'. "a/b" and "a/b/c" may both exist, as in S3.
  *
  * Errors are classified: ST_ERR_NOT_FOUND (the object is not there),
  * ST_ERR_TRANSIENT (retrying may help: timeouts, 5xx, resets),
@@ -32,7 +35,8 @@
 #define ST_KEY_MAX 1024
 #define ST_GET_TO_END UINT64_MAX
 
-/*! Called once per listed key, in ascending byte order of key. Return 0 to
+/*! Called once per listed key, in ascending byte order of key, on the
+ *  thread that called list; key is valid only during the call. Return 0 to
  *  continue, non-zero to stop the listing (list then returns ST_OK). */
 typedef int (*st_list_cb)(void *arg, const char *key, uint64_t size);
 
@@ -44,8 +48,9 @@ typedef struct st_backend_ops {
     st_err (*put)(void *ctx, const char *key, const void *data, size_t len);
 
     /*! Reads len bytes from offset (len ST_GET_TO_END: to the end) into out,
-     *  replacing its contents. A range reaching past the end is truncated to
-     *  the object; an offset past the end gives ST_ERR_INVALID. */
+     *  replacing its contents (its allocation is reused). A range reaching
+     *  past the end is truncated to the object; offset == size, or len == 0,
+     *  gives an empty result; an offset past the end gives ST_ERR_INVALID. */
     st_err (*get)(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
 
     /*! Size of the object, or ST_ERR_NOT_FOUND. */
@@ -73,7 +78,9 @@ int st_key_is_valid(const char *key);
 /*!
  * Opens the store at url: "file:///absolute/dir" (created if missing) or,
  * when built in, "s3://bucket/prefix". ST_ERR_INVALID for a malformed or
- * unknown URL; the message says why. Free with st_backend_close().
+ * unknown URL, ST_ERR_UNSUPPORTED for a known scheme not built in; the
+ * message says why. *out is a malloc'd st_backend; free it with
+ * st_backend_close(), which calls ops->close(ctx) and then frees it.
  */
 st_err st_backend_open(const char *url, st_backend **out);
 void st_backend_close(st_backend *b);

@@ -540,7 +540,8 @@ static st_err list_dir(list_state *ls, int fd, size_t klen, const char *match)
     }
     if (e)
         goto out;
-    qsort(v, n, sizeof *v, list_entry_cmp);
+    if (n > 1)
+        qsort(v, n, sizeof *v, list_entry_cmp);
 
     for (size_t i = 0; i < n && !ls->stopped; i++) {
         memcpy(ls->key + klen, v[i].frag, v[i].len + 1);

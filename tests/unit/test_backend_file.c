@@ -387,6 +387,66 @@ static void test_symlinks(void)
     st_backend_close(b);
 }
 
+/* ---- put racing the empty-directory prune of del ---- */
+
+typedef struct prune_racer {
+    st_backend *b;
+    int id;
+    int failures;
+    char first[600];
+} prune_racer;
+
+/*
+ * Each thread puts and deletes its own key in one shared deep directory, so
+ * other threads' dels keep removing the directories this thread's put has
+ * just created or opened. Every put must still succeed (the backend retries
+ * from the root), and read back intact before its del.
+ */
+static void *prune_racer_main(void *arg)
+{
+    prune_racer *r = arg;
+    st_bytes got = {0};
+    char key[64];
+    snprintf(key, sizeof key, "race/p/q/r/s/t%d", r->id);
+    for (int i = 0; i < 1000; i++) {
+        uint8_t data[16];
+        ut_rand_fill(data, sizeof data, (uint64_t)(r->id * 1000 + i + 1));
+        st_err e = st_put(r->b, key, data, sizeof data);
+        if (e == ST_OK)
+            e = st_get(r->b, key, 0, ST_GET_TO_END, &got);
+        if (e == ST_OK && (got.len != sizeof data || memcmp(got.data, data, sizeof data)))
+            e = st_seterr(ST_ERR_CORRUPT, "read back differs");
+        if (e == ST_OK)
+            e = st_del(r->b, key);
+        if (e != ST_OK && !r->failures++)
+            snprintf(r->first, sizeof r->first, "%s: %.500s", st_strerror(e), st_errmsg());
+    }
+    st_bytes_free(&got);
+    return NULL;
+}
+
+static void test_put_races_prune(void)
+{
+    st_backend *b = open_root();
+    if (!b)
+        return;
+    enum { N = 4 };
+    pthread_t th[N];
+    prune_racer r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (prune_racer){.b = b, .id = i};
+        CHECK(pthread_create(&th[i], NULL, prune_racer_main, &r[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(r[i].failures == 0);
+        if (r[i].failures)
+            fprintf(stderr, "  thread %d: %d failures, first: %s\n", i, r[i].failures, r[i].first);
+    }
+    CHECK(dir_entries(root) == 0 && count_tmp(root) == 0);
+    st_backend_close(b);
+}
+
 /* ---- a full disk ---- */
 
 static void test_no_space(void)
@@ -479,6 +539,7 @@ int main(void)
     RUN(test_layout);
     RUN(test_temp_and_foreign_entries);
     RUN(test_symlinks);
+    RUN(test_put_races_prune);
     RUN(test_no_space);
     RUN(test_nothing_outside);
 
