@@ -121,7 +121,8 @@ static st_err file_url_open(const char *url, st_backend **out)
 {
     const char *rest = url + strlen("file:");
     if (strncmp(rest, "//", 2) != 0)
-        return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": expected file:///absolute/dir", url);
+        return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": expected file:///absolute/dir",
+                         url);
     rest += 2;
     const char *path = strchr(rest, '/');
     size_t host_len = path ? (size_t)(path - rest) : strlen(rest);
@@ -137,7 +138,8 @@ static st_err file_url_open(const char *url, st_backend **out)
                          url);
     if (strpbrk(path, "?#"))
         return st_seterr(ST_ERR_INVALID,
-                         "store URL \"%.200s\": queries and fragments ('?', '#') are not supported", url);
+                         "store URL \"%.200s\": queries and fragments ('?', '#') are not supported",
+                         url);
 
     size_t n = strlen(path);
     if (n >= PATH_MAX)
@@ -157,9 +159,10 @@ static st_err file_url_open(const char *url, st_backend **out)
                              (size_t)(path - url) + i);
         int c = hi << 4 | lo;
         if (c == 0 || c == '/')
-            return st_seterr(ST_ERR_INVALID,
-                             "store URL \"%.200s\": percent-escape %%%c%c is not supported in a path",
-                             url, path[i + 1], path[i + 2]);
+            return st_seterr(
+                ST_ERR_INVALID,
+                "store URL \"%.200s\": percent-escape %%%c%c is not supported in a path", url,
+                path[i + 1], path[i + 2]);
         root[o++] = (char)c;
         i += 2;
     }
@@ -176,10 +179,11 @@ st_err st_backend_open(const char *url, st_backend **out)
         return st_seterr(ST_ERR_INVALID, "store URL is empty");
     const char *colon = strchr(url, ':');
     if (!colon || strncmp(colon, "://", 3) != 0)
-        return st_seterr(ST_ERR_INVALID,
-                         "store URL \"%.200s\": expected scheme://..., e.g. file:///var/lib/ckpt or "
-                         "s3://bucket/prefix",
-                         url);
+        return st_seterr(
+            ST_ERR_INVALID,
+            "store URL \"%.200s\": expected scheme://..., e.g. file:///var/lib/ckpt or "
+            "s3://bucket/prefix",
+            url);
     size_t scheme_len = (size_t)(colon - url);
     for (size_t i = 0; i < sizeof st_backend_schemes / sizeof st_backend_schemes[0]; i++) {
         const char *s = st_backend_schemes[i].scheme;
@@ -187,8 +191,8 @@ st_err st_backend_open(const char *url, st_backend **out)
         if (strlen(s) != scheme_len || strncasecmp(url, s, scheme_len) != 0)
             continue;
         if (!st_backend_schemes[i].open)
-            return st_seterr(ST_ERR_UNSUPPORTED, "store URL \"%.200s\": %s:// backend not built yet",
-                             url, s);
+            return st_seterr(ST_ERR_UNSUPPORTED,
+                             "store URL \"%.200s\": %s:// backend not built yet", url, s);
         return st_backend_schemes[i].open(url, out);
     }
     return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": unknown scheme \"%.*s\"", url,

@@ -48,14 +48,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DIR_SUFFIX '@'
-#define PUT_RETRIES 16  /* walks from the root when a concurrent del removed our directory */
-#define WALK_RETRIES 8  /* mkdir/open rounds for one component */
-#define TMP_RETRIES 100 /* temp-name collisions (a stale temp of a dead process with our pid) */
+#define DIR_SUFFIX   '@'
+#define PUT_RETRIES  16  /* walks from the root when a concurrent del removed our directory */
+#define WALK_RETRIES 8   /* mkdir/open rounds for one component */
+#define TMP_RETRIES  100 /* temp-name collisions (a stale temp of a dead process with our pid) */
 
 typedef struct file_ctx {
-    int rootfd;   /* O_RDONLY|O_DIRECTORY on the root; immutable after open */
-    char *root;   /* for messages only */
+    int rootfd;                       /* O_RDONLY|O_DIRECTORY on the root; immutable after open */
+    char *root;                       /* for messages only */
     atomic_uint_fast64_t tmp_counter; /* makes temp names unique within this process */
 } file_ctx;
 
@@ -65,22 +65,29 @@ typedef struct file_ctx {
 static st_err errno_class(int e)
 {
     switch (e) {
-    case ENOENT: return ST_ERR_NOT_FOUND;
+    case ENOENT:
+        return ST_ERR_NOT_FOUND;
     case ENOSPC:
-    case EDQUOT: return ST_ERR_NOSPACE;
+    case EDQUOT:
+        return ST_ERR_NOSPACE;
     case EACCES:
     case EPERM:
     case EROFS:
     case ENOTDIR: /* a non-directory (or symlink) where the layout needs a directory */
     case ELOOP:
-    case EISDIR: return ST_ERR_PERMANENT;
-    case ENAMETOOLONG: return ST_ERR_INVALID; /* a key component longer than NAME_MAX */
-    case ENOMEM: return ST_ERR_NOMEM;
+    case EISDIR:
+        return ST_ERR_PERMANENT;
+    case ENAMETOOLONG:
+        return ST_ERR_INVALID; /* a key component longer than NAME_MAX */
+    case ENOMEM:
+        return ST_ERR_NOMEM;
     case ESTALE: /* NFS: the server may come back */
     case ETIMEDOUT:
     case EAGAIN:
-    case EINTR: return ST_ERR_TRANSIENT;
-    default: return ST_ERR_IO;
+    case EINTR:
+        return ST_ERR_TRANSIENT;
+    default:
+        return ST_ERR_IO;
     }
 }
 
@@ -261,9 +268,10 @@ static st_err file_put(void *ctx, const char *key, const void *data, size_t len)
         if (e != ST_ERR_NOT_FOUND)
             return e;
     }
-    return st_seterr(ST_ERR_TRANSIENT,
-                     "file store %s: put %s: parent directory kept vanishing under concurrent deletes",
-                     c->root, key);
+    return st_seterr(
+        ST_ERR_TRANSIENT,
+        "file store %s: put %s: parent directory kept vanishing under concurrent deletes", c->root,
+        key);
 }
 
 /* ---- get / stat ---- */
@@ -300,8 +308,9 @@ static st_err open_object(const file_ctx *c, const char *op, const char *key, in
     }
     if (!S_ISREG(st->st_mode)) {
         close(fd);
-        return st_seterr(ST_ERR_NOT_FOUND, "file store %s: %s %s: no such object (not a regular file)",
-                         c->root, op, key);
+        return st_seterr(ST_ERR_NOT_FOUND,
+                         "file store %s: %s %s: no such object (not a regular file)", c->root, op,
+                         key);
     }
     *fd_out = fd;
     return ST_OK;
@@ -319,7 +328,8 @@ static st_err file_get(void *ctx, const char *key, uint64_t offset, uint64_t len
 
     uint64_t size = (uint64_t)st.st_size;
     if (offset > size) {
-        e = st_seterr(ST_ERR_INVALID, "file store %s: get %s: offset %" PRIu64 " past the end (size %" PRIu64 ")",
+        e = st_seterr(ST_ERR_INVALID,
+                      "file store %s: get %s: offset %" PRIu64 " past the end (size %" PRIu64 ")",
                       c->root, key, offset, size);
         goto out;
     }
@@ -362,7 +372,8 @@ static st_err file_stat(void *ctx, const char *key, uint64_t *size)
     int dfd = walk_dirs(c, key, leaf, 0);
     if (dfd < 0) {
         if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP)
-            return st_seterr(ST_ERR_NOT_FOUND, "file store %s: stat %s: no such object", c->root, key);
+            return st_seterr(ST_ERR_NOT_FOUND, "file store %s: stat %s: no such object", c->root,
+                             key);
         return file_err(c, errno, "stat", key, "open parent directory");
     }
     struct stat st;
@@ -371,12 +382,14 @@ static st_err file_stat(void *ctx, const char *key, uint64_t *size)
     close(dfd);
     if (r < 0) {
         if (saved == ENOENT)
-            return st_seterr(ST_ERR_NOT_FOUND, "file store %s: stat %s: no such object", c->root, key);
+            return st_seterr(ST_ERR_NOT_FOUND, "file store %s: stat %s: no such object", c->root,
+                             key);
         return file_err(c, saved, "stat", key, "fstatat");
     }
     if (!S_ISREG(st.st_mode))
-        return st_seterr(ST_ERR_NOT_FOUND, "file store %s: stat %s: no such object (not a regular file)",
-                         c->root, key);
+        return st_seterr(ST_ERR_NOT_FOUND,
+                         "file store %s: stat %s: no such object (not a regular file)", c->root,
+                         key);
     *size = (uint64_t)st.st_size;
     return ST_OK;
 }
@@ -442,8 +455,8 @@ static st_err file_del(void *ctx, const char *key)
 /* ---- list ---- */
 
 typedef struct list_entry {
-    char *frag;   /* key fragment: file name, or directory name without '@' plus '/' */
-    size_t len;   /* strlen(frag) */
+    char *frag; /* key fragment: file name, or directory name without '@' plus '/' */
+    size_t len; /* strlen(frag) */
     int is_dir;
 } list_entry;
 
@@ -704,8 +717,8 @@ st_err st_backend_file_open(const char *root, st_backend **out)
     }
     if (fd < 0) {
         int saved = errno;
-        return st_seterr(saved == EIO ? ST_ERR_IO : ST_ERR_PERMANENT,
-                         "file store root %s: %s%s", root, strerror(saved),
+        return st_seterr(saved == EIO ? ST_ERR_IO : ST_ERR_PERMANENT, "file store root %s: %s%s",
+                         root, strerror(saved),
                          saved == ENOTDIR ? " (exists and is not a directory, or a parent is not)"
                                           : "");
     }

@@ -33,8 +33,8 @@
 #include "st_backend.h"
 #include "ut.h"
 
-static st_backend *bc_b;         /* the backend under test */
-static char bc_scratch[256];     /* the caller's scratch prefix, a valid key */
+static st_backend *bc_b;     /* the backend under test */
+static char bc_scratch[256]; /* the caller's scratch prefix, a valid key */
 
 /* A key buffer large enough for over-long keys built on purpose. */
 typedef struct bc_key {
@@ -42,7 +42,8 @@ typedef struct bc_key {
 } bc_key;
 
 /* "<scratch>/<fmt...>" into kb; returns kb->s. */
-static inline const char *bc_k(bc_key *kb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline const char *bc_k(bc_key *kb, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static inline const char *bc_k(bc_key *kb, const char *fmt, ...)
 {
     int n = snprintf(kb->s, sizeof kb->s, "%s/", bc_scratch);
@@ -185,9 +186,21 @@ static inline void bc_case_ranges(void)
     static const struct {
         uint64_t off, len;
     } r[] = {
-        {0, 100},    {5000, 100}, {9000, ST_GET_TO_END}, {9990, 100}, {0, ST_GET_TO_END},
-        {10000, 5},  {10000, ST_GET_TO_END}, {0, 0}, {123, 0},   {1, UINT64_MAX - 1},
-        {9999, 1},   {10001, 1},  {10001, ST_GET_TO_END}, {UINT64_MAX, 1}, {20000, 0},
+        {0, 100},
+        {5000, 100},
+        {9000, ST_GET_TO_END},
+        {9990, 100},
+        {0, ST_GET_TO_END},
+        {10000, 5},
+        {10000, ST_GET_TO_END},
+        {0, 0},
+        {123, 0},
+        {1, UINT64_MAX - 1},
+        {9999, 1},
+        {10001, 1},
+        {10001, ST_GET_TO_END},
+        {UINT64_MAX, 1},
+        {20000, 0},
     };
     uint8_t *buf = malloc(size);
     ut_rand_fill(buf, size, 21);
@@ -209,7 +222,8 @@ static inline void bc_case_ranges(void)
         CHECK_OK(e);
         CHECK(got.len == want);
         if (e != ST_OK || got.len != want) {
-            fprintf(stderr, "  range off=%" PRIu64 " len=%" PRIu64 ": got %zu bytes, want %" PRIu64 "\n",
+            fprintf(stderr,
+                    "  range off=%" PRIu64 " len=%" PRIu64 ": got %zu bytes, want %" PRIu64 "\n",
                     r[i].off, r[i].len, got.len, want);
             continue;
         }
@@ -289,14 +303,15 @@ static inline void bc_case_del(void)
  */
 static inline void bc_case_list_order(void)
 {
-    static const char *names[] = {
-        "a",     "a-b",   "a.b",   "a/b",   "a0",    "a/b/c", "a/b-c", "a/b.c", "a/b/c/d",
-        "a/b0",  "a/bc",  "a/c",   "a-",    "a.",    "A",     "Z9",    "_u",    "b",
-        "a-b/x", "a.b/y", "a0/z",  "ab",    "a/b_",  "a/b/-", "a/b/.x-not-hidden-here"};
+    static const char *names[] = {"a",     "a-b",   "a.b",   "a/b",     "a0",
+                                  "a/b/c", "a/b-c", "a/b.c", "a/b/c/d", "a/b0",
+                                  "a/bc",  "a/c",   "a-",    "a.",      "A",
+                                  "Z9",    "_u",    "b",     "a-b/x",   "a.b/y",
+                                  "a0/z",  "ab",    "a/b_",  "a/b/-",   "a/b/.x-not-hidden-here"};
     /* The last name is invalid (component starts with '.') and is skipped. */
-    static const char *prefixes[] = {"",     "a",   "a/",      "a/b",       "a/b/", "a/b/c",
-                                     "a-",   "a.",  "a0",      "a/bc",      "b",    "zz",
-                                     "a/b/c/d", "a/b/c/d/", "A", "_", "a/b/c/d/e", "a-b/"};
+    static const char *prefixes[] = {"",        "a",        "a/", "a/b",  "a/b/",      "a/b/c",
+                                     "a-",      "a.",       "a0", "a/bc", "b",         "zz",
+                                     "a/b/c/d", "a/b/c/d/", "A",  "_",    "a/b/c/d/e", "a-b/"};
     size_t nn = sizeof names / sizeof names[0];
     char **full = calloc(nn, sizeof *full);
     size_t nfull = 0;
@@ -383,7 +398,8 @@ static inline void bc_case_list_many(void)
         CHECK(l.n == expect && l.calls == expect);
         int same = l.n == expect;
         for (size_t i = 0; same && i < l.n; i++)
-            same = strcmp(l.keys[i], want[i]) == 0 && l.sizes[i] == (uint64_t)(atoi(want[i] + strlen(p.s) + 1) % 8);
+            same = strcmp(l.keys[i], want[i]) == 0 &&
+                   l.sizes[i] == (uint64_t)(atoi(want[i] + strlen(p.s) + 1) % 8);
         CHECK(same);
         if (!same)
             fprintf(stderr, "  list_many stop_after=%zu: got %zu keys\n", stops[s], l.n);
@@ -399,12 +415,12 @@ static inline void bc_case_list_many(void)
 /* Every op refuses malformed keys with ST_ERR_INVALID before touching the store. */
 static inline void bc_case_invalid_keys(void)
 {
-    static const char *bad[] = {"../x", "/abs",     "a//b",   "a/./b", ".hidden", "a/.tmp.x",
-                                "sp ace", "",       "a/",     "x/..",  "..",      ".",
-                                "a\\b",  "a\nb",    "caf\xc3\xa9", "a/b/../../..", "a:b", "a%2Fb"};
+    static const char *bad[] = {
+        "../x", "/abs", "a//b", "a/./b", ".hidden", "a/.tmp.x",    "sp ace",       "",    "a/",
+        "x/..", "..",   ".",    "a\\b",  "a\nb",    "caf\xc3\xa9", "a/b/../../..", "a:b", "a%2Fb"};
     /* Same shapes below the scratch prefix, in case a backend only checks the start. */
-    static const char *bad_tail[] = {"../x", "a//b", "a/./b", ".hidden", "a/.tmp.x", "sp ace",
-                                     "a/", "x/..", "a\tb"};
+    static const char *bad_tail[] = {"../x",   "a//b", "a/./b", ".hidden", "a/.tmp.x",
+                                     "sp ace", "a/",   "x/..",  "a\tb"};
     size_t nb = sizeof bad / sizeof bad[0], nt = sizeof bad_tail / sizeof bad_tail[0];
     char *longkey = malloc(2001);
     memset(longkey, 'a', 2000);
@@ -524,8 +540,8 @@ static inline int bc_payload_check(const uint8_t *p, size_t n, uint32_t *writer,
 }
 
 #define BC_THREADS 4
-#define BC_ITERS 30
-#define BC_SHARED 3
+#define BC_ITERS   30
+#define BC_SHARED  3
 
 typedef struct bc_worker {
     uint32_t id;
@@ -536,8 +552,8 @@ typedef struct bc_worker {
 static inline void bc_fail(bc_worker *w, const char *what, const char *key, st_err e)
 {
     if (!w->failures++)
-        snprintf(w->first, sizeof w->first, "thread %u: %.40s %.200s: %.40s: %.500s", w->id, what, key,
-                 st_strerror(e), st_errmsg());
+        snprintf(w->first, sizeof w->first, "thread %u: %.40s %.200s: %.40s: %.500s", w->id, what,
+                 key, st_strerror(e), st_errmsg());
 }
 
 static inline void *bc_worker_main(void *arg)

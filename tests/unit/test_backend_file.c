@@ -169,12 +169,26 @@ static void test_url_valid(void)
 static void test_url_invalid(void)
 {
     char urls[20][PATH_MAX + 64];
-    const char *forms[] = {
-        "",                  "file:",               "file:%s/rel",       "file://",
-        "file:///",          "file://host%s/h",     "file://relative/dir", "file:relative",
-        "file://%s/pct%%zz", "file://%s/pct%%4",    "file://%s/nul%%00x", "file://%s/sl%%2Fx",
-        "file://%s/q?x=1",   "file://%s/frag#f",    "ftp://%s/ftp",      "nonsense",
-        "://x",              "file//%s/noscheme",   "file:/%s/oneslash", "file://localhostX%s/lh"};
+    const char *forms[] = {"",
+                           "file:",
+                           "file:%s/rel",
+                           "file://",
+                           "file:///",
+                           "file://host%s/h",
+                           "file://relative/dir",
+                           "file:relative",
+                           "file://%s/pct%%zz",
+                           "file://%s/pct%%4",
+                           "file://%s/nul%%00x",
+                           "file://%s/sl%%2Fx",
+                           "file://%s/q?x=1",
+                           "file://%s/frag#f",
+                           "ftp://%s/ftp",
+                           "nonsense",
+                           "://x",
+                           "file//%s/noscheme",
+                           "file:/%s/oneslash",
+                           "file://localhostX%s/lh"};
     size_t n = sizeof forms / sizeof forms[0];
     for (size_t i = 0; i < n; i++) {
         snprintf(urls[i], sizeof urls[i], forms[i], tdir);
