@@ -43,6 +43,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "st_wire.h"
 
@@ -66,26 +69,26 @@ const st_chunker_params st_chunker_default_params = {
 /* Safetensors: the largest JSON header we follow, and how many tensor offsets
  * we remember. A file beyond either is chunked as unknown data after its
  * header; the offset table (8 bytes an entry) is allocated by st_chunker_new. */
-#define ST_HEADER_MAX (100u * 1024 * 1024)
+#define ST_HEADER_MAX  (100u * 1024 * 1024)
 #define ST_OFFSETS_MAX 16384u
 
 /* ZIP signatures, as st_le32_get() reads them. */
-#define ZIP_LFH 0x04034b50u     /* PK\3\4 local file header */
-#define ZIP_CDH 0x02014b50u     /* PK\1\2 central directory header */
-#define ZIP_EOCD 0x06054b50u    /* PK\5\6 end of central directory */
+#define ZIP_LFH     0x04034b50u /* PK\3\4 local file header */
+#define ZIP_CDH     0x02014b50u /* PK\1\2 central directory header */
+#define ZIP_EOCD    0x06054b50u /* PK\5\6 end of central directory */
 #define ZIP_Z64EOCD 0x06064b50u /* PK\6\6 zip64 end of central directory */
-#define ZIP_Z64LOC 0x07064b50u  /* PK\6\7 zip64 end locator */
+#define ZIP_Z64LOC  0x07064b50u /* PK\6\7 zip64 end locator */
 /* PK\7\8 data descriptor, as the big-endian rolling register sees it. */
 #define ZIP_DESC_BE 0x504b0708u
 static const uint8_t zip_desc_sig[4] = {'P', 'K', 7, 8};
 
-#define ZIP_LFH_LEN 30
-#define ZIP_CDH_LEN 46
-#define ZIP_EOCD_LEN 22
-#define ZIP_Z64EOCD_MIN 12 /* signature + 8-byte record size */
-#define ZIP_Z64LOC_LEN 20
+#define ZIP_LFH_LEN         30
+#define ZIP_CDH_LEN         46
+#define ZIP_EOCD_LEN        22
+#define ZIP_Z64EOCD_MIN     12 /* signature + 8-byte record size */
+#define ZIP_Z64LOC_LEN      20
 #define ZIP_FLAG_DESCRIPTOR 0x0008u
-#define ZIP_EXTRA_ZIP64 0x0001u
+#define ZIP_EXTRA_ZIP64     0x0001u
 
 /*
  * Parser states. Each waits for one of: `need` bytes gathered in win[]
@@ -157,8 +160,8 @@ struct st_chunker {
     uint64_t x_end;      /* end of the local header's extra = data start */
     uint64_t field_end;  /* end of the current extra field */
     uint64_t csize, usize;
-    uint64_t sig_pos; /* offset of a descriptor signature being checked */
-    uint64_t scan_hit; /* end of the next descriptor signature, 0 = none known */
+    uint64_t sig_pos;   /* offset of a descriptor signature being checked */
+    uint64_t scan_hit;  /* end of the next descriptor signature, 0 = none known */
     uint64_t scan_upto; /* no signature ends in (pos, scan_upto] except scan_hit */
     uint32_t sh;        /* last 4 bytes consumed while scanning, big-endian */
     uint16_t zflags, zmethod;
@@ -758,8 +761,7 @@ static int parse_act(st_chunker *c)
             break;
         }
         case PS_ZIP_Z64E:
-            go_skip(c, PS_ZIP_SKIPREC,
-                    sat_add(c->hdr + ZIP_Z64EOCD_MIN, st_le64_get(c->win + 4)));
+            go_skip(c, PS_ZIP_SKIPREC, sat_add(c->hdr + ZIP_Z64EOCD_MIN, st_le64_get(c->win + 4)));
             break;
         case PS_ZIP_SKIPREC:
             zip_expect_sig(c, PS_ZIP_SIG); /* no cut inside the central directory */
@@ -784,6 +786,31 @@ static int parse_act(st_chunker *c)
         }
     }
     return force;
+}
+
+/*
+ * First "PK\x07\x08" in p[0..n), or NULL. This runs over every byte of a
+ * torch.save record, so it is vectorised where SSE2 is (all x86-64): four
+ * shifted 16-byte compares find every start in a block at once. glibc's
+ * memmem ran at about half the speed of the gear hash here.
+ */
+static const uint8_t *find_desc_sig(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i v0 = _mm_set1_epi8('P'), v1 = _mm_set1_epi8('K');
+    const __m128i v2 = _mm_set1_epi8(7), v3 = _mm_set1_epi8(8);
+    for (; i + 16 + 3 <= n; i += 16) {
+        __m128i m0 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i)), v0);
+        __m128i m1 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i + 1)), v1);
+        __m128i m2 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i + 2)), v2);
+        __m128i m3 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + i + 3)), v3);
+        int mask = _mm_movemask_epi8(_mm_and_si128(_mm_and_si128(m0, m1), _mm_and_si128(m2, m3)));
+        if (mask)
+            return p + i + __builtin_ctz((unsigned)mask);
+    }
+#endif
+    return i < n ? memmem(p + i, n - i, zip_desc_sig, 4) : NULL;
 }
 
 /*
@@ -815,7 +842,7 @@ static size_t parse_span(st_chunker *c, const uint8_t *p, size_t n)
                 return j + 1;
             }
         }
-        const uint8_t *q = memmem(p, n, zip_desc_sig, 4);
+        const uint8_t *q = find_desc_sig(p, n);
         if (q) {
             c->scan_hit = c->pos + (uint64_t)(q - p) + 4;
             return (size_t)(q - p) + 4;
@@ -839,8 +866,8 @@ static int parse_consume(st_chunker *c, const uint8_t *p, size_t k)
         break;
     case K_SCAN:
         if (k >= 4) {
-            c->sh = (uint32_t)p[k - 4] << 24 | (uint32_t)p[k - 3] << 16 |
-                    (uint32_t)p[k - 2] << 8 | p[k - 1];
+            c->sh = (uint32_t)p[k - 4] << 24 | (uint32_t)p[k - 3] << 16 | (uint32_t)p[k - 2] << 8 |
+                    p[k - 1];
         } else {
             for (size_t j = 0; j < k; j++)
                 c->sh = c->sh << 8 | p[j];

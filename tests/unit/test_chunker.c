@@ -158,10 +158,10 @@ out:
 /* ---- synthetic ZIP (stored, torch-like records) ---- */
 
 enum rec_mode {
-    REC_SIZES,      /* sizes in the local header */
-    REC_DESC,       /* flag bit 3, 16-byte descriptor after the data */
-    REC_DESC64,     /* flag bit 3, zip64 extra, 24-byte descriptor */
-    REC_ZIP64_HDR,  /* 0xFFFFFFFF sizes, real sizes in the zip64 extra */
+    REC_SIZES,     /* sizes in the local header */
+    REC_DESC,      /* flag bit 3, 16-byte descriptor after the data */
+    REC_DESC64,    /* flag bit 3, zip64 extra, 24-byte descriptor */
+    REC_ZIP64_HDR, /* 0xFFFFFFFF sizes, real sizes in the zip64 extra */
 };
 
 typedef struct zip_builder {
