@@ -1,7 +1,7 @@
 /*
  * bench_dedup — how much of file B a chunker finds in file A.
  *
- *   bench_dedup A B [min avg max] [--mode aware|cdc|fixed] [--feed BYTES]
+ *   bench_dedup A B [min avg max] [--mode aware|cdc|fixed] [--feed BYTES] [--cuts]
  *
  * Chunks both files (streamed through st_chunker_next in --feed sized pieces,
  * default 1 MiB, as the store would), names every chunk with st_id_of, and
@@ -13,6 +13,8 @@
  *          file never dedups anyway: it holds the archive name);
  *   fixed  fixed-size chunks of `avg` bytes.
  * Output is one tab-separated line so scripts can build tables from it.
+ * --cuts first prints "cut OFFSET" for every chunk end in B (to check the
+ * format-aware cuts of a real file against its record list).
  *
  * Single-threaded; memory: both files' chunk id lists (24 bytes a chunk).
  */
@@ -137,6 +139,7 @@ int main(int argc, char **argv)
     st_chunker_params p = st_chunker_default_params;
     enum mode m = MODE_AWARE;
     size_t feed = 1 << 20;
+    int print_cuts = 0;
     const char *pos_args[5];
     int npos = 0;
     for (int i = 1; i < argc; i++) {
@@ -145,12 +148,15 @@ int main(int argc, char **argv)
             m = !strcmp(v, "cdc") ? MODE_CDC : !strcmp(v, "fixed") ? MODE_FIXED : MODE_AWARE;
         } else if (!strcmp(argv[i], "--feed") && i + 1 < argc) {
             feed = strtoul(argv[++i], NULL, 0);
+        } else if (!strcmp(argv[i], "--cuts")) {
+            print_cuts = 1;
         } else if (npos < 5) {
             pos_args[npos++] = argv[i];
         }
     }
     if ((npos != 2 && npos != 5) || feed == 0) {
-        fprintf(stderr, "usage: %s A B [min avg max] [--mode aware|cdc|fixed] [--feed N]\n",
+        fprintf(stderr,
+                "usage: %s A B [min avg max] [--mode aware|cdc|fixed] [--feed N] [--cuts]\n",
                 argv[0]);
         return 2;
     }
@@ -187,6 +193,13 @@ int main(int argc, char **argv)
         if (bsearch(&cb.v[i].id, ids, ca.n, sizeof *ids, id_cmp)) {
             found += cb.v[i].len;
             found_chunks++;
+        }
+    }
+    if (print_cuts) {
+        uint64_t end = 0;
+        for (size_t i = 0; i < cb.n; i++) {
+            end += cb.v[i].len;
+            printf("cut %llu\n", (unsigned long long)end);
         }
     }
     static const char *mode_names[] = {"aware", "cdc", "fixed"};
