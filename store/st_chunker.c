@@ -97,6 +97,7 @@ static const uint8_t zip_desc_sig[4] = {'P', 'K', 7, 8};
  *
  *   SNIFF ─PK34─▶ ZIP_LFH ─▶ ZIP_NAME ─▶ (ZIP_XHDR ─▶ [ZIP_X64] ─▶ ZIP_XSKIP)* ─cut─▶
  *       data: bit 3 ? ZIP_SCAN ─▶ ZIP_DESC : ZIP_DATA ─cut─▶ ZIP_SIG
+ *       (ZIP_DESC ─sizes match─cut─▶ ZIP_SIG; ─false match─▶ ZIP_SCAN)
  *   ZIP_SIG ─PK34▶ ZIP_LFH | PK12▶ ZIP_CDH | PK66▶ ZIP_Z64E | PK67/CDH/Z64E▶ ZIP_SKIPREC ▶ ZIP_SIG
  *           ─PK56▶ ZIP_EOCD ─▶ ZIP_EOCDEND ─cut─▶ ZIP_AFTER ─PK34▶ ZIP_LFH
  *   SNIFF ─safetensors─▶ ST_JSON ─cut─▶ (ST_DATA ─cut─▶)* UNKNOWN
