@@ -9,3 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 "$here/tools/bootstrap.sh" "$here/build-asan" -DCKPT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 (cd "$here/build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit "$@")
+
+# Fuzz smoke: every libFuzzer target for 20 s (clang build).
+CC=clang "$here/tools/bootstrap.sh" "$here/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON
+(cd "$here/build-fuzz" && ctest --output-on-failure -L fuzz "$@")
