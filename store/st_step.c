@@ -64,15 +64,16 @@ st_err st_key_step_prefix(char *out, size_t cap, const char *job, uint64_t step)
     return e ? e : fit(snprintf(out, cap, "jobs/%s/steps/%020" PRIu64 "/", job, step), cap);
 }
 
-st_err st_key_manifest(char *out, size_t cap, const char *job, uint64_t step, const char *node)
+st_err st_key_manifest(char *out, size_t cap, const char *job, uint64_t step, const char *node,
+                       uint32_t revision)
 {
     st_err e = check_job(job);
     if (e)
         return e;
     if (!st_name_is_valid(node, ST_NODE_MAX))
         return st_seterr(ST_ERR_INVALID, "invalid node name '%.64s'", node);
-    return fit(snprintf(out, cap, "jobs/%s/steps/%020" PRIu64 "/nodes/%s.manifest", job, step,
-                        node),
+    return fit(snprintf(out, cap, "jobs/%s/steps/%020" PRIu64 "/nodes/%s.r%" PRIu32 ".manifest",
+                        job, step, node, revision),
                cap);
 }
 
@@ -132,6 +133,8 @@ st_err st_commit_encode(const st_commit *c, st_bytes *out)
             return st_seterr(ST_ERR_INVALID, "invalid node name in commit record");
         e = st_bytes_put_str(out, n->name, strlen(n->name));
         if (!e)
+            e = st_bytes_put_varint(out, n->revision);
+        if (!e)
             e = st_bytes_put_varint(out, n->manifest_len);
         if (!e)
             e = st_bytes_append(out, n->manifest_digest.b, ST_ID_LEN);
@@ -171,17 +174,20 @@ st_err st_commit_decode(const uint8_t *buf, size_t len, st_commit *c)
     st_get_varint(&r, &step);
     st_get_varint(&r, &created);
     if (r.err || get_name(&r, c->job, ST_JOB_MAX) || st_get_varint(&r, &nnodes) ||
-        nnodes > ST_STEP_MAX_NODES || nnodes > st_reader_left(&r) / (2 + 1 + ST_ID_LEN))
+        nnodes > ST_STEP_MAX_NODES || nnodes > st_reader_left(&r) / (2 + 1 + 1 + ST_ID_LEN))
         goto corrupt;
     c->nodes = calloc(nnodes ? nnodes : 1, sizeof *c->nodes);
     if (!c->nodes)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < nnodes; i++) {
         const uint8_t *d;
+        uint64_t revision;
         st_commit_node *n = &c->nodes[i];
-        if (get_name(&r, n->name, ST_NODE_MAX) || st_get_varint(&r, &n->manifest_len) ||
+        if (get_name(&r, n->name, ST_NODE_MAX) || st_get_varint(&r, &revision) ||
+            revision > UINT32_MAX || st_get_varint(&r, &n->manifest_len) ||
             st_get_bytes(&r, ST_ID_LEN, &d))
             goto corrupt;
+        n->revision = (uint32_t)revision;
         memcpy(n->manifest_digest.b, d, ST_ID_LEN);
     }
     if (r.err || st_reader_left(&r) != 0)

@@ -4,14 +4,15 @@
  *
  * Key names:
  *   jobs/<job>/packs/<hh>/<packid>.pack
- *   jobs/<job>/steps/<step:020>/nodes/<node>.manifest
+ *   jobs/<job>/steps/<step:020>/nodes/<node>.r<revision>.manifest
  *   jobs/<job>/steps/<step:020>/commit
  *
  * Commit record encoding:
  *   magic "CKs1", version (LE u16 = 1), flags (LE u16 = 0),
  *   step (varint), created_ns (varint, ns since the epoch), job (str),
- *   node count (varint), per node: name (str), manifest length (varint),
- *   manifest digest (16 bytes, XXH3-128 of the manifest object);
+ *   node count (varint), per node: name (str), revision (varint),
+ *   manifest length (varint), manifest digest (16 bytes, XXH3-128 of the
+ *   manifest object);
  *   XXH3-64 of everything above (LE u64).
  * The decoder accepts any byte string and either returns a valid record or
  * ST_ERR_CORRUPT / ST_ERR_UNSUPPORTED.
@@ -40,7 +41,12 @@ int st_name_is_valid(const char *name, size_t max);
 st_err st_key_pack(char *out, size_t cap, const char *job, const st_id *pack);
 st_err st_key_steps_prefix(char *out, size_t cap, const char *job);
 st_err st_key_step_prefix(char *out, size_t cap, const char *job, uint64_t step);
-st_err st_key_manifest(char *out, size_t cap, const char *job, uint64_t step, const char *node);
+/* A node that stores a step again (files added or changed after the step was
+ * first made durable) writes its manifest under a new revision, then a commit
+ * record naming that revision: readers never pair a commit with a manifest it
+ * does not describe. */
+st_err st_key_manifest(char *out, size_t cap, const char *job, uint64_t step, const char *node,
+                       uint32_t revision);
 st_err st_key_commit(char *out, size_t cap, const char *job, uint64_t step);
 
 /*!
@@ -51,6 +57,7 @@ st_err st_key_parse_step(const char *key, const char *job, uint64_t *step, const
 
 typedef struct st_commit_node {
     char name[ST_NODE_MAX + 1];
+    uint32_t revision;
     uint64_t manifest_len;
     st_id manifest_digest;
 } st_commit_node;

@@ -28,6 +28,7 @@
 #include "st_restore.h"
 #include "st_state.h"
 #include "st_step.h"
+#include "st_stepio.h"
 
 #define JOBLIST_PREFIX "joblist/"
 
@@ -153,94 +154,7 @@ void st_store_close(st_store *s)
     free(s);
 }
 
-/* ---- reading committed steps ---- */
-
-/* Fetches and decodes the commit record of a step. */
-static st_err load_commit(st_store *s, const char *job, uint64_t step, st_bytes *buf,
-                          st_commit *c)
-{
-    char key[ST_KEY_MAX];
-    st_err e = st_key_commit(key, sizeof key, job, step);
-    if (!e)
-        e = st_get(s->backend, key, 0, ST_GET_TO_END, buf);
-    if (e == ST_ERR_NOT_FOUND)
-        return st_seterr(e, "step %" PRIu64 " of job %s is not committed in the store", step,
-                         job);
-    if (!e)
-        e = st_commit_decode(buf->data, buf->len, c);
-    if (!e && (c->step != step || strcmp(c->job, job) != 0)) {
-        st_commit_free(c);
-        e = st_seterr(ST_ERR_CORRUPT, "commit record %s names another step", key);
-    } else if (e == ST_ERR_CORRUPT || e == ST_ERR_UNSUPPORTED) {
-        st_seterr(e, "%s: %s", key, st_errmsg());
-    }
-    return e;
-}
-
-/* Fetches one node's manifest of a step, checks it against the commit record. */
-static st_err load_manifest(st_store *s, const char *job, uint64_t step,
-                            const st_commit_node *node, st_bytes *buf, st_manifest *m)
-{
-    char key[ST_KEY_MAX];
-    st_err e = st_key_manifest(key, sizeof key, job, step, node->name);
-    if (!e)
-        e = st_get(s->backend, key, 0, ST_GET_TO_END, buf);
-    if (e)
-        return e == ST_ERR_NOT_FOUND
-                   ? st_seterr(ST_ERR_CORRUPT, "%s is named by the commit record but missing", key)
-                   : e;
-    st_id digest = st_id_of(buf->data, buf->len);
-    if (buf->len != node->manifest_len || st_id_cmp(&digest, &node->manifest_digest) != 0)
-        return st_seterr(ST_ERR_CORRUPT, "%s does not match its commit record", key);
-    e = st_manifest_decode(buf->data, buf->len, m);
-    if (e)
-        return st_seterr(e, "%s: %s", key, st_errmsg());
-    if (m->step != step || strcmp(m->job, job) != 0) {
-        st_manifest_free(m);
-        return st_seterr(ST_ERR_CORRUPT, "%s describes another step", key);
-    }
-    return ST_OK;
-}
-
 /* ---- the dedup index learns what other writers stored ---- */
-
-typedef struct step_list {
-    uint64_t *steps;
-    size_t n, cap;
-    const char *job;
-} step_list;
-
-static int collect_committed(void *arg, const char *key, uint64_t size)
-{
-    (void)size;
-    step_list *l = arg;
-    uint64_t step;
-    const char *rest;
-    if (st_key_parse_step(key, l->job, &step, &rest) != ST_OK || strcmp(rest, "commit") != 0)
-        return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        uint64_t *p = realloc(l->steps, cap * sizeof *p);
-        if (!p)
-            return 1;
-        l->steps = p;
-        l->cap = cap;
-    }
-    l->steps[l->n++] = step;
-    return 0;
-}
-
-/* Committed step numbers of a job, ascending (the listing is ordered). */
-static st_err committed_steps(st_store *s, const char *job, step_list *l)
-{
-    char prefix[ST_KEY_MAX];
-    memset(l, 0, sizeof *l);
-    l->job = job;
-    st_err e = st_key_steps_prefix(prefix, sizeof prefix, job);
-    if (!e)
-        e = st_list(s->backend, prefix, collect_committed, l);
-    return e;
-}
 
 static st_err index_manifest(st_store *s, const char *job, const st_manifest *m)
 {
@@ -260,24 +174,25 @@ static st_err index_manifest(st_store *s, const char *job, const st_manifest *m)
 /* Merges the manifests of committed steps not yet seen into the index. */
 static st_err sync_index(st_store *s, const char *job)
 {
-    step_list l;
+    uint64_t *steps;
+    size_t nsteps;
     st_bytes buf = {0};
-    st_err e = committed_steps(s, job, &l);
-    for (size_t i = 0; !e && i < l.n; i++) {
+    st_err e = st_stepio_list_committed(s->backend, job, &steps, &nsteps);
+    for (size_t i = 0; !e && i < nsteps; i++) {
         char key[ST_KEY_MAX];
         st_commit c;
-        if ((e = st_key_commit(key, sizeof key, job, l.steps[i])) ||
+        if ((e = st_key_commit(key, sizeof key, job, steps[i])) ||
             st_state_manifest_seen(s->state, key))
             continue;
-        if (load_commit(s, job, l.steps[i], &buf, &c)) {
-            warnf(s, "ignoring step %" PRIu64 " for dedup: %s", l.steps[i], st_errmsg());
+        if (st_stepio_load_commit(s->backend, job, steps[i], &buf, &c)) {
+            warnf(s, "ignoring step %" PRIu64 " for dedup: %s", steps[i], st_errmsg());
             continue;
         }
         e = st_state_begin(s->state);
         for (size_t n = 0; !e && n < c.nnodes; n++) {
             st_manifest m;
-            if (load_manifest(s, job, l.steps[i], &c.nodes[n], &buf, &m)) {
-                warnf(s, "ignoring a manifest of step %" PRIu64 " for dedup: %s", l.steps[i],
+            if (st_stepio_load_manifest(s->backend, job, steps[i], &c.nodes[n], &buf, &m)) {
+                warnf(s, "ignoring a manifest of step %" PRIu64 " for dedup: %s", steps[i],
                       st_errmsg());
                 continue;
             }
@@ -292,7 +207,7 @@ static st_err sync_index(st_store *s, const char *job)
             e = st_state_commit(s->state);
         st_commit_free(&c);
     }
-    free(l.steps);
+    free(steps);
     st_bytes_free(&buf);
     return e;
 }
@@ -387,40 +302,6 @@ static st_err walk_put(walk_ctx *w, const char *root, const char *rel)
     return e;
 }
 
-/* PUTs the manifest, then the commit record naming it (the protocol order). */
-static st_err publish_step(st_store *s, const char *job, uint64_t step, const st_manifest *m,
-                           uint64_t *puts)
-{
-    st_bytes buf = {0};
-    char key[ST_KEY_MAX];
-    st_commit c = {.step = step, .created_ns = m->created_ns, .nnodes = 1};
-    st_commit_node node = {{0}, 0, {{0}}};
-    st_err e = st_manifest_encode(m, &buf);
-    if (!e)
-        e = st_key_manifest(key, sizeof key, job, step, s->node);
-    if (!e)
-        e = st_put(s->backend, key, buf.data, buf.len);
-    if (e)
-        goto out;
-    (*puts)++;
-    strcpy(node.name, s->node);
-    node.manifest_len = buf.len;
-    node.manifest_digest = st_id_of(buf.data, buf.len);
-    strcpy(c.job, job);
-    c.nodes = &node;
-    st_bytes_clear(&buf);
-    e = st_commit_encode(&c, &buf);
-    if (!e)
-        e = st_key_commit(key, sizeof key, job, step);
-    if (!e)
-        e = st_put(s->backend, key, buf.data, buf.len);
-    if (!e)
-        (*puts)++;
-out:
-    st_bytes_free(&buf);
-    return e;
-}
-
 st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
                         st_put_result *res)
 {
@@ -465,7 +346,7 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     m.created_ns = st_now_ns();
     m.node = s->node;
     m.job = (char *)job;
-    e = publish_step(s, job, step, &m, &r.puts);
+    e = st_stepio_publish(s->backend, &m, 1, &r.puts);
     m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
     if (!e)
         e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
@@ -532,7 +413,7 @@ st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char 
     st_commit c;
     st_restorer *rs = NULL;
     int dest_fd = -1;
-    st_err e = load_commit(s, job, step, &buf, &c);
+    st_err e = st_stepio_load_commit(s->backend, job, step, &buf, &c);
     if (e)
         goto out_nocommit;
     if ((e = st_mkdir_p(dest)))
@@ -546,7 +427,7 @@ st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char 
         goto out;
     for (size_t n = 0; !e && n < c.nnodes; n++) {
         st_manifest m;
-        if ((e = load_manifest(s, job, step, &c.nodes[n], &buf, &m)))
+        if ((e = st_stepio_load_manifest(s->backend, job, step, &c.nodes[n], &buf, &m)))
             break;
         for (size_t i = 0; !e && i < m.nfiles; i++)
             e = restore_one(rs, &m, &m.files[i], dest_fd);
@@ -574,19 +455,20 @@ out_nocommit:
 
 st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n)
 {
-    step_list l;
+    uint64_t *list;
+    size_t nlist;
     st_bytes buf = {0};
     *steps = NULL;
     *n = 0;
-    st_err e = committed_steps(s, job, &l);
-    st_step_info *out = e ? NULL : calloc(l.n ? l.n : 1, sizeof *out);
+    st_err e = st_stepio_list_committed(s->backend, job, &list, &nlist);
+    st_step_info *out = e ? NULL : calloc(nlist ? nlist : 1, sizeof *out);
     if (!e && !out)
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
     size_t count = 0;
-    for (size_t i = 0; !e && i < l.n; i++) {
+    for (size_t i = 0; !e && i < nlist; i++) {
         st_commit c;
-        if (load_commit(s, job, l.steps[i], &buf, &c)) {
-            warnf(s, "step %" PRIu64 ": %s", l.steps[i], st_errmsg());
+        if (st_stepio_load_commit(s->backend, job, list[i], &buf, &c)) {
+            warnf(s, "step %" PRIu64 ": %s", list[i], st_errmsg());
             continue;
         }
         st_step_info *si = &out[count];
@@ -597,7 +479,7 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
         int ok = 1;
         for (size_t k = 0; ok && k < c.nnodes; k++) {
             st_manifest m;
-            if (load_manifest(s, job, c.step, &c.nodes[k], &buf, &m)) {
+            if (st_stepio_load_manifest(s->backend, job, c.step, &c.nodes[k], &buf, &m)) {
                 warnf(s, "step %" PRIu64 ": %s", c.step, st_errmsg());
                 ok = 0;
                 break;
@@ -610,7 +492,7 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
         st_commit_free(&c);
         count += ok;
     }
-    free(l.steps);
+    free(list);
     st_bytes_free(&buf);
     if (e) {
         free(out);

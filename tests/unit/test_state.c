@@ -102,19 +102,19 @@ static void test_keys(void)
     CHECK_ERR(st_key_parse_step("jobs/j/steps/123/commit", "j", &step, &rest), ST_ERR_INVALID);
     CHECK_ERR(st_key_parse_step("jobs/j/steps/99999999999999999999/x", "j", &step, &rest),
               ST_ERR_INVALID); /* overflows 64 bits */
-    CHECK_OK(st_key_manifest(key, sizeof key, "j", 1, "node-a"));
-    CHECK(strcmp(key, "jobs/j/steps/00000000000000000001/nodes/node-a.manifest") == 0);
+    CHECK_OK(st_key_manifest(key, sizeof key, "j", 1, "node-a", 3));
+    CHECK(strcmp(key, "jobs/j/steps/00000000000000000001/nodes/node-a.r3.manifest") == 0);
     const char *bad[] = {"", ".", "..", ".hidden", "a/b", "a b", "x\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_ERR(st_key_commit(key, sizeof key, bad[i], 1), ST_ERR_INVALID);
-    CHECK_ERR(st_key_manifest(key, sizeof key, "j", 1, "../x"), ST_ERR_INVALID);
+    CHECK_ERR(st_key_manifest(key, sizeof key, "j", 1, "../x", 1), ST_ERR_INVALID);
     CHECK_ERR(st_key_commit(key, 10, "job", 1), ST_ERR_INVALID); /* buffer too small */
 }
 
 static void test_commit_record(void)
 {
-    st_commit_node nodes[2] = {{"node-a", 123, st_id_of("m1", 2)},
-                               {"node-b", 456, st_id_of("m2", 2)}};
+    st_commit_node nodes[2] = {{"node-a", 1, 123, st_id_of("m1", 2)},
+                               {"node-b", 7, 456, st_id_of("m2", 2)}};
     st_commit c = {.step = 99, .created_ns = 1700000000123456789LL, .nnodes = 2, .nodes = nodes};
     strcpy(c.job, "job");
     st_bytes buf = {0};
@@ -123,7 +123,7 @@ static void test_commit_record(void)
     CHECK_OK(st_commit_decode(buf.data, buf.len, &d));
     CHECK(d.step == 99 && d.created_ns == c.created_ns && d.nnodes == 2 &&
           strcmp(d.job, "job") == 0 && strcmp(d.nodes[1].name, "node-b") == 0 &&
-          d.nodes[1].manifest_len == 456 &&
+          d.nodes[1].manifest_len == 456 && d.nodes[1].revision == 7 &&
           st_id_cmp(&d.nodes[0].manifest_digest, &nodes[0].manifest_digest) == 0);
     st_commit_free(&d);
     /* Every truncation and every byte flip is rejected. */

@@ -228,7 +228,7 @@ static void test_tampered_manifest_is_rejected(void)
     CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
     /* One more byte at the end of the manifest: it no longer matches its
      * commit record's length and digest. */
-    const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.manifest";
+    const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.r1.manifest";
     st_backend *b;
     st_bytes m = {0};
     CHECK_OK(st_backend_open(url, &b));
