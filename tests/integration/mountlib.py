@@ -1,0 +1,454 @@
+"""Harness for tests that really mount: start a FUSE daemon, wait until its
+mount is live, stop it cleanly or kill it hard, and always clean up.
+
+Used by the ckptfs mount tests (and self-tested against libfuse's own
+passthrough_ll example by test_mountlib.py). Rules it keeps for every test:
+
+* every wait is bounded (a timeout, then a clear MountError with the daemon's
+  log printed);
+* processes are stopped by PID only, never by name;
+* a mount is never left behind: __exit__ unmounts even when the test body
+  raised, and falls back to SIGKILL + `fusermount3 -u -z`; SIGTERM (ctest's
+  timeout, Ctrl-C) is turned into an exception so that path runs too.
+
+Typical use:
+
+    from mountlib import Mount, wait_durable, run_torch
+    with Mount(mnt, store="file://" + store_dir, staging=staging) as m:
+        os.mkdir(os.path.join(m.path, "job"))
+        run_torch("import torch,sys; torch.save({'x': torch.ones(3)}, sys.argv[1])",
+                  os.path.join(m.path, "job", "ckpt-000001.pt"))
+        wait_durable(ckptctl, "file://" + store_dir, "job", 1, timeout=60)
+        m.kill9()                 # preempted node; the mount is gone
+        m.start()                 # same mountpoint, store, staging: a restart
+
+The daemon command line is built by an argv factory, `argv(mountpoint) ->
+list`; the default one runs ckptfs (binary from the `binary` argument or
+$CKPTFS) in the foreground. Pass `argv=` to run any other FUSE daemon.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TORCH_PYTHON = "/usr/bin/python3"  # where Debian installs python3-torch
+OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
+PASSTHROUGH_LL_SRC = "/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c"
+SKIP = 77  # ctest SKIP_RETURN_CODE used by the mount tests
+
+_live_mounts = set()  # Mount objects with a daemon running (for SIGTERM/atexit)
+
+
+class MountError(RuntimeError):
+    """The daemon did not mount, did not unmount, or died; the message holds
+    the tail of its log."""
+
+
+# --------------------------------------------------------------------- mounts
+
+def _unescape_mountinfo(field):
+    # /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
+    out, i = [], 0
+    while i < len(field):
+        octal = field[i + 1:i + 4]
+        if field[i] == "\\" and len(octal) == 3 and octal.isdigit():
+            out.append(chr(int(octal, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mountpoints():
+    """{mountpoint: fstype} of this process's mount namespace (the last
+    mount on a path wins, as it is the visible one)."""
+    out = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            out[_unescape_mountinfo(fields[4])] = right.split()[0] if right else ""
+    return out
+
+
+def is_mounted(path, fstype_prefix="fuse"):
+    """True when `path` is a mountpoint whose type starts with fstype_prefix
+    ("fuse" matches fuse and fuse.NAME; "" matches any type)."""
+    t = mountpoints().get(os.path.realpath(path))
+    return t is not None and t.startswith(fstype_prefix)
+
+
+def fusermount_unmount(path, lazy=False, timeout=30):
+    """`fusermount3 -u [-z] path`, bounded. Returns (ok, stderr text)."""
+    argv = ["fusermount3", "-u"] + (["-z"] if lazy else []) + [path]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, "fusermount3 timed out after %ss" % timeout
+    return p.returncode == 0, p.stderr.strip()
+
+
+def fuse_usable():
+    """None if this machine can mount FUSE as this user, else why not."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if shutil.which("fusermount3") is None:
+        return "no fusermount3 (apt-get install fuse3)"
+    return None
+
+
+def pid_alive(pid):
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def ckptfs_argv(binary=None, store=None, staging=None, node=None, extra=()):
+    """An argv factory for ckptfs: returns f(mountpoint) -> argv, running
+    `ckptfs MOUNTPOINT --store URL --staging DIR --node NAME -f EXTRA...`
+    (options left out when None). binary defaults to $CKPTFS."""
+    binary = binary or os.environ.get("CKPTFS")
+    if not binary:
+        raise MountError("ckptfs binary unknown: pass binary= or set CKPTFS")
+
+    def argv(mountpoint):
+        a = [binary, mountpoint]
+        if store is not None:
+            a += ["--store", store]
+        if staging is not None:
+            a += ["--staging", staging]
+        if node is not None:
+            a += ["--node", node]
+        return a + ["-f"] + list(extra)
+    return argv
+
+
+def passthrough_ll_argv(binary, source, extra=()):
+    """An argv factory for libfuse's passthrough_ll example mirroring
+    `source` (built with build_passthrough_ll)."""
+    return lambda mountpoint: [binary, "-f", "-o", "source=" + os.path.abspath(source),
+                               *extra, mountpoint]
+
+
+def build_passthrough_ll(dest_dir, src=PASSTHROUGH_LL_SRC, timeout=120):
+    """Compile libfuse's passthrough_ll example into dest_dir (from the
+    libfuse3-dev docs; never committed here) and return the binary's path."""
+    out = os.path.join(dest_dir, "passthrough_ll")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
+        return out
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], check=True,
+                           capture_output=True, text=True, timeout=30).stdout.split()
+    os.makedirs(dest_dir, exist_ok=True)
+    tmp = out + ".tmp%d" % os.getpid()
+    subprocess.run(["gcc", "-O2", "-Wall", "-o", tmp, src, *flags], check=True, timeout=timeout)
+    os.replace(tmp, out)
+    return out
+
+
+class Mount:
+    """One FUSE daemon process and its mount, as a context manager.
+
+    Mount(mountpoint, store=URL, staging=DIR, node="test", binary=None,
+          extra_args=(), argv=None, log=None, timeout=20, env=None)
+
+    * mountpoint: directory to mount on (created if missing).
+    * store/staging/node/binary/extra_args: build the default ckptfs argv
+      (see ckptfs_argv); ignored when argv= is given.
+    * argv: factory f(mountpoint) -> list, to run another daemon.
+    * log: file the daemon's stdout+stderr are appended to (default
+      MOUNTPOINT.log next to the mountpoint); printed on every failure.
+    * timeout: seconds to wait for the mount to appear / to go away.
+    * env: extra environment variables for the daemon.
+
+    Attributes: path (absolute mountpoint), proc (subprocess.Popen or None),
+    pid, log_path, returncode (of the last daemon that exited).
+    start() may be called again after unmount() or kill9(): a restart on the
+    same mountpoint (and, for ckptfs, the same store and staging).
+    """
+
+    def __init__(self, mountpoint, store=None, staging=None, node="test", binary=None,
+                 extra_args=(), argv=None, log=None, timeout=20, env=None):
+        self.path = os.path.realpath(mountpoint)
+        self._argv = argv or ckptfs_argv(binary, store, staging, node, extra_args)
+        self.log_path = log or self.path.rstrip("/") + ".log"
+        self.timeout = timeout
+        self.env = env
+        self.proc = None
+        self.returncode = None
+        self._log = None
+
+    # -- lifecycle
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self):
+        """Start the daemon and return once the mount is live (listed in
+        /proc/self/mountinfo and answering stat). Raises MountError (log
+        printed, daemon killed) if the process exits first or `timeout`
+        passes."""
+        if self.proc is not None:
+            raise MountError("%s: already running (pid %d)" % (self.path, self.proc.pid))
+        if is_mounted(self.path, ""):
+            raise MountError("%s: something is already mounted there" % self.path)
+        os.makedirs(self.path, exist_ok=True)
+        argv = self._argv(self.path)
+        self._log = open(self.log_path, "ab")
+        self._log.write(("\n=== %s start: %s\n" % (time.strftime("%H:%M:%S"),
+                                                    " ".join(argv))).encode())
+        self._log.flush()
+        env = dict(os.environ, **(self.env or {}))
+        _install_signal_cleanup()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _live_mounts.add(self)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                self._reaped(rc)
+                self._fail("daemon exited with status %d before mounting" % rc)
+            if is_mounted(self.path):
+                break
+            if time.monotonic() > deadline:
+                self._cleanup_hard()
+                self._fail("not mounted after %ss" % self.timeout)
+            time.sleep(0.02)
+        if not _stat_within(self.path, max(1.0, deadline - time.monotonic())):
+            self._cleanup_hard()
+            self._fail("mounted but stat() of the root does not answer")
+        return self
+
+    def unmount(self, timeout=None):
+        """Clean unmount: `fusermount3 -u` (retried while busy), then wait for
+        the daemon to exit. Returns its exit status. If the unmount or the
+        exit does not happen within `timeout`, SIGKILLs the daemon, lazily
+        unmounts, and raises MountError."""
+        timeout = self.timeout if timeout is None else timeout
+        if self.proc is None:
+            return self.returncode
+        deadline = time.monotonic() + timeout
+        err = ""
+        while is_mounted(self.path):
+            ok, err = fusermount_unmount(self.path, timeout=max(1, deadline - time.monotonic()))
+            if ok or not is_mounted(self.path):
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self._cleanup_hard()
+                self._fail("fusermount3 -u failed: %s" % err)
+            time.sleep(0.1)
+        try:
+            rc = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self._cleanup_hard()
+            self._fail("daemon did not exit within %ss of the unmount" % timeout)
+        self._reaped(rc)
+        return rc
+
+    def kill9(self):
+        """Simulate a crash / a preempted node: SIGKILL the daemon by PID, reap
+        it, then detach the dead mount (`fusermount3 -u -z`). Files still
+        open on the mount are broken, as after a real crash: I/O and even
+        close() on them fail with ENOTCONN."""
+        if self.proc is None:
+            raise MountError("%s: not running" % self.path)
+        self._cleanup_hard()
+        if is_mounted(self.path):
+            self._fail("mount still present after SIGKILL and lazy unmount")
+
+    def stop(self, timeout=None):
+        """Best-effort cleanup that never raises: clean unmount (within
+        `timeout`), else SIGKILL + lazy unmount."""
+        if self.proc is None:
+            if is_mounted(self.path):  # a mount left by a daemon that died on its own
+                fusermount_unmount(self.path, lazy=True, timeout=10)
+            return
+        try:
+            self.unmount(timeout)
+        except Exception as e:  # noqa: BLE001 - report and fall back
+            sys.stderr.write("mountlib: %s\n" % e)
+            self._cleanup_hard()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self.proc is not None:
+            self.print_log("test failed while mounted (%s)" % exc_type.__name__)
+            # The failed body may have left files open (mount busy): do not
+            # wait long for a clean unmount.
+            self.stop(min(5, self.timeout))
+        else:
+            self.stop()
+        return False
+
+    # -- logs
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def print_log(self, why="", tail=200):
+        lines = self.log_text().splitlines()[-tail:]
+        sys.stderr.write("---- %s log (%s)%s ----\n%s\n---- end of log ----\n" % (
+            self.path, self.log_path, ": " + why if why else "", "\n".join(lines)))
+        sys.stderr.flush()
+
+    # -- internals
+
+    def _fail(self, what):
+        self.print_log(what)
+        raise MountError("%s: %s (log: %s)" % (self.path, what, self.log_path))
+
+    def _reaped(self, rc):
+        self.returncode = rc
+        self.proc = None
+        _live_mounts.discard(self)
+        if self._log:
+            self._log.write(("=== %s exit status %s\n" % (time.strftime("%H:%M:%S"), rc)).encode())
+            self._log.close()
+            self._log = None
+
+    def _cleanup_hard(self):
+        """SIGKILL by PID, reap, lazy-unmount. Never raises."""
+        if self.proc is not None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                rc = self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # D state in the kernel; give up on it
+                rc = None
+            self._reaped(rc)
+        if is_mounted(self.path, ""):
+            fusermount_unmount(self.path, lazy=True, timeout=10)
+
+
+def _stat_within(path, seconds):
+    """stat(path) in a helper thread; False if it does not return in time
+    (a hung daemon would block the caller forever)."""
+    done = threading.Event()
+
+    def probe():
+        try:
+            os.stat(path)
+            done.set()
+        except OSError:
+            pass
+    threading.Thread(target=probe, daemon=True).start()
+    return done.wait(seconds)
+
+
+_handlers_installed = False
+
+
+def _install_signal_cleanup():
+    """Turn SIGTERM/SIGHUP into SystemExit so the with-blocks unmount, and
+    clean up whatever is still mounted at interpreter exit."""
+    global _handlers_installed
+    if _handlers_installed:
+        return
+    _handlers_installed = True
+    import atexit
+    atexit.register(lambda: [m.stop() for m in list(_live_mounts)])
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(s) in (signal.SIG_DFL, None):
+            signal.signal(s, on_signal)
+
+
+# ------------------------------------------------------------------ ckptctl
+
+def list_steps(ckptctl, store_url, job, timeout=60, env=None):
+    """`ckptctl --store URL --job JOB --json ls` parsed: a list of dicts with
+    at least "step". Raises CalledProcessError on failure."""
+    p = subprocess.run([ckptctl, "--store", store_url, "--job", job, "--json", "ls"],
+                       capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
+    if p.returncode != 0:
+        raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr)
+    return json.loads(p.stdout or "[]")
+
+
+def wait_durable(ckptctl, store_url, job, step, timeout=120, interval=0.2, env=None):
+    """Poll `ckptctl --json ls` until `step` is listed (durable); return its
+    entry. Failures of ckptctl while polling (job not there yet) are retried.
+    Raises TimeoutError with the last answer after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = "(no answer)"
+    while True:
+        try:
+            steps = list_steps(ckptctl, store_url, job,
+                               timeout=max(5, deadline - time.monotonic()), env=env)
+            for s in steps:
+                if s.get("step") == step:
+                    return s
+            last = "steps listed: %s" % [s.get("step") for s in steps]
+        except subprocess.CalledProcessError as e:
+            last = "ckptctl exit %d: %s" % (e.returncode, (e.stderr or "").strip())
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            last = "%s: %s" % (type(e).__name__, e)
+        if time.monotonic() > deadline:
+            raise TimeoutError("step %s of job %s not durable in %s after %ss; %s"
+                               % (step, job, store_url, timeout, last))
+        time.sleep(interval)
+
+
+# -------------------------------------------------------------------- torch
+
+def torch_env(extra=None):
+    """Environment for Debian's torch: the OpenBLAS (pthread) library first,
+    the reference BLAS is an order of magnitude slower."""
+    env = dict(os.environ)
+    ld = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = OPENBLAS_DIR + (":" + ld if ld else "")
+    env.update(extra or {})
+    return env
+
+
+def run_torch(code, *args, timeout=600, check=True, env=None, cwd=None):
+    """Run a Python snippet (`-c code`, sys.argv[1:] = args) with Debian's
+    torch. Returns CompletedProcess (text stdout/stderr). With check=True a
+    non-zero exit raises CalledProcessError after printing stderr."""
+    p = subprocess.run([TORCH_PYTHON, "-c", code, *map(str, args)], capture_output=True,
+                       text=True, timeout=timeout, env=torch_env(env), cwd=cwd)
+    if check and p.returncode != 0:
+        sys.stderr.write("---- torch snippet failed (exit %d) ----\n%s\n" % (p.returncode, p.stderr))
+        raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr)
+    return p
+
+
+def run_torch_script(path, *args, timeout=600, check=True, env=None, cwd=None):
+    """run_torch for a script file (run as a file, so __file__ is set)."""
+    p = subprocess.run([TORCH_PYTHON, path, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=torch_env(env), cwd=cwd)
+    if check and p.returncode != 0:
+        sys.stderr.write("---- %s failed (exit %d) ----\n%s\n" % (path, p.returncode, p.stderr))
+        raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr)
+    return p
+
+
+def tempdir(prefix="ckptfs-mt-"):
+    """A fresh temp dir on disk (/var/tmp, not a tmpfs /tmp), for stores,
+    staging and mountpoints. The caller removes it (after unmounting)."""
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
