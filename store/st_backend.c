@@ -16,6 +16,7 @@
  * is the backend's business (see st_backend.h).
  */
 #include "st_backend.h"
+#include "st_backend_retry.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -82,9 +83,10 @@ static st_err key_require(const char *op, const char *key, int allow_prefix)
 
 /* ---- URL dispatch ---- */
 
-typedef st_err (*st_backend_open_fn)(const char *url, st_backend **out);
+typedef st_err (*st_backend_open_fn)(const char *url, const st_backend_opts *opts,
+                                     st_backend **out);
 
-static st_err file_url_open(const char *url, st_backend **out);
+static st_err file_url_open(const char *url, const st_backend_opts *opts, st_backend **out);
 
 /*
  * One row per URL scheme. A NULL open function names a scheme we know but
@@ -97,7 +99,7 @@ static const struct {
     st_backend_open_fn open;
 } st_backend_schemes[] = {
     {"file", file_url_open},
-    {"s3", NULL},
+    {"s3", st_backend_s3_open},
 };
 
 static int hex_digit(char c)
@@ -117,8 +119,9 @@ static int hex_digit(char c)
  * '/' cannot be a path separator and cannot be inside a name either).
  * Queries and fragments are refused rather than silently ignored.
  */
-static st_err file_url_open(const char *url, st_backend **out)
+static st_err file_url_open(const char *url, const st_backend_opts *opts, st_backend **out)
 {
+    (void)opts; /* nothing to tune in a file store */
     const char *rest = url + strlen("file:");
     if (strncmp(rest, "//", 2) != 0)
         return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": expected file:///absolute/dir",
@@ -172,6 +175,36 @@ static st_err file_url_open(const char *url, st_backend **out)
 
 st_err st_backend_open(const char *url, st_backend **out)
 {
+    return st_backend_open_opts(url, NULL, out);
+}
+
+/*
+ * Every backend comes wrapped in the retry wrapper: S3 needs it (timeouts,
+ * 5xx, resets), and file:// gets it too because its ST_ERR_TRANSIENT cases
+ * (ESTALE/ETIMEDOUT on NFS, a directory that kept vanishing under
+ * concurrent deletes) are exactly what a later try fixes; for every other
+ * result the wrapper adds nothing but a function call.
+ */
+static st_err open_wrapped(st_backend_open_fn open, const char *url, const st_backend_opts *opts,
+                           st_backend **out)
+{
+    st_backend *inner = NULL;
+    st_err e = open(url, opts, &inner);
+    if (e)
+        return e;
+    st_retry_policy policy = {0};
+    if (opts)
+        policy = (st_retry_policy){.attempts = opts->retry_attempts,
+                                   .base_ms = opts->retry_base_ms,
+                                   .max_ms = opts->retry_max_ms};
+    e = st_backend_retry_wrap(inner, &policy, out);
+    if (e)
+        st_backend_close(inner);
+    return e;
+}
+
+st_err st_backend_open_opts(const char *url, const st_backend_opts *opts, st_backend **out)
+{
     if (!out)
         return st_seterr(ST_ERR_INVALID, "st_backend_open: out is NULL");
     *out = NULL;
@@ -193,7 +226,7 @@ st_err st_backend_open(const char *url, st_backend **out)
         if (!st_backend_schemes[i].open)
             return st_seterr(ST_ERR_UNSUPPORTED,
                              "store URL \"%.200s\": %s:// backend not built yet", url, s);
-        return st_backend_schemes[i].open(url, out);
+        return open_wrapped(st_backend_schemes[i].open, url, opts, out);
     }
     return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": unknown scheme \"%.*s\"", url,
                      (int)(scheme_len > 32 ? 32 : scheme_len), url);

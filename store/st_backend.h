@@ -76,13 +76,43 @@ typedef struct st_backend {
 int st_key_is_valid(const char *key);
 
 /*!
- * Opens the store at url: "file:///absolute/dir" (created if missing) or,
- * when built in, "s3://bucket/prefix". ST_ERR_INVALID for a malformed or
+ * Options for st_backend_open_opts(). Zero-initialise ({0}) and set only
+ * what you need: every 0 or NULL field means "the default", so fields can
+ * be added later without touching callers. Backends ignore what does not
+ * apply to them. The strings are copied; they need to live only during the
+ * open call.
+ */
+typedef struct st_backend_opts {
+    /* s3:// endpoint, a URL "http://host[:port]" or "https://host[:port]"
+     * (the scheme picks the protocol; path-style addressing). NULL: the
+     * CKPT_S3_ENDPOINT environment variable, else https://s3.amazonaws.com.
+     * This is what ckptctl/ckptfs --s3-endpoint passes. */
+    const char *s3_endpoint;
+    /* Deadline of one request: timeout_ms plus 1 s per MiB it carries
+     * (default 60000). */
+    unsigned timeout_ms;
+    /* Abort a request that moves no byte for this long (default 20000). */
+    unsigned stall_timeout_ms;
+    /* Retries of ST_ERR_TRANSIENT (st_backend_retry.h): tries in total
+     * (default 12; 1 disables retrying), first wait and cap of one wait
+     * before jitter (defaults 100 ms and 10000 ms). */
+    unsigned retry_attempts;
+    unsigned retry_base_ms;
+    unsigned retry_max_ms;
+} st_backend_opts;
+
+/*!
+ * Opens the store at url: "file:///absolute/dir" (created if missing) or
+ * "s3://bucket[/prefix]" (docs/S3.md). ST_ERR_INVALID for a malformed or
  * unknown URL, ST_ERR_UNSUPPORTED for a known scheme not built in; the
  * message says why. *out is a malloc'd st_backend; free it with
  * st_backend_close(), which calls ops->close(ctx) and then frees it.
+ * The backend comes wrapped in the retry wrapper (st_backend_retry.h), so a
+ * ST_ERR_TRANSIENT from it means the retries are used up.
+ * st_backend_open(url, out) is st_backend_open_opts(url, NULL, out).
  */
 st_err st_backend_open(const char *url, st_backend **out);
+st_err st_backend_open_opts(const char *url, const st_backend_opts *opts, st_backend **out);
 void st_backend_close(st_backend *b);
 
 /* Convenience wrappers that also validate the key. */
@@ -95,5 +125,10 @@ st_err st_del(st_backend *b, const char *key);
 /* The file:// backend (st_backend_file.c). root must be an absolute path;
  * it is created (mkdir -p) if missing. */
 st_err st_backend_file_open(const char *root, st_backend **out);
+
+/* The s3:// backend (st_backend_s3.c), without the retry wrapper: url is
+ * "s3://bucket[/prefix]", opts may be NULL. Credentials come from the
+ * environment or the AWS credentials file only (docs/S3.md). */
+st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backend **out);
 
 #endif
