@@ -98,4 +98,7 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
 st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n);
 void st_store_free_names(char **names, size_t n);
 
+/* The mount's file system model, for the FUSE daemon (fs/). */
+#include "st_vfs.h"
+
 #endif

@@ -23,6 +23,13 @@ const char *st_strerror(st_err code)
     case ST_ERR_NOSPACE: return "no space left";
     case ST_ERR_EXISTS: return "already exists";
     case ST_ERR_UNSUPPORTED: return "not supported";
+    case ST_ERR_NOT_DIR: return "not a directory";
+    case ST_ERR_IS_DIR: return "is a directory";
+    case ST_ERR_NOT_EMPTY: return "directory not empty";
+    case ST_ERR_READ_ONLY: return "read-only entry";
+    case ST_ERR_NAME: return "name not allowed";
+    case ST_ERR_BUSY: return "busy";
+    case ST_ERR_CROSS: return "entry lives only in the store";
     }
     return "unknown error";
 }

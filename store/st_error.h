@@ -23,6 +23,14 @@ typedef enum st_err {
     ST_ERR_NOSPACE = 8,     /* local disk or a configured cap is full */
     ST_ERR_EXISTS = 9,      /* target already exists */
     ST_ERR_UNSUPPORTED = 10, /* feature or format version not supported */
+    /* Namespace errors of the mount (st_vfs). */
+    ST_ERR_NOT_DIR = 11,   /* a path component is not a directory */
+    ST_ERR_IS_DIR = 12,    /* a file operation on a directory */
+    ST_ERR_NOT_EMPTY = 13, /* rmdir of a non-empty directory */
+    ST_ERR_READ_ONLY = 14, /* the entry cannot be changed (status files) */
+    ST_ERR_NAME = 15,      /* a name that is too long or not allowed here */
+    ST_ERR_BUSY = 16,      /* in use */
+    ST_ERR_CROSS = 17,     /* rename of an entry that lives only in the store */
 } st_err;
 
 /*! Short fixed description of a code ("object not found"). Never NULL. */

@@ -317,6 +317,39 @@ fail:
     return e;
 }
 
+st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_entry *f,
+                            const char *relpath)
+{
+    if (!st_path_is_clean(relpath, strlen(relpath)))
+        return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored", relpath);
+    st_err e = grow_array((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    if (e)
+        return e;
+    st_file_entry *dst = &g->files[g->nfiles];
+    *dst = *f;
+    dst->path = strdup(relpath);
+    dst->chunks = f->nchunks ? malloc(f->nchunks * sizeof *dst->chunks) : NULL;
+    if (!dst->path || (f->nchunks && !dst->chunks)) {
+        free(dst->path);
+        free(dst->chunks);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < f->nchunks && !e; i++) {
+        dst->chunks[i] = f->chunks[i];
+        e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
+    }
+    if (e) {
+        free(dst->path);
+        free(dst->chunks);
+        return e;
+    }
+    g->nfiles++;
+    g->stats.files++;
+    g->stats.logical_bytes += f->size;
+    g->stats.chunks += f->nchunks;
+    return ST_OK;
+}
+
 st_err st_ingest_finish(st_ingest *g, st_manifest *m)
 {
     st_err e = flush_pack(g);

@@ -53,6 +53,15 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
                       int32_t rank);
 
 /*!
+ * Appends a file entry that is already in the store — f of manifest src —
+ * under relpath (its current name), without reading any data: its chunk
+ * references are re-pointed into this manifest's pack table. Used when a
+ * step is published again and some of its files did not change.
+ */
+st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_entry *f,
+                            const char *relpath);
+
+/*!
  * Stores the last open pack and moves the file entries and pack table into
  * m (whose other fields the caller fills: step, node, job, created_ns).
  * After ST_OK every chunk m references is in the store. The ingest can then

@@ -27,6 +27,10 @@
 #include "st_hash.h"
 #include "st_wire.h"
 
+/* The job registry: an empty object joblist/<job> per job, so the list of
+ * jobs is one short listing, not a walk over every pack. */
+#define ST_KEY_JOBLIST "joblist/"
+
 #define ST_JOB_MAX 128
 #define ST_NODE_MAX 128
 #define ST_STEP_DIGITS 20

@@ -16,6 +16,7 @@
 
 #include "st_backend.h"
 #include "st_manifest.h"
+#include "st_state.h"
 #include "st_step.h"
 
 /*! Committed step numbers of job, ascending (*steps malloc'd; free()). */
@@ -40,8 +41,20 @@ st_err st_stepio_load_manifest(st_backend *b, const char *job, uint64_t step,
 /*!
  * Publishes a step whose packs are all stored: PUTs m (its step, job, node and
  * created_ns filled in) as revision `revision` of this node's manifest, then
- * the commit record naming it. Adds the PUTs made to *puts.
+ * the commit record naming it. `existing` (may be NULL) is the step's current
+ * commit record: its other nodes' entries are carried over. Adds the PUTs
+ * made to *puts.
  */
-st_err st_stepio_publish(st_backend *b, const st_manifest *m, uint32_t revision, uint64_t *puts);
+st_err st_stepio_publish(st_backend *b, const st_manifest *m, uint32_t revision,
+                         const st_commit *existing, uint64_t *puts);
+
+/*!
+ * Merges the chunk locations of every committed step of job that the local
+ * index has not seen (in this exact commit version) into the dedup index, so
+ * a writer dedups against what every node stored. Unreadable steps are
+ * reported through warn (may be NULL) and skipped; store errors are returned.
+ */
+st_err st_stepio_sync_index(st_backend *b, st_state *state, const char *job,
+                            void (*warn)(void *arg, const char *msg), void *warn_arg);
 
 #endif

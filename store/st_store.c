@@ -3,9 +3,8 @@
  * top of the backend, the local state, ingest and restore.
  *
  * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
- * st_ingest), then this node's manifest, then the commit record. The job
- * registry object joblist/<job> is written before anything else so that
- * `ls` finds the job without listing every pack in the store.
+ * st_ingest), then the job registry entry, this node's manifest and, last,
+ * the commit record (st_stepio_publish).
  */
 #include "ckptstore.h"
 
@@ -30,7 +29,6 @@
 #include "st_step.h"
 #include "st_stepio.h"
 
-#define JOBLIST_PREFIX "joblist/"
 
 struct st_store {
     st_backend *backend;
@@ -156,62 +154,6 @@ void st_store_close(st_store *s)
 
 /* ---- the dedup index learns what other writers stored ---- */
 
-static st_err index_manifest(st_store *s, const char *job, const st_manifest *m)
-{
-    for (size_t i = 0; i < m->nfiles; i++) {
-        const st_file_entry *f = &m->files[i];
-        for (size_t k = 0; k < f->nchunks; k++) {
-            const st_chunk_ref *r = &f->chunks[k];
-            st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
-            st_err e = st_state_chunk_add(s->state, job, &r->id, &loc);
-            if (e)
-                return e;
-        }
-    }
-    return ST_OK;
-}
-
-/* Merges the manifests of committed steps not yet seen into the index. */
-static st_err sync_index(st_store *s, const char *job)
-{
-    uint64_t *steps;
-    size_t nsteps;
-    st_bytes buf = {0};
-    st_err e = st_stepio_list_committed(s->backend, job, &steps, &nsteps);
-    for (size_t i = 0; !e && i < nsteps; i++) {
-        char key[ST_KEY_MAX];
-        st_commit c;
-        if ((e = st_key_commit(key, sizeof key, job, steps[i])) ||
-            st_state_manifest_seen(s->state, key))
-            continue;
-        if (st_stepio_load_commit(s->backend, job, steps[i], &buf, &c)) {
-            warnf(s, "ignoring step %" PRIu64 " for dedup: %s", steps[i], st_errmsg());
-            continue;
-        }
-        e = st_state_begin(s->state);
-        for (size_t n = 0; !e && n < c.nnodes; n++) {
-            st_manifest m;
-            if (st_stepio_load_manifest(s->backend, job, steps[i], &c.nodes[n], &buf, &m)) {
-                warnf(s, "ignoring a manifest of step %" PRIu64 " for dedup: %s", steps[i],
-                      st_errmsg());
-                continue;
-            }
-            e = index_manifest(s, job, &m);
-            st_manifest_free(&m);
-        }
-        if (!e)
-            e = st_state_manifest_mark(s->state, key);
-        if (e)
-            st_state_rollback(s->state);
-        else
-            e = st_state_commit(s->state);
-        st_commit_free(&c);
-    }
-    free(steps);
-    st_bytes_free(&buf);
-    return e;
-}
-
 /* ---- put ---- */
 
 typedef struct walk_ctx {
@@ -323,11 +265,7 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
         return st_seterr(ST_ERR_INVALID, "%s is not a directory", dir);
 
-    snprintf(key, sizeof key, JOBLIST_PREFIX "%s", job);
-    if ((e = st_put(s->backend, key, "", 0)))
-        return e;
-    r.puts++;
-    if ((e = sync_index(s, job)))
+    if ((e = st_stepio_sync_index(s->backend, s->state, job, s->warn, s->warn_arg)))
         return e;
     if ((e = st_state_step_set(s->state, job, step, ST_PENDING_WRITING)))
         return e;
@@ -346,7 +284,7 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     m.created_ns = st_now_ns();
     m.node = s->node;
     m.job = (char *)job;
-    e = st_stepio_publish(s->backend, &m, 1, &r.puts);
+    e = st_stepio_publish(s->backend, &m, 1, NULL, &r.puts);
     m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
     if (!e)
         e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
@@ -513,7 +451,7 @@ static int collect_job(void *arg, const char *key, uint64_t size)
 {
     (void)size;
     name_list *l = arg;
-    const char *name = key + strlen(JOBLIST_PREFIX);
+    const char *name = key + strlen(ST_KEY_JOBLIST);
     if (!st_name_is_valid(name, ST_JOB_MAX))
         return 0;
     if (l->n == l->cap) {
@@ -533,7 +471,7 @@ static int collect_job(void *arg, const char *key, uint64_t size)
 st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n)
 {
     name_list l = {0};
-    st_err e = st_list(s->backend, JOBLIST_PREFIX, collect_job, &l);
+    st_err e = st_list(s->backend, ST_KEY_JOBLIST, collect_job, &l);
     if (!e && l.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
     if (e) {

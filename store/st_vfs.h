@@ -1,0 +1,141 @@
+/*
+ * st_vfs — the file system the FUSE daemon serves, with no FUSE in it.
+ *
+ * The mount's root holds one directory per job; inside a job directory the
+ * trainer uses its own layout. Every file the trainer writes lands in a
+ * staging file on local disk (STAGING/data/<sid>); a journal (SQLite,
+ * STAGING/journal.db) records the namespace so a restarted daemon finds
+ * everything that was acknowledged. Steps are recognised from paths and
+ * completion markers (st_steps.h, docs/STEPS.md); a complete step is sealed
+ * and uploaded in the background (chunk, dedup, pack, manifest, commit), and
+ * the upload never blocks a writer. Steps that are durable in the store and
+ * were written elsewhere appear as remote files, fetched and verified on open.
+ *
+ * Inode numbers are never reused during a mount; ino 1 is the root, 2 the
+ * read-only ".ckptfs" directory holding the "status" file (ino 3).
+ *
+ * Threads: every function may be called from any FUSE worker thread; the
+ * namespace is guarded by one mutex inside st_vfs, never held across I/O to
+ * the store or large local I/O. Data reads and writes go straight to the
+ * handle's fd (st_vfs_handle_fd) without the lock; st_vfs_write_prepare/
+ * st_vfs_write_done bracket each write for the staging cap and the file
+ * size. One background thread uploads steps; one refreshes the remote view.
+ */
+#ifndef ST_VFS_H
+#define ST_VFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "st_error.h"
+
+#define ST_VFS_ROOT_INO 1
+#define ST_VFS_CTL_DIR_INO 2
+#define ST_VFS_STATUS_INO 3
+
+typedef struct st_vfs st_vfs;
+typedef struct st_vfs_handle st_vfs_handle;
+
+typedef struct st_vfs_options {
+    const char *store_url;
+    const char *staging_dir;  /* created if missing */
+    const char *node;         /* NULL: from the host name */
+    const char *step_pattern; /* NULL: built-in step rule */
+    uint64_t staging_cap;     /* bytes of staging data; 0: no cap but the disk */
+    double refresh_seconds;   /* how often the remote view is refreshed (default 5) */
+    double drain_seconds;     /* on close, how long to wait for uploads (default 60) */
+    /* Log sink for daemon messages; may be NULL. level: 0 info, 1 warning, 2 error. */
+    void (*log)(void *arg, int level, const char *msg);
+    void *log_arg;
+} st_vfs_options;
+
+typedef struct st_vfs_attr {
+    uint64_t ino;
+    uint32_t mode; /* S_IFDIR or S_IFREG | permissions */
+    uint32_t nlink;
+    uint64_t size;
+    int64_t mtime_ns;
+    int64_t ctime_ns;
+} st_vfs_attr;
+
+/*! Opens staging, recovers the journal (files whose close() returned are
+ *  kept; files still being written at a crash are dropped, since no writer
+ *  was told they were safe) and loads the remote view. Starts no thread, so
+ *  the caller may still fork (daemonize) before st_vfs_start(). */
+st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
+
+/*! Starts the uploader and the remote-view refresher threads. */
+st_err st_vfs_start(st_vfs *v);
+
+/*! Unmount: every step whose files are all closed becomes complete, the
+ *  uploader gets up to drain_seconds to make them durable; what is left stays
+ *  in staging and the journal for the next start. */
+void st_vfs_close(st_vfs *v);
+
+/* Namespace operations. Entries returned by lookup/mkdir/create count one
+ * kernel reference each, released by st_vfs_forget(). */
+st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *out);
+void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup);
+st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out);
+
+#define ST_VFS_SET_MODE 1
+#define ST_VFS_SET_SIZE 2
+#define ST_VFS_SET_MTIME 4
+/*! Changes what `which` says; h (may be NULL) is an open handle of ino. */
+st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
+                      int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
+                    st_vfs_attr *out);
+st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name);
+st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name);
+/*! Replaces an existing target file (or empty directory) atomically. */
+st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newparent,
+                     const char *newname);
+
+/*! One directory entry for readdir. */
+typedef struct st_vfs_dirent {
+    uint64_t ino;
+    uint32_t mode;
+    char *name;
+} st_vfs_dirent;
+/*! Snapshot of a directory's entries (including "." and ".."); *ents
+ *  malloc'd with st_vfs_dirents_free(). */
+st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n);
+void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n);
+
+/* Files. flags are open(2) flags (O_ACCMODE, O_TRUNC, O_APPEND). pid is the
+ * calling process (steps written by one writer complete when it moves on). */
+st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
+                     pid_t pid, st_vfs_attr *out, st_vfs_handle **h);
+st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h);
+/*! The fd reads and writes go to (staging or cache file), or -1 for a
+ *  virtual file, whose bytes come from st_vfs_handle_read(). */
+int st_vfs_handle_fd(const st_vfs_handle *h);
+/*! Reads a virtual file's bytes (status). Returns bytes copied. */
+size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len);
+/*! Before writing len bytes at off: ST_ERR_NOSPACE if the staging cap would
+ *  be exceeded (after evicting what is durable), ST_ERR_READ_ONLY for a
+ *  handle not open for writing. */
+st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len);
+/*! After `written` bytes were written at off. */
+void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written);
+/*! flush (every close(2)) and fsync: data durable in staging, journal updated. */
+st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
+/*! Last close of this handle: may complete the file's step. */
+void st_vfs_release(st_vfs *v, st_vfs_handle *h);
+
+typedef struct st_vfs_statfs {
+    uint64_t block_size, blocks, blocks_free, blocks_avail, files, files_free;
+} st_vfs_fsinfo;
+st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out);
+
+/*! Marks every step of job whose files are all closed complete (an explicit
+ *  commit, and what unmount does). job NULL: every job. */
+void st_vfs_complete_all(st_vfs *v, const char *job);
+
+/*! Blocks until nothing is waiting for upload or timeout_s passed.
+ *  ST_OK when idle, ST_ERR_BUSY on timeout. */
+st_err st_vfs_wait_idle(st_vfs *v, double timeout_s);
+
+#endif

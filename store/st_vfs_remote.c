@@ -1,0 +1,325 @@
+/*
+ * st_vfs_remote — what other nodes (and this node's earlier lives) made
+ * durable: committed steps appear in the namespace as remote files, and a
+ * remote file's content is fetched, verified and kept in staging on first
+ * open.
+ *
+ * Only committed steps are ever shown (the commit record is written last),
+ * so a reader on another node never sees half a checkpoint. A local file
+ * always wins over a remote one at the same path; among remote files the
+ * newest step wins (files such as DeepSpeed's `latest` are in many steps);
+ * a path deleted on this node (a journal tombstone) stays hidden.
+ *
+ * The refresher thread re-lists the store every refresh_seconds. Store I/O
+ * happens without v->lock; results are merged under it.
+ */
+#include "st_vfs_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "st_fsutil.h"
+#include "st_restore.h"
+#include "st_stepio.h"
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+} name_list;
+
+static int collect_job(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    name_list *l = arg;
+    const char *name = key + strlen(ST_KEY_JOBLIST);
+    if (!st_name_is_valid(name, ST_JOB_MAX))
+        return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->names, cap * sizeof *p);
+        if (!p)
+            return 1;
+        l->names = p;
+        l->cap = cap;
+    }
+    if ((l->names[l->n] = strdup(name)))
+        l->n++;
+    return 0;
+}
+
+/* Adds (or re-points) the remote file f of a step to the tree (lock held). */
+static void merge_file(st_vfs *v, vnode *jd, const st_commit_node *cn, uint64_t step,
+                       const st_file_entry *f)
+{
+    if (vfs_journal_is_tombstone(v, jd->name, f->path))
+        return;
+    const char *base;
+    vnode *dir = vfs_walk(v, jd, f->path, 1, &base);
+    if (!dir)
+        return;
+    vnode *n = vfs_child(dir, base);
+    if (n) {
+        if (!S_ISREG(n->mode) || n->opens || n->fetching)
+            return;
+        if (n->sid && !n->from_remote)
+            return; /* written here: the local file wins */
+        if (n->remote && n->remote->step > step)
+            return; /* a newer step already provides this path */
+        if (n->sid) { /* a cached copy of an older step's content */
+            char sp[PATH_MAX];
+            vfs_staging_path(v, n->sid, sp, sizeof sp);
+            unlink(sp);
+            v->staged_bytes -= n->size;
+            n->sid = 0;
+        }
+    } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
+        return;
+    }
+    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
+    char *p = strdup(f->path);
+    if (!r || !p) {
+        free(p);
+        if (!n->remote)
+            free(r);
+        return;
+    }
+    free(r->path);
+    r->path = p;
+    r->step = step;
+    r->revision = cn->revision;
+    snprintf(r->node, sizeof r->node, "%s", cn->name);
+    n->remote = r;
+    n->mode = S_IFREG | (f->mode & 07777);
+    n->size = f->size;
+    n->mtime_ns = f->mtime_ns;
+    n->state = VFILE_DURABLE;
+    n->step = step;
+    n->version = n->durable_version = n->version + 1;
+}
+
+/* Loads one committed step into the view (no lock held on entry). */
+static void load_step(st_vfs *v, const char *job, uint64_t step, st_bytes *buf)
+{
+    st_commit c;
+    if (st_stepio_load_commit(v->backend, job, step, buf, &c)) {
+        vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", step, job, st_errmsg());
+        return;
+    }
+    st_manifest *ms = calloc(c.nnodes ? c.nnodes : 1, sizeof *ms);
+    size_t loaded = 0;
+    for (size_t i = 0; ms && i < c.nnodes; i++) {
+        if (st_stepio_load_manifest(v->backend, job, step, &c.nodes[i], buf, &ms[i])) {
+            vfs_log(v, 1, "step %" PRIu64 " of %s: %s", step, job, st_errmsg());
+            goto out; /* a step is shown whole or not at all */
+        }
+        loaded++;
+    }
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 1);
+    vnode *jd = vfs_child(v->root, job);
+    if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
+        vfs_journal_put_dir(v, jd);
+    vstep *s = j ? vfs_step(j, step, 1) : NULL;
+    if (jd && s && !s->remote_loaded) {
+        for (size_t i = 0; i < c.nnodes; i++)
+            for (size_t k = 0; k < ms[i].nfiles; k++)
+                merge_file(v, jd, &c.nodes[i], step, &ms[i].files[k]);
+        s->remote_loaded = 1;
+        if (!s->durable_ns)
+            s->durable_ns = c.created_ns;
+    }
+    pthread_mutex_unlock(&v->lock);
+out:
+    for (size_t i = 0; i < loaded; i++)
+        st_manifest_free(&ms[i]);
+    free(ms);
+    st_commit_free(&c);
+}
+
+/* 1 if the view already holds this step as the store has it. */
+static int step_loaded(st_vfs *v, const char *job, uint64_t step)
+{
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j ? vfs_step(j, step, 0) : NULL;
+    int loaded = s && s->remote_loaded;
+    pthread_mutex_unlock(&v->lock);
+    return loaded;
+}
+
+st_err vfs_remote_refresh(st_vfs *v)
+{
+    name_list jobs = {0};
+    st_bytes buf = {0};
+    st_err e = st_list(v->backend, ST_KEY_JOBLIST, collect_job, &jobs);
+    for (size_t i = 0; !e && i < jobs.n; i++) {
+        uint64_t *steps;
+        size_t n;
+        if ((e = st_stepio_list_committed(v->backend, jobs.names[i], &steps, &n)))
+            break;
+        for (size_t k = 0; k < n; k++)
+            if (!step_loaded(v, jobs.names[i], steps[k]))
+                load_step(v, jobs.names[i], steps[k], &buf);
+        free(steps);
+    }
+    for (size_t i = 0; i < jobs.n; i++)
+        free(jobs.names[i]);
+    free(jobs.names);
+    st_bytes_free(&buf);
+    return e;
+}
+
+static void *refresher_main(void *arg)
+{
+    st_vfs *v = arg;
+    pthread_mutex_lock(&v->lock);
+    while (!v->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)(v->opts.refresh_seconds * 1e9);
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec += ns % 1000000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        int rc = 0;
+        while (!v->stopping && rc == 0)
+            rc = pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+        if (v->stopping)
+            break;
+        pthread_mutex_unlock(&v->lock);
+        if (vfs_remote_refresh(v) != ST_OK)
+            vfs_log(v, 1, "refreshing the store's steps: %s", st_errmsg());
+        pthread_mutex_lock(&v->lock);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return NULL;
+}
+
+st_err vfs_refresher_start(st_vfs *v)
+{
+    if (pthread_create(&v->refresher, NULL, refresher_main, v) != 0)
+        return st_seterr(ST_ERR_NOMEM, "cannot start the refresher thread");
+    v->refresher_started = 1;
+    return ST_OK;
+}
+
+void vfs_refresher_stop(st_vfs *v)
+{
+    if (!v->refresher_started)
+        return;
+    pthread_mutex_lock(&v->lock);
+    v->stopping = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+    pthread_join(v->refresher, NULL);
+    v->refresher_started = 0;
+}
+
+/* The store side of a fetch: no lock held. */
+static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd,
+                            uint64_t *size)
+{
+    st_bytes buf = {0};
+    st_commit c;
+    st_manifest m = {0};
+    st_restorer *rs = NULL;
+    st_err e = st_stepio_load_commit(v->backend, job, r->step, &buf, &c);
+    if (e)
+        goto out_nocommit;
+    const st_commit_node *cn = NULL;
+    for (size_t i = 0; i < c.nnodes; i++)
+        if (!strcmp(c.nodes[i].name, r->node))
+            cn = &c.nodes[i];
+    if (!cn) {
+        e = st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " no longer has node %s's files",
+                      r->step, r->node);
+        goto out;
+    }
+    if ((e = st_stepio_load_manifest(v->backend, job, r->step, cn, &buf, &m)))
+        goto out;
+    const st_file_entry *f = NULL;
+    for (size_t i = 0; i < m.nfiles; i++)
+        if (!strcmp(m.files[i].path, r->path))
+            f = &m.files[i];
+    if (!f) {
+        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path,
+                      r->step);
+        goto out;
+    }
+    if (!(e = st_restorer_new(v->backend, job, &rs)))
+        e = st_restore_file(rs, &m, f, fd);
+    if (!e)
+        *size = f->size;
+out:
+    st_restorer_free(rs);
+    st_manifest_free(&m);
+    st_commit_free(&c);
+out_nocommit:
+    st_bytes_free(&buf);
+    return e;
+}
+
+st_err vfs_fetch(st_vfs *v, vnode *n)
+{
+    while (n->fetching)
+        pthread_cond_wait(&v->changed, &v->lock);
+    if (n->sid)
+        return ST_OK;
+    if (!n->remote)
+        return st_seterr(ST_ERR_IO, "%s has no content", n->name);
+    vnode *jd = vfs_job_dir(n);
+    if (!jd)
+        return ST_ERR_NOT_FOUND;
+    char job[ST_JOB_MAX + 1];
+    snprintf(job, sizeof job, "%s", jd->name);
+    vremote r = *n->remote;
+    if (!(r.path = strdup(n->remote->path)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint64_t sid = v->next_sid++;
+    n->fetching = 1;
+    pthread_mutex_unlock(&v->lock);
+
+    char sp[PATH_MAX];
+    vfs_staging_path(v, sid, sp, sizeof sp);
+    uint64_t size = 0;
+    st_err e;
+    int fd = open(sp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
+                      strerror(errno));
+    } else {
+        e = fetch_content(v, job, &r, fd, &size);
+        close(fd);
+        if (e)
+            unlink(sp);
+    }
+    free(r.path);
+
+    pthread_mutex_lock(&v->lock);
+    n->fetching = 0;
+    if (!e) {
+        n->sid = sid;
+        n->size = size;
+        n->state = VFILE_DURABLE;
+        n->from_remote = 1;
+        n->durable_version = n->version;
+        v->staged_bytes += size;
+        if (n->parent)
+            vfs_journal_put_file(v, n);
+    } else {
+        snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
+        vfs_log(v, 2, "%s", v->last_error);
+    }
+    pthread_cond_broadcast(&v->changed);
+    return e;
+}
