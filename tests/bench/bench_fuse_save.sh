@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The training stall: torch.save of a >= 1 GiB state dict into (a) the local
+# disk directly, (b) libfuse's own passthrough_ll example mounted over a
+# directory on the same disk (the FUSE transport floor for a staging-file
+# design), (c) ckptfs (file:// store and staging on the same disk), timed
+# round-robin in one run. Reports per-target medians and the ratios
+# passthrough_ll/disk, ckptfs/passthrough_ll, ckptfs/disk (a benchmark: it
+# asserts no speed).
+#
+#   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
+#       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
+#       [--require-ckptfs] [--workdir DIR] [--json FILE]
+#
+# --smoke: 64 MiB, 1 repetition, random tensors only (CI: proves it runs).
+# Default: 1024 MiB, 5 repetitions, both states (random fp32 tensors; a
+# transformer + AdamW state). ckptfs is taken from --ckptfs or BUILD_DIR/fs/ckptfs;
+# when it is not there the run reports (a) and (b) only and says so loudly,
+# or fails with --require-ckptfs. ckptctl (--ckptctl or BUILD_DIR/tools/ckptctl)
+# is used to wait, untimed, until each ckptfs save is durable before the next
+# save, so its background upload does not slow the other targets.
+# passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
+# BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
+# (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
+# (lazily if busy), daemons are killed by PID, the work dir is removed.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || usage
+case "$1" in -h|--help) usage ;; esac
+build=$(cd "$1" && pwd)
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --smoke) smoke=1 size=64 reps=1 state=random ;;
+    --size-mib) size=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --state) state=$2; shift ;;
+    --ckptfs) ckptfs=$2; shift ;;
+    --ckptctl) ckptctl=$2; shift ;;
+    --require-ckptfs) require=1 ;;
+    --workdir) workdir=$2; shift ;;
+    --json) json=$2; shift ;;
+    -h|--help) usage ;;
+    *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
+    esac
+    shift
+done
+[ -n "$ckptfs" ] || ckptfs=$build/fs/ckptfs
+[ -n "$ckptctl" ] || ckptctl=$build/tools/ckptctl
+py=/usr/bin/python3
+export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [ "$smoke" = 1 ]; then run_limit=600 settle=60; else run_limit=5400 settle=300; fi
+
+if [ ! -e /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+    echo "bench_fuse_save: FUSE not usable here (/dev/fuse, fusermount3)" >&2
+    exit 77
+fi
+
+work=$(mktemp -d "$workdir/ckptfs-bench.XXXXXX")
+mounts=() pids=() runner=""
+
+is_mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+
+cleanup() {
+    local rc=$? i
+    trap - EXIT INT TERM
+    if [ -n "$runner" ]; then  # the timed run (timeout passes the TERM on to python)
+        kill -TERM "$runner" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$runner" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$runner" 2>/dev/null || true
+        wait "$runner" 2>/dev/null || true
+    fi
+    for i in "${!mounts[@]}"; do
+        if is_mounted "${mounts[$i]}"; then
+            timeout 20 fusermount3 -u "${mounts[$i]}" 2>/dev/null ||
+                timeout 10 fusermount3 -u -z "${mounts[$i]}" 2>/dev/null || true
+        fi
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            for _ in $(seq 100); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
+            kill -9 "${pids[$i]}" 2>/dev/null || true
+        fi
+        wait "${pids[$i]}" 2>/dev/null || true
+    done
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# mount_daemon NAME MOUNTPOINT CMD...: start CMD in the background, wait (at
+# most 20 s, failing fast if it exits) until MOUNTPOINT is a FUSE mount.
+mount_daemon() {
+    local name=$1 mnt=$2 pid
+    shift 2
+    mkdir -p "$mnt"
+    "$@" >"$work/$name.log" 2>&1 &
+    pid=$!
+    mounts+=("$mnt") pids+=("$pid")
+    for _ in $(seq 200); do
+        if is_mounted "$mnt"; then return 0; fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "bench_fuse_save: $name exited before mounting; its log:" >&2
+            cat "$work/$name.log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "bench_fuse_save: $name not mounted on $mnt after 20 s; its log:" >&2
+    cat "$work/$name.log" >&2
+    return 1
+}
+
+fstype=$(stat -f -c %T "$work")
+echo "== torch.save into disk / passthrough_ll / ckptfs: $size MiB, $reps repetitions"
+echo "kernel $(uname -r), libfuse $(pkg-config --modversion fuse3), $(nproc) CPUs," \
+     "work dir $work ($fstype)"
+[ "$fstype" != tmpfs ] || echo "!! WARNING: $workdir is a tmpfs, not a disk: use --workdir"
+
+ptll=$build/tests/bench/passthrough_ll
+src=/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c
+if [ ! -x "$ptll" ] || [ "$src" -nt "$ptll" ]; then
+    mkdir -p "$(dirname "$ptll")"
+    # shellcheck disable=SC2046  # pkg-config prints several words
+    gcc -O2 -Wall -o "$ptll.tmp" "$src" $(pkg-config --cflags --libs fuse3)
+    mv "$ptll.tmp" "$ptll"
+fi
+
+mkdir -p "$work/disk" "$work/ptll-src"
+mount_daemon passthrough_ll "$work/ptll" "$ptll" -f -o "source=$work/ptll-src" "$work/ptll"
+targets=(--target "disk=$work/disk" --target "passthrough_ll=$work/ptll/job")
+settle_args=()
+
+if [ -x "$ckptfs" ]; then
+    echo "ckptfs: $ckptfs (store file://$work/store, staging $work/staging)"
+    mkdir -p "$work/store" "$work/staging"
+    mount_daemon ckptfs "$work/ckptfs" "$ckptfs" "$work/ckptfs" --store "file://$work/store" \
+        --staging "$work/staging" --node bench -f
+    timeout 30 mkdir "$work/ckptfs/bench"
+    targets+=(--target "ckptfs=$work/ckptfs/bench")
+    if [ -x "$ckptctl" ]; then
+        settle_args=(--settle-target ckptfs --settle-ckptctl "$ckptctl"
+                     --settle-store "file://$work/store" --settle-job bench
+                     --settle-timeout "$settle")
+    else
+        echo "!! no ckptctl at $ckptctl: not waiting for durability between saves"
+    fi
+else
+    echo
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo "!! ckptfs NOT BUILT: no executable at $ckptfs"
+    if [ "$require" = 1 ]; then
+        echo "!! --require-ckptfs given: failing."
+        echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+        exit 1
+    fi
+    echo "!! Reporting disk and passthrough_ll ONLY (no ckptfs numbers in this run)."
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo
+fi
+
+json_args=()
+[ -z "$json" ] || json_args=(--json "$json")
+# In the background and waited for, so that a signal reaches the trap at once
+# (bash defers traps while a foreground command runs).
+timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
+    --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
+    ${json_args[@]+"${json_args[@]}"} &
+runner=$!
+wait "$runner"
+runner=""
+
+if [ -x "$ckptfs" ]; then
+    echo
+    echo "== $work/ckptfs/.ckptfs/status after the run"
+    timeout 10 cat "$work/ckptfs/.ckptfs/status" || echo "(status not readable)"
+fi

@@ -1,0 +1,288 @@
+"""Times torch.save of a large state dict into several directories, round-robin
+in one run, and reports per-target medians and ratios. Driven by
+bench_fuse_save.sh (which mounts the targets); runnable by hand too:
+
+  LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 \\
+    fuse_save_bench.py --target disk=/var/tmp/a --target other=/mnt/x/job \\
+    [--size-mib 1024] [--reps 5] [--state random|model|both] [--keep 1] \\
+    [--settle-ckptctl PATH --settle-store URL --settle-job JOB --settle-target NAME] \\
+    [--json OUT]
+
+What is timed is what the trainer waits for:
+  save        torch.save(state, path)                 (open, write, close)
+  save+fsync  with open(path, "wb") as f: torch.save(state, f); f.flush();
+              os.fsync(f.fileno())                    (fsync before close)
+Each state is built once per process before any timing. Every target is
+warmed up with one untimed save of each variant; then each repetition saves
+once per (variant, target), rotating the target order every repetition.
+Untimed, around each timed save: before it, os.sync() flushes dirty pages
+and the target's files beyond the newest --keep - 1 are deleted (see
+make_room for why just before); after it, for the --settle-target, the
+script waits until ckptctl lists the step as durable (so one target's
+background upload does not slow the next target's save; the time to durable
+is reported too). File names are ckpt-NNNNNN.pt, NNNNNN counting up per
+target, so ckptfs sees one new single-file step per save.
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+MIB = 1 << 20
+
+
+def random_state(nbytes):
+    """Dict of fp32 tensors of random normal values, 64 MiB each (the last
+    one smaller), nbytes in total."""
+    g = torch.Generator().manual_seed(1234)
+    per = 16 * MIB  # elements: 64 MiB of fp32
+    n_elems = nbytes // 4
+    state, i = {}, 0
+    while n_elems > 0:
+        k = min(per, n_elems)
+        state["layer%03d.weight" % i] = torch.randn(k, generator=g)
+        n_elems -= k
+        i += 1
+    return state
+
+
+def model_state(nbytes):
+    """A transformer (embedding + encoder layers) and its AdamW state after
+    one step: {"model", "optimizer", "step"} like a training script saves.
+    Sized so that weights + exp_avg + exp_avg_sq (12 bytes per parameter)
+    reach at least nbytes."""
+    torch.manual_seed(1234)
+    d = 1024 if nbytes >= 256 * MIB else 256
+    vocab = 32000 if nbytes >= 256 * MIB else 4000
+    per_layer = 12 * d * d + 13 * d  # attention in/out, FFN 4d, 2 LayerNorms, biases
+    params_needed = nbytes / 12
+    layers = max(1, math.ceil((params_needed - vocab * d) / per_layer))
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(vocab, d),
+        *[torch.nn.TransformerEncoderLayer(d, max(1, d // 64), 4 * d, batch_first=True)
+          for _ in range(layers)],
+        torch.nn.LayerNorm(d))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opt.step()
+    for p in model.parameters():
+        p.grad = None
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 1}
+
+
+def state_bytes(obj):
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v) for v in obj)
+    return 0
+
+
+def save_plain(state, path):
+    torch.save(state, path)
+
+
+def save_fsync(state, path):
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+VARIANTS = [("save", save_plain), ("save+fsync", save_fsync)]
+
+
+class Target:
+    def __init__(self, name, directory):
+        self.name, self.dir = name, directory
+        self.counter = 0
+        self.files = []
+
+    def next_path(self):
+        self.counter += 1
+        return self.counter, os.path.join(self.dir, "ckpt-%06d.pt" % self.counter)
+
+
+class Settler:
+    """Waits (untimed) until ckptctl lists a step as durable."""
+
+    def __init__(self, args):
+        self.ckptctl, self.store, self.job = args.settle_ckptctl, args.settle_store, args.settle_job
+        self.timeout = args.settle_timeout
+        self.enabled = bool(self.ckptctl)
+        self.durable_s = []
+
+    def listed(self):
+        p = subprocess.run([self.ckptctl, "--store", self.store, "--job", self.job, "--json",
+                            "ls"], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            return set()
+        try:
+            return {s.get("step") for s in json.loads(p.stdout or "[]")}
+        except ValueError:
+            return set()
+
+    def wait(self, step, t_start):
+        if not self.enabled:
+            return
+        deadline = time.monotonic() + self.timeout
+        while step not in self.listed():
+            if time.monotonic() > deadline:
+                print("!! WARNING: step %d not listed by `ckptctl ls` within %ss; no more "
+                      "settling (background work of ckptfs now overlaps the other targets' "
+                      "saves)" % (step, self.timeout), flush=True)
+                self.enabled = False
+                return
+            time.sleep(0.05)
+        self.durable_s.append(time.monotonic() - t_start)
+
+
+def make_room(target, keep):
+    """Untimed, right before a save: flush dirty pages, then delete the
+    target's files beyond the newest keep-1. Deleting *just before* saving
+    matters on this VM (Firecracker, free page reporting): page-cache pages
+    freed and left free for ~2 s go back to the host and fault in again at
+    ~12 us per 4 KiB page, adding up to 3 s of noise to a 1 GiB save; freed
+    just before, the save reuses them."""
+    os.sync()
+    while len(target.files) > max(0, keep - 1):
+        os.unlink(target.files.pop(0))
+
+
+def run_state(label, state, targets, args, settler):
+    nbytes = state_bytes(state)
+    print("\n== state %s: %.3f GiB in %d tensors" % (
+        label, nbytes / (1 << 30), sum(1 for _ in iter_tensors(state))), flush=True)
+    times = {(v, t.name): [] for v, _ in VARIANTS for t in targets}
+    rounds = []  # per repetition: {(variant, target): seconds}
+
+    def one(variant, fn, t, timed):
+        step, path = t.next_path()
+        make_room(t, args.keep)
+        t0 = time.monotonic()
+        fn(state, path)
+        dt = time.monotonic() - t0
+        t.files.append(path)
+        if t.name == args.settle_target:
+            settler.wait(step, t0)
+        if timed:
+            print("  %-10s %-15s %7.3f s  %6.0f MB/s" % (variant, t.name, dt, nbytes / dt / 1e6),
+                  flush=True)
+        return dt
+
+    print("-- warm-up (untimed)", flush=True)
+    for variant, fn in VARIANTS:
+        for t in targets:
+            one(variant, fn, t, False)
+    settler.durable_s.clear()
+    for rep in range(args.reps):
+        print("-- repetition %d/%d" % (rep + 1, args.reps), flush=True)
+        order = targets[rep % len(targets):] + targets[:rep % len(targets)]
+        r = {}
+        for variant, fn in VARIANTS:
+            for t in order:
+                r[(variant, t.name)] = dt = one(variant, fn, t, True)
+                times[(variant, t.name)].append(dt)
+        rounds.append(r)
+    return report(label, nbytes, times, rounds, targets, settler)
+
+
+def iter_tensors(obj):
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from iter_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from iter_tensors(v)
+
+
+RATIOS = [("passthrough_ll", "disk"), ("ckptfs", "passthrough_ll"), ("ckptfs", "disk")]
+
+
+def report(label, nbytes, times, rounds, targets, settler):
+    names = [t.name for t in targets]
+    out = {"state": label, "bytes": nbytes, "targets": {}, "ratios": {}}
+    print("\n   %-10s %-15s %9s %9s %9s %9s" % ("variant", "target", "median s", "min s",
+                                                 "max s", "MB/s"))
+    for variant, _ in VARIANTS:
+        for n in names:
+            xs = times[(variant, n)]
+            med = statistics.median(xs)
+            print("   %-10s %-15s %9.3f %9.3f %9.3f %9.0f" % (variant, n, med, min(xs), max(xs),
+                                                             nbytes / med / 1e6))
+            out["targets"].setdefault(n, {})[variant] = {"median_s": med, "all_s": xs}
+    print("\n   ratios of medians (paired: median of the per-repetition ratios)")
+    for variant, _ in VARIANTS:
+        for a, b in RATIOS:
+            if a in names and b in names:
+                rm = statistics.median(times[(variant, a)]) / statistics.median(times[(variant, b)])
+                rp = statistics.median(r[(variant, a)] / r[(variant, b)] for r in rounds)
+                print("   %-10s %-26s %6.3f  (paired %.3f)" % (variant, a + " / " + b, rm, rp))
+                out["ratios"].setdefault(variant, {})["%s/%s" % (a, b)] = {"medians": rm,
+                                                                          "paired": rp}
+    if settler.durable_s:
+        med = statistics.median(settler.durable_s)
+        print("\n   ckptfs time from save start to durable (ckptctl ls): median %.3f s "
+              "(%.0f MB/s end to end), n=%d" % (med, nbytes / med / 1e6, len(settler.durable_s)))
+        out["ckptfs_to_durable_s"] = settler.durable_s
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", action="append", required=True, metavar="NAME=DIR")
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--state", choices=["random", "model", "both"], default="both")
+    ap.add_argument("--keep", type=int, default=1,
+                    help="files kept per target after a save (default 1)")
+    ap.add_argument("--settle-target")
+    ap.add_argument("--settle-ckptctl")
+    ap.add_argument("--settle-store")
+    ap.add_argument("--settle-job")
+    ap.add_argument("--settle-timeout", type=float, default=120)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    targets = []
+    for spec in args.target:
+        name, _, d = spec.partition("=")
+        os.makedirs(d, exist_ok=True)
+        targets.append(Target(name, d))
+    settler = Settler(args)
+    print("torch %s, %d threads; %d MiB per save, %d repetitions; targets: %s" % (
+        torch.__version__, torch.get_num_threads(), args.size_mib, args.reps,
+        ", ".join("%s=%s" % (t.name, t.dir) for t in targets)), flush=True)
+
+    results = []
+    kinds = ["random", "model"] if args.state == "both" else [args.state]
+    for kind in kinds:
+        t0 = time.monotonic()
+        state = (random_state if kind == "random" else model_state)(args.size_mib * MIB)
+        label = "random fp32 tensors" if kind == "random" else "transformer + AdamW"
+        print("(built %s in %.1f s)" % (label, time.monotonic() - t0), flush=True)
+        results.append(run_state(label, state, targets, args, settler))
+        del state
+        gc.collect()
+        for t in targets:
+            make_room(t, 0)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
