@@ -16,10 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "st_backend_fault.h"
+#include "st_fmtcheck.h"
 #include "st_fsutil.h"
 #include "st_manifest.h"
 
@@ -386,6 +389,21 @@ static size_t read_small(st_vfs *v, vnode *n, uint8_t *buf, size_t cap)
     return got;
 }
 
+/* 1 unless n is a checkpoint format whose end is missing (st_fmtcheck). */
+static int file_whole(st_vfs *v, vnode *n)
+{
+    if (!n->sid)
+        return 1;
+    char path[PATH_MAX];
+    vfs_staging_path(v, n->sid, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int whole = st_file_looks_complete(fd, n->size);
+    close(fd);
+    return whole;
+}
+
 /* After n's content or name changed and nothing has it open for writing:
  * apply the completion rules that look at a closed file. */
 static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
@@ -420,6 +438,12 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
         return;
     int single_file = 0;
     step_of_path(v, path, &single_file);
+    if (single_file && s->writers == 0 && !file_whole(v, n)) {
+        /* A writer killed in the middle of torch.save closes its file too. */
+        vfs_log(v, 1, "%s/%s looks cut short; step %" PRIu64 " stays incomplete", j->name, path,
+                s->step);
+        return;
+    }
     if (mk == ST_MARKER_IN_STEP || (single_file && s->writers == 0))
         step_complete(v, j, s); /* (R1 markers, R3 single-file steps) */
     else if (s->complete && modified && s->writers == 0)
@@ -1294,16 +1318,54 @@ st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out)
     return ST_OK;
 }
 
-void st_vfs_complete_all(st_vfs *v, const char *job)
+/* (R8) At unmount a step is completed only if nothing says it is unfinished:
+ * no single-file checkpoint cut short, and not a layout whose framework
+ * writes its own marker last (DCP shards, HF checkpoint-N, DeepSpeed
+ * global_stepN, Megatron iter_N): those wait for the marker. */
+static int unmount_may_complete(st_vfs *v, vnode *jd, uint64_t step)
+{
+    static const char *const marker_layouts[] = {"checkpoint", "global_step", "iter"};
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!n || !n->parent || !S_ISREG(n->mode) || n->step != step || vfs_job_dir(n) != jd ||
+            !n->sid || n->from_remote || !vfs_job_path(n, path, sizeof path))
+            continue;
+        st_step_match m;
+        st_steps_match(v->rules, path, &m);
+        if (m.matched && m.single_file && !file_whole(v, n))
+            return 0;
+        size_t len = strlen(path);
+        if (len > 7 && !strcmp(path + len - 7, ".distcp"))
+            return 0;
+        if (m.matched && !m.single_file) {
+            const char *comp = path + m.prefix_len;
+            while (comp > path && comp[-1] != '/')
+                comp--;
+            for (size_t k = 0; k < sizeof marker_layouts / sizeof *marker_layouts; k++)
+                if (!strncasecmp(comp, marker_layouts[k], strlen(marker_layouts[k])))
+                    return 0;
+        }
+    }
+    return 1;
+}
+
+void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount)
 {
     pthread_mutex_lock(&v->lock);
     for (size_t i = 0; i < v->njobs; i++) {
         vjob *j = &v->jobs[i];
-        if (job && strcmp(job, j->name))
+        vnode *jd = vfs_child(v->root, j->name);
+        if (!jd || (job && strcmp(job, j->name)))
             continue;
-        for (size_t k = 0; k < j->nsteps; k++)
-            if (j->steps[k].writers == 0 && !j->steps[k].remote_loaded)
-                step_complete(v, j, &j->steps[k]);
+        for (size_t k = 0; k < j->nsteps; k++) {
+            vstep *s = &j->steps[k];
+            if (s->writers || s->complete)
+                continue;
+            if (at_unmount && !unmount_may_complete(v, jd, s->step))
+                continue;
+            step_complete(v, j, s);
+        }
     }
     pthread_mutex_unlock(&v->lock);
 }
@@ -1383,6 +1445,9 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         goto fail;
     if ((e = st_backend_open(opts->store_url, &v->backend)))
         goto fail;
+    const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
+    if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+        goto fail;
     /* inodes 0 (unused), 1 root; 2 and 3 are the virtual status entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
@@ -1417,7 +1482,7 @@ void st_vfs_close(st_vfs *v)
     if (!v)
         return;
     if (v->uploader_started) {
-        st_vfs_complete_all(v, NULL);
+        st_vfs_complete_all(v, NULL, 1);
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }

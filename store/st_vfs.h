@@ -130,9 +130,10 @@ typedef struct st_vfs_statfs {
 } st_vfs_fsinfo;
 st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out);
 
-/*! Marks every step of job whose files are all closed complete (an explicit
- *  commit, and what unmount does). job NULL: every job. */
-void st_vfs_complete_all(st_vfs *v, const char *job);
+/*! Marks every step of job whose files are all closed complete: an explicit
+ *  commit (rule R7), or with at_unmount the clean-unmount rule R8, which
+ *  leaves alone steps that look unfinished (docs/STEPS.md). job NULL: all. */
+void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount);
 
 /*! Blocks until nothing is waiting for upload or timeout_s passed.
  *  ST_OK when idle, ST_ERR_BUSY on timeout. */

@@ -1,0 +1,321 @@
+"""Integration tests of the ckptfs mount: real FUSE mounts, real PyTorch,
+a real store. Each test gets fresh directories; every mount is unmounted
+(or killed and lazily unmounted) by mountlib even when the test fails.
+
+Environment: CKPTFS and CKPTCTL name the binaries; CKPT_TEST_STORE picks the
+store kind ("file", the default, or an s3:// URL prefix for the S3 runs).
+"""
+import errno
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import Mount, run_torch, run_torch_script, tempdir, wait_durable, list_steps  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CKPTFS = os.environ.get("CKPTFS")
+CKPTCTL = os.environ.get("CKPTCTL")
+JOB = "job"
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree_digest(root):
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".ckptfs"]
+        for f in files:
+            p = os.path.join(dirpath, f)
+            out[os.path.relpath(p, root)] = sha256(p)
+    return out
+
+
+def read_status(mount):
+    with open(os.path.join(mount.path, ".ckptfs", "status")) as f:
+        return json.load(f)
+
+
+def wait_status(mount, pred, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        st = read_status(mount)
+        if pred(st):
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError("status never matched: %s" % st)
+        time.sleep(0.05)
+
+
+def step_state(status, step):
+    for s in status["steps"]:
+        if s["job"] == JOB and s["step"] == step:
+            return s["state"]
+    return None
+
+
+class MountTest(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
+        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
+        self.tmp = tempdir()
+        self.store = os.environ.get("CKPT_TEST_STORE_URL") or "file://" + os.path.join(self.tmp, "store")
+        if self.store.startswith("s3://"):
+            self.store = self.store.rstrip("/") + "/" + os.path.basename(self.tmp)
+        self.mounts = []
+
+    def tearDown(self):
+        for m in self.mounts:
+            m.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def mount(self, name, node=None, extra=(), env=None, staging=None):
+        m = Mount(os.path.join(self.tmp, name), store=self.store,
+                  staging=staging or os.path.join(self.tmp, name + "-staging"),
+                  node=node or name, binary=CKPTFS, extra_args=extra, env=env)
+        self.mounts.append(m)
+        return m.start()
+
+    def durable(self, step, timeout=120):
+        return wait_durable(CKPTCTL, self.store, JOB, step, timeout=timeout)
+
+    # ------------------------------------------------------------------
+
+    def test_torch_save_load_bit_exact(self):
+        m = self.mount("a")
+        os.mkdir(os.path.join(m.path, JOB))
+        local = os.path.join(self.tmp, "local")
+        os.mkdir(local)
+        code = ("import torch,sys\n"
+                "torch.manual_seed(0)\n"
+                "m = torch.nn.Sequential(torch.nn.Linear(512,512), torch.nn.Linear(512,64))\n"
+                "o = torch.optim.AdamW(m.parameters())\n"
+                "m(torch.randn(8,512)).sum().backward(); o.step()\n"
+                "s = {'model': m.state_dict(), 'optimizer': o.state_dict(), 'step': 10}\n"
+                "for d in sys.argv[1:]: torch.save(s, d + '/ckpt-000010.pt')\n"
+                "b = torch.load(sys.argv[1] + '/ckpt-000010.pt')\n"
+                "assert all(torch.equal(b['model'][k], s['model'][k]) for k in s['model'])\n")
+        run_torch(code, os.path.join(m.path, JOB), local)
+        mounted = os.path.join(m.path, JOB, "ckpt-000010.pt")
+        self.assertEqual(sha256(mounted), sha256(os.path.join(local, "ckpt-000010.pt")))
+        self.durable(10)
+        # A second node reads it from the store, bit-exact.
+        b = self.mount("b", extra=("--refresh", "0.5"))
+        other = os.path.join(b.path, JOB, "ckpt-000010.pt")
+        self.assertEqual(sha256(other), sha256(os.path.join(local, "ckpt-000010.pt")))
+
+    def test_resume_after_node_loss(self):
+        ref = os.path.join(self.tmp, "ref")
+        m = self.mount("node1")
+        ckpts = os.path.join(m.path, JOB)
+        out = run_torch_script(os.path.join(HERE, "train_resume.py"), ckpts, ref,
+                               "--until", "6", "--every", "2")
+        self.assertEqual(json.loads(out.stdout)["saved"], [2, 4, 6])
+        self.durable(6)
+        # Preempted: the daemon dies and the node's disk is gone.
+        m.kill9()
+        shutil.rmtree(os.path.join(self.tmp, "node1-staging"))
+        # A new node mounts the same store and the same script resumes.
+        n = self.mount("node2")
+        ckpts2 = os.path.join(n.path, JOB)
+        self.assertEqual(sorted(os.listdir(ckpts2)),
+                         ["ckpt-000002.pt", "ckpt-000004.pt", "ckpt-000006.pt"])
+        for name in os.listdir(ckpts2):
+            self.assertEqual(sha256(os.path.join(ckpts2, name)), sha256(os.path.join(ref, name)))
+        out = run_torch_script(os.path.join(HERE, "train_resume.py"), ckpts2, ref,
+                               "--until", "8", "--every", "2")
+        self.assertEqual(json.loads(out.stdout)["resumed_from"], 6)
+        # Identical weights to a run that was never interrupted.
+        straight = os.path.join(self.tmp, "straight")
+        run_torch_script(os.path.join(HERE, "train_resume.py"), straight,
+                         os.path.join(self.tmp, "straight-ref"), "--until", "8", "--every", "2")
+        same = ("import torch,sys\n"
+                "a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])\n"
+                "assert a['step'] == b['step'] == 8\n"
+                "assert all(torch.equal(a['model'][k], b['model'][k]) for k in a['model'])\n"
+                "sa, sb = a['optimizer']['state'], b['optimizer']['state']\n"
+                "assert all(torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i])\n")
+        run_torch(same, os.path.join(ckpts2, "ckpt-000008.pt"),
+                  os.path.join(straight, "ckpt-000008.pt"))
+
+    def test_posix_ops_match_local_reference(self):
+        m = self.mount("a")
+        roots = [os.path.join(m.path, JOB), os.path.join(self.tmp, "ref", JOB)]
+        rng = random.Random(7)
+        blob = bytes(rng.getrandbits(8) for _ in range(3 << 20))
+        for root in roots:
+            d = os.path.join(root, "step-000001")
+            os.makedirs(os.path.join(d, "sub"))
+            # random writes (pwrite at scattered offsets, with holes)
+            fd = os.open(os.path.join(d, "random.bin"), os.O_CREAT | os.O_RDWR, 0o644)
+            r2 = random.Random(11)
+            for _ in range(200):
+                off = r2.randrange(0, 4 << 20)
+                n = r2.randrange(1, 70000)
+                os.pwrite(fd, blob[off % len(blob):off % len(blob) + n], off)
+            os.close(fd)
+            # overwrite in place
+            with open(os.path.join(d, "over.bin"), "wb") as f:
+                f.write(blob[:500000])
+            with open(os.path.join(d, "over.bin"), "r+b") as f:
+                f.seek(1000)
+                f.write(b"X" * 7000)
+            # write-temp-then-rename over an existing file (safetensors, DCP)
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(b"old" * 1000)
+            with open(os.path.join(d, "model.safetensors.tmp"), "wb") as f:
+                f.write(blob[100:200000])
+            os.rename(os.path.join(d, "model.safetensors.tmp"), os.path.join(d, "model.safetensors"))
+            # truncate down and up
+            with open(os.path.join(d, "trunc.bin"), "wb") as f:
+                f.write(blob[:300000])
+            os.truncate(os.path.join(d, "trunc.bin"), 12345)
+            with open(os.path.join(d, "trunc.bin"), "r+b") as f:
+                f.truncate(20000)
+            # unlink, rmdir, chmod
+            with open(os.path.join(d, "sub", "gone.bin"), "wb") as f:
+                f.write(b"x")
+            os.unlink(os.path.join(d, "sub", "gone.bin"))
+            os.mkdir(os.path.join(d, "emptydir"))
+            os.rmdir(os.path.join(d, "emptydir"))
+            with open(os.path.join(d, "sub", "kept.txt"), "w") as f:
+                f.write("kept\n")
+            os.chmod(os.path.join(d, "sub", "kept.txt"), 0o600)
+            # explicit completion marker, written last
+            open(os.path.join(d, ".ckpt-complete"), "w").close()
+        self.assertEqual(tree_digest(roots[0]), tree_digest(roots[1]))
+        self.durable(1)
+        m.unmount()
+        # A new node with empty staging sees the same bytes, from the store.
+        b = self.mount("b")
+        self.assertEqual(tree_digest(os.path.join(b.path, JOB)), tree_digest(roots[1]))
+        st = os.stat(os.path.join(b.path, JOB, "step-000001", "sub", "kept.txt"))
+        self.assertEqual(st.st_mode & 0o777, 0o600)
+
+    def test_kill9_during_sealing_and_upload(self):
+        # Slow PUTs widen the window so the kills land mid-upload.
+        env = {"CKPT_FAULT": "put_delay_ms=300"}
+        m = self.mount("a", env=env)
+        d = os.path.join(m.path, JOB)
+        os.mkdir(d)
+        ref = {}
+        rng = random.Random(3)
+        for step in (1, 2, 3):
+            data = bytes(rng.getrandbits(8) for _ in range(40 << 20)) if step == 1 else os.urandom(30 << 20)
+            name = "ckpt-%06d.pt" % step
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+            ref[name] = hashlib.sha256(data).hexdigest()
+        # First kill: right after the last close returned (sealing).
+        m.kill9()
+        m.start()
+        # Second kill: while a pack upload is in flight.
+        wait_status(m, lambda s: any(x["state"] == "uploading" for x in s["steps"]), timeout=60)
+        m.kill9()
+        # Restart without the fault: everything closed becomes durable.
+        m.env = None
+        m.start()
+        for step in (1, 2, 3):
+            self.durable(step, timeout=180)
+        m.unmount()
+        b = self.mount("b")
+        for name, digest in ref.items():
+            self.assertEqual(sha256(os.path.join(b.path, JOB, name)), digest, name)
+
+    def test_step_invisible_until_durable(self):
+        a = self.mount("a", env={"CKPT_FAULT": "put_delay_ms=1500"})
+        b = self.mount("b", extra=("--refresh", "0.3"))
+        os.mkdir(os.path.join(a.path, JOB))
+        data = os.urandom(5 << 20)
+        with open(os.path.join(a.path, JOB, "ckpt-000005.pt"), "wb") as f:
+            f.write(data)
+        seen_before = []
+        deadline = time.monotonic() + 120
+        while step_state(read_status(a), 5) != "durable":
+            bjob = os.path.join(b.path, JOB)
+            seen_before.append(os.path.exists(os.path.join(bjob, "ckpt-000005.pt")))
+            self.assertLess(time.monotonic(), deadline, "step 5 never became durable")
+            time.sleep(0.1)
+        self.assertTrue(seen_before, "the upload finished before b was checked")
+        self.assertFalse(any(seen_before), "b listed step 5 before it was durable")
+        path = os.path.join(b.path, JOB, "ckpt-000005.pt")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path):
+            self.assertLess(time.monotonic(), deadline, "durable step never appeared on b")
+            time.sleep(0.1)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data)
+
+    def test_staging_cap_gives_enospc(self):
+        m = self.mount("a", extra=("--staging-cap", "8M"), env={"CKPT_FAULT": "put_delay_ms=2000"})
+        os.mkdir(os.path.join(m.path, JOB))
+        small = os.urandom(1 << 20)
+        with open(os.path.join(m.path, JOB, "ckpt-000001.pt"), "wb") as f:
+            f.write(small)
+        with self.assertRaises(OSError) as cm:
+            with open(os.path.join(m.path, JOB, "ckpt-000002.pt"), "wb") as f:
+                for _ in range(20):
+                    f.write(os.urandom(1 << 20))
+                    f.flush()
+        self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        with open(os.path.join(m.path, JOB, "ckpt-000001.pt"), "rb") as f:
+            self.assertEqual(f.read(), small)
+        self.assertIn("staging", read_status(m)["last_error"])
+
+    def test_truncated_save_is_not_complete(self):
+        m = self.mount("a")
+        d = os.path.join(m.path, JOB)
+        os.mkdir(d)
+        local = os.path.join(self.tmp, "whole.pt")
+        run_torch("import torch,sys; torch.save({'w': torch.randn(300, 300)}, sys.argv[1])", local)
+        with open(local, "rb") as f:
+            whole = f.read()
+        with open(os.path.join(d, "ckpt-000008.pt"), "wb") as f:
+            f.write(whole)
+        # A trainer killed in the middle of torch.save: its file is closed too.
+        with open(os.path.join(d, "ckpt-000009.pt"), "wb") as f:
+            f.write(whole[: len(whole) // 2])
+        self.durable(8)
+        time.sleep(1.0)
+        self.assertNotIn(9, [s["step"] for s in list_steps(CKPTCTL, self.store, JOB)])
+        self.assertNotEqual(step_state(read_status(m), 9), "durable")
+
+    def test_errors_are_clean(self):
+        m = self.mount("a")
+        # Files at the root are refused (the root holds job directories).
+        with self.assertRaises(OSError):
+            open(os.path.join(m.path, "stray.txt"), "w").close()
+        with self.assertRaises(OSError):
+            os.mkdir(os.path.join(m.path, "bad job name"))
+        d = os.path.join(m.path, JOB)
+        os.mkdir(d)
+        with self.assertRaises(OSError) as cm:
+            os.symlink("x", os.path.join(d, "link"))
+        self.assertIn(cm.exception.errno, (errno.ENOTSUP, errno.EPERM, errno.EOPNOTSUPP))
+        with self.assertRaises(OSError) as cm:
+            open(os.path.join(m.path, ".ckptfs", "status"), "w")
+        os.mkdir(os.path.join(d, "x"))
+        open(os.path.join(d, "x", "f"), "w").close()
+        with self.assertRaises(OSError) as cm:
+            os.rmdir(os.path.join(d, "x"))
+        self.assertEqual(cm.exception.errno, errno.ENOTEMPTY)
+        with self.assertRaises(OSError) as cm:
+            open(os.path.join(d, "n" * 300), "w")
+        st = os.statvfs(m.path)
+        self.assertGreater(st.f_blocks, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
