@@ -9,8 +9,10 @@
 #
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
-#       [--require-ckptfs] [--workdir DIR] [--json FILE]
+#       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
 #
+# Every save writes new bytes (all values change between saves, untimed) as
+# in full training; --same-state saves identical bytes (dedup's best case).
 # --smoke: 64 MiB, 1 repetition, random tensors only (CI: proves it runs).
 # Default: 1024 MiB, 5 repetitions, both states (random fp32 tensors; a
 # transformer + AdamW state). ckptfs is taken from --ckptfs or BUILD_DIR/fs/ckptfs;
@@ -31,6 +33,7 @@ build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
+same=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --smoke) smoke=1 size=64 reps=1 state=random ;;
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
     --require-ckptfs) require=1 ;;
     --workdir) workdir=$2; shift ;;
     --json) json=$2; shift ;;
+    --same-state) same=(--same-state) ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
     esac
@@ -167,7 +171,7 @@ json_args=()
 # (bash defers traps while a foreground command runs).
 timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
     --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
-    ${json_args[@]+"${json_args[@]}"} &
+    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} &
 runner=$!
 wait "$runner"
 runner=""

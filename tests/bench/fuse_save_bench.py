@@ -12,7 +12,10 @@ What is timed is what the trainer waits for:
   save        torch.save(state, path)                 (open, write, close)
   save+fsync  with open(path, "wb") as f: torch.save(state, f); f.flush();
               os.fsync(f.fileno())                    (fsync before close)
-Each state is built once per process before any timing. Every target is
+Each state is built once per process before any timing; before every save
+(untimed) each of its floating-point values is changed (perturb), so a
+deduplicating target stores new data each time as in full training
+(--same-state to turn that off). Every target is
 warmed up with one untimed save of each variant; then each repetition saves
 once per (variant, target), rotating the target order every repetition.
 Untimed, around each timed save: before it, os.sync() flushes dirty pages
@@ -86,6 +89,15 @@ def state_bytes(obj):
     if isinstance(obj, (list, tuple)):
         return sum(state_bytes(v) for v in obj)
     return 0
+
+
+def perturb(state):
+    """Untimed: change every floating-point value, so each save writes new
+    bytes as in full training (consecutive checkpoints share ~0%), instead of
+    letting a deduplicating target store the same state once."""
+    for t in iter_tensors(state):
+        if t.is_floating_point():
+            t.add_(1e-3)
 
 
 def save_plain(state, path):
@@ -168,6 +180,8 @@ def run_state(label, state, targets, args, settler):
 
     def one(variant, fn, t, timed):
         step, path = t.next_path()
+        if not args.same_state:
+            perturb(state)
         make_room(t, args.keep)
         t0 = time.monotonic()
         fn(state, path)
@@ -248,6 +262,9 @@ def main():
     ap.add_argument("--state", choices=["random", "model", "both"], default="both")
     ap.add_argument("--keep", type=int, default=1,
                     help="files kept per target after a save (default 1)")
+    ap.add_argument("--same-state", action="store_true",
+                    help="save the same bytes every time (default: change every value "
+                         "before each save, untimed)")
     ap.add_argument("--settle-target")
     ap.add_argument("--settle-ckptctl")
     ap.add_argument("--settle-store")
