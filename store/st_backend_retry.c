@@ -21,6 +21,9 @@
  *         listing never failed. A caller's stop (non-zero from cb) ends the
  *         inner listing with ST_OK, so it is never retried.
  *
+ * With CKPT_RETRY_TRACE set in the environment, every retry is told on
+ * stderr (op message, try number, wait): how an operator sees a flaky store.
+ *
  * The final error keeps the inner backend's message and says how many tries
  * and how long it took; messages never carry credentials because the inner
  * backend's never do.
@@ -44,6 +47,7 @@ typedef struct retry_ctx {
     st_backend *inner;
     st_retry_policy policy;    /* defaults applied */
     _Atomic uint64_t retries; /* total waits taken, for st_backend_retry_count() */
+    int trace;                /* CKPT_RETRY_TRACE set: each retry is told on stderr */
 } retry_ctx;
 
 static uint64_t now_ms(void)
@@ -109,7 +113,11 @@ static int retry_again(retry_ctx *c, st_err e, unsigned tries, uint64_t t0)
         return 0;
     }
     atomic_fetch_add_explicit(&c->retries, 1, memory_order_relaxed);
-    sleep_ms(backoff_ms(&c->policy, tries));
+    uint64_t wait = backoff_ms(&c->policy, tries);
+    if (c->trace) /* the message is secret-free (see the header comment) */
+        fprintf(stderr, "ckpt retry: try %u failed, next in %llu ms: %s\n", tries,
+                (unsigned long long)wait, st_errmsg());
+    sleep_ms(wait);
     return 1;
 }
 
@@ -250,6 +258,7 @@ st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, s
     if (c->policy.max_ms < c->policy.base_ms)
         c->policy.max_ms = c->policy.base_ms;
     atomic_init(&c->retries, 0);
+    c->trace = getenv("CKPT_RETRY_TRACE") != NULL;
     b->ops = &c->ops;
     b->ctx = c;
     *out = b;

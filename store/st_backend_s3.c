@@ -130,7 +130,6 @@ typedef struct s3_call {
     st_bytes *page; /* keys as "key\0" + 8-byte size, one after the other */
     size_t page_keys;
     int truncated;
-    char last_key[S3_MAX_KEY_SIZE + 1];
 } s3_call;
 
 /* Copies a server message with every occurrence of the secret replaced,
@@ -233,7 +232,6 @@ static S3Status on_list_page(int truncated, const char *next_marker, int count,
             return S3StatusAbortedByCallback;
         }
         call->page_keys++;
-        memcpy(call->last_key, k, n + 1);
         call->moved += n;
     }
     return S3StatusOK;
@@ -609,6 +607,54 @@ static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_
                      c->bucket, c->prefix, key, size);
 }
 
+/*
+ * libs3 2.0 keeps at most 1023 bytes of a listed name (its XML string
+ * buffer), so a 1024-byte name - S3's maximum, and a valid key when the URL
+ * has no prefix - arrives cut to 1023. Such a listed name `cut` stands for
+ * itself and for every name cut + one character. Each candidate is checked
+ * with a HEAD, in byte order, and the ones that exist are delivered; 64
+ * HEADs, only for names of exactly 1023 bytes, which real key layouts never
+ * reach. *marker grows to the largest name found, so the next page starts
+ * after all of them. *stop is set when cb asks to stop.
+ */
+static st_err list_expand_cut(s3_ctx *c, const char *cut, const char *fp, char *marker,
+                              st_list_cb cb, void *arg, int *stop)
+{
+    /* The key alphabet in byte order; '/' cannot end a key. */
+    static const char tail[] = "-.0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz";
+    char name[S3_MAX_KEY_SIZE + 1];
+    size_t n = strlen(cut);
+    memcpy(name, cut, n + 1);
+    for (size_t i = 0; i <= sizeof tail - 1; i++) {
+        if (i > 0) {
+            name[n] = tail[i - 1];
+            name[n + 1] = '\0';
+        }
+        const char *rel = name + c->prefix_len;
+        if (strncmp(name, fp, strlen(fp)) != 0 || !st_key_is_valid(rel))
+            continue;
+        uint64_t size = 0;
+        S3Status st;
+        st_err e = head_once(c, rel, name, &size, &st);
+        if (e == ST_ERR_NOT_FOUND)
+            continue;
+        if (e)
+            return e;
+        if (strcmp(name, marker) > 0)
+            memcpy(marker, name, strlen(name) + 1);
+        if (cb(arg, rel, size)) {
+            *stop = 1;
+            return ST_OK;
+        }
+    }
+    return ST_OK;
+}
+
+static int cmp_str_p(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     s3_ctx *c = ctx;
@@ -620,6 +666,8 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
     memcpy(fp + c->prefix_len, prefix, pn + 1);
 
     st_bytes page = {0};
+    const char **index = NULL; /* the page's keys, sorted */
+    size_t index_cap = 0;
     char marker[S3_MAX_KEY_SIZE + 1] = "";
     st_err e = ST_OK;
     for (;;) {
@@ -642,16 +690,47 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
         }
         atomic_store(&c->bucket_seen, 1);
 
+        /* S3 sends a page in byte order; s3rver sends it in its directory
+         * walk order ("a/b/c" before "a/b"). Sorting the page costs little
+         * and makes every single-page listing right on both. (Across pages
+         * s3rver can still skip keys: docs/S3.md.) */
+        if (call.page_keys > index_cap) {
+            free(index);
+            index_cap = call.page_keys;
+            if (!(index = malloc(index_cap * sizeof *index))) {
+                index_cap = 0;
+                e = st_seterr(ST_ERR_NOMEM, "s3 list %s: out of memory", prefix);
+                goto out;
+            }
+        }
+        for (size_t i = 0, at = 0; i < call.page_keys; i++) {
+            index[i] = (const char *)page.data + at;
+            at += strlen(index[i]) + 1 + 8;
+        }
+        qsort(index, call.page_keys, sizeof *index, cmp_str_p);
+
         /* Deliver the page only now, outside libs3's callbacks: the caller's
          * callback may take its time or call this backend again. */
-        size_t at = 0;
+        char next_marker[S3_MAX_KEY_SIZE + 1] = "";
+        const char *prev_group = NULL;
         for (size_t i = 0; i < call.page_keys; i++) {
-            const char *k = (const char *)page.data + at;
+            const char *k = index[i];
             size_t n = strlen(k);
-            uint64_t size = st_le64_get(page.data + at + n + 1);
-            at += n + 1 + 8;
+            uint64_t size = st_le64_get((const uint8_t *)k + n + 1);
+            if (strcmp(k, next_marker) > 0)
+                memcpy(next_marker, k, n + 1);
             if (strncmp(k, c->prefix, c->prefix_len) != 0 || strncmp(k, fp, strlen(fp)) != 0)
                 continue; /* not ours: the server ignored the prefix */
+            if (n == S3_MAX_KEY_SIZE - 1) {
+                /* Maybe a 1024-byte name cut short by libs3: expand once. */
+                if (prev_group && strcmp(prev_group, k) == 0)
+                    continue;
+                prev_group = k;
+                int stop = 0;
+                if ((e = list_expand_cut(c, k, fp, next_marker, cb, arg, &stop)) != ST_OK || stop)
+                    goto out;
+                continue;
+            }
             const char *rel = k + c->prefix_len;
             if (!st_key_is_valid(rel))
                 continue; /* a foreign object; no key of ours can name it */
@@ -660,17 +739,18 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
         }
         if (!call.truncated)
             goto out;
-        /* Continue after the last key. Guard against a server that says
-         * "truncated" without making progress, which would loop forever. */
-        if (!call.page_keys || strcmp(call.last_key, marker) <= 0) {
+        /* Continue after the largest name seen. Guard against a server that
+         * says "truncated" without making progress: that would loop forever. */
+        if (!call.page_keys || strcmp(next_marker, marker) <= 0) {
             e = st_seterr(ST_ERR_TRANSIENT,
                           "s3 list s3://%s/%s%s at %s: the server's listing does not advance",
                           c->bucket, c->prefix, prefix, c->endpoint);
             goto out;
         }
-        memcpy(marker, call.last_key, strlen(call.last_key) + 1);
+        memcpy(marker, next_marker, strlen(next_marker) + 1);
     }
 out:
+    free(index);
     st_bytes_free(&page);
     return e;
 }

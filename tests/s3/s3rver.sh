@@ -22,6 +22,8 @@
 # with flock. Anything missing (node, npm, the registry) is a loud failure with
 # exit status 2: a test that needs s3rver never skips silently.
 #
+# CKPT_S3RVER_VERBOSE=1 makes s3rver log every request to DIR/s3rver.log.
+#
 # Every wait is bounded: readiness 30 s, stop 10 s, install 300 s.
 set -euo pipefail
 
@@ -42,8 +44,15 @@ cache_root() {
     fi
 }
 
+# Our patch to s3rver (s3rver-3.7.1.patch, see docs/S3.md: atomic puts, no
+# crash on put/delete races); its hash names the install, so a changed patch
+# gets a fresh install.
+PATCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/s3rver-$S3RVER_VERSION.patch
+
 install_dir() {
-    echo "$(cache_root)/s3rver-$S3RVER_VERSION"
+    local h
+    h=$(sha1sum "$PATCH" | cut -c1-8)
+    echo "$(cache_root)/s3rver-$S3RVER_VERSION-p$h"
 }
 
 do_install() {
@@ -51,7 +60,7 @@ do_install() {
     local dir js
     dir=$(install_dir)
     js=$dir/node_modules/s3rver/bin/s3rver.js
-    if [ -f "$js" ]; then
+    if [ -f "$dir/.patched" ]; then
         echo "$dir"
         return 0
     fi
@@ -59,15 +68,21 @@ do_install() {
     mkdir -p "$dir" || die "cannot create $dir"
     (
         flock -w 300 9 || die "timed out waiting for another s3rver install ($dir/.lock)"
-        if [ ! -f "$js" ]; then
+        if [ ! -f "$dir/.patched" ]; then
+            rm -rf "$dir/node_modules"
             echo "s3rver.sh: installing s3rver@$S3RVER_VERSION into $dir" >&2
             timeout 300 npm install --no-audit --no-fund --prefix "$dir" "s3rver@$S3RVER_VERSION" \
                 >"$dir/npm-install.log" 2>&1 ||
                 die "npm install s3rver@$S3RVER_VERSION failed (see $dir/npm-install.log):
 $(tail -20 "$dir/npm-install.log")"
+            command -v patch >/dev/null || die "patch not found: install patch (tools/bootstrap.sh does)"
+            patch -s -p1 -d "$dir/node_modules/s3rver" <"$PATCH" ||
+                die "cannot apply $PATCH to s3rver in $dir"
+            # Marks a complete install: only now does the start path see it.
+            touch "$dir/.patched"
         fi
     ) 9>"$dir/.lock"
-    [ -f "$js" ] || die "s3rver not installed at $js"
+    [ -f "$dir/.patched" ] && [ -f "$js" ] || die "s3rver not installed at $js"
     echo "$dir"
 }
 
@@ -95,7 +110,9 @@ do_start() {
     fi
     rm -f "$dir/s3rver.pid" "$dir/s3rver.port"
 
-    local args=(-d "$dir/data" -a 127.0.0.1 -p "$port" --silent)
+    local args=(-d "$dir/data" -a 127.0.0.1 -p "$port")
+    # Per-request logging costs s3rver's single thread dearly: only on demand.
+    [ -n "${CKPT_S3RVER_VERBOSE:-}" ] || args+=(--silent)
     ((strict)) || args+=(--allow-mismatched-signatures)
     for b in "${buckets[@]}"; do
         args+=(--configure-bucket "$b")
@@ -104,6 +121,7 @@ do_start() {
     # DES, which Node 20's OpenSSL 3 only offers through the legacy provider.
     # setsid: the server must not get the terminal's or ctest's signals meant
     # for the test; it is stopped by PID only.
+    : >"$dir/s3rver.log"
     setsid node --openssl-legacy-provider "$inst/node_modules/s3rver/bin/s3rver.js" "${args[@]}" \
         >"$dir/s3rver.log" 2>&1 </dev/null &
     local pid=$!
@@ -116,7 +134,7 @@ do_start() {
             die "s3rver exited during startup:
 $(tail -20 "$dir/s3rver.log")"
         fi
-        got=$(sed -n 's/^S3rver listening on [0-9.]*:\([0-9]*\)$/\1/p' "$dir/s3rver.log" | head -1)
+        got=$(sed -n 's/^S3rver listening on [0-9.]*:\([0-9]*\)$/\1/p' "$dir/s3rver.log" | head -1) || got=""
         if [ -n "$got" ] && curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$got/"; then
             break
         fi
