@@ -30,6 +30,25 @@ st_err st_write_all(int fd, const void *buf, size_t len, const char *what)
     return ST_OK;
 }
 
+st_err st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            return st_seterr(e == ENOSPC || e == EDQUOT ? ST_ERR_NOSPACE : ST_ERR_IO,
+                             "write %s: %s", what, strerror(e));
+        }
+        p += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return ST_OK;
+}
+
 st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what)
 {
     uint8_t *p = buf;

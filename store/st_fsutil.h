@@ -18,6 +18,9 @@
 /*! write() until done; EINTR retried. ST_ERR_IO / ST_ERR_NOSPACE. */
 st_err st_write_all(int fd, const void *buf, size_t len, const char *what);
 
+/*! pwrite() until done at off; EINTR retried. */
+st_err st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what);
+
 /*! read() until len bytes or EOF; *got is what was read. */
 st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what);
 

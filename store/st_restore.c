@@ -4,8 +4,10 @@
  */
 #include "st_restore.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "st_codec.h"
 #include "st_fsutil.h"
@@ -75,33 +77,37 @@ static size_t coalesce(const st_file_entry *f, size_t first)
     return n;
 }
 
-st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd)
+/*
+ * Fetches, decodes and verifies chunks [first, first + count) of f and hands
+ * each chunk's bytes to the sink: written sequentially to fd and hashed into
+ * digest (whole-file restore), or written with pwrite at their offset in the
+ * file (digest NULL: a range restored by one of several workers).
+ */
+static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                           size_t first_chunk, size_t count, uint64_t file_off, int fd,
+                           st_hasher *digest)
 {
-    st_hasher digest;
-    if (st_hasher_init(&digest))
-        return st_seterr(ST_ERR_NOMEM, "out of memory");
-    st_err e = ST_OK;
-    uint64_t written = 0;
-    for (size_t i = 0; i < f->nchunks;) {
+    const size_t end_chunk = first_chunk + count;
+    uint64_t pos = file_off;
+    for (size_t i = first_chunk; i < end_chunk;) {
         size_t n = coalesce(f, i);
+        if (i + n > end_chunk)
+            n = end_chunk - i;
         const st_chunk_ref *first = &f->chunks[i];
         const st_chunk_ref *last = &f->chunks[i + n - 1];
         uint64_t span = last->offset + last->stored_len - first->offset;
         char key[ST_KEY_MAX];
-        e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
+        st_err e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
         if (!e)
             e = st_get(r->backend, key, first->offset, span, &r->fetched);
-        if (e) {
-            st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
-            goto out;
-        }
+        if (e)
+            return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
         r->stats.gets++;
         r->stats.fetched_bytes += r->fetched.len;
-        if (r->fetched.len != span) {
-            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is shorter than the manifest says",
-                          f->path, key);
-            goto out;
-        }
+        if (r->fetched.len != span)
+            return st_seterr(ST_ERR_CORRUPT,
+                             "restoring %s: pack %s is shorter than the manifest says", f->path,
+                             key);
         const uint8_t *p = r->fetched.data;
         for (size_t k = 0; k < n; k++) {
             const st_chunk_ref *ref = &f->chunks[i + k];
@@ -112,33 +118,84 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
                                     r->scratch);
             if (!e && raw_len != ref->raw_len)
                 e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
-            if (e) {
-                st_seterr(e, "restoring %s at byte %llu: %s", f->path, (unsigned long long)written,
-                          st_errmsg());
-                goto out;
-            }
-            st_hasher_update(&digest, r->raw, raw_len);
-            e = st_write_all(fd, r->raw, raw_len, f->path);
             if (e)
-                goto out;
-            written += raw_len;
+                return st_seterr(e, "restoring %s at byte %llu: %s", f->path,
+                                 (unsigned long long)pos, st_errmsg());
+            if (digest) {
+                st_hasher_update(digest, r->raw, raw_len);
+                e = st_write_all(fd, r->raw, raw_len, f->path);
+            } else {
+                e = st_pwrite_all(fd, r->raw, raw_len, pos, f->path);
+            }
+            if (e)
+                return e;
+            pos += raw_len;
             p += ref->stored_len;
         }
         i += n;
     }
-    if (written != f->size) {
+    r->stats.bytes += pos - file_off;
+    return ST_OK;
+}
+
+st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint64_t before = r->stats.bytes;
+    st_err e = restore_span(r, m, f, 0, f->nchunks, 0, fd, &digest);
+    uint64_t written = r->stats.bytes - before;
+    if (!e && written != f->size)
         e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
                       (unsigned long long)written, (unsigned long long)f->size);
-        goto out;
+    if (!e) {
+        st_id got = st_hasher_final(&digest);
+        if (st_id_cmp(&got, &f->digest) != 0)
+            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
     }
-    st_id got = st_hasher_final(&digest);
-    if (st_id_cmp(&got, &f->digest) != 0) {
-        e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
-        goto out;
+    if (!e)
+        r->stats.files++;
+    st_hasher_free(&digest);
+    return e;
+}
+
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                         size_t first, size_t count, int fd)
+{
+    if (first > f->nchunks || count > f->nchunks - first)
+        return st_seterr(ST_ERR_INVALID, "chunk range outside %s", f->path);
+    uint64_t off = 0;
+    for (size_t i = 0; i < first; i++)
+        off += f->chunks[i].raw_len;
+    return restore_span(r, m, f, first, count, off, fd, NULL);
+}
+
+st_err st_restore_verify_file(int fd, const st_file_entry *f)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint8_t *buf = malloc(1 << 20);
+    st_err e = buf ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint64_t pos = 0;
+    while (!e && pos < f->size) {
+        size_t want = f->size - pos < (1u << 20) ? (size_t)(f->size - pos) : (1u << 20);
+        ssize_t n = pread(fd, buf, want, (off_t)pos);
+        if (n <= 0) {
+            e = st_seterr(ST_ERR_IO, "reading back %s: %s", f->path,
+                          n < 0 ? strerror(errno) : "short file");
+            break;
+        }
+        st_hasher_update(&digest, buf, (size_t)n);
+        pos += (uint64_t)n;
     }
-    r->stats.files++;
-    r->stats.bytes += written;
-out:
+    if (!e) {
+        st_id got = st_hasher_final(&digest);
+        if (st_id_cmp(&got, &f->digest) != 0)
+            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
+    }
+    free(buf);
     st_hasher_free(&digest);
     return e;
 }

@@ -41,6 +41,18 @@ st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
  */
 st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd);
 
+/*!
+ * Restores chunks [first, first + count) of f into fd with pwrite at their
+ * offsets in the file, verifying each chunk (several restorers on several
+ * threads can fill one file in parallel). The whole-file digest is then
+ * checked once with st_restore_verify_file().
+ */
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                         size_t first, size_t count, int fd);
+
+/*! Reads fd back and checks f's size and whole-file digest. */
+st_err st_restore_verify_file(int fd, const st_file_entry *f);
+
 const st_restore_stats *st_restorer_stats(const st_restorer *r);
 void st_restorer_free(st_restorer *r);
 
