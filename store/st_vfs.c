@@ -1182,8 +1182,10 @@ size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_
 
 /* Frees staging space by dropping local copies of durable, unopened files
  * (their content is in the store; they become remote again). */
-static void evict_durable(st_vfs *v, uint64_t need)
+void vfs_evict_durable(st_vfs *v, uint64_t need)
 {
+    if (!v->opts.staging_cap)
+        return;
     for (uint64_t i = 0; i < v->ninodes && v->staged_bytes + need > v->opts.staging_cap; i++) {
         vnode *n = v->inodes[i];
         if (!n || !S_ISREG(n->mode) || !n->sid || n->opens || !n->remote ||
@@ -1211,7 +1213,7 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
     if (end > n->size) {
         uint64_t growth = end - n->size;
         if (v->staged_bytes + growth > v->opts.staging_cap)
-            evict_durable(v, growth);
+            vfs_evict_durable(v, growth);
         if (v->staged_bytes + growth > v->opts.staging_cap) {
             e = st_seterr(ST_ERR_NOSPACE, "staging cap of %" PRIu64 " bytes reached",
                           v->opts.staging_cap);

@@ -152,6 +152,9 @@ vjob *vfs_job(st_vfs *v, const char *name, int create);
 vstep *vfs_step(vjob *j, uint64_t step, int create);
 void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap);
 void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
+/* Drops local copies of durable, unopened files until `need` more bytes fit
+ * under the staging cap (they become remote again). */
+void vfs_evict_durable(st_vfs *v, uint64_t need);
 
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);

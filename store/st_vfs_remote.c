@@ -350,6 +350,7 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
     vremote r = *n->remote;
     if (!(r.path = strdup(n->remote->path)))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
+    vfs_evict_durable(v, n->size); /* the cache lives under the staging cap too */
     uint64_t sid = v->next_sid++;
     n->fetching = 1;
     pthread_mutex_unlock(&v->lock);
