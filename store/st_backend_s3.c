@@ -122,7 +122,7 @@ typedef struct s3_call {
     /* get / stat */
     st_bytes *out;
     uint64_t want_max; /* get: most bytes the range may return */
-    int have_props;
+    int have_props, have_etag;
     uint64_t content_length;
     int nomem, overflow;
 
@@ -155,6 +155,7 @@ static S3Status on_props(const S3ResponseProperties *p, void *arg)
 {
     s3_call *call = arg;
     call->have_props = 1;
+    call->have_etag = p->eTag != NULL;
     call->content_length = p->contentLength;
     call->moved++;
     if (call->out) {
@@ -478,14 +479,33 @@ static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *si
     run_request(c, rc, &call, 0);
     *st = call.timed_out ? S3StatusInterrupted : call.status;
     if (call.status == S3StatusOK && !call.timed_out) {
-        if (!call.have_props)
-            return st_seterr(ST_ERR_TRANSIENT, "s3 stat s3://%s/%s%s at %s: no headers",
+        /* Every S3 HEAD answer carries an ETag; without one the headers
+         * were cut short (libs3 reports that as success). */
+        if (!call.have_props || !call.have_etag)
+            return st_seterr(ST_ERR_TRANSIENT,
+                             "s3 stat s3://%s/%s%s at %s: incomplete response headers (connection "
+                             "cut?)",
                              c->bucket, c->prefix, key, c->endpoint);
         *size = call.content_length;
         atomic_store(&c->bucket_seen, 1);
         return ST_OK;
     }
     return call_error(c, "stat", key, &call);
+}
+
+/*
+ * HEAD with a second opinion on size 0: libs3 reports headers cut short as
+ * success, and a cut after ETag but before Content-Length reads as size 0.
+ * A size above 0 cannot come from a cut (the header was there); 0 is
+ * believed when a second HEAD says it too.
+ */
+static st_err head_checked(s3_ctx *c, const char *key, const char *fk, uint64_t *size,
+                           S3Status *st)
+{
+    st_err e = head_once(c, key, fk, size, st);
+    if (e == ST_OK && *size == 0)
+        e = head_once(c, key, fk, size, st);
+    return e;
 }
 
 static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
@@ -499,7 +519,7 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
     if (e)
         return e;
     S3Status st;
-    e = head_once(c, key, fk, size, &st);
+    e = head_checked(c, key, fk, size, &st);
     if (e != ST_ERR_NOT_FOUND || atomic_load(&c->bucket_seen))
         return e;
     /* A HEAD 404 has no body, so it cannot say whether the key or the
@@ -509,7 +529,7 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
     e = get_range(c, key, fk, 0, 1, &probe, &st);
     st_bytes_free(&probe);
     if (e == ST_OK) /* it appeared meanwhile */
-        return head_once(c, key, fk, size, &st);
+        return head_checked(c, key, fk, size, &st);
     if (e == ST_ERR_NOT_FOUND)
         return st_seterr(ST_ERR_NOT_FOUND, "s3 stat s3://%s/%s%s at %s: not found", c->bucket,
                          c->prefix, key, c->endpoint);
@@ -550,11 +570,33 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
                       c->bucket, c->prefix, key, c->endpoint, count);
     } else if (call.status != S3StatusOK || call.timed_out) {
         e = call_error(c, "get", key, &call);
-    } else if (!call.have_props || call.content_length != out->len) {
+    } else if (!call.have_props || !call.have_etag) {
+        /* libs3 reports a connection cut in the headers as success; every
+         * S3 GET answer has an ETag. */
+        e = st_seterr(ST_ERR_TRANSIENT,
+                      "s3 get s3://%s/%s%s at %s: incomplete response headers (connection cut?)",
+                      c->bucket, c->prefix, key, c->endpoint);
+    } else if (call.content_length != out->len) {
         /* libs3 reports a connection cut mid-body as success. */
         e = st_seterr(ST_ERR_TRANSIENT,
                       "s3 get s3://%s/%s%s at %s: connection cut: got %zu of %" PRIu64 " bytes",
                       c->bucket, c->prefix, key, c->endpoint, out->len, call.content_length);
+    } else if (out->len == 0) {
+        /* Empty is right only at the end of the object (or for an empty
+         * object); a cut between ETag and Content-Length also looks empty. */
+        uint64_t size = 0;
+        S3Status hs;
+        e = head_checked(c, key, fk, &size, &hs);
+        if (e == ST_OK && size > off)
+            e = st_seterr(ST_ERR_TRANSIENT,
+                          "s3 get s3://%s/%s%s at %s: empty reply for bytes from %" PRIu64
+                          " of %" PRIu64 " (connection cut?)",
+                          c->bucket, c->prefix, key, c->endpoint, off, size);
+        else if (e == ST_OK && size < off)
+            e = st_seterr(ST_ERR_INVALID,
+                          "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
+                          " bytes)",
+                          c->bucket, c->prefix, key, off, size);
     }
     if (e) {
         st_bytes_clear(out);
@@ -635,7 +677,18 @@ static st_err list_expand_cut(s3_ctx *c, const char *cut, const char *fp, char *
             continue;
         uint64_t size = 0;
         S3Status st;
-        st_err e = head_once(c, rel, name, &size, &st);
+        st_err e;
+        /* The one place this backend retries by itself: these probes are
+         * parts of one list call, and restarting the whole listing for
+         * each failed probe (the retry wrapper's granularity) would make 65
+         * requests in a row have to succeed. */
+        for (unsigned attempt = 0;; attempt++) {
+            e = head_checked(c, rel, name, &size, &st);
+            if (e != ST_ERR_TRANSIENT || attempt >= 4)
+                break;
+            struct timespec ts = {0, (long)(50L << attempt) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         if (e == ST_ERR_NOT_FOUND)
             continue;
         if (e)
@@ -737,8 +790,17 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
             if (cb(arg, rel, size))
                 goto out;
         }
-        if (!call.truncated)
-            goto out;
+        if (!call.truncated) {
+            /* A listing cut short by the connection looks complete: libs3
+             * reports success and the page just ends early (and says "not
+             * truncated"). So an end is believed only when a request that
+             * starts after the last name seen finds nothing more. Pages
+             * before the end need no check: the next page starts after
+             * their last name anyway. */
+            if (call.page_keys == 0)
+                goto out;
+            call.truncated = 1; /* ask again after this page */
+        }
         /* Continue after the largest name seen. Guard against a server that
          * says "truncated" without making progress: that would loop forever. */
         if (!call.page_keys || strcmp(next_marker, marker) <= 0) {

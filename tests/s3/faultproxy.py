@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""faultproxy.py - an HTTP/1.1-aware TCP proxy that injects faults between an
+S3 client and an S3 server (s3rver), one decision per request.
+
+    faultproxy.py --target-port P [--listen-port 0] --port-file F --pid-file F
+                  [--stats-file F] [--seed N] [--stall-s S] [--owner-pid PID]
+                  [--faults e500=0.03,e503=0.03,drop_req=0.03,drop_resp=0.03,cut_body=0.03,stall=0.003]
+
+It parses request and response framing (Content-Length, chunked, HEAD/1xx/
+204/304), so with keep-alive connections every request, not only the first on
+a connection, can be hit. Faults, each with its probability per request:
+
+    e500       answer 500 InternalError (S3 XML body) without asking the server
+    e503       answer 503 SlowDown without asking the server
+    drop_req   close the client connection after reading the request head:
+               the server never sees the request, the client gets no reply
+    drop_resp  forward the request, then close after half of the response
+               (head or body): the server did the work, the reply is cut
+    cut_body   forward half of a request body to the server, then reset both
+               connections (an upload cut mid-way; requests with a body only)
+    stall      hold the request for --stall-s seconds, answering nothing,
+               then close: a hung server as the client sees it
+
+Every fault closes the connection it hit. Counts go to --stats-file (JSON) on
+SIGTERM/SIGINT and every second. The proxy listens on 127.0.0.1 only and is
+stopped by PID (the caller's trap). The seed makes a run reproducible up to
+thread timing.
+"""
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import struct
+import sys
+import time
+
+FAULTS = ("e500", "e503", "drop_req", "drop_resp", "cut_body", "stall")
+
+
+class Stats:
+    def __init__(self):
+        self.counts = {"requests": 0, "passed": 0, "connections": 0}
+        for f in FAULTS:
+            self.counts[f] = 0
+
+    def dump(self, path):
+        if not path:
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.counts, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+
+class Closed(Exception):
+    pass
+
+
+async def read_head(reader):
+    """One HTTP message head (up to the blank line), or None at a clean EOF."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as e:
+        if e.partial:
+            raise Closed()
+        return None
+    except (asyncio.LimitOverrunError, ConnectionError):
+        raise Closed()
+    return head
+
+
+def parse_headers(head):
+    lines = head.decode("latin-1").split("\r\n")
+    first = lines[0]
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return first, headers
+
+
+async def copy_exact(reader, writer, n, limit=None):
+    """Copies n bytes; with limit, stops after that many and returns False."""
+    sent = 0
+    while sent < n:
+        want = min(65536, n - sent)
+        if limit is not None:
+            want = min(want, limit - sent)
+            if want <= 0:
+                return False
+        chunk = await reader.read(want)
+        if not chunk:
+            raise Closed()
+        writer.write(chunk)
+        await writer.drain()
+        sent += len(chunk)
+    return True
+
+
+async def read_body(reader, headers, method, status):
+    """The bytes of one response body (after its head), framed per RFC 7230."""
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return b""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        out = bytearray()
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            out += line
+            size = int(line.split(b";")[0].strip(), 16)
+            if size == 0:
+                while True:  # trailers up to the blank line
+                    t = await reader.readuntil(b"\r\n")
+                    out += t
+                    if t == b"\r\n":
+                        return bytes(out)
+            out += await reader.readexactly(size + 2)
+    if "content-length" in headers:
+        return await reader.readexactly(int(headers["content-length"]))
+    return await reader.read()  # until the server closes
+
+
+def reset(writer):
+    """Closes with RST (SO_LINGER 0), as a crashed peer would."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.close()
+
+
+def s3_error(status, code, message):
+    body = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message>'
+            "<RequestId>faultproxy</RequestId></Error>" % (code, message)).encode()
+    reason = {500: "Internal Server Error", 503: "Service Unavailable"}[status]
+    head = ("HTTP/1.1 %d %s\r\nContent-Type: application/xml\r\nContent-Length: %d\r\n"
+            "Connection: close\r\n\r\n" % (status, reason, len(body))).encode()
+    return head + body
+
+
+class Proxy:
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.rates = {f: 0.0 for f in FAULTS}
+        for item in filter(None, args.faults.split(",")):
+            name, value = item.split("=")
+            if name not in self.rates:
+                sys.exit("faultproxy: unknown fault %r (known: %s)" % (name, ", ".join(FAULTS)))
+            self.rates[name] = float(value)
+        self.stats = Stats()
+
+    def pick(self, has_body):
+        r = self.rng.random()
+        for f in FAULTS:
+            rate = self.rates[f]
+            if f == "cut_body" and not has_body:
+                continue
+            if r < rate:
+                return f
+            r -= rate
+        return None
+
+    async def handle(self, creader, cwriter):
+        self.stats.counts["connections"] += 1
+        ureader = uwriter = None
+        try:
+            while True:
+                head = await read_head(creader)
+                if head is None:
+                    return
+                first, headers = parse_headers(head)
+                method = first.split(" ", 1)[0].upper()
+                body_len = int(headers.get("content-length", "0") or 0)
+                if "chunked" in headers.get("transfer-encoding", "").lower():
+                    sys.stderr.write("faultproxy: chunked requests are not supported\n")
+                    return
+                self.stats.counts["requests"] += 1
+                fault = self.pick(body_len > 0)
+                if fault:
+                    self.stats.counts[fault] += 1
+                if fault in ("e500", "e503"):
+                    status, code, msg = ((500, "InternalError", "injected by faultproxy")
+                                         if fault == "e500" else
+                                         (503, "SlowDown", "injected by faultproxy"))
+                    cwriter.write(s3_error(status, code, msg))
+                    await cwriter.drain()
+                    return
+                if fault == "drop_req":
+                    reset(cwriter)
+                    return
+                if fault == "stall":
+                    await asyncio.sleep(self.args.stall_s)
+                    return
+
+                if uwriter is None:
+                    ureader, uwriter = await asyncio.open_connection("127.0.0.1",
+                                                                     self.args.target_port)
+                uwriter.write(head)
+                await uwriter.drain()
+
+                async def send_body():
+                    if fault == "cut_body":
+                        await copy_exact(creader, uwriter, body_len, limit=body_len // 2)
+                        raise Closed()
+                    await copy_exact(creader, uwriter, body_len)
+
+                body_task = asyncio.ensure_future(send_body())
+                try:
+                    # Interim 1xx answers (100 Continue) come before the final one.
+                    while True:
+                        rhead = await read_head(ureader)
+                        if rhead is None:
+                            raise Closed()
+                        rfirst, rheaders = parse_headers(rhead)
+                        status = int(rfirst.split(" ")[1])
+                        rbody = await read_body(ureader, rheaders, method, status)
+                        whole = rhead + rbody
+                        if status >= 200 or fault == "drop_resp":
+                            break
+                        cwriter.write(whole)
+                        await cwriter.drain()
+                    if fault == "drop_resp":
+                        cwriter.write(whole[: len(whole) // 2])
+                        await cwriter.drain()
+                        reset(cwriter)
+                        return
+                    await body_task
+                except Closed:
+                    body_task.cancel()
+                    if fault == "cut_body":
+                        if uwriter:
+                            reset(uwriter)
+                            uwriter = None
+                        reset(cwriter)
+                    return
+                if fault == "cut_body":  # the server answered before the cut
+                    reset(cwriter)
+                    return
+                cwriter.write(whole)
+                await cwriter.drain()
+                self.stats.counts["passed"] += 1
+                if rheaders.get("connection", "").lower() == "close":
+                    return
+        except (Closed, ConnectionError, asyncio.IncompleteReadError, ValueError, IndexError):
+            return
+        finally:
+            for w in (cwriter, uwriter):
+                if w is not None:
+                    try:
+                        w.close()
+                    except Exception:
+                        pass
+
+    async def main(self):
+        server = await asyncio.start_server(self.handle, "127.0.0.1", self.args.listen_port,
+                                            limit=1 << 20)
+        port = server.sockets[0].getsockname()[1]
+        write_atomic(self.args.pid_file, "%d\n" % os.getpid())
+        write_atomic(self.args.port_file, "%d\n" % port)
+        loop = asyncio.get_running_loop()
+        stop = loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+        async with server:
+            while not stop.done():
+                self.stats.dump(self.args.stats_file)
+                await asyncio.wait([stop], timeout=1.0)
+                if self.args.owner_pid and not pid_alive(self.args.owner_pid):
+                    break
+        self.stats.dump(self.args.stats_file)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def write_atomic(path, text):
+    if not path:
+        return
+    with open(path + ".tmp", "w") as fh:
+        fh.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target-port", type=int, required=True)
+    ap.add_argument("--listen-port", type=int, default=0)
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--pid-file")
+    ap.add_argument("--stats-file")
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--stall-s", type=float, default=5.0)
+    ap.add_argument("--faults", default="")
+    ap.add_argument("--owner-pid", type=int, default=0,
+                    help="exit when this process is gone (a killed test leaves no proxy)")
+    args = ap.parse_args()
+    asyncio.run(Proxy(args).main())
+
+
+if __name__ == "__main__":
+    main()
