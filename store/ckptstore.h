@@ -77,21 +77,83 @@ typedef struct st_get_result {
 st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
                         st_get_result *res);
 
-/*! One committed step. */
+/*! One step as readers see it (docs/CONSISTENCY.md). */
 typedef struct st_step_info {
     uint64_t step;
-    int64_t created_ns;
+    int64_t created_ns; /* the newest part record's time */
     uint64_t files;
-    uint64_t bytes; /* logical */
-    uint64_t nodes;
+    uint64_t bytes;     /* logical bytes of its files */
+    uint64_t nodes;     /* part records (one per node that wrote it) */
+    int consistent;     /* complete on every rank and durable: restorable */
+    int complete;       /* some node saw its completion */
+    uint32_t world_size; /* 0: unknown */
+    uint32_t ranks;      /* distinct writer ranks among its files */
+    char why[160];       /* "" when consistent, else why not ("missing ranks 2,3") */
 } st_step_info;
 
 /*!
- * Committed steps of job in ascending order (*steps malloc'd, free()).
- * Steps whose commit record is unreadable are reported through warn and
- * left out.
+ * Every step of job that has at least one part record, consistent or not, in
+ * ascending order (*steps malloc'd, free()). Steps whose records cannot be
+ * read are reported through warn and left out.
  */
 st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n);
+
+/*! The latest consistent step of job, or ST_ERR_NOT_FOUND (message says so). */
+st_err st_store_latest(st_store *s, const char *job, uint64_t *step);
+
+typedef struct st_restore_opts {
+    int rank;          /* -1: every file; else only the files written by this rank */
+    int latest;        /* ignore `step`: take the latest consistent step */
+    int no_fallback;   /* with latest: fail rather than fall back to an older step */
+    unsigned threads;  /* parallel downloads; 0: 4 */
+    /* Called from the restoring threads (serialised) as bytes arrive; may be NULL. */
+    void (*progress)(void *arg, uint64_t done_bytes, uint64_t total_bytes);
+    void *progress_arg;
+} st_restore_opts;
+
+typedef struct st_restore_result {
+    uint64_t step;         /* the step restored */
+    uint64_t files, bytes;
+    uint64_t gets;         /* object GETs issued */
+    int fell_back;         /* the latest step failed verification; an older one was restored */
+    uint64_t failed_step;  /* when fell_back: the step that failed */
+    char failure[256];     /* when fell_back: why */
+} st_restore_result;
+
+/*!
+ * Restores a consistent step (or with opts->latest the latest one) into dest
+ * (created if missing): parallel ranged GETs, every chunk and every file
+ * verified, each file renamed into place only once whole. A step that is not
+ * consistent is refused (ST_ERR_NOT_FOUND, message says why). opts NULL:
+ * all files, 4 threads, fallback on.
+ */
+st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char *dest,
+                        const st_restore_opts *opts, st_restore_result *res);
+
+typedef struct st_verify_result {
+    uint64_t files, chunks, bytes;
+    uint64_t bad_files; /* files with a chunk or digest that failed */
+} st_verify_result;
+
+/*! Reads and checks every chunk and file digest of a step (no local writes).
+ *  ST_ERR_CORRUPT if anything failed (the message names the first file). */
+st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_result *res);
+
+typedef struct st_store_stats {
+    uint64_t steps, consistent_steps;
+    uint64_t logical_bytes; /* sum over steps of their files' sizes */
+    uint64_t stored_bytes;  /* sum of pack object sizes */
+    uint64_t packs, manifests, part_records;
+} st_store_stats;
+
+/*! Space accounting of a job: logical vs stored bytes, object counts. */
+st_err st_store_stats_job(st_store *s, const char *job, st_store_stats *out);
+
+/*! Object requests this st_store made so far, by kind. */
+typedef struct st_request_counts {
+    uint64_t put, get, stat, list, del;
+} st_request_counts;
+void st_store_requests(const st_store *s, st_request_counts *out);
 
 /*! Names of the jobs in the store (malloc'd array of malloc'd strings;
  *  st_store_free_names()). */
