@@ -1,10 +1,11 @@
 /*
- * st_stepio — reading and publishing whole steps in the store, following the
- * protocol of docs/PROTOCOL.md: a step is visible only through its commit
- * record, which is written after the manifest it names, which is written
- * after every pack it references.
+ * st_stepio — reading and publishing steps in the store, following
+ * docs/PROTOCOL.md and docs/CONSISTENCY.md: a node's part of a step is
+ * visible only through its part record, written after the manifest it names,
+ * written after every pack it references; a step is consistent when its
+ * parts together satisfy the consistency rule.
  *
- * Shared by the one-shot put/get of ckptctl (st_store.c) and the daemon's
+ * Shared by the one-shot put/restore of ckptctl (st_store.c) and the daemon's
  * uploader and remote view (st_vfs). Threads: stateless; callers bring the
  * backend (thread-safe) and their own buffers.
  */
@@ -19,40 +20,64 @@
 #include "st_state.h"
 #include "st_step.h"
 
-/*! Committed step numbers of job, ascending (*steps malloc'd; free()). */
-st_err st_stepio_list_committed(st_backend *b, const char *job, uint64_t **steps, size_t *n);
+/*! A step that has part records, and the nodes that wrote them. */
+typedef struct st_step_keys {
+    uint64_t step;
+    size_t nnodes;
+    char (*nodes)[ST_NODE_MAX + 1]; /* malloc'd */
+} st_step_keys;
+
+/*! Steps of job that have at least one part record, ascending, from one
+ *  listing (*steps malloc'd; st_step_keys_free()). */
+st_err st_stepio_list_steps(st_backend *b, const char *job, st_step_keys **steps, size_t *n);
+void st_step_keys_free(st_step_keys *steps, size_t n);
+
+/*! Fetches and decodes one node's part record (ST_ERR_NOT_FOUND if absent). */
+st_err st_stepio_load_part(st_backend *b, const char *job, uint64_t step, const char *node,
+                           st_bytes *buf, st_part *p);
+
+/*! Fetches the manifest a part record names and checks it against it. */
+st_err st_stepio_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, st_manifest *m);
+
+/*! One step with all its parts and manifests, and the verdict of the
+ *  consistency rule (docs/CONSISTENCY.md). */
+typedef struct st_stepview {
+    uint64_t step;
+    size_t nparts;
+    st_part *parts;          /* malloc'd */
+    st_manifest *manifests;  /* parallel to parts */
+    int consistent;
+    int complete;
+    uint32_t world_size;
+    uint32_t ranks;          /* distinct writer ranks among the files */
+    uint64_t files, bytes;
+    int64_t created_ns;
+    char why[160];           /* "" when consistent */
+} st_stepview;
+
+/*! Loads every part of k and evaluates it. A part that cannot be read makes
+ *  the whole load fail (a step is judged on all its parts or not at all). */
+st_err st_stepio_load_view(st_backend *b, const char *job, const st_step_keys *k, st_bytes *buf,
+                           st_stepview *v);
+void st_stepview_free(st_stepview *v);
+
+/*! Applies the consistency rule to the loaded parts (sets consistent,
+ *  complete, world_size, ranks, files, bytes, why). Pure. */
+void st_stepview_evaluate(st_stepview *v);
 
 /*!
- * Fetches and decodes the commit record of a step into c (st_commit_free()).
- * buf is scratch, reused across calls. ST_ERR_NOT_FOUND when the step is not
- * committed; ST_ERR_CORRUPT (message names the key) when it does not decode
- * or names another step.
+ * Publishes this node's part of a step whose packs are all stored: the job
+ * registry entry, the manifest m (step, job, node, created_ns filled in) as
+ * revision part->revision, then the part record (its manifest fields are
+ * filled here from what was written). Adds the PUTs made to *puts.
  */
-st_err st_stepio_load_commit(st_backend *b, const char *job, uint64_t step, st_bytes *buf,
-                             st_commit *c);
+st_err st_stepio_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts);
 
 /*!
- * Fetches one node's manifest named by a commit record, checks its length and
- * digest against the record, decodes it into m (st_manifest_free()).
- */
-st_err st_stepio_load_manifest(st_backend *b, const char *job, uint64_t step,
-                               const st_commit_node *node, st_bytes *buf, st_manifest *m);
-
-/*!
- * Publishes a step whose packs are all stored: PUTs m (its step, job, node and
- * created_ns filled in) as revision `revision` of this node's manifest, then
- * the commit record naming it. `existing` (may be NULL) is the step's current
- * commit record: its other nodes' entries are carried over. Adds the PUTs
- * made to *puts.
- */
-st_err st_stepio_publish(st_backend *b, const st_manifest *m, uint32_t revision,
-                         const st_commit *existing, uint64_t *puts);
-
-/*!
- * Merges the chunk locations of every committed step of job that the local
- * index has not seen (in this exact commit version) into the dedup index, so
- * a writer dedups against what every node stored. Unreadable steps are
- * reported through warn (may be NULL) and skipped; store errors are returned.
+ * Merges the chunk locations of every part record of job that the local
+ * index has not seen (in this exact version) into the dedup index, so a
+ * writer dedups against what every node stored. Unreadable parts are reported
+ * through warn (may be NULL) and skipped; store errors are returned.
  */
 st_err st_stepio_sync_index(st_backend *b, st_state *state, const char *job,
                             void (*warn)(void *arg, const char *msg), void *warn_arg);

@@ -1,12 +1,14 @@
 /*
- * st_store — the facade (ckptstore.h): whole-step put, get and listings on
- * top of the backend, the local state, ingest and restore.
+ * st_store — the facade (ckptstore.h), writing side: opening a store (the
+ * backend wrapped in a request counter, the local state), put of a whole
+ * directory as a step, the job list. Reading (list, latest, restore,
+ * verify, stats) is st_store_read.c.
  *
  * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
  * st_ingest), then the job registry entry, this node's manifest and, last,
  * the commit record (st_stepio_publish).
  */
-#include "ckptstore.h"
+#include "st_store_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "st_backend.h"
+#include "st_backend_count.h"
 #include "st_fsutil.h"
 #include "st_ingest.h"
 #include "st_manifest.h"
@@ -30,17 +32,7 @@
 #include "st_stepio.h"
 
 
-struct st_store {
-    st_backend *backend;
-    st_state *state;
-    char node[ST_NODE_MAX + 1];
-    st_chunker_params chunker;
-    void (*warn)(void *arg, const char *msg);
-    void *warn_arg;
-};
-
-static void warnf(st_store *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warnf(st_store *s, const char *fmt, ...)
+void st_store_warnf(st_store *s, const char *fmt, ...)
 {
     if (!s->warn)
         return;
@@ -121,6 +113,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
 
     char state_dir[PATH_MAX], db[PATH_MAX + 64];
     st_err e = st_backend_open(opts->url, &s->backend);
+    if (!e)
+        e = st_backend_count_wrap(&s->backend, &s->requests);
     if (e)
         goto fail;
     if (opts->state_dir)
@@ -235,7 +229,7 @@ static st_err walk_put(walk_ctx *w, const char *root, const char *rel)
                 close(fd);
         } else {
             w->skipped++;
-            warnf(w->s, "skipping %s: not a regular file or directory", child);
+            st_store_warnf(w->s, "skipping %s: not a regular file or directory", child);
         }
     }
     for (size_t i = 0; i < n; i++)
@@ -252,7 +246,7 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     st_put_result r = {0};
     st_ingest *ingest = NULL;
     st_manifest m = {0};
-    st_err e = st_key_commit(key, sizeof key, job, step);
+    st_err e = st_key_part(key, sizeof key, job, step, s->node);
     if (e)
         return e;
     e = st_stat(s->backend, key, &size);
@@ -284,7 +278,8 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     m.created_ns = st_now_ns();
     m.node = s->node;
     m.job = (char *)job;
-    e = st_stepio_publish(s->backend, &m, 1, NULL, &r.puts);
+    st_part part = {.revision = 1, .complete = 1}; /* ckptctl put: one writer, whole step */
+    e = st_stepio_publish(s->backend, &m, &part, &r.puts);
     m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
     if (!e)
         e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
@@ -309,137 +304,7 @@ out:
     return e;
 }
 
-/* ---- get ---- */
-
-/* Restores one file: temp name, verify, fsync, then rename into place. */
-static st_err restore_one(st_restorer *rs, const st_manifest *m, const st_file_entry *f,
-                          int dest_fd)
-{
-    static unsigned counter;
-    char tmp_rel[PATH_MAX];
-    const char *slash = strrchr(f->path, '/');
-    const char *base = slash ? slash + 1 : f->path;
-    int dirlen = slash ? (int)(slash - f->path) + 1 : 0;
-    snprintf(tmp_rel, sizeof tmp_rel, "%.*s.ckpt-restore.%ld.%u", dirlen, f->path,
-             (long)getpid(), counter++);
-    int parent = -1;
-    int fd = st_open_beneath(dest_fd, tmp_rel, O_WRONLY | O_CREAT | O_EXCL, 0600, 1, &parent);
-    if (fd < 0)
-        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
-                         "create %s in the target directory: %s", tmp_rel, strerror(errno));
-    const char *tmp_base = strrchr(tmp_rel, '/') ? strrchr(tmp_rel, '/') + 1 : tmp_rel;
-    st_err e = st_restore_file(rs, m, f, fd);
-    if (!e) {
-        struct timespec times[2] = {{0, UTIME_OMIT},
-                                    {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
-        if (fchmod(fd, f->mode & 07777) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0)
-            e = st_seterr(ST_ERR_IO, "finish %s: %s", f->path, strerror(errno));
-    }
-    close(fd);
-    if (!e && renameat(parent, tmp_base, parent, base) < 0)
-        e = st_seterr(ST_ERR_IO, "rename into place %s: %s", f->path, strerror(errno));
-    if (e)
-        unlinkat(parent, tmp_base, 0);
-    close(parent);
-    return e;
-}
-
-st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
-                        st_get_result *res)
-{
-    st_bytes buf = {0};
-    st_commit c;
-    st_restorer *rs = NULL;
-    int dest_fd = -1;
-    st_err e = st_stepio_load_commit(s->backend, job, step, &buf, &c);
-    if (e)
-        goto out_nocommit;
-    if ((e = st_mkdir_p(dest)))
-        goto out;
-    dest_fd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dest_fd < 0) {
-        e = st_seterr(ST_ERR_IO, "open %s: %s", dest, strerror(errno));
-        goto out;
-    }
-    if ((e = st_restorer_new(s->backend, job, &rs)))
-        goto out;
-    for (size_t n = 0; !e && n < c.nnodes; n++) {
-        st_manifest m;
-        if ((e = st_stepio_load_manifest(s->backend, job, step, &c.nodes[n], &buf, &m)))
-            break;
-        for (size_t i = 0; !e && i < m.nfiles; i++)
-            e = restore_one(rs, &m, &m.files[i], dest_fd);
-        st_manifest_free(&m);
-    }
-    if (!e && fsync(dest_fd) < 0)
-        e = st_seterr(ST_ERR_IO, "fsync %s: %s", dest, strerror(errno));
-    if (!e && res) {
-        const st_restore_stats *rst = st_restorer_stats(rs);
-        res->files = rst->files;
-        res->bytes = rst->bytes;
-        res->gets = rst->gets + 1 + c.nnodes;
-    }
-out:
-    st_commit_free(&c);
-out_nocommit:
-    if (dest_fd >= 0)
-        close(dest_fd);
-    st_restorer_free(rs);
-    st_bytes_free(&buf);
-    return e;
-}
-
 /* ---- listings ---- */
-
-st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n)
-{
-    uint64_t *list;
-    size_t nlist;
-    st_bytes buf = {0};
-    *steps = NULL;
-    *n = 0;
-    st_err e = st_stepio_list_committed(s->backend, job, &list, &nlist);
-    st_step_info *out = e ? NULL : calloc(nlist ? nlist : 1, sizeof *out);
-    if (!e && !out)
-        e = st_seterr(ST_ERR_NOMEM, "out of memory");
-    size_t count = 0;
-    for (size_t i = 0; !e && i < nlist; i++) {
-        st_commit c;
-        if (st_stepio_load_commit(s->backend, job, list[i], &buf, &c)) {
-            warnf(s, "step %" PRIu64 ": %s", list[i], st_errmsg());
-            continue;
-        }
-        st_step_info *si = &out[count];
-        memset(si, 0, sizeof *si);
-        si->step = c.step;
-        si->created_ns = c.created_ns;
-        si->nodes = c.nnodes;
-        int ok = 1;
-        for (size_t k = 0; ok && k < c.nnodes; k++) {
-            st_manifest m;
-            if (st_stepio_load_manifest(s->backend, job, c.step, &c.nodes[k], &buf, &m)) {
-                warnf(s, "step %" PRIu64 ": %s", c.step, st_errmsg());
-                ok = 0;
-                break;
-            }
-            si->files += m.nfiles;
-            for (size_t f = 0; f < m.nfiles; f++)
-                si->bytes += m.files[f].size;
-            st_manifest_free(&m);
-        }
-        st_commit_free(&c);
-        count += ok;
-    }
-    free(list);
-    st_bytes_free(&buf);
-    if (e) {
-        free(out);
-        return e;
-    }
-    *steps = out;
-    *n = count;
-    return ST_OK;
-}
 
 typedef struct name_list {
     char **names;

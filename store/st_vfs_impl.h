@@ -71,6 +71,8 @@ struct vnode {
     vfile_state state;
     int from_remote; /* content fetched from the store, unchanged since */
     uint64_t step;   /* the step the file belongs to, VFS_NO_STEP: none yet */
+    int32_t rank;    /* RANK of the process that created it, -1: unknown */
+    uint32_t world;  /* its WORLD_SIZE, 0: unknown */
     vremote *remote; /* where its durable content lives, NULL: nowhere */
     int fetching;    /* a fetch of the remote content is under way */
 };
@@ -86,6 +88,9 @@ typedef struct vstep {
     int64_t durable_ns;
     pid_t writer_pids[VFS_JOB_MAX_STEPS_WRITERS];
     int nwriter_pids;
+    int64_t last_activity_ns; /* last writer open or close (eager publishing) */
+    st_rank_commit *commits;  /* explicit per-rank commits made on this node */
+    size_t ncommits;
 } vstep;
 
 typedef struct vjob {

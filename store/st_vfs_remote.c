@@ -56,7 +56,7 @@ static int collect_job(void *arg, const char *key, uint64_t size)
 }
 
 /* Adds (or re-points) the remote file f of a step to the tree (lock held). */
-static void merge_file(st_vfs *v, vnode *jd, const st_commit_node *cn, uint64_t step,
+static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
                        const st_file_entry *f)
 {
     if (vfs_journal_is_tombstone(v, jd->name, f->path))
@@ -94,8 +94,8 @@ static void merge_file(st_vfs *v, vnode *jd, const st_commit_node *cn, uint64_t 
     free(r->path);
     r->path = p;
     r->step = step;
-    r->revision = cn->revision;
-    snprintf(r->node, sizeof r->node, "%s", cn->name);
+    r->revision = part->revision;
+    snprintf(r->node, sizeof r->node, "%s", part->node);
     n->remote = r;
     n->mode = S_IFREG | (f->mode & 07777);
     n->size = f->size;
@@ -105,43 +105,35 @@ static void merge_file(st_vfs *v, vnode *jd, const st_commit_node *cn, uint64_t 
     n->version = n->durable_version = n->version + 1;
 }
 
-/* Loads one committed step into the view (no lock held on entry). */
-static void load_step(st_vfs *v, const char *job, uint64_t step, st_bytes *buf)
+/* Loads one step into the view if it is consistent (no lock held on entry):
+ * a step that is not is never shown (docs/CONSISTENCY.md). */
+static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_bytes *buf)
 {
-    st_commit c;
-    if (st_stepio_load_commit(v->backend, job, step, buf, &c)) {
-        vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", step, job, st_errmsg());
+    st_stepview sv;
+    if (st_stepio_load_view(v->backend, job, k, buf, &sv)) {
+        vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", k->step, job, st_errmsg());
         return;
     }
-    st_manifest *ms = calloc(c.nnodes ? c.nnodes : 1, sizeof *ms);
-    size_t loaded = 0;
-    for (size_t i = 0; ms && i < c.nnodes; i++) {
-        if (st_stepio_load_manifest(v->backend, job, step, &c.nodes[i], buf, &ms[i])) {
-            vfs_log(v, 1, "step %" PRIu64 " of %s: %s", step, job, st_errmsg());
-            goto out; /* a step is shown whole or not at all */
-        }
-        loaded++;
+    if (!sv.consistent) {
+        st_stepview_free(&sv);
+        return;
     }
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 1);
     vnode *jd = vfs_child(v->root, job);
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
         vfs_journal_put_dir(v, jd);
-    vstep *s = j ? vfs_step(j, step, 1) : NULL;
+    vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
     if (jd && s && !s->remote_loaded) {
-        for (size_t i = 0; i < c.nnodes; i++)
-            for (size_t k = 0; k < ms[i].nfiles; k++)
-                merge_file(v, jd, &c.nodes[i], step, &ms[i].files[k]);
+        for (size_t i = 0; i < sv.nparts; i++)
+            for (size_t f = 0; f < sv.manifests[i].nfiles; f++)
+                merge_file(v, jd, &sv.parts[i], k->step, &sv.manifests[i].files[f]);
         s->remote_loaded = 1;
         if (!s->durable_ns)
-            s->durable_ns = c.created_ns;
+            s->durable_ns = sv.created_ns;
     }
     pthread_mutex_unlock(&v->lock);
-out:
-    for (size_t i = 0; i < loaded; i++)
-        st_manifest_free(&ms[i]);
-    free(ms);
-    st_commit_free(&c);
+    st_stepview_free(&sv);
 }
 
 /* 1 if the view already holds this step as the store has it. */
@@ -161,14 +153,14 @@ st_err vfs_remote_refresh(st_vfs *v)
     st_bytes buf = {0};
     st_err e = st_list(v->backend, ST_KEY_JOBLIST, collect_job, &jobs);
     for (size_t i = 0; !e && i < jobs.n; i++) {
-        uint64_t *steps;
+        st_step_keys *steps;
         size_t n;
-        if ((e = st_stepio_list_committed(v->backend, jobs.names[i], &steps, &n)))
+        if ((e = st_stepio_list_steps(v->backend, jobs.names[i], &steps, &n)))
             break;
         for (size_t k = 0; k < n; k++)
-            if (!step_loaded(v, jobs.names[i], steps[k]))
-                load_step(v, jobs.names[i], steps[k], &buf);
-        free(steps);
+            if (!step_loaded(v, jobs.names[i], steps[k].step))
+                load_step(v, jobs.names[i], &steps[k], &buf);
+        st_step_keys_free(steps, n);
     }
     for (size_t i = 0; i < jobs.n; i++)
         free(jobs.names[i]);
@@ -293,22 +285,13 @@ static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd
                             uint64_t *size)
 {
     st_bytes buf = {0};
-    st_commit c;
+    st_part part;
     st_manifest m = {0};
     st_restorer *rs = NULL;
-    st_err e = st_stepio_load_commit(v->backend, job, r->step, &buf, &c);
+    st_err e = st_stepio_load_part(v->backend, job, r->step, r->node, &buf, &part);
     if (e)
-        goto out_nocommit;
-    const st_commit_node *cn = NULL;
-    for (size_t i = 0; i < c.nnodes; i++)
-        if (!strcmp(c.nodes[i].name, r->node))
-            cn = &c.nodes[i];
-    if (!cn) {
-        e = st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " no longer has node %s's files",
-                      r->step, r->node);
-        goto out;
-    }
-    if ((e = st_stepio_load_manifest(v->backend, job, r->step, cn, &buf, &m)))
+        goto out_nopart;
+    if ((e = st_stepio_load_manifest(v->backend, &part, &buf, &m)))
         goto out;
     const st_file_entry *f = NULL;
     for (size_t i = 0; i < m.nfiles; i++)
@@ -328,8 +311,8 @@ static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd
 out:
     st_restorer_free(rs);
     st_manifest_free(&m);
-    st_commit_free(&c);
-out_nocommit:
+    st_part_free(&part);
+out_nopart:
     st_bytes_free(&buf);
     return e;
 }

@@ -44,6 +44,7 @@ typedef struct snap_file {
     uint32_t mode;
     int64_t mtime_ns;
     char *path;
+    int32_t rank;        /* the writer's RANK, -1 unknown */
     int carry;           /* unchanged since our previous revision: reuse its entry */
     uint32_t prev_revision;
     char *prev_path;
@@ -54,10 +55,14 @@ typedef struct snapshot {
     uint64_t step;
     snap_file *files;
     size_t n, cap;
+    st_part part; /* what this node's part record will say, minus the manifest */
+    uint64_t metadata_sid; /* a DCP .metadata among the files: its staging id */
+    char metadata_dir[ST_MANIFEST_MAX_PATH + 1];
 } snapshot;
 
 static void snapshot_free(snapshot *s)
 {
+    st_part_free(&s->part);
     for (size_t i = 0; i < s->n; i++) {
         free(s->files[i].path);
         free(s->files[i].prev_path);
@@ -73,6 +78,18 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
     memset(s, 0, sizeof *s);
     snprintf(s->job, sizeof s->job, "%s", it->job);
     s->step = it->step;
+    vjob *vj = vfs_job(v, it->job, 0);
+    vstep *vs = vj ? vfs_step(vj, it->step, 0) : NULL;
+    if (vs) {
+        s->part.complete = vs->complete;
+        if (vs->ncommits) {
+            s->part.commits = malloc(vs->ncommits * sizeof *s->part.commits);
+            if (!s->part.commits)
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            memcpy(s->part.commits, vs->commits, vs->ncommits * sizeof *vs->commits);
+            s->part.ncommits = vs->ncommits;
+        }
+    }
     vnode *jd = vfs_child(v->root, it->job);
     for (uint64_t i = 0; jd && i < v->ninodes; i++) {
         vnode *n = v->inodes[i];
@@ -107,7 +124,22 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
         f->mode = n->mode;
         f->mtime_ns = n->mtime_ns;
         f->path = strdup(path);
+        f->rank = n->rank;
         f->carry = carry;
+        /* What the part record will say about the step's layout
+         * (docs/CONSISTENCY.md): the writers' world size, whether every rank
+         * writes, and the shard list a DCP .metadata promises. */
+        if (n->world > s->part.world_size)
+            s->part.world_size = n->world;
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t plen = strlen(path);
+        if ((plen > 7 && !strcmp(path + plen - 7, ".distcp")) ||
+            !strncmp(base, "zero_pp_rank_", 13))
+            s->part.rank_coverage = 1;
+        if (!strcmp(base, ".metadata") && n->sid) {
+            s->metadata_sid = n->sid;
+            snprintf(s->metadata_dir, sizeof s->metadata_dir, "%.*s", (int)(base - path), path);
+        }
         if (carry) {
             f->prev_revision = n->remote->revision;
             f->prev_path = strdup(n->remote->path);
@@ -122,13 +154,55 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
     return ST_OK;
 }
 
-/* Our node's entry in a commit record, or NULL. */
-static const st_commit_node *our_entry(const st_vfs *v, const st_commit *c)
+/* DCP's .metadata names every shard file "__R_I.distcp": collect those names
+ * as paths the step must contain (rule 3 of docs/CONSISTENCY.md). The file is
+ * a pickle; the names appear in it as plain strings, so a scan finds them
+ * without unpickling anything. */
+static void expect_dcp_shards(st_vfs *v, snapshot *s)
 {
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (!strcmp(c->nodes[i].name, v->node))
-            return &c->nodes[i];
-    return NULL;
+    if (!s->metadata_sid)
+        return;
+    char sp[PATH_MAX];
+    vfs_staging_path(v, s->metadata_sid, sp, sizeof sp);
+    int fd = open(sp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t cap = 16u << 20, got = 0;
+    uint8_t *buf = malloc(cap);
+    if (buf)
+        st_read_full(fd, buf, cap, &got, sp);
+    close(fd);
+    for (size_t i = 0; buf && i + 10 < got; i++) {
+        if (buf[i] != '_' || buf[i + 1] != '_')
+            continue;
+        size_t k = i + 2, digits1 = 0, digits2 = 0;
+        while (k < got && buf[k] >= '0' && buf[k] <= '9' && digits1 < 10)
+            k++, digits1++;
+        if (!digits1 || k >= got || buf[k] != '_')
+            continue;
+        k++;
+        while (k < got && buf[k] >= '0' && buf[k] <= '9' && digits2 < 10)
+            k++, digits2++;
+        if (!digits2 || k + 7 > got || memcmp(buf + k, ".distcp", 7))
+            continue;
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        int n = snprintf(path, sizeof path, "%s%.*s", s->metadata_dir, (int)(k + 7 - i),
+                         (const char *)buf + i);
+        int dup = 0;
+        for (size_t e = 0; e < s->part.nexpected; e++)
+            dup |= !strcmp(s->part.expected[e], path);
+        if (dup || n <= 0 || (size_t)n >= sizeof path ||
+            s->part.nexpected >= ST_PART_MAX_EXPECTED)
+            continue;
+        char **p = realloc(s->part.expected, (s->part.nexpected + 1) * sizeof *p);
+        if (!p)
+            break;
+        s->part.expected = p;
+        if ((p[s->part.nexpected] = strdup(path)))
+            s->part.nexpected++;
+        i = k + 6;
+    }
+    free(buf);
 }
 
 /* Stores one staged file through the ingest. */
@@ -144,7 +218,7 @@ static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
     st.st_mode = f->mode;
     st.st_mtim.tv_sec = f->mtime_ns / 1000000000;
     st.st_mtim.tv_nsec = f->mtime_ns % 1000000000;
-    st_err e = st_ingest_file(g, fd, f->path, &st, -1);
+    st_err e = st_ingest_file(g, fd, f->path, &st, f->rank);
     close(fd);
     return e;
 }
@@ -164,24 +238,25 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
                          uint64_t *logical, uint64_t *stored)
 {
     st_bytes buf = {0};
-    st_commit existing = {0};
+    st_part mine = {0};
     st_manifest prev = {0}, m = {0};
     st_ingest *g = NULL;
-    int have_existing = 0, have_prev = 0;
+    int have_mine = 0, have_prev = 0;
     st_err e = st_stepio_sync_index(v->backend, index, s->job, NULL, NULL);
     if (e)
         goto out;
-    e = st_stepio_load_commit(v->backend, s->job, s->step, &buf, &existing);
+    /* Our current part, if any: its revision is the floor for the next one
+     * (staging may have been lost), and unchanged files are carried over. */
+    e = st_stepio_load_part(v->backend, s->job, s->step, v->node, &buf, &mine);
     if (e == ST_OK)
-        have_existing = 1;
+        have_mine = 1;
     else if (e != ST_ERR_NOT_FOUND)
         goto out;
-    const st_commit_node *mine = have_existing ? our_entry(v, &existing) : NULL;
-    uint32_t base = mine && mine->revision > *revision ? mine->revision : *revision;
+    uint32_t base = have_mine && mine.revision > *revision ? mine.revision : *revision;
     for (size_t i = 0; i < s->n; i++) {
         if (!s->files[i].carry)
             continue;
-        if (!mine || mine->revision != s->files[i].prev_revision) {
+        if (!have_mine || mine.revision != s->files[i].prev_revision) {
             /* The revision it was stored in is not the current one: store the
              * local copy again if there is one, else it cannot be carried. */
             if (!s->files[i].sid) {
@@ -193,11 +268,12 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
             continue;
         }
         if (!have_prev) {
-            if ((e = st_stepio_load_manifest(v->backend, s->job, s->step, mine, &buf, &prev)))
+            if ((e = st_stepio_load_manifest(v->backend, &mine, &buf, &prev)))
                 goto out;
             have_prev = 1;
         }
     }
+    expect_dcp_shards(v, s);
     if ((e = st_ingest_new(v->backend, index, s->job, NULL, &g)))
         goto out;
     for (size_t i = 0; !e && i < s->n; i++)
@@ -210,7 +286,8 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.node = v->node;
     m.job = s->job;
     uint64_t puts = 0;
-    e = st_stepio_publish(v->backend, &m, base + 1, have_existing ? &existing : NULL, &puts);
+    s->part.revision = base + 1;
+    e = st_stepio_publish(v->backend, &m, &s->part, &puts);
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
         *revision = base + 1;
@@ -221,8 +298,8 @@ out:
     st_manifest_free(&m);
     st_manifest_free(&prev);
     st_ingest_free(g);
-    if (have_existing)
-        st_commit_free(&existing);
+    if (have_mine)
+        st_part_free(&mine);
     st_bytes_free(&buf);
     return e;
 }
@@ -296,7 +373,7 @@ static void *uploader_main(void *arg)
         if (s->writers)
             continue; /* re-queued by the last writer's close */
         snapshot snap;
-        if (take_snapshot(v, &it, &snap) || !snap.n) {
+        if (take_snapshot(v, &it, &snap) || (!snap.n && !snap.part.ncommits)) {
             snapshot_free(&snap);
             continue;
         }

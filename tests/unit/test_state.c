@@ -93,12 +93,16 @@ static void test_keys(void)
     char want[128];
     snprintf(want, sizeof want, "jobs/job-1/packs/%.2s/%s.pack", hex, hex);
     CHECK(strcmp(key, want) == 0);
-    CHECK_OK(st_key_commit(key, sizeof key, "j", 42));
-    CHECK(strcmp(key, "jobs/j/steps/00000000000000000042/commit") == 0);
+    CHECK_OK(st_key_part(key, sizeof key, "j", 42, "node-a"));
+    CHECK(strcmp(key, "jobs/j/steps/00000000000000000042/nodes/node-a.commit") == 0);
     uint64_t step;
     const char *rest;
+    char node[ST_NODE_MAX + 1];
     CHECK_OK(st_key_parse_step(key, "j", &step, &rest));
-    CHECK(step == 42 && strcmp(rest, "commit") == 0);
+    CHECK(step == 42 && st_key_parse_part(rest, node) && strcmp(node, "node-a") == 0);
+    CHECK(!st_key_parse_part("nodes/x.r1.manifest", node));
+    CHECK(!st_key_parse_part("nodes/.commit", node));
+    CHECK(!st_key_parse_part("nodes/../x.commit", node));
     CHECK_ERR(st_key_parse_step("jobs/j/steps/123/commit", "j", &step, &rest), ST_ERR_INVALID);
     CHECK_ERR(st_key_parse_step("jobs/j/steps/99999999999999999999/x", "j", &step, &rest),
               ST_ERR_INVALID); /* overflows 64 bits */
@@ -106,46 +110,59 @@ static void test_keys(void)
     CHECK(strcmp(key, "jobs/j/steps/00000000000000000001/nodes/node-a.r3.manifest") == 0);
     const char *bad[] = {"", ".", "..", ".hidden", "a/b", "a b", "x\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK_ERR(st_key_commit(key, sizeof key, bad[i], 1), ST_ERR_INVALID);
+        CHECK_ERR(st_key_part(key, sizeof key, bad[i], 1, "n"), ST_ERR_INVALID);
     CHECK_ERR(st_key_manifest(key, sizeof key, "j", 1, "../x", 1), ST_ERR_INVALID);
-    CHECK_ERR(st_key_commit(key, 10, "job", 1), ST_ERR_INVALID); /* buffer too small */
+    CHECK_ERR(st_key_part(key, 10, "job", 1, "n"), ST_ERR_INVALID); /* buffer too small */
 }
 
-static void test_commit_record(void)
+static void test_part_record(void)
 {
-    st_commit_node nodes[2] = {{"node-a", 1, 123, st_id_of("m1", 2)},
-                               {"node-b", 7, 456, st_id_of("m2", 2)}};
-    st_commit c = {.step = 99, .created_ns = 1700000000123456789LL, .nnodes = 2, .nodes = nodes};
-    strcpy(c.job, "job");
+    char *expected[] = {"step-1/__0_0.distcp", "step-1/__1_0.distcp"};
+    st_rank_commit commits[] = {{0, 4}, {3, 4}};
+    st_part p = {.step = 99, .created_ns = 1700000000123456789LL, .revision = 7,
+                 .manifest_len = 456, .manifest_digest = st_id_of("m", 1), .complete = 1,
+                 .rank_coverage = 1, .world_size = 4, .nexpected = 2, .expected = expected,
+                 .ncommits = 2, .commits = commits};
+    strcpy(p.job, "job");
+    strcpy(p.node, "node-b");
     st_bytes buf = {0};
-    CHECK_OK(st_commit_encode(&c, &buf));
-    st_commit d;
-    CHECK_OK(st_commit_decode(buf.data, buf.len, &d));
-    CHECK(d.step == 99 && d.created_ns == c.created_ns && d.nnodes == 2 &&
-          strcmp(d.job, "job") == 0 && strcmp(d.nodes[1].name, "node-b") == 0 &&
-          d.nodes[1].manifest_len == 456 && d.nodes[1].revision == 7 &&
-          st_id_cmp(&d.nodes[0].manifest_digest, &nodes[0].manifest_digest) == 0);
-    st_commit_free(&d);
+    CHECK_OK(st_part_encode(&p, &buf));
+    st_part d;
+    CHECK_OK(st_part_decode(buf.data, buf.len, &d));
+    CHECK(d.step == 99 && d.created_ns == p.created_ns && d.revision == 7 &&
+          d.manifest_len == 456 && d.complete && d.rank_coverage && d.world_size == 4 &&
+          strcmp(d.job, "job") == 0 && strcmp(d.node, "node-b") == 0 &&
+          st_id_cmp(&d.manifest_digest, &p.manifest_digest) == 0);
+    CHECK(d.nexpected == 2 && strcmp(d.expected[1], "step-1/__1_0.distcp") == 0);
+    CHECK(d.ncommits == 2 && d.commits[1].rank == 3 && d.commits[1].world_size == 4);
+    st_part_free(&d);
     /* Every truncation and every byte flip is rejected. */
     int rejected = 0, total = 0;
     for (size_t n = 0; n < buf.len; n++, total++)
-        rejected += st_commit_decode(buf.data, n, &d) == ST_ERR_CORRUPT;
+        rejected += st_part_decode(buf.data, n, &d) == ST_ERR_CORRUPT;
     for (size_t i = 0; i < buf.len; i++, total++) {
         buf.data[i] ^= 0x20;
-        st_err e = st_commit_decode(buf.data, buf.len, &d);
+        st_err e = st_part_decode(buf.data, buf.len, &d);
         rejected += e == ST_ERR_CORRUPT || e == ST_ERR_UNSUPPORTED;
         if (e == ST_OK)
-            st_commit_free(&d);
+            st_part_free(&d);
         buf.data[i] ^= 0x20;
     }
     CHECK(rejected == total);
+    /* Unclean expected paths are refused by the encoder. */
+    char *bad[] = {"../etc/passwd"};
+    p.expected = bad;
+    p.nexpected = 1;
+    st_bytes out = {0};
+    CHECK_ERR(st_part_encode(&p, &out), ST_ERR_INVALID);
+    st_bytes_free(&out);
     /* Random garbage never decodes. */
     uint8_t junk[300];
     int ok = 0;
     for (uint64_t seed = 1; seed < 2000; seed++) {
         ut_rand_fill(junk, sizeof junk, seed);
-        memcpy(junk, "CKs1", 4);
-        ok += st_commit_decode(junk, 20 + seed % 280, &d) == ST_OK;
+        memcpy(junk, "CKs2", 4);
+        ok += st_part_decode(junk, 20 + seed % 280, &d) == ST_OK;
     }
     CHECK(ok == 0);
     st_bytes_free(&buf);
@@ -162,7 +179,7 @@ int main(void)
     RUN(test_pending);
     RUN(test_open_errors);
     RUN(test_keys);
-    RUN(test_commit_record);
+    RUN(test_part_record);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

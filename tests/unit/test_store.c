@@ -200,7 +200,7 @@ static void test_uncommitted_step_is_invisible(void)
     CHECK_OK(st_store_put_dir(s, "partial", 2, p, NULL));
     st_backend *b;
     CHECK_OK(st_backend_open(url, &b));
-    CHECK_OK(st_del(b, "jobs/partial/steps/00000000000000000002/commit"));
+    CHECK_OK(st_del(b, "jobs/partial/steps/00000000000000000002/nodes/test-node.commit"));
     st_backend_close(b);
     st_step_info *steps;
     size_t n;
