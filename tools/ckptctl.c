@@ -1,56 +1,111 @@
 /*
- * ckptctl — the command line over the store engine.
+ * ckptctl — the command line over the store engine and a local mount.
  *
- *   ckptctl [--store URL] [--job J] put --step N DIR
- *   ckptctl [--store URL] [--job J] get --step N --to DIR
- *   ckptctl [--store URL] [--job J] ls
+ *   ckptctl [options] VERB [verb options]
  *
- * Options may appear before or after the verb. --store defaults to
- * $CKPT_STORE, then to the embedded file:// store; --job to $CKPT_JOB.
- * Exit codes (also in the man page): 0 success, 1 not found, 2 usage,
- * 3 store or I/O error, 4 corrupt data, 5 already exists.
+ * This file holds main: option parsing (options may appear before or after
+ * the verb), the verb table with each verb's help, the shared error helpers,
+ * and opening the store for the verbs that need one. The verbs live in
+ * ckptctl_store.c (put get restore ls latest verify stats) and
+ * ckptctl_mount.c (commit wait status); JSON in ckptctl_json.c.
+ *
+ * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
+ * to $CKPT_JOB. Exit codes (also in --help and ckptctl(1)): 0 ok, 1 not found
+ * or no consistent step, 2 usage, 3 store or I/O error, 4 corrupt data,
+ * 5 already exists, 6 timeout.
  */
+#include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckptstore.h"
+#include "ckptctl.h"
 
-enum exit_code {
-    EXIT_OK = 0,
-    EXIT_NOT_FOUND = 1,
-    EXIT_USAGE = 2,
-    EXIT_STORE = 3,
-    EXIT_CORRUPT = 4,
-    EXIT_EXISTS = 5,
+#define EXIT_CODES_TEXT                                                                    \
+    "Exit codes:\n"                                                                        \
+    "  0  ok\n"                                                                            \
+    "  1  not found: no such job or step, no consistent step\n"                            \
+    "  2  usage error\n"                                                                   \
+    "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                         \
+    "  4  corrupt data: a chunk or file failed verification\n"                             \
+    "  5  already exists\n"                                                                \
+    "  6  timeout (wait)\n"
+
+static const verb verbs[] = {
+    {"ls", run_ls, 1, OPT_JSON, "ls [--job J] [--json]",
+     "Without a job: list the jobs in the store. With --job (or $CKPT_JOB): list the\n"
+     "job's steps, oldest first: step, state (consistent: complete on every rank and\n"
+     "durable, restorable; partial: not, with the reason), files, size, nodes that\n"
+     "wrote it, ranks seen / world size; then the job's dedup ratio (logical bytes\n"
+     "over stored bytes). --json: an array of job names, or of step objects with\n"
+     "step, state, consistent, complete, why, files, bytes, nodes, ranks,\n"
+     "world_size, created_ns.\n"},
+    {"latest", run_latest, 1, OPT_JSON, "latest [--json]",
+     "Print the job's latest consistent step number alone on stdout (exit 0). Exit 1\n"
+     "with a message on stderr when the job has no consistent step.\n"
+     "--json: {\"job\": J, \"step\": N}.\n"},
+    {"restore", run_restore, 1,
+     OPT_STEP | OPT_LATEST | OPT_RANK | OPT_NO_FALLBACK | OPT_THREADS | OPT_TO | OPT_JSON,
+     "restore [--step N | --latest] [--rank R] [--no-fallback] [--threads N] --to DIR",
+     "Restore a consistent step of the job into DIR (created if missing); without\n"
+     "--step, the latest consistent step. Downloads run in parallel (--threads,\n"
+     "default 4); every chunk and every file is verified, and a file appears under\n"
+     "its name only once it is whole. --rank R restores only the files written by\n"
+     "rank R. With --latest, a step that fails verification is reported and the\n"
+     "previous consistent step is restored instead; --no-fallback fails (exit 4).\n"
+     "A progress bar is drawn on stderr when it is a terminal.\n"
+     "--json: step, files, bytes, gets, fell_back, failed_step, failure.\n"},
+    {"get", run_get, 1, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
+     "Same as restore --step N --to DIR (kept for scripts).\n"},
+    {"put", run_put, 1, OPT_STEP | OPT_JSON, "put --step N DIR [--json]",
+     "Store every regular file under DIR as step N of the job. Files are chunked,\n"
+     "deduplicated against everything the job already stored, compressed and packed;\n"
+     "the step becomes visible only once all of it is in the store. Files stored this\n"
+     "way carry no rank (-1). --json: files, skipped, bytes, chunks, new_chunks,\n"
+     "new_bytes, stored_bytes, packs, puts.\n"},
+    {"verify", run_verify, 1, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",
+     "Read every chunk of a step (default: the latest consistent one) and check it,\n"
+     "and every file's digest, writing nothing locally. Exit 4 naming the first bad\n"
+     "file when something failed. --json: step, files, chunks, bytes, bad_files, ok.\n"},
+    {"stats", run_stats, 1, OPT_JSON, "stats [--job J] [--json]",
+     "Space accounting of the job (without a job: of every job): steps, logical bytes\n"
+     "(the sum of the steps' file sizes) against stored bytes (pack objects), the\n"
+     "dedup ratio (logical / stored), object counts (packs, manifests, part records),\n"
+     "and the object requests this command made (PUT, GET, HEAD, LIST, DELETE).\n"},
+    {"commit", run_commit, 0, OPT_MOUNT | OPT_STEP | OPT_RANK | OPT_WORLD,
+     "commit --mount M --step N --rank R --world-size W",
+     "Commit step N of the job for rank R of W through the ckptfs mount at M (writes\n"
+     "\"JOB N R W\" to M/.ckptfs/commit). A step whose ranks 0..W-1 are all committed is\n"
+     "complete; the mount records the commit once this node's files of the step are\n"
+     "durable.\n"},
+    {"wait", run_wait, 0, OPT_MOUNT | OPT_STEP | OPT_TIMEOUT,
+     "wait --mount M --step N [--timeout S]",
+     "Block until step N of the job is durable according to the ckptfs mount at M\n"
+     "(polls M/.ckptfs/status). --timeout S gives up after S seconds with exit 6;\n"
+     "without it, waits forever.\n"},
+    {"status", run_status, 0, OPT_MOUNT | OPT_JSON, "status --mount M [--json]",
+     "Show the state of the ckptfs mount at M: pending (not yet durable) bytes,\n"
+     "staging use, upload totals and rate, the upload queue, the last error, and\n"
+     "every step the mount knows with its state. --json prints the status file as\n"
+     "it is.\n"},
 };
 
-typedef struct cli {
-    const char *store;
-    const char *job;
-    const char *state_dir;
-    const char *node;
-    const char *to;
-    uint64_t step;
-    int have_step;
-    int json;
-    int quiet;
-    int help;
-    int argc; /* positional arguments after the verb */
-    char **argv;
-} cli;
-
-typedef struct verb {
+/* Option names for "does not apply" messages, by bit. */
+static const struct {
+    unsigned bit;
     const char *name;
-    int (*run)(cli *c, st_store *s);
-    const char *usage;
-    const char *help;
-} verb;
+} opt_names[] = {
+    {OPT_STEP, "--step"},         {OPT_TO, "--to"},           {OPT_JSON, "--json"},
+    {OPT_LATEST, "--latest"},     {OPT_RANK, "--rank"},       {OPT_NO_FALLBACK, "--no-fallback"},
+    {OPT_THREADS, "--threads"},   {OPT_MOUNT, "--mount"},     {OPT_WORLD, "--world-size"},
+    {OPT_TIMEOUT, "--timeout"},
+};
 
-static int exit_for(st_err e)
+/* ---- shared helpers ---- */
+
+int exit_for(st_err e)
 {
     switch (e) {
     case ST_OK: return EXIT_OK;
@@ -62,10 +117,28 @@ static int exit_for(st_err e)
     }
 }
 
-static int fail(st_err e)
+int fail(st_err e)
 {
     fprintf(stderr, "ckptctl: %s\n", st_errmsg()[0] ? st_errmsg() : st_strerror(e));
     return exit_for(e);
+}
+
+int need(const cli *c, int want_job, int want_step)
+{
+    if (want_job && !c->job) {
+        fprintf(stderr, "ckptctl %s: no job: pass --job J or set CKPT_JOB\n", c->verb);
+        return 0;
+    }
+    if (want_step && !c->have_step) {
+        fprintf(stderr, "ckptctl %s: no step: pass --step N\n", c->verb);
+        return 0;
+    }
+    return 1;
+}
+
+double mib(uint64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
 }
 
 static void print_warning(void *arg, const char *msg)
@@ -74,253 +147,208 @@ static void print_warning(void *arg, const char *msg)
     fprintf(stderr, "ckptctl: warning: %s\n", msg);
 }
 
-static double mib(uint64_t bytes)
-{
-    return (double)bytes / (1024.0 * 1024.0);
-}
-
-/* Prints a JSON string literal (escapes quotes, backslashes, controls). */
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
-static int need(cli *c, int want_job, int want_step)
-{
-    if (want_job && !c->job) {
-        fprintf(stderr, "ckptctl: no job: pass --job J or set CKPT_JOB\n");
-        return 0;
-    }
-    if (want_step && !c->have_step) {
-        fprintf(stderr, "ckptctl: no step: pass --step N\n");
-        return 0;
-    }
-    return 1;
-}
-
-static int run_put(cli *c, st_store *s)
-{
-    if (!need(c, 1, 1))
-        return EXIT_USAGE;
-    if (c->argc != 1) {
-        fprintf(stderr, "ckptctl put: expected one directory, got %d arguments\n", c->argc);
-        return EXIT_USAGE;
-    }
-    st_put_result r;
-    st_err e = st_store_put_dir(s, c->job, c->step, c->argv[0], &r);
-    if (e)
-        return fail(e);
-    double dedup =
-        r.logical_bytes ? 100.0 * (1.0 - (double)r.new_raw_bytes / r.logical_bytes) : 0.0;
-    if (c->json)
-        printf("{\"job\":\"%s\",\"step\":%" PRIu64 ",\"files\":%" PRIu64 ",\"skipped\":%" PRIu64
-               ",\"bytes\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"new_chunks\":%" PRIu64
-               ",\"new_bytes\":%" PRIu64 ",\"stored_bytes\":%" PRIu64 ",\"packs\":%" PRIu64
-               ",\"puts\":%" PRIu64 "}\n",
-               c->job, c->step, r.files, r.skipped, r.logical_bytes, r.chunks, r.new_chunks,
-               r.new_raw_bytes, r.stored_bytes, r.packs, r.puts);
-    else if (!c->quiet)
-        printf("stored step %" PRIu64 " of job %s: %" PRIu64 " files, %.1f MiB; "
-               "%.1f MiB new (%.1f%% deduplicated), %.1f MiB in %" PRIu64 " packs, %" PRIu64
-               " PUTs\n",
-               c->step, c->job, r.files, mib(r.logical_bytes), mib(r.new_raw_bytes), dedup,
-               mib(r.stored_bytes), r.packs, r.puts);
-    return EXIT_OK;
-}
-
-static int run_get(cli *c, st_store *s)
-{
-    if (!need(c, 1, 1))
-        return EXIT_USAGE;
-    if (!c->to || c->argc) {
-        fprintf(stderr, "ckptctl get: expected --to DIR and no other arguments\n");
-        return EXIT_USAGE;
-    }
-    st_get_result r;
-    st_err e = st_store_get_dir(s, c->job, c->step, c->to, &r);
-    if (e)
-        return fail(e);
-    if (c->json)
-        printf("{\"job\":\"%s\",\"step\":%" PRIu64 ",\"files\":%" PRIu64 ",\"bytes\":%" PRIu64
-               ",\"gets\":%" PRIu64 "}\n",
-               c->job, c->step, r.files, r.bytes, r.gets);
-    else if (!c->quiet)
-        printf("restored step %" PRIu64 " of job %s into %s: %" PRIu64 " files, %.1f MiB, "
-               "verified\n",
-               c->step, c->job, c->to, r.files, mib(r.bytes));
-    return EXIT_OK;
-}
-
-static int list_jobs(cli *c, st_store *s)
-{
-    char **jobs;
-    size_t n;
-    st_err e = st_store_list_jobs(s, &jobs, &n);
-    if (e)
-        return fail(e);
-    if (c->json) {
-        printf("[");
-        for (size_t i = 0; i < n; i++) {
-            printf(i ? "," : "");
-            json_string(jobs[i]);
-        }
-        printf("]\n");
-    } else {
-        for (size_t i = 0; i < n; i++)
-            printf("%s\n", jobs[i]);
-    }
-    st_store_free_names(jobs, n);
-    return EXIT_OK;
-}
-
-static int run_ls(cli *c, st_store *s)
-{
-    if (!c->job)
-        return list_jobs(c, s);
-    st_step_info *steps;
-    size_t n;
-    st_err e = st_store_list_steps(s, c->job, &steps, &n);
-    if (e)
-        return fail(e);
-    if (c->json) {
-        printf("[");
-        for (size_t i = 0; i < n; i++)
-            printf("%s{\"step\":%" PRIu64 ",\"files\":%" PRIu64 ",\"bytes\":%" PRIu64
-                   ",\"nodes\":%" PRIu64 ",\"created_ns\":%" PRId64 ",\"state\":\"durable\"}",
-                   i ? "," : "", steps[i].step, steps[i].files, steps[i].bytes, steps[i].nodes,
-                   steps[i].created_ns);
-        printf("]\n");
-    } else {
-        if (!c->quiet)
-            printf("%12s %8s %12s %s\n", "STEP", "FILES", "MIB", "STATE");
-        for (size_t i = 0; i < n; i++)
-            printf("%12" PRIu64 " %8" PRIu64 " %12.1f %s\n", steps[i].step, steps[i].files,
-                   mib(steps[i].bytes), "durable");
-    }
-    free(steps);
-    return EXIT_OK;
-}
-
-static const verb verbs[] = {
-    {"put", run_put, "put --step N DIR",
-     "Store every regular file under DIR as step N of the job. Files are chunked,\n"
-     "deduplicated against everything the job already stored, compressed and packed;\n"
-     "the step becomes visible only once all of it is in the store.\n"},
-    {"get", run_get, "get --step N --to DIR",
-     "Restore step N of the job into DIR (created if missing). Every chunk and every\n"
-     "file is verified; a file appears under its name only once it is complete.\n"},
-    {"ls", run_ls, "ls",
-     "Without --job: list the jobs in the store. With --job: list its committed steps.\n"},
-};
-
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ckptctl [options] VERB [verb options]\n\n"
-            "Verbs:\n");
+    fprintf(out, "usage: ckptctl [options] VERB [verb options]\n\nVerbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(out, "  ckptctl %s\n", verbs[i].usage);
     fprintf(out,
-            "\nOptions:\n"
+            "\nGlobal options (before or after the verb):\n"
             "  --store URL      object store: file:///abs/dir or s3://bucket/prefix\n"
             "                   (default: $CKPT_STORE, else the embedded file:// store)\n"
             "  --job J          job name (default: $CKPT_JOB)\n"
-            "  --step N         step number\n"
-            "  --to DIR         target directory for get\n"
             "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
             "  --node NAME      this writer's node name (default: host name)\n"
-            "  --json           machine-readable output\n"
-            "  -q, --quiet      print only errors\n"
+            "  -q, --quiet      print only errors (latest still prints the step)\n"
             "  -h, --help       this help, or the verb's with a verb\n"
             "  --version        print the version\n\n"
-            "Exit codes: 0 ok, 1 not found, 2 usage, 3 store or I/O error, 4 corrupt data,\n"
-            "5 already exists.\n");
+            "Verb options:\n"
+            "  --step N         step number\n"
+            "  --latest         the latest consistent step (restore)\n"
+            "  --rank R         only the files of rank R (restore); the rank (commit)\n"
+            "  --no-fallback    restore --latest fails instead of taking an older step\n"
+            "  --threads N      parallel downloads (restore; default 4)\n"
+            "  --to DIR         target directory (restore, get)\n"
+            "  --mount M        a ckptfs mount point (commit, wait, status)\n"
+            "  --world-size W   number of ranks (commit)\n"
+            "  --timeout S      seconds to wait (wait; default: forever)\n"
+            "  --json           one JSON document on stdout (ls latest restore get put\n"
+            "                   verify stats status); nothing on stdout on failure\n\n"
+            "Run 'ckptctl VERB --help' for a verb's details; see also ckptctl(1).\n\n"
+            EXIT_CODES_TEXT);
 }
 
-static int parse_step(const char *s, uint64_t *out)
+static void verb_help(const verb *v)
+{
+    printf("usage: ckptctl [options] %s\n\n%s\nGlobal options: --store URL, --job J, "
+           "--state-dir DIR, --node NAME, -q;\nsee ckptctl --help.\n\n" EXIT_CODES_TEXT,
+           v->usage, v->help);
+}
+
+/* ---- option parsing ---- */
+
+static int parse_u64(const char *s, uint64_t *out)
 {
     char *end;
-    if (!*s || *s == '-')
+    if (!*s || *s == '-' || *s == '+' || *s == ' ')
         return -1;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (*end)
+    if (*end || errno)
         return -1;
     *out = v;
     return 0;
 }
 
+static int bad_value(const char *opt, const char *want, const char *got)
+{
+    fprintf(stderr, "ckptctl: %s wants %s, got '%s'\n", opt, want, got);
+    return EXIT_USAGE;
+}
+
+/* Parses argv into c. Returns -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, cli *c)
+{
+    enum {
+        O_STORE = 256, O_JOB, O_STEP, O_TO, O_STATE, O_NODE, O_JSON, O_VERSION, O_LATEST,
+        O_RANK, O_NO_FALLBACK, O_THREADS, O_MOUNT, O_WORLD, O_TIMEOUT,
+    };
+    static const struct option opts[] = {
+        {"store", required_argument, NULL, O_STORE},
+        {"job", required_argument, NULL, O_JOB},
+        {"step", required_argument, NULL, O_STEP},
+        {"to", required_argument, NULL, O_TO},
+        {"state-dir", required_argument, NULL, O_STATE},
+        {"node", required_argument, NULL, O_NODE},
+        {"json", no_argument, NULL, O_JSON},
+        {"latest", no_argument, NULL, O_LATEST},
+        {"rank", required_argument, NULL, O_RANK},
+        {"no-fallback", no_argument, NULL, O_NO_FALLBACK},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"mount", required_argument, NULL, O_MOUNT},
+        {"world-size", required_argument, NULL, O_WORLD},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t v;
+    char *end;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_STORE: c->store = optarg; break;
+        case O_JOB: c->job = optarg; break;
+        case O_STEP:
+            if (parse_u64(optarg, &c->step))
+                return bad_value("--step", "a non-negative integer", optarg);
+            c->have_step = 1;
+            c->given |= OPT_STEP;
+            break;
+        case O_TO: c->to = optarg; c->given |= OPT_TO; break;
+        case O_STATE: c->state_dir = optarg; break;
+        case O_NODE: c->node = optarg; break;
+        case O_JSON: c->json = 1; c->given |= OPT_JSON; break;
+        case O_LATEST: c->latest = 1; c->given |= OPT_LATEST; break;
+        case O_RANK:
+            if (parse_u64(optarg, &v) || v > INT_MAX)
+                return bad_value("--rank", "a rank 0..2^31-1", optarg);
+            c->rank = (int)v;
+            c->have_rank = 1;
+            c->given |= OPT_RANK;
+            break;
+        case O_NO_FALLBACK: c->no_fallback = 1; c->given |= OPT_NO_FALLBACK; break;
+        case O_THREADS:
+            if (parse_u64(optarg, &v) || v < 1 || v > 256)
+                return bad_value("--threads", "a number 1..256", optarg);
+            c->threads = (unsigned)v;
+            c->given |= OPT_THREADS;
+            break;
+        case O_MOUNT: c->mount = optarg; c->given |= OPT_MOUNT; break;
+        case O_WORLD:
+            if (parse_u64(optarg, &v) || v < 1 || v > UINT32_MAX)
+                return bad_value("--world-size", "a number of ranks >= 1", optarg);
+            c->world_size = (uint32_t)v;
+            c->have_world = 1;
+            c->given |= OPT_WORLD;
+            break;
+        case O_TIMEOUT:
+            c->timeout = strtod(optarg, &end);
+            if (!*optarg || *end || !(c->timeout > 0) || c->timeout > 1e9)
+                return bad_value("--timeout", "a positive number of seconds", optarg);
+            c->given |= OPT_TIMEOUT;
+            break;
+        case 'q': c->quiet = 1; break;
+        case 'h': c->help = 1; break;
+        case O_VERSION: printf("ckptctl 0.1.0\n"); return EXIT_OK;
+        default:
+            fprintf(stderr, "ckptctl: see ckptctl --help\n");
+            return EXIT_USAGE;
+        }
+    }
+    return -1;
+}
+
+static const verb *find_verb(const char *name)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(name, verbs[i].name))
+            return &verbs[i];
+    return NULL;
+}
+
+/* Refuses options that mean nothing to v, so a typo is not silently ignored. */
+static int check_options(const cli *c, const verb *v)
+{
+    unsigned extra = c->given & ~v->opts;
+    for (size_t i = 0; i < sizeof opt_names / sizeof opt_names[0]; i++)
+        if (extra & opt_names[i].bit) {
+            fprintf(stderr, "ckptctl %s: %s does not apply (see ckptctl %s --help)\n", v->name,
+                    opt_names[i].name, v->name);
+            return EXIT_USAGE;
+        }
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
-    enum { O_STORE = 256, O_JOB, O_STEP, O_TO, O_STATE, O_NODE, O_JSON, O_VERSION };
-    static const struct option opts[] = {
-        {"store", required_argument, NULL, O_STORE}, {"job", required_argument, NULL, O_JOB},
-        {"step", required_argument, NULL, O_STEP},   {"to", required_argument, NULL, O_TO},
-        {"state-dir", required_argument, NULL, O_STATE},
-        {"node", required_argument, NULL, O_NODE},   {"json", no_argument, NULL, O_JSON},
-        {"quiet", no_argument, NULL, 'q'},           {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, O_VERSION},   {NULL, 0, NULL, 0},
-    };
-    cli c = {.store = getenv("CKPT_STORE"), .job = getenv("CKPT_JOB")};
+    cli c = {.store = getenv("CKPT_STORE"), .job = getenv("CKPT_JOB"), .rank = -1};
     if (c.store && !*c.store)
         c.store = NULL;
     if (c.job && !*c.job)
         c.job = NULL;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
-        switch (ch) {
-        case O_STORE: c.store = optarg; break;
-        case O_JOB: c.job = optarg; break;
-        case O_STEP:
-            if (parse_step(optarg, &c.step)) {
-                fprintf(stderr, "ckptctl: --step wants a non-negative integer, got '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
-            c.have_step = 1;
-            break;
-        case O_TO: c.to = optarg; break;
-        case O_STATE: c.state_dir = optarg; break;
-        case O_NODE: c.node = optarg; break;
-        case O_JSON: c.json = 1; break;
-        case 'q': c.quiet = 1; break;
-        case 'h': c.help = 1; break;
-        case O_VERSION: printf("ckptctl 0.1.0\n"); return EXIT_OK;
-        default: usage(stderr); return EXIT_USAGE;
-        }
-    }
+    int rc = parse_args(argc, argv, &c);
+    if (rc >= 0)
+        return rc;
     if (optind >= argc) {
         usage(c.help ? stdout : stderr);
         return c.help ? EXIT_OK : EXIT_USAGE;
     }
-    const verb *v = NULL;
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        if (!strcmp(argv[optind], verbs[i].name))
-            v = &verbs[i];
-    if (!v && !strcmp(argv[optind], "help")) {
-        usage(stdout);
+    if (!strcmp(argv[optind], "help")) {
+        const verb *hv = optind + 1 < argc ? find_verb(argv[optind + 1]) : NULL;
+        if (hv)
+            verb_help(hv);
+        else
+            usage(stdout);
         return EXIT_OK;
     }
+    const verb *v = find_verb(argv[optind]);
     if (!v) {
         fprintf(stderr, "ckptctl: unknown verb '%s' (see ckptctl --help)\n", argv[optind]);
         return EXIT_USAGE;
     }
     if (c.help) {
-        printf("usage: ckptctl [options] %s\n\n%s\nSee ckptctl --help for the options.\n",
-               v->usage, v->help);
+        verb_help(v);
         return EXIT_OK;
     }
+    if ((rc = check_options(&c, v)))
+        return rc;
+    c.verb = v->name;
     c.argc = argc - optind - 1;
     c.argv = argv + optind + 1;
+    if (!v->needs_store)
+        return v->run(&c, NULL);
 
     char default_url[PATH_MAX + 16];
     if (!c.store && !(c.store = st_default_store_url(default_url, sizeof default_url))) {
@@ -333,7 +361,7 @@ int main(int argc, char **argv)
     st_err e = st_store_open(&so, &s);
     if (e)
         return fail(e);
-    int rc = v->run(&c, s);
+    rc = v->run(&c, s);
     st_store_close(s);
     return rc;
 }
