@@ -55,6 +55,18 @@ VISIBLE_TIMEOUT = 30   # s: a fresh mount with --refresh 0.5 shows a new step
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
+# Prints the shard files a DCP .metadata names (storage_data relative paths).
+METADATA_SHARDS = """
+import json, pickle, sys
+sys.path.insert(0, %r)
+import mn_torchcompat
+mn_torchcompat.install()
+import torch.distributed._shard.checkpoint
+with open(sys.argv[1], "rb") as f:
+    md = pickle.load(f)
+print(json.dumps(sorted({v.relative_path for v in md.storage_data.values()})))
+""" % HERE
+
 
 def sha256(path):
     h = hashlib.sha256()
@@ -247,6 +259,14 @@ class MultiNodeTest(unittest.TestCase):
         a, b = self.two_nodes(N)
         self.torchrun("dcp", [os.path.join(a.path, JOB), os.path.join(b.path, JOB)], last=N)
 
+        # The .metadata rank 0 wrote names every rank's shard (rule 3's
+        # expected set), though ranks 2,3 wrote theirs on the other node.
+        p = subprocess.run([TORCH_PYTHON, "-c", METADATA_SHARDS,
+                            os.path.join(self.ref, stepdir(N), ".metadata")],
+                           capture_output=True, text=True, env=torch_env(), timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout), ["__%d_0.distcp" % r for r in range(4)])
+
         # A's part of N is durable (N listed, not consistent), B's never is.
         self.wait_latest(N - 1)
         entry = self.wait_listed(N)[N]
@@ -314,9 +334,16 @@ class MultiNodeTest(unittest.TestCase):
         time.sleep(1.5)
         cjob = os.path.join(c.path, JOB)
         self.assertNotIn(stepdir(N), os.listdir(cjob))
-        with open(os.path.join(cjob, "latest")) as f:
-            self.assertEqual(f.read(), stepdir(N - 1),
-                             "a fresh node's `latest` must name the latest consistent step")
+        # What DeepSpeed's load_checkpoint reads on the fresh node: `latest`
+        # must name the latest consistent step (checked apart, so the rest of
+        # the test still runs if only this fails).
+        with self.subTest("fresh node's `latest` while N is partial"):
+            path = os.path.join(cjob, "latest")
+            self.assertTrue(os.path.exists(path), "no `latest` on the fresh node: %s"
+                            % sorted(os.listdir(cjob)))
+            with open(path) as f:
+                self.assertEqual(f.read(), stepdir(N - 1),
+                                 "a fresh node's `latest` must name the latest consistent step")
 
         b.kill9()
         b.env = None
