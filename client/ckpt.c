@@ -29,9 +29,9 @@
 #include "ckpt_json.h"
 #include "ckptstore.h"
 
-#define ERRMSG_CAP 768
-#define STATUS_MAX (16u << 20) /* largest status file we read */
-#define JOB_NAME_MAX 128       /* ST_JOB_MAX; the daemon checks the rest */
+#define ERRMSG_CAP   768
+#define STATUS_MAX   (16u << 20) /* largest status file we read */
+#define JOB_NAME_MAX 128         /* ST_JOB_MAX; the daemon checks the rest */
 
 struct ckpt_store {
     st_store *st;
@@ -44,7 +44,7 @@ static __thread char tls_errmsg[ERRMSG_CAP];
 /* ---------------------------------------------------------- version, errors */
 
 #define STR_(x) #x
-#define STR(x) STR_(x)
+#define STR(x)  STR_(x)
 
 unsigned ckpt_version(void)
 {
@@ -59,17 +59,28 @@ const char *ckpt_version_string(void)
 const char *ckpt_strerror(int code)
 {
     switch (code) {
-    case CKPT_OK: return "success";
-    case CKPT_ENOTFOUND: return "not found";
-    case CKPT_EINVAL: return "invalid argument";
-    case CKPT_EIO: return "local I/O error";
-    case CKPT_ECORRUPT: return "data failed verification";
-    case CKPT_ESTORE: return "object store unreachable or refusing";
-    case CKPT_ENOMEM: return "out of memory";
-    case CKPT_ETIMEDOUT: return "timed out";
-    case CKPT_EEXIST: return "already exists";
-    case CKPT_ENOSPC: return "no space left on the local disk";
-    case CKPT_EUNSUPPORTED: return "format or feature not supported by this libckpt";
+    case CKPT_OK:
+        return "success";
+    case CKPT_ENOTFOUND:
+        return "not found";
+    case CKPT_EINVAL:
+        return "invalid argument";
+    case CKPT_EIO:
+        return "local I/O error";
+    case CKPT_ECORRUPT:
+        return "data failed verification";
+    case CKPT_ESTORE:
+        return "object store unreachable or refusing";
+    case CKPT_ENOMEM:
+        return "out of memory";
+    case CKPT_ETIMEDOUT:
+        return "timed out";
+    case CKPT_EEXIST:
+        return "already exists";
+    case CKPT_ENOSPC:
+        return "no space left on the local disk";
+    case CKPT_EUNSUPPORTED:
+        return "format or feature not supported by this libckpt";
     }
     return "unknown error code";
 }
@@ -78,24 +89,34 @@ const char *ckpt_strerror(int code)
 static ckpt_code code_from_st(st_err e)
 {
     switch (e) {
-    case ST_OK: return CKPT_OK;
-    case ST_ERR_NOMEM: return CKPT_ENOMEM;
-    case ST_ERR_NOT_FOUND: return CKPT_ENOTFOUND;
+    case ST_OK:
+        return CKPT_OK;
+    case ST_ERR_NOMEM:
+        return CKPT_ENOMEM;
+    case ST_ERR_NOT_FOUND:
+        return CKPT_ENOTFOUND;
     case ST_ERR_TRANSIENT: /* still failing after the retry wrapper gave up */
-    case ST_ERR_PERMANENT: return CKPT_ESTORE;
-    case ST_ERR_CORRUPT: return CKPT_ECORRUPT;
+    case ST_ERR_PERMANENT:
+        return CKPT_ESTORE;
+    case ST_ERR_CORRUPT:
+        return CKPT_ECORRUPT;
     case ST_ERR_INVALID:
-    case ST_ERR_NAME: return CKPT_EINVAL;
-    case ST_ERR_NOSPACE: return CKPT_ENOSPC;
-    case ST_ERR_EXISTS: return CKPT_EEXIST;
-    case ST_ERR_UNSUPPORTED: return CKPT_EUNSUPPORTED;
+    case ST_ERR_NAME:
+        return CKPT_EINVAL;
+    case ST_ERR_NOSPACE:
+        return CKPT_ENOSPC;
+    case ST_ERR_EXISTS:
+        return CKPT_EEXIST;
+    case ST_ERR_UNSUPPORTED:
+        return CKPT_EUNSUPPORTED;
     case ST_ERR_IO:
     case ST_ERR_NOT_DIR:
     case ST_ERR_IS_DIR:
     case ST_ERR_NOT_EMPTY:
     case ST_ERR_READ_ONLY:
     case ST_ERR_BUSY:
-    case ST_ERR_CROSS: return CKPT_EIO;
+    case ST_ERR_CROSS:
+        return CKPT_EIO;
     }
     return CKPT_EIO;
 }
@@ -417,8 +438,8 @@ ckpt_code ckpt_commit(const char *mountpoint, const char *job, uint64_t step, in
         int err = errno;
         if (err == ENOENT || err == ENOTDIR)
             return fail(NULL, CKPT_ENOTFOUND,
-                        "%s: %s (not a ckptfs mount, or a daemon that does not take commits)",
-                        path, strerror(err));
+                        "%s: %s (not a ckptfs mount, or a daemon that does not take commits)", path,
+                        strerror(err));
         return fail(NULL, CKPT_EIO, "open %s: %s", path, strerror(err));
     }
     ssize_t w;
@@ -435,8 +456,8 @@ ckpt_code ckpt_commit(const char *mountpoint, const char *job, uint64_t step, in
         return fail(NULL, CKPT_EIO, "commit \"%s\" through %s: %s", line, path, strerror(werr));
     }
     if (w != len)
-        return fail(NULL, CKPT_EIO, "commit \"%s\" through %s: short write (%zd of %d bytes)",
-                    line, path, w, len);
+        return fail(NULL, CKPT_EIO, "commit \"%s\" through %s: short write (%zd of %d bytes)", line,
+                    path, w, len);
     if (cerr)
         return fail(NULL, CKPT_EIO, "commit \"%s\": close %s: %s", line, path, strerror(cerr));
     return CKPT_OK;
@@ -449,8 +470,7 @@ static ckpt_code read_status(const char *path, char **out, size_t *len)
     if (fd < 0) {
         int err = errno;
         if (err == ENOENT || err == ENOTDIR)
-            return fail(NULL, CKPT_ENOTFOUND, "%s: %s (not a ckptfs mount?)", path,
-                        strerror(err));
+            return fail(NULL, CKPT_ENOTFOUND, "%s: %s (not a ckptfs mount?)", path, strerror(err));
         return fail(NULL, CKPT_EIO, "open %s: %s", path, strerror(err));
     }
     size_t cap = 64 << 10, n = 0;
@@ -508,13 +528,11 @@ static ckpt_code scan_status(const char *path, const char *job, uint64_t step, s
     int rc = ckj_parse(text, len, &doc, &err_off);
     if (rc) {
         c = rc == -2 ? fail(NULL, CKPT_ENOMEM, "%s: out of memory parsing it", path)
-                     : fail(NULL, CKPT_ECORRUPT, "%s: not valid JSON (at byte %zu)", path,
-                            err_off);
+                     : fail(NULL, CKPT_ECORRUPT, "%s: not valid JSON (at byte %zu)", path, err_off);
         goto out;
     }
     seen->state[0] = seen->last_error[0] = '\0';
-    ckj_str_copy(&doc, ckj_get(&doc, 0, "last_error"), seen->last_error,
-                 sizeof seen->last_error);
+    ckj_str_copy(&doc, ckj_get(&doc, 0, "last_error"), seen->last_error, sizeof seen->last_error);
     size_t steps = ckj_get(&doc, 0, "steps");
     if (!steps || doc.toks[steps].type != CKJ_ARRAY) {
         c = fail(NULL, CKPT_ECORRUPT, "%s: no \"steps\" array", path);
@@ -574,8 +592,8 @@ ckpt_code ckpt_wait_durable(const char *mountpoint, const char *job, uint64_t st
         interval = interval * 2 > 0.5 ? 0.5 : interval * 2;
     }
     return fail(NULL, CKPT_ETIMEDOUT,
-                "step %" PRIu64 " of job %s not durable after %.1fs (%s%s; last_error: %s)",
-                step, job, timeout_s, seen.state[0] ? "state: " : "",
+                "step %" PRIu64 " of job %s not durable after %.1fs (%s%s; last_error: %s)", step,
+                job, timeout_s, seen.state[0] ? "state: " : "",
                 seen.state[0] ? seen.state : "the mount does not list the step",
                 seen.last_error[0] ? seen.last_error : "none");
 }

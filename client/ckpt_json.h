@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CKJ_MAX_DEPTH 32
+#define CKJ_MAX_DEPTH  32
 #define CKJ_MAX_TOKENS (1u << 22)
 
 typedef enum ckj_type {

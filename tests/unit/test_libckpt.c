@@ -114,7 +114,8 @@ static void test_version_and_strings(void)
              CKPT_VERSION_PATCH);
     CHECK(!strcmp(ckpt_version_string(), want));
     for (int c = CKPT_OK; c <= CKPT_EUNSUPPORTED; c++)
-        CHECK(ckpt_strerror(c) && *ckpt_strerror(c) && strcmp(ckpt_strerror(c), "unknown error code"));
+        CHECK(ckpt_strerror(c) && *ckpt_strerror(c) &&
+              strcmp(ckpt_strerror(c), "unknown error code"));
     CHECK(!strcmp(ckpt_strerror(999), "unknown error code"));
     CHECK(!strcmp(ckpt_strerror(-1), "unknown error code"));
     CHECK(ckpt_errmsg(NULL) != NULL);
@@ -416,9 +417,16 @@ static void test_wait_durable_parses_status(void)
     waitpid(pid, NULL, 0);
 
     /* Hostile or broken status files: clear errors, no crash. */
-    const char *bad[] = {"", "{", "{\"steps\":[", "{\"steps\":{}}", "[1,2]", "{\"steps\":[1,]}",
+    const char *bad[] = {"",
+                         "{",
+                         "{\"steps\":[",
+                         "{\"steps\":{}}",
+                         "[1,2]",
+                         "{\"steps\":[1,]}",
                          "{\"steps\":[{\"job\":\"job\",\"step\":7,\"state\":\"durable\"}]} x",
-                         "{\"a\":\"\\x\"}", "{\"a\":01}", "{\"a\":\"\x01\"}"};
+                         "{\"a\":\"\\x\"}",
+                         "{\"a\":01}",
+                         "{\"a\":\"\x01\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         write_status(mnt, bad[i]);
         CHECK_CODE(ckpt_wait_durable(mnt, "job", 7, 0), CKPT_ECORRUPT);

@@ -67,7 +67,7 @@ extern "C" {
 #define CKPT_VERSION_MINOR 1
 #define CKPT_VERSION_PATCH 0
 /*! MAJOR*10000 + MINOR*100 + PATCH, e.g. 100 for 0.1.0. */
-#define CKPT_VERSION_NUMBER                                                                       \
+#define CKPT_VERSION_NUMBER                                                                        \
     (CKPT_VERSION_MAJOR * 10000 + CKPT_VERSION_MINOR * 100 + CKPT_VERSION_PATCH)
 
 /*! The version of the library actually loaded, as CKPT_VERSION_NUMBER
