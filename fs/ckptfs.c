@@ -320,6 +320,25 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
     st_vfs *v = vfs_of(req);
     st_vfs_handle *h = handle_of(fi);
     size_t len = fuse_buf_size(in);
+    if (st_vfs_handle_fd(h) < 0) { /* a control file: the bytes are a command */
+        char *mem = malloc(len ? len : 1);
+        if (!mem) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        struct fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
+        dst.buf[0].mem = mem;
+        ssize_t n = fuse_buf_copy(&dst, in, 0);
+        st_err ce = n < 0 ? ST_ERR_IO : st_vfs_handle_write(v, h, mem, (size_t)n);
+        free(mem);
+        if (ce) {
+            log_sink(NULL, 1, st_errmsg());
+            reply_err(req, ce);
+        } else {
+            fuse_reply_write(req, (size_t)n);
+        }
+        return;
+    }
     st_err e = st_vfs_write_prepare(v, h, (uint64_t)off, len);
     if (e) {
         reply_err(req, e);

@@ -29,6 +29,7 @@
 
 #define CTL_DIR_NAME ".ckptfs"
 #define STATUS_NAME "status"
+#define COMMIT_NAME "commit"
 
 struct st_vfs_handle {
     vnode *node;     /* NULL for the status file */
@@ -85,6 +86,7 @@ vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
     n->mode = mode;
     n->mtime_ns = n->ctime_ns = st_now_ns();
     n->step = VFS_NO_STEP;
+    n->rank = -1;
     if (parent && vfs_link(parent, n) != ST_OK) {
         v->inodes[n->ino] = NULL;
         free(n->name);
@@ -364,6 +366,7 @@ static void step_writer_open(st_vfs *v, vjob *j, vnode *n, pid_t pid, st_vfs_han
     if (!s)
         return;
     s->writers++;
+    s->last_activity_ns = st_mono_ns();
     remember_writer(s, pid);
     /* (R4) The same writer moving on to a newer step completes the older
      * steps it wrote that have nothing open. */
@@ -374,6 +377,40 @@ static void step_writer_open(st_vfs *v, vjob *j, vnode *n, pid_t pid, st_vfs_han
         if (!old->complete && old->writers == 0 && wrote_step(old, pid))
             step_complete(v, j, old);
     }
+}
+
+/* RANK and WORLD_SIZE of a writer process, from its environment (torchrun
+ * and every launcher set them). Unknown stays -1 / 0. */
+static void writer_rank(pid_t pid, int32_t *rank, uint32_t *world)
+{
+    char path[64], buf[65536];
+    *rank = -1;
+    *world = 0;
+    if (pid <= 0)
+        return;
+    snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t got = 0;
+    st_read_full(fd, buf, sizeof buf - 1, &got, path);
+    close(fd);
+    buf[got] = '\0';
+    for (size_t i = 0; i < got; i += strlen(buf + i) + 1) {
+        const char *kv = buf + i;
+        char *end;
+        if (!strncmp(kv, "RANK=", 5)) {
+            long r = strtol(kv + 5, &end, 10);
+            if (*end == '\0' && kv[5] && r >= 0 && r < INT32_MAX)
+                *rank = (int32_t)r;
+        } else if (!strncmp(kv, "WORLD_SIZE=", 11)) {
+            unsigned long w = strtoul(kv + 11, &end, 10);
+            if (*end == '\0' && kv[11] && w > 0 && w < (1ul << 24))
+                *world = (uint32_t)w;
+        }
+    }
+    if (*rank >= 0 && *world && (uint32_t)*rank >= *world)
+        *rank = -1; /* inconsistent: trust neither */
 }
 
 /* The newest step this node knows of in job j, or VFS_NO_STEP. */
@@ -463,7 +500,9 @@ static void virt_attr(uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
-    a->mode = ino == ST_VFS_CTL_DIR_INO ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+    a->mode = ino == ST_VFS_CTL_DIR_INO ? (S_IFDIR | 0555)
+              : ino == ST_VFS_COMMIT_INO ? (S_IFREG | 0222)
+                                         : (S_IFREG | 0444);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
     a->mtime_ns = a->ctime_ns = st_now_ns();
 }
@@ -614,9 +653,12 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
         return ST_OK;
     }
     if (parent == ST_VFS_CTL_DIR_INO) {
-        if (strcmp(name, STATUS_NAME))
+        if (!strcmp(name, STATUS_NAME))
+            virt_attr(ST_VFS_STATUS_INO, out);
+        else if (!strcmp(name, COMMIT_NAME))
+            virt_attr(ST_VFS_COMMIT_INO, out);
+        else
             return ST_ERR_NOT_FOUND;
-        virt_attr(ST_VFS_STATUS_INO, out);
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -639,7 +681,7 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
 
 void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 {
-    if (ino <= ST_VFS_STATUS_INO)
+    if (ino <= ST_VFS_COMMIT_INO)
         return;
     pthread_mutex_lock(&v->lock);
     vnode *n = get_node(v, ino);
@@ -652,7 +694,7 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
-    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO) {
+    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO) {
         virt_attr(ino, out);
         return ST_OK;
     }
@@ -702,8 +744,13 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
-    if (ino <= ST_VFS_STATUS_INO && ino != ST_VFS_ROOT_INO)
+    if (ino <= ST_VFS_COMMIT_INO && ino != ST_VFS_ROOT_INO) {
+        if (ino == ST_VFS_COMMIT_INO && which == ST_VFS_SET_SIZE && size == 0) {
+            virt_attr(ino, out); /* O_TRUNC of the commit file: nothing to do */
+            return ST_OK;
+        }
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    }
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
     vnode *n = get_node(v, ino);
@@ -986,14 +1033,15 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(3, sizeof *out);
+        out = calloc(4, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
         out[1] = (st_vfs_dirent){ST_VFS_ROOT_INO, S_IFDIR, strdup("..")};
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
+        out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
         *ents = out;
-        *n = 3;
+        *n = 4;
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -1081,6 +1129,13 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     h->step = VFS_NO_STEP;
     h->start_version = n->version;
     if (writable) {
+        int32_t rank;
+        uint32_t world;
+        writer_rank(pid, &rank, &world);
+        if (rank >= 0 || world) {
+            n->rank = rank;
+            n->world = world;
+        }
         n->writers++;
         vnode *jd = vfs_job_dir(n);
         vjob *j = jd ? vfs_job(v, jd->name, 1) : NULL;
@@ -1157,6 +1212,17 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
         *h = sh;
         return ST_OK;
     }
+    if (ino == ST_VFS_COMMIT_INO) {
+        if ((flags & O_ACCMODE) == O_RDONLY)
+            return st_seterr(ST_ERR_READ_ONLY, "commit is write-only");
+        st_vfs_handle *ch = calloc(1, sizeof *ch);
+        if (!ch)
+            return ST_ERR_NOMEM;
+        ch->fd = -1;
+        ch->writable = 1;
+        *h = ch;
+        return ST_OK;
+    }
     if (ino == ST_VFS_CTL_DIR_INO)
         return ST_ERR_IS_DIR;
     pthread_mutex_lock(&v->lock);
@@ -1169,6 +1235,82 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
 int st_vfs_handle_fd(const st_vfs_handle *h)
 {
     return h->fd;
+}
+
+/* Records an explicit commit of (job, step) by rank (lock held). */
+static st_err record_commit(st_vfs *v, const char *job, uint64_t step, uint32_t rank,
+                            uint32_t world)
+{
+    vnode *jd = vfs_child(v->root, job);
+    vjob *j = jd ? vfs_job(v, job, 1) : NULL;
+    vstep *s = j ? vfs_step(j, step, 1) : NULL;
+    if (!s)
+        return st_seterr(ST_ERR_NOT_FOUND, "no job directory %s in the mount", job);
+    for (size_t i = 0; i < s->ncommits; i++)
+        if (s->commits[i].rank == rank) {
+            s->commits[i].world_size = world;
+            goto queue;
+        }
+    st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    s->commits = p;
+    s->commits[s->ncommits++] = (st_rank_commit){rank, world};
+queue:
+    vfs_journal_put_step(v, job, s);
+    vfs_log(v, 0, "rank %u of %u committed step %" PRIu64 " of %s", rank, world, step, job);
+    /* Published with this node's files of the step, once none is open. */
+    s->dirty = 1;
+    if (!s->writers)
+        vfs_enqueue(v, job, step);
+    return ST_OK;
+}
+
+st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len)
+{
+    if (h->node || !h->writable)
+        return st_seterr(ST_ERR_READ_ONLY, "not a control file open for writing");
+    char text[4096];
+    if (len >= sizeof text)
+        return st_seterr(ST_ERR_INVALID, "commit lines are short: at most %zu bytes",
+                         sizeof text - 1);
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    /* Parse every line first: a malformed write records nothing. */
+    typedef struct { char job[ST_JOB_MAX + 1]; unsigned long long step; unsigned rank, world; } line;
+    line lines[64];
+    size_t nlines = 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        char job[256], extra;
+        line *x = &lines[nlines];
+        if (nlines == 64 ||
+            sscanf(l, "%255s %llu %u %u %c", job, &x->step, &x->rank, &x->world, &extra) != 4 ||
+            !st_name_is_valid(job, ST_JOB_MAX) || x->world == 0 || x->rank >= x->world)
+            return st_seterr(ST_ERR_INVALID, "expected lines \"JOB STEP RANK WORLD_SIZE\"");
+        memcpy(x->job, job, strlen(job) + 1); /* valid: at most ST_JOB_MAX bytes */
+        nlines++;
+    }
+    st_err e = nlines ? ST_OK : st_seterr(ST_ERR_INVALID, "empty commit");
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; !e && i < nlines; i++)
+        e = record_commit(v, lines[i].job, lines[i].step, lines[i].rank, lines[i].world);
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void vfs_publish_quiet_steps(st_vfs *v)
+{
+    int64_t now = st_mono_ns();
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->njobs; i++)
+        for (size_t k = 0; k < v->jobs[i].nsteps; k++) {
+            vstep *s = &v->jobs[i].steps[k];
+            if (s->dirty && !s->writers && now - s->last_activity_ns >= EAGER_QUIET_NS) {
+                s->dirty = 0;
+                vfs_enqueue(v, v->jobs[i].name, s->step);
+            }
+        }
+    pthread_mutex_unlock(&v->lock);
 }
 
 size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len)
@@ -1294,6 +1436,11 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         vstep *s = j && h->step != VFS_NO_STEP ? vfs_step(j, h->step, 0) : NULL;
         if (s && s->writers > 0)
             s->writers--;
+        if (s) {
+            s->last_activity_ns = st_mono_ns();
+            if (n->version != h->start_version)
+                s->dirty = 1;
+        }
         if (n->state == VFILE_WRITING && n->parent) {
             /* Released without a flush (the kernel always flushes first;
              * this is the belt to its braces). */
@@ -1464,13 +1611,13 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
     if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
         goto fail;
-    /* inodes 0 (unused), 1 root; 2 and 3 are the virtual status entries */
+    /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    v->ninodes = ST_VFS_STATUS_INO + 1;
+    v->ninodes = ST_VFS_COMMIT_INO + 1;
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);
     if (!e)
@@ -1511,8 +1658,11 @@ void st_vfs_close(st_vfs *v)
         if (v->inodes[i])
             node_free(v, v->inodes[i]);
     free(v->inodes);
-    for (size_t i = 0; i < v->njobs; i++)
+    for (size_t i = 0; i < v->njobs; i++) {
+        for (size_t k = 0; k < v->jobs[i].nsteps; k++)
+            free(v->jobs[i].steps[k].commits);
         free(v->jobs[i].steps);
+    }
     free(v->jobs);
     free(v->queue);
     st_step_rules_free(v->rules);

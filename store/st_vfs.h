@@ -33,6 +33,7 @@
 #define ST_VFS_ROOT_INO 1
 #define ST_VFS_CTL_DIR_INO 2
 #define ST_VFS_STATUS_INO 3
+#define ST_VFS_COMMIT_INO 4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
 
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
@@ -112,6 +113,11 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
 /*! The fd reads and writes go to (staging or cache file), or -1 for a
  *  virtual file, whose bytes come from st_vfs_handle_read(). */
 int st_vfs_handle_fd(const st_vfs_handle *h);
+/*! Writes to a virtual file (.ckptfs/commit: one or more lines
+ *  "JOB STEP RANK WORLD_SIZE\n", each an explicit commit of that step by that
+ *  rank, rule 1 of docs/CONSISTENCY.md). ST_ERR_INVALID for a malformed line:
+ *  nothing of that write is recorded. */
+st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len);
 /*! Reads a virtual file's bytes (status). Returns bytes copied. */
 size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len);
 /*! Before writing len bytes at off: ST_ERR_NOSPACE if the staging cap would

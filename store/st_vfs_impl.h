@@ -89,6 +89,7 @@ typedef struct vstep {
     pid_t writer_pids[VFS_JOB_MAX_STEPS_WRITERS];
     int nwriter_pids;
     int64_t last_activity_ns; /* last writer open or close (eager publishing) */
+    int dirty;                /* closed changes not yet queued (eager publishing) */
     st_rank_commit *commits;  /* explicit per-rank commits made on this node */
     size_t ncommits;
 } vstep;
@@ -160,6 +161,12 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
 /* Drops local copies of durable, unopened files until `need` more bytes fit
  * under the staging cap (they become remote again). */
 void vfs_evict_durable(st_vfs *v, uint64_t need);
+
+/* Queues the steps that are quiet (no writer for EAGER_QUIET_NS) and have
+ * closed changes, complete or not: a rank's part must become durable even
+ * when the marker completing the step lives on another node. */
+#define EAGER_QUIET_NS (2ll * 1000000000)
+void vfs_publish_quiet_steps(st_vfs *v);
 
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);

@@ -4,10 +4,10 @@
  *
  * STAGING/journal.db (SQLite, WAL, synchronous=FULL):
  *   entries(job, path, kind, sid, size, mode, mtime_ns, state, step,
- *           remote_step, remote_node, remote_rev, remote_path)
+ *           remote_step, remote_node, remote_rev, remote_path, rank, world)
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
  *       state as vfile_state; step -1 for none.
- *   steps(job, step, complete, revision)
+ *   steps(job, step, complete, revision, commits "rank:world,...")
  *
  * Rows are written when the state changes (create, flush/close, rename,
  * unlink, upload finished), never per write(): the size is re-read from the
@@ -18,6 +18,8 @@
  * Threads: every function runs under v->lock (one connection, serialised).
  */
 #include "st_vfs_impl.h"
+
+#include "st_fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,10 +40,12 @@ static const char journal_schema[] =
     "  mode INTEGER NOT NULL DEFAULT 0, mtime_ns INTEGER NOT NULL DEFAULT 0,"
     "  state INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL DEFAULT -1,"
     "  remote_step INTEGER NOT NULL DEFAULT -1, remote_node TEXT, remote_rev INTEGER,"
-    "  remote_path TEXT, PRIMARY KEY (job, path)) WITHOUT ROWID;"
+    "  remote_path TEXT, rank INTEGER NOT NULL DEFAULT -1, world INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (job, path)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS steps ("
     "  job TEXT NOT NULL, step INTEGER NOT NULL, complete INTEGER NOT NULL,"
-    "  revision INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;";
+    "  revision INTEGER NOT NULL, commits TEXT NOT NULL DEFAULT '',"
+    "  PRIMARY KEY (job, step)) WITHOUT ROWID;";
 
 #define DB(v) ((sqlite3 *)(v)->journal)
 
@@ -117,12 +121,14 @@ st_err vfs_journal_put_file(st_vfs *v, vnode *n)
         return ST_OK;
     const vremote *r = n->remote;
     return exec(v,
-                "INSERT OR REPLACE INTO entries VALUES (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
-                "ttiiiiiiinin", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
+                "INSERT OR REPLACE INTO entries VALUES"
+                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                "ttiiiiiiininii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
                 (int64_t)n->mode, n->mtime_ns, (int64_t)n->state,
                 n->step == VFS_NO_STEP ? (int64_t)-1 : (int64_t)n->step,
                 r ? (int64_t)r->step : (int64_t)-1, r ? r->node : NULL,
-                r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL);
+                r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL, (int64_t)n->rank,
+                (int64_t)n->world);
 }
 
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
@@ -184,8 +190,32 @@ st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const ch
 
 st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s)
 {
-    return exec(v, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4)", "tiii", job,
-                (int64_t)s->step, (int64_t)s->complete, (int64_t)s->revision);
+    char commits[4096] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < s->ncommits && len < sizeof commits - 24; i++)
+        len += (size_t)snprintf(commits + len, sizeof commits - len, "%s%u:%u", i ? "," : "",
+                                s->commits[i].rank, s->commits[i].world_size);
+    return exec(v, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5)", "tiiit", job,
+                (int64_t)s->step, (int64_t)s->complete, (int64_t)s->revision, commits);
+}
+
+/* Parses "rank:world,..." back into s->commits. */
+static void parse_commits(vstep *s, const char *text)
+{
+    while (text && *text) {
+        unsigned rank, world;
+        int used;
+        if (sscanf(text, "%u:%u%n", &rank, &world, &used) != 2 || rank >= world)
+            return;
+        st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
+        if (!p)
+            return;
+        s->commits = p;
+        s->commits[s->ncommits++] = (st_rank_commit){rank, world};
+        text += used;
+        if (*text == ',')
+            text++;
+    }
 }
 
 /* Recreates one journal row in the tree. */
@@ -258,6 +288,8 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     n->durable_version = state == VFILE_DURABLE ? 1 : 0;
     int64_t step = sqlite3_column_int64(q, 8);
     n->step = step < 0 ? VFS_NO_STEP : (uint64_t)step;
+    n->rank = (int32_t)sqlite3_column_int64(q, 13);
+    n->world = (uint32_t)sqlite3_column_int64(q, 14);
     if (rstep >= 0 && rnode && rpath && (n->remote = calloc(1, sizeof *n->remote))) {
         n->remote->step = (uint64_t)rstep;
         snprintf(n->remote->node, sizeof n->remote->node, "%s", rnode);
@@ -282,8 +314,8 @@ st_err vfs_journal_recover(st_vfs *v)
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE)
         return jerr(v, "recover");
-    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, complete, revision FROM steps", -1, &q,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, complete, revision, commits FROM steps", -1,
+                           &q, NULL) != SQLITE_OK)
         return jerr(v, "recover steps");
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *job = (const char *)sqlite3_column_text(q, 0);
@@ -293,6 +325,8 @@ st_err vfs_journal_recover(st_vfs *v)
             continue;
         s->complete = sqlite3_column_int(q, 2);
         s->revision = (uint32_t)sqlite3_column_int64(q, 3);
+        if (!s->ncommits)
+            parse_commits(s, (const char *)sqlite3_column_text(q, 4));
     }
     sqlite3_finalize(q);
     /* Queue complete steps that still have files to upload. */
@@ -306,6 +340,10 @@ st_err vfs_journal_recover(st_vfs *v)
         vstep *s = j ? vfs_step(j, n->step, 0) : NULL;
         if (s && s->complete)
             vfs_enqueue(v, j->name, s->step);
+        else if (s) { /* published eagerly once quiet */
+            s->dirty = 1;
+            s->last_activity_ns = st_mono_ns();
+        }
     }
     return ST_OK;
 }

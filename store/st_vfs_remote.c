@@ -169,14 +169,21 @@ st_err vfs_remote_refresh(st_vfs *v)
     return e;
 }
 
+/* Wakes every TICK_NS (or the refresh interval if shorter) to queue quiet
+ * steps for eager publishing, and re-lists the store every refresh_seconds. */
+#define TICK_NS (500ll * 1000000)
+
 static void *refresher_main(void *arg)
 {
     st_vfs *v = arg;
+    int64_t next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
     pthread_mutex_lock(&v->lock);
     while (!v->stopping) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t ns = (int64_t)(v->opts.refresh_seconds * 1e9);
+        if (ns > TICK_NS)
+            ns = TICK_NS;
         ts.tv_sec += ns / 1000000000;
         ts.tv_nsec += ns % 1000000000;
         if (ts.tv_nsec >= 1000000000) {
@@ -189,8 +196,12 @@ static void *refresher_main(void *arg)
         if (v->stopping)
             break;
         pthread_mutex_unlock(&v->lock);
-        if (vfs_remote_refresh(v) != ST_OK)
-            vfs_log(v, 1, "refreshing the store's steps: %s", st_errmsg());
+        vfs_publish_quiet_steps(v);
+        if (st_mono_ns() >= next_refresh) {
+            if (vfs_remote_refresh(v) != ST_OK)
+                vfs_log(v, 1, "refreshing the store's steps: %s", st_errmsg());
+            next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
+        }
         pthread_mutex_lock(&v->lock);
     }
     pthread_mutex_unlock(&v->lock);
