@@ -57,7 +57,7 @@ echo "run_outage: s3rver stopped after $(done_puts) uploads"
 sleep "$outage"
 before=$(done_puts)
 bash "$here/s3rver.sh" start "$work/s3" --owner $$ --port "$port" >/dev/null
-echo "run_outage: s3rver back after $(echo "$(date +%s.%N) - $t_down" | bc 2>/dev/null || echo "$outage") s; $before uploads done by then"
+echo "run_outage: s3rver back after $(awk -v a="$(date +%s.%N)" -v b="$t_down" 'BEGIN { printf "%.1f", a - b }') s; $before uploads done by then"
 if [ "$before" -ge "$n" ]; then
     echo "run_outage: the uploads were over before the server came back: no outage was tested" >&2
     exit 1

@@ -64,7 +64,16 @@ do_install() {
         echo "$dir"
         return 0
     fi
-    command -v npm >/dev/null || die "npm not found: install npm (tools/bootstrap.sh does)"
+    if ! command -v npm >/dev/null; then
+        # Debian's nodejs comes without npm; NodeSource's bundles it (and
+        # conflicts with Debian's npm package), so npm is installed only
+        # when missing, not from tools/bootstrap.sh's list.
+        [ "$(id -u)" = 0 ] || die "npm not found: install npm (apt-get install npm), or run as root"
+        echo "s3rver.sh: installing npm" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; } ||
+            die "npm not found and apt-get install npm failed"
+    fi
     mkdir -p "$dir" || die "cannot create $dir"
     (
         flock -w 300 9 || die "timed out waiting for another s3rver install ($dir/.lock)"
@@ -126,6 +135,8 @@ do_start() {
         >"$dir/s3rver.log" 2>&1 </dev/null &
     local pid=$!
     echo "$pid" >"$dir/s3rver.pid"
+    # Whatever makes this script fail from here on, the server goes too.
+    trap 'kill -KILL '"$pid"' 2>/dev/null; rm -f "'"$dir"'/s3rver.pid"' EXIT
 
     # Ready when it prints its address and answers HTTP (bounded: 30 s).
     local got="" i
@@ -157,6 +168,7 @@ $(tail -20 "$dir/s3rver.log")"
             s3rver-watchdog "$owner" "$pid" >/dev/null 2>&1 </dev/null &
         echo $! >"$dir/watchdog.pid"
     fi
+    trap - EXIT
     echo "$got"
 }
 
