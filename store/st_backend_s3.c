@@ -760,7 +760,8 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
             index[i] = (const char *)page.data + at;
             at += strlen(index[i]) + 1 + 8;
         }
-        qsort(index, call.page_keys, sizeof *index, cmp_str_p);
+        if (call.page_keys) /* index is NULL before the first non-empty page */
+            qsort(index, call.page_keys, sizeof *index, cmp_str_p);
 
         /* Deliver the page only now, outside libs3's callbacks: the caller's
          * callback may take its time or call this backend again. */
