@@ -1,0 +1,265 @@
+/*
+ * test_backend_retry — the retry wrapper (store/st_backend_retry.c), with no
+ * network: a "flaky" test backend wraps the file:// backend and fails some
+ * calls with ST_ERR_TRANSIENT, before or after doing the work, and lists that
+ * break off after delivering some keys. Checks:
+ *   - the whole conformance suite passes through retry(flaky(file)), so the
+ *     retries are invisible to callers (list included: no key twice, none
+ *     missing, order kept);
+ *   - only ST_ERR_TRANSIENT is retried; other errors come back at once;
+ *   - the number of tries and the waits follow the policy (bounded, equal
+ *     jitter), and the final message says how many tries it took;
+ *   - the wrapper reports the inner scheme and st_backend_open() uses it.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend_conformance.h"
+#include "st_backend.h"
+#include "st_backend_retry.h"
+#include "ut.h"
+
+/* ---- a backend that fails on purpose ---- */
+
+typedef struct flaky {
+    st_backend *inner;
+    atomic_uint calls;
+    unsigned every;      /* fail every n-th call (0: never) */
+    int fail_all;        /* fail every call */
+    st_err fail_code;    /* what to fail with */
+    atomic_uint failures;
+} flaky;
+
+static int flaky_should_fail(flaky *f)
+{
+    unsigned n = atomic_fetch_add(&f->calls, 1) + 1;
+    return f->fail_all || (f->every && n % f->every == 0);
+}
+
+static st_err flaky_err(flaky *f, const char *op)
+{
+    atomic_fetch_add(&f->failures, 1);
+    return st_seterr(f->fail_code, "flaky: injected failure of %s", op);
+}
+
+static st_err flaky_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    flaky *f = ctx;
+    int fail = flaky_should_fail(f);
+    /* Half the failures happen after the work: the store has the object,
+     * the caller hears "failed" (a reply lost on the way back). */
+    if (fail && (atomic_load(&f->calls) & 1))
+        return flaky_err(f, "put");
+    st_err e = f->inner->ops->put(f->inner->ctx, key, data, len);
+    return fail && !e ? flaky_err(f, "put") : e;
+}
+
+static st_err flaky_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    flaky *f = ctx;
+    if (flaky_should_fail(f))
+        return flaky_err(f, "get");
+    return f->inner->ops->get(f->inner->ctx, key, off, len, out);
+}
+
+static st_err flaky_stat(void *ctx, const char *key, uint64_t *size)
+{
+    flaky *f = ctx;
+    if (flaky_should_fail(f))
+        return flaky_err(f, "stat");
+    return f->inner->ops->stat(f->inner->ctx, key, size);
+}
+
+static st_err flaky_del(void *ctx, const char *key)
+{
+    flaky *f = ctx;
+    int fail = flaky_should_fail(f);
+    st_err e = f->inner->ops->del(f->inner->ctx, key);
+    return fail && !e ? flaky_err(f, "del") : e;
+}
+
+/* A listing that breaks off after a few keys, as a connection cut between
+ * pages does. */
+typedef struct cut_list {
+    st_list_cb cb;
+    void *arg;
+    unsigned left; /* keys to deliver before breaking off */
+    int cut, stopped;
+} cut_list;
+
+static int cut_cb(void *arg, const char *key, uint64_t size)
+{
+    cut_list *c = arg;
+    if (c->left == 0) {
+        c->cut = 1;
+        return 1;
+    }
+    c->left--;
+    int stop = c->cb(c->arg, key, size);
+    c->stopped = stop != 0;
+    return stop;
+}
+
+static st_err flaky_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    flaky *f = ctx;
+    if (!flaky_should_fail(f))
+        return f->inner->ops->list(f->inner->ctx, prefix, cb, arg);
+    cut_list c = {.cb = cb, .arg = arg, .left = atomic_load(&f->calls) % 7};
+    st_err e = f->inner->ops->list(f->inner->ctx, prefix, cut_cb, &c);
+    if (e || c.stopped || !c.cut)
+        return e; /* the listing ended (or the caller stopped it) before the cut */
+    return flaky_err(f, "list");
+}
+
+static void flaky_close(void *ctx)
+{
+    flaky *f = ctx;
+    st_backend_close(f->inner);
+    free(f);
+}
+
+static const st_backend_ops flaky_ops = {
+    .scheme = "flaky",
+    .put = flaky_put,
+    .get = flaky_get,
+    .stat = flaky_stat,
+    .list = flaky_list,
+    .del = flaky_del,
+    .close = flaky_close,
+};
+
+static char tdir[64];
+
+static st_backend *flaky_open(flaky **fp, unsigned every, st_err code)
+{
+    st_backend *inner = NULL;
+    char root[128];
+    snprintf(root, sizeof root, "%s/store", tdir);
+    CHECK_OK(st_backend_file_open(root, &inner));
+    flaky *f = calloc(1, sizeof *f);
+    f->inner = inner;
+    f->every = every;
+    f->fail_code = code;
+    st_backend *b = malloc(sizeof *b);
+    b->ops = &flaky_ops;
+    b->ctx = f;
+    *fp = f;
+    return b;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- cases ---- */
+
+static void test_conformance_through_faults(void)
+{
+    flaky *f;
+    st_backend *fb = flaky_open(&f, 5, ST_ERR_TRANSIENT); /* every 5th call fails */
+    st_retry_policy p = {.attempts = 8, .base_ms = 1, .max_ms = 4};
+    st_backend *b = NULL;
+    CHECK_OK(st_backend_retry_wrap(fb, &p, &b));
+    if (!b)
+        return;
+    CHECK(strcmp(b->ops->scheme, "flaky") == 0);
+    backend_conformance_run(b, "conformance/retry");
+    fprintf(stderr, "  %u injected failures, %llu retries\n", atomic_load(&f->failures),
+            (unsigned long long)st_backend_retry_count(b));
+    CHECK(atomic_load(&f->failures) > 100);
+    CHECK(st_backend_retry_count(b) >= atomic_load(&f->failures));
+    st_backend_close(b);
+}
+
+static void test_only_transient_is_retried(void)
+{
+    static const st_err codes[] = {ST_ERR_PERMANENT, ST_ERR_NOT_FOUND, ST_ERR_INVALID,
+                                   ST_ERR_NOSPACE, ST_ERR_IO};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        flaky *f;
+        st_backend *fb = flaky_open(&f, 0, codes[i]);
+        f->fail_all = 1;
+        st_backend *b = NULL;
+        CHECK_OK(st_backend_retry_wrap(fb, &(st_retry_policy){.attempts = 5}, &b));
+        uint64_t sz;
+        CHECK_ERR(st_stat(b, "k", &sz), codes[i]);
+        CHECK(atomic_load(&f->calls) == 1);
+        CHECK(st_backend_retry_count(b) == 0);
+        CHECK(strstr(st_errmsg(), "gave up") == NULL);
+        st_backend_close(b);
+    }
+}
+
+static void test_bounded_backoff(void)
+{
+    flaky *f;
+    st_backend *fb = flaky_open(&f, 0, ST_ERR_TRANSIENT);
+    f->fail_all = 1;
+    /* Waits: d = 40, 80, 160, 160 ms nominal; each between d/2 and d. */
+    st_retry_policy p = {.attempts = 5, .base_ms = 40, .max_ms = 160};
+    st_backend *b = NULL;
+    CHECK_OK(st_backend_retry_wrap(fb, &p, &b));
+    st_bytes got = {0};
+    double t0 = now_s();
+    CHECK_ERR(st_get(b, "k", 0, ST_GET_TO_END, &got), ST_ERR_TRANSIENT);
+    double dt = now_s() - t0;
+    fprintf(stderr, "  5 tries took %.3f s: %s\n", dt, st_errmsg());
+    CHECK(atomic_load(&f->calls) == 5);
+    CHECK(st_backend_retry_count(b) == 4);
+    CHECK(dt >= (20 + 40 + 80 + 80) / 1000.0 && dt < (40 + 80 + 160 + 160) / 1000.0 + 0.3);
+    CHECK(strstr(st_errmsg(), "gave up after 5 tries") != NULL);
+    CHECK(strstr(st_errmsg(), "flaky: injected failure of get") != NULL);
+    CHECK(got.len == 0);
+    st_backend_close(b);
+    st_bytes_free(&got);
+
+    /* attempts = 1: no retry at all, and the message is the backend's own. */
+    fb = flaky_open(&f, 0, ST_ERR_TRANSIENT);
+    f->fail_all = 1;
+    CHECK_OK(st_backend_retry_wrap(fb, &(st_retry_policy){.attempts = 1}, &b));
+    CHECK_ERR(st_del(b, "k"), ST_ERR_TRANSIENT);
+    CHECK(atomic_load(&f->calls) == 1);
+    CHECK(strstr(st_errmsg(), "gave up") == NULL);
+    st_backend_close(b);
+}
+
+static void test_open_wraps(void)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file://%s/store", tdir);
+    st_backend *b = NULL;
+    CHECK_OK(st_backend_open(url, &b));
+    if (!b)
+        return;
+    CHECK(strcmp(b->ops->scheme, "file") == 0);
+    CHECK_OK(st_put(b, "wrapped", "w", 1));
+    CHECK(st_backend_retry_count(b) == 0);
+    CHECK_OK(st_del(b, "wrapped"));
+    st_backend_close(b);
+    CHECK_ERR(st_backend_retry_wrap(NULL, NULL, &b), ST_ERR_INVALID);
+    CHECK(b == NULL);
+}
+
+int main(void)
+{
+    snprintf(tdir, sizeof tdir, "/tmp/ckpt-retry-XXXXXX");
+    if (!mkdtemp(tdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_conformance_through_faults);
+    RUN(test_only_transient_is_retried);
+    RUN(test_bounded_backoff);
+    RUN(test_open_wraps);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", tdir);
+    return ut_finish();
+}
