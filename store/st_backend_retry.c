@@ -45,7 +45,7 @@
 typedef struct retry_ctx {
     st_backend_ops ops; /* our table, with the inner scheme; b->ops points here */
     st_backend *inner;
-    st_retry_policy policy;    /* defaults applied */
+    st_retry_policy policy;   /* defaults applied */
     _Atomic uint64_t retries; /* total waits taken, for st_backend_retry_count() */
     int trace;                /* CKPT_RETRY_TRACE set: each retry is told on stderr */
 } retry_ctx;

@@ -56,14 +56,14 @@
 #include <sys/select.h>
 #include <time.h>
 
-#define POOL_MAX            64
-#define DEFAULT_TIMEOUT_MS  60000u
-#define DEFAULT_STALL_MS    20000u
-#define LIST_PAGE_KEYS      1000
-#define DEFAULT_ENDPOINT    "https://s3.amazonaws.com"
+#define POOL_MAX           64
+#define DEFAULT_TIMEOUT_MS 60000u
+#define DEFAULT_STALL_MS   20000u
+#define LIST_PAGE_KEYS     1000
+#define DEFAULT_ENDPOINT   "https://s3.amazonaws.com"
 /* Above this, Range end arithmetic on the server side (s3rver parses with
  * JavaScript numbers) is unsafe; such lengths are sent as "to the end". */
-#define RANGE_LEN_MAX       (UINT64_C(1) << 52)
+#define RANGE_LEN_MAX (UINT64_C(1) << 52)
 
 typedef struct s3_ctx {
     /* Read-only after open. */
@@ -211,8 +211,8 @@ static S3Status on_get_data(int n, const char *buf, void *arg)
 }
 
 static S3Status on_list_page(int truncated, const char *next_marker, int count,
-                             const S3ListBucketContent *contents, int ncommon,
-                             const char **common, void *arg)
+                             const S3ListBucketContent *contents, int ncommon, const char **common,
+                             void *arg)
 {
     (void)next_marker; /* only sent with a delimiter; the last key is the marker */
     (void)ncommon;
@@ -405,9 +405,8 @@ static st_err call_error(s3_ctx *c, const char *op, const char *key, const s3_ca
         return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", op, c->bucket,
                          c->prefix, key);
     if (call->timed_out)
-        return st_seterr(ST_ERR_TRANSIENT,
-                         "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", op, c->bucket, c->prefix,
-                         key, c->endpoint,
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", op,
+                         c->bucket, c->prefix, key, c->endpoint,
                          call->timed_out == 1 ? "no byte moved for" : "not done within",
                          call->timed_out == 1 ? c->stall_ms : c->timeout_ms);
     const char *what;
@@ -499,8 +498,7 @@ static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *si
  * A size above 0 cannot come from a cut (the header was there); 0 is
  * believed when a second HEAD says it too.
  */
-static st_err head_checked(s3_ctx *c, const char *key, const char *fk, uint64_t *size,
-                           S3Status *st)
+static st_err head_checked(s3_ctx *c, const char *key, const char *fk, uint64_t *size, S3Status *st)
 {
     st_err e = head_once(c, key, fk, size, st);
     if (e == ST_OK && *size == 0)
@@ -833,8 +831,8 @@ static st_err s3_del(void *ctx, const char *key)
     S3ResponseHandler h = {on_props, on_complete};
     S3_delete_object(&c->bucket_ctx, fk, rc, &h, &call);
     run_request(c, rc, &call, 0);
-    if (!call.timed_out && (call.status == S3StatusErrorNoSuchKey ||
-                            call.status == S3StatusHttpErrorNotFound))
+    if (!call.timed_out &&
+        (call.status == S3StatusErrorNoSuchKey || call.status == S3StatusHttpErrorNotFound))
         return ST_OK; /* idempotent: already gone */
     if (call.status != S3StatusOK || call.timed_out)
         return call_error(c, "del", key, &call);
@@ -893,8 +891,7 @@ static st_err parse_endpoint(s3_ctx *c, const char *ep, const char *source)
                          "(path-style addressing puts the bucket there)",
                          source);
     if (n == 0 || n >= S3_MAX_HOSTNAME_SIZE)
-        return st_seterr(ST_ERR_INVALID, "S3 endpoint from %s: missing or over-long host",
-                         source);
+        return st_seterr(ST_ERR_INVALID, "S3 endpoint from %s: missing or over-long host", source);
     for (size_t i = 0; i < n; i++) {
         char ch = rest[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
@@ -961,7 +958,7 @@ static st_err load_credentials_file(s3_ctx *c, const char *path, const char *pro
         char *name = trim(s), *value = trim(eq + 1);
         char **slot = strcasecmp(name, "aws_access_key_id") == 0       ? &c->access_key_id
                       : strcasecmp(name, "aws_secret_access_key") == 0 ? &c->secret
-                                                                        : NULL;
+                                                                       : NULL;
         if (!slot || !*value)
             continue;
         if (*slot) {

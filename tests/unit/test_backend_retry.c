@@ -26,9 +26,9 @@
 typedef struct flaky {
     st_backend *inner;
     atomic_uint calls;
-    unsigned every;      /* fail every n-th call (0: never) */
-    int fail_all;        /* fail every call */
-    st_err fail_code;    /* what to fail with */
+    unsigned every;   /* fail every n-th call (0: never) */
+    int fail_all;     /* fail every call */
+    st_err fail_code; /* what to fail with */
     atomic_uint failures;
 } flaky;
 

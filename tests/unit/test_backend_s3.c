@@ -176,8 +176,11 @@ static void test_foreign_objects(void)
         return;
     char host[64];
     snprintf(host, sizeof host, "127.0.0.1:%d", lenient.port);
-    S3BucketContext bc = {.hostName = host, .bucketName = BUCKET, .protocol = S3ProtocolHTTP,
-                          .uriStyle = S3UriStylePath, .accessKeyId = "S3RVER",
+    S3BucketContext bc = {.hostName = host,
+                          .bucketName = BUCKET,
+                          .protocol = S3ProtocolHTTP,
+                          .uriStyle = S3UriStylePath,
+                          .accessKeyId = "S3RVER",
                           .secretAccessKey = SECRET};
     static const char *foreign[] = {"foreign/.hidden", "foreign/a/.tmp.1", "foreign/x:y"};
     size_t nf = sizeof foreign / sizeof foreign[0];
@@ -309,9 +312,15 @@ static void test_urls(void)
 {
     use_good_env();
     static const char *bad[] = {
-        "s3://",          "s3:///prefix",       "s3://b",  /* too short a bucket name */
-        "s3://Bad!Bucket", "s3://" BUCKET "/a//b", "s3://" BUCKET "/.hidden",
-        "s3://" BUCKET "/p?x=1", "s3://" BUCKET "/p#f", "s3://" BUCKET "/p%20q",
+        "s3://",
+        "s3:///prefix",
+        "s3://b", /* too short a bucket name */
+        "s3://Bad!Bucket",
+        "s3://" BUCKET "/a//b",
+        "s3://" BUCKET "/.hidden",
+        "s3://" BUCKET "/p?x=1",
+        "s3://" BUCKET "/p#f",
+        "s3://" BUCKET "/p%20q",
         "s3://AKIDEXAMPLE:" BAD_SECRET "@" BUCKET "/p",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -374,9 +383,10 @@ static void test_credentials(void)
     CHECK(f != NULL);
     if (!f)
         return;
-    fprintf(f, "# a comment\n[other]\naws_access_key_id = S3RVER\naws_secret_access_key = %s\n\n"
-               "[default]\n  aws_access_key_id=S3RVER  \r\naws_secret_access_key =  S3RVER\n"
-               "region = us-east-1\n",
+    fprintf(f,
+            "# a comment\n[other]\naws_access_key_id = S3RVER\naws_secret_access_key = %s\n\n"
+            "[default]\n  aws_access_key_id=S3RVER  \r\naws_secret_access_key =  S3RVER\n"
+            "region = us-east-1\n",
             BAD_SECRET);
     fclose(f);
 
@@ -481,8 +491,8 @@ static void test_timeouts(void)
     }
 
     /* The deadline holds even while bytes trickle: a total timeout. */
-    o = (st_backend_opts){.s3_endpoint = ep, .timeout_ms = 300, .stall_timeout_ms = 10000,
-                          .retry_attempts = 1};
+    o = (st_backend_opts){
+        .s3_endpoint = ep, .timeout_ms = 300, .stall_timeout_ms = 10000, .retry_attempts = 1};
     CHECK_OK(st_backend_open_opts("s3://" BUCKET, &o, &b));
     if (b) {
         t0 = now_s();
