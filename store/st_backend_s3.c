@@ -16,7 +16,14 @@
  *   - deadline: timeout_ms plus 1 s per MiB the request carries.
  * Either aborts the request (destroying its context) and reports
  * ST_ERR_TRANSIENT. Retrying is not done here but by the retry wrapper
- * that st_backend_open() puts around this backend (st_backend_retry.c).
+ * that st_backend_open() puts around this backend (st_backend_retry.c);
+ * the one exception is list_expand_cut()'s probes, parts of one list call.
+ *
+ * Responses cut short: libs3 2.0 reports a connection that closes early as
+ * success (CURLE_PARTIAL_FILE -> S3StatusOK), so every answer is checked:
+ * body length against Content-Length, an ETag in every GET/HEAD answer,
+ * sizes of 0 confirmed, and the end of a listing confirmed by one more page
+ * request (docs/S3.md, "Responses cut short").
  *
  * Connections. Request contexts are pooled per instance. A context keeps
  * its curl connection cache across requests, so each thread that uses the
@@ -27,9 +34,7 @@
  * Error classes (classify()): 404/NoSuchKey -> ST_ERR_NOT_FOUND; network
  * failures, timeouts, 5xx, SlowDown, 429 and other unknown HTTP errors ->
  * ST_ERR_TRANSIENT; auth, missing bucket, redirects -> ST_ERR_PERMANENT;
- * 400-class request errors -> ST_ERR_INVALID. libs3 reports a connection
- * cut mid-body as success (it maps CURLE_PARTIAL_FILE to S3StatusOK), so
- * get checks the byte count against Content-Length itself.
+ * 400-class request errors -> ST_ERR_INVALID.
  *
  * Secrets: the secret key lives only in this instance (zeroed on close) and
  * in libs3's signing; no message built here contains it, and a server's
