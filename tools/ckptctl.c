@@ -156,7 +156,7 @@ static void usage(FILE *out)
             "\nGlobal options (before or after the verb):\n"
             "  --store URL      object store: file:///abs/dir or s3://bucket/prefix\n"
             "                   (default: $CKPT_STORE, else the embedded file:// store)\n"
-            "  --job J          job name (default: $CKPT_JOB)\n"
+            "  --job J          job name (default: $CKPT_JOB; --job '' for none)\n"
             "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
             "  --node NAME      this writer's node name (default: host name)\n"
             "  -q, --quiet      print only errors (latest still prints the step)\n"
@@ -239,7 +239,7 @@ static int parse_args(int argc, char **argv, cli *c)
     while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         switch (ch) {
         case O_STORE: c->store = optarg; break;
-        case O_JOB: c->job = optarg; break;
+        case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))
                 return bad_value("--step", "a non-negative integer", optarg);

@@ -216,8 +216,9 @@ int run_wait(cli *c, st_store *s)
             return rc;
         const char *state = step_state(&doc, c->job, c->step);
         snprintf(last, sizeof last, "%s", state ? state : "not listed");
-        jv_free(&doc);
-        if (state && !strcmp(state, "durable")) {
+        int durable = state && !strcmp(state, "durable");
+        jv_free(&doc); /* state pointed into doc */
+        if (durable) {
             if (!c->quiet)
                 printf("step %" PRIu64 " of job %s is durable\n", c->step, c->job);
             return EXIT_OK;

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# CLI behaviour of ckptctl: help, exit codes, error messages, and that a
-# corrupted store object is reported (exit 4) without leaving a bad file.
+# CLI behaviour of ckptctl: help of every verb, exit codes, error messages,
+# --json output checked by value, latest/restore/verify/stats over steps made
+# with `ckptctl put`, restore falling back from a damaged latest step, the
+# mount verbs against a fake control directory, and that a corrupted store
+# object is reported (exit 4) without leaving a bad file.
 #   test_ckptctl_cli.sh PATH/TO/ckptctl
 set -u
 ckptctl=$1
@@ -31,10 +34,13 @@ contains() {
 
 expect 0 "top-level help" -- "$ckptctl" --help
 contains "$tmp/out" "Exit codes" "help lists exit codes"
-for verb in put get ls; do
+for verb in put get ls latest restore verify stats commit wait status; do
     expect 0 "$verb --help" -- "$ckptctl" "$verb" --help
-    contains "$tmp/out" "usage: ckptctl" "$verb help has usage"
+    contains "$tmp/out" "usage: ckptctl \[options\] $verb" "$verb help has usage"
+    contains "$tmp/out" "6  timeout" "$verb help lists exit codes"
 done
+expect 0 "help VERB" -- "$ckptctl" help restore
+contains "$tmp/out" "no-fallback" "help restore describes --no-fallback" 
 expect 2 "no verb" -- "$ckptctl"
 expect 2 "unknown verb" -- "$ckptctl" frobnicate
 contains "$tmp/err" "unknown verb" "unknown verb message"
@@ -45,7 +51,7 @@ expect 2 "unknown scheme" -- "$ckptctl" --store gopher://x ls
 expect 2 "hostile job name" -- "$ckptctl" --job ../etc get --step 1 --to "$tmp/x"
 contains "$tmp/err" "invalid job name" "job name message"
 expect 1 "missing step" -- "$ckptctl" get --step 42 --to "$tmp/x"
-contains "$tmp/err" "not committed" "missing step message"
+contains "$tmp/err" "step 42 of job cli is not in the store" "missing step message"
 expect 2 "put of a missing dir" -- "$ckptctl" put --step 1 "$tmp/nope"
 
 # A real put/get round trip with an odd file name and a nested directory.
@@ -60,6 +66,181 @@ if cmp -s "$tmp/src/sub dir/weights #1.bin" "$tmp/dst/sub dir/weights #1.bin" &&
    cmp -s "$tmp/src/latest" "$tmp/dst/latest"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: restored files differ"; fi
 expect 5 "put of an existing step" -- "$ckptctl" put --step 1 "$tmp/src"
+
+# Usage errors of the new verbs and options.
+expect 2 "restore --step and --latest" -- "$ckptctl" restore --step 1 --latest --to "$tmp/x"
+contains "$tmp/err" "not both" "step+latest message"
+expect 2 "restore without --to" -- "$ckptctl" restore --latest
+contains "$tmp/err" "pass --to DIR" "restore --to message"
+expect 2 "option that does not apply" -- "$ckptctl" ls --to "$tmp/x"
+contains "$tmp/err" "ckptctl ls: --to does not apply" "does-not-apply message"
+expect 2 "--json on commit" -- "$ckptctl" commit --json --mount "$tmp" --step 1 --rank 0 --world-size 1
+expect 2 "bad --threads" -- "$ckptctl" restore --latest --threads 0 --to "$tmp/x"
+expect 2 "bad --timeout" -- "$ckptctl" wait --mount "$tmp" --step 1 --timeout soon
+expect 2 "bad --rank" -- "$ckptctl" restore --step 1 --rank -1 --to "$tmp/x"
+expect 2 "commit without mount" -- "$ckptctl" commit --step 1 --rank 0 --world-size 2
+contains "$tmp/err" "no mount" "commit without mount message"
+expect 2 "commit rank >= world" -- "$ckptctl" commit --mount "$tmp" --step 1 --rank 2 --world-size 2
+expect 2 "status without mount" -- "$ckptctl" status
+
+# latest on a job without steps: exit 1, nothing on stdout, a message on stderr.
+expect 1 "latest of an empty job" -- "$ckptctl" --job empty latest
+if [ -s "$tmp/out" ]; then failed=$((failed + 1)); echo "FAIL: latest printed on failure"
+else passed=$((passed + 1)); fi
+contains "$tmp/err" "no consistent step" "latest empty message"
+expect 1 "latest --json of an empty job" -- "$ckptctl" --job empty latest --json
+expect 1 "restore --latest of an empty job" -- "$ckptctl" --job empty restore --latest --to "$tmp/x"
+expect 1 "verify of an empty job" -- "$ckptctl" --job empty verify
+
+# checkjson DESCRIPTION PYTHON-EXPRESSION: evaluates the expression with `d`
+# bound to the JSON document in $tmp/out; fails unless it is true.
+checkjson() {
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' \
+        "$tmp/out" "$2" 2>"$tmp/pyerr"; then passed=$((passed + 1)); else
+        failed=$((failed + 1)); echo "FAIL: $1: not ($2) in:"; cat "$tmp/out" "$tmp/pyerr"; fi
+}
+# same DESCRIPTION DIR1 DIR2: the two trees hold the same files and bytes.
+same() {
+    if diff -r "$2" "$3" >/dev/null; then passed=$((passed + 1)); else
+        failed=$((failed + 1)); echo "FAIL: $1: $2 and $3 differ"; fi
+}
+
+# Job j2: step 10 and step 20 share common.bin (2 MB) and differ in one 1 MB
+# file, so the job stores about 4 of its 6 MB.
+J="--job j2"
+mkdir -p "$tmp/s10" "$tmp/s20"
+head -c 2000000 /dev/urandom >"$tmp/s10/common.bin"
+cp "$tmp/s10/common.bin" "$tmp/s20/common.bin"
+head -c 1000000 /dev/urandom >"$tmp/s10/a.bin"
+head -c 1000000 /dev/urandom >"$tmp/s20/b.bin"
+expect 0 "put j2 step 10" -- "$ckptctl" $J put --step 10 "$tmp/s10"
+find "$tmp/store" -name '*.pack' | sort >"$tmp/packs10"
+expect 0 "put j2 step 20 --json" -- "$ckptctl" $J --json put --step 20 "$tmp/s20"
+checkjson "put --json values" 'd["job"]=="j2" and d["step"]==20 and d["files"]==2 and d["bytes"]==3000000 and 0 < d["new_bytes"] < 1100000 and d["packs"]>=1'
+find "$tmp/store" -name '*.pack' | sort >"$tmp/packs20"
+new_packs=$(comm -13 "$tmp/packs10" "$tmp/packs20")
+
+expect 0 "ls --json j2" -- "$ckptctl" $J ls --json
+checkjson "ls --json steps" '[s["step"] for s in d]==[10,20]'
+checkjson "ls --json state" 'all(s["state"]=="consistent" and s["consistent"] is True and s["why"]=="" for s in d)'
+checkjson "ls --json sizes" '[(s["files"],s["bytes"],s["nodes"]) for s in d]==[(2,3000000,1),(2,3000000,1)]'
+checkjson "ls --json ranks (put: no rank)" 'all(s["ranks"]==0 and s["world_size"]==0 and s["created_ns"]>0 for s in d)'
+expect 0 "ls j2" -- "$ckptctl" $J ls
+contains "$tmp/out" "consistent" "ls shows the state"
+contains "$tmp/out" "dedup ratio 1\.[4-6][0-9]x" "ls shows the job's dedup ratio"
+expect 0 "ls (jobs) --json" -- "$ckptctl" --json ls --job ""
+expect 0 "ls (jobs)" -- env -u CKPT_JOB "$ckptctl" --json ls
+checkjson "ls jobs --json" 'sorted(d)==["cli","j2"]'
+
+expect 0 "latest" -- "$ckptctl" $J latest
+if [ "$(cat "$tmp/out")" = 20 ]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: latest printed '$(cat "$tmp/out")', wanted 20"; fi
+expect 0 "latest -q" -- "$ckptctl" $J -q latest
+contains "$tmp/out" "^20$" "latest -q still prints the step"
+expect 0 "latest --json" -- "$ckptctl" $J latest --json
+checkjson "latest --json" 'd=={"job":"j2","step":20}'
+
+expect 0 "stats --json" -- "$ckptctl" $J stats --json
+npacks=$(cd "$tmp/store" && find . -path '*j2*' -name '*.pack' | wc -l)
+packbytes=$(cd "$tmp/store" && find . -path '*j2*' -name '*.pack' -printf '%s\n' | awk '{s+=$1} END {print s}')
+checkjson "stats --json counts" "d['job']=='j2' and d['steps']==2 and d['consistent_steps']==2 and d['packs']==$npacks and d['manifests']==2 and d['part_records']==2"
+# Stored bytes: the packs (ckptstore.h), or every object of the job (the
+# manifests and part records are a few hundred bytes more).
+allbytes=$(cd "$tmp/store" && find . -path '*j2*' -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
+checkjson "stats --json bytes" "d['logical_bytes']==6000000 and d['stored_bytes'] in ($packbytes, $allbytes)"
+checkjson "stats --json ratio" "abs(d['dedup_ratio'] - d['logical_bytes']/d['stored_bytes']) < 0.001 and 1.4 < d['dedup_ratio'] < 1.6"
+checkjson "stats --json requests" "d['requests']['put']==0 and d['requests']['delete']==0 and d['requests']['list']>=1 and set(d['requests'])=={'put','get','stat','list','delete'}"
+expect 0 "stats" -- "$ckptctl" $J stats
+contains "$tmp/out" "dedup ratio" "stats text has the ratio"
+contains "$tmp/out" "made by this command" "stats text has the requests"
+expect 0 "stats of every job --json" -- env -u CKPT_JOB "$ckptctl" stats --json
+checkjson "stats all jobs" "d['job'] is None and sorted(j['job'] for j in d['jobs'])==['cli','j2'] and d['logical_bytes']==sum(j['logical_bytes'] for j in d['jobs'])"
+
+# restore: the latest consistent step by default and with --latest.
+expect 0 "restore --latest --json" -- "$ckptctl" $J restore --latest --json --to "$tmp/r20"
+checkjson "restore --json values" 'd["job"]=="j2" and d["step"]==20 and d["files"]==2 and d["bytes"]==3000000 and d["gets"]>=1 and d["fell_back"] is False and d["failed_step"] is None and d["rank"] is None'
+same "restore --latest" "$tmp/s20" "$tmp/r20"
+expect 0 "restore (no step: latest)" -- "$ckptctl" $J restore --threads 2 --to "$tmp/r20b"
+contains "$tmp/out" "restored step 20 of job j2" "restore says which step"
+same "restore default" "$tmp/s20" "$tmp/r20b"
+expect 0 "restore --step 10" -- "$ckptctl" $J restore --step 10 --to "$tmp/r10"
+same "restore --step 10" "$tmp/s10" "$tmp/r10"
+expect 0 "get --json (alias)" -- "$ckptctl" $J --json get --step 10 --to "$tmp/g10"
+checkjson "get --json values" 'd["step"]==10 and d["files"]==2 and d["bytes"]==3000000'
+same "get --step 10" "$tmp/s10" "$tmp/g10"
+expect 1 "restore of a missing step" -- "$ckptctl" $J restore --step 15 --to "$tmp/x"
+# Files stored with put carry no rank: --rank 0 restores nothing, and says so.
+expect 0 "restore --rank 0 --json" -- "$ckptctl" $J restore --latest --rank 0 --json --to "$tmp/rank0"
+checkjson "restore --rank 0 restores no file" 'd["step"]==20 and d["rank"]==0 and d["files"]==0 and d["bytes"]==0'
+contains "$tmp/err" "rank 0 wrote no files of step 20" "restore --rank 0 says so"
+if [ -z "$(find "$tmp/rank0" -type f 2>/dev/null)" ]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: restore --rank 0 wrote files"; fi
+expect 0 "restore --rank 0 (text)" -- "$ckptctl" $J restore --step 10 --rank 0 --to "$tmp/rank0b"
+contains "$tmp/out" "0 files" "restore --rank text says 0 files"
+
+expect 0 "verify (latest)" -- "$ckptctl" $J verify
+contains "$tmp/out" "verified step 20 of job j2: 2 files" "verify text"
+expect 0 "verify --step 10 --json" -- "$ckptctl" $J verify --step 10 --json
+checkjson "verify --json values" 'd["step"]==10 and d["ok"] is True and d["files"]==2 and d["bytes"]==3000000 and d["chunks"]>=2 and d["bad_files"]==0 and d["error"] is None'
+expect 1 "verify of a missing step" -- "$ckptctl" $J verify --step 15
+
+# Damage step 20's own pack (b.bin's chunks; common.bin is in step 10's).
+if [ -z "$new_packs" ]; then failed=$((failed + 1)); echo "FAIL: step 20 made no pack"; fi
+for p in $new_packs; do
+    size=$(stat -c %s "$p")
+    printf '\x5a' | dd of="$p" bs=1 seek=$((size / 2)) conv=notrunc status=none
+done
+expect 4 "verify detects the flipped byte" -- "$ckptctl" $J verify
+contains "$tmp/err" "b.bin" "verify names the damaged file"
+expect 4 "verify --json of a damaged step" -- "$ckptctl" $J verify --json
+checkjson "verify --json reports damage" 'd["step"]==20 and d["ok"] is False and d["bad_files"]==1 and "b.bin" in d["error"]'
+expect 0 "verify of the intact step" -- "$ckptctl" $J verify --step 10
+expect 4 "restore --latest --no-fallback" -- "$ckptctl" $J restore --latest --no-fallback --to "$tmp/nofb"
+contains "$tmp/err" "no-fallback" "no-fallback message"
+if [ -e "$tmp/nofb/b.bin" ]; then failed=$((failed + 1)); echo "FAIL: damaged b.bin restored"
+else passed=$((passed + 1)); fi
+expect 0 "restore --latest falls back" -- "$ckptctl" $J restore --latest --json --to "$tmp/fb"
+checkjson "fallback --json" 'd["step"]==10 and d["fell_back"] is True and d["failed_step"]==20 and "b.bin" in d["failure"] and d["files"]==2'
+contains "$tmp/err" "fell back to step 10" "restore says it fell back"
+same "fallback restored step 10" "$tmp/s10" "$tmp/fb"
+expect 0 "restore --latest -q still warns" -- "$ckptctl" $J -q restore --latest --to "$tmp/fbq"
+contains "$tmp/err" "fell back to step 10" "fallback warning under -q"
+expect 4 "restore --step 20 of the damaged step" -- "$ckptctl" $J restore --step 20 --to "$tmp/bad20"
+
+# Mount verbs: errors without a mount, then against a fake control directory
+# (the real mount is tested by the multi-node tests).
+expect 3 "status of a missing mount" -- "$ckptctl" status --mount /nonexistent
+contains "$tmp/err" "/nonexistent" "status error names the path"
+expect 3 "status of a directory that is no mount" -- "$ckptctl" status --mount "$tmp/s10"
+contains "$tmp/err" "no ckptfs mounted at" "status no-mount message"
+expect 3 "status --json of a missing mount" -- "$ckptctl" status --json --mount /nonexistent
+expect 3 "wait on a missing mount" -- "$ckptctl" wait --mount /nonexistent --step 1 --timeout 1
+expect 3 "commit to a missing mount" -- "$ckptctl" commit --mount /nonexistent --step 1 --rank 0 --world-size 1
+fake=$tmp/fakemnt
+mkdir -p "$fake/.ckptfs"
+cat >"$fake/.ckptfs/status" <<'JSON'
+{"node":"n\"1","pending_bytes":1048576,"staged_bytes":3145728,"staging_cap":0,"uploaded_bytes":2097152,"stored_bytes":1048576,"upload_rate_mbps":12.5,"queue":1,"last_error":"",
+ "steps":[{"job":"cli","step":3,"state":"durable","revision":1,"writers":0},{"job":"cli","step":4,"state":"uploading","revision":1,"writers":0}]}
+JSON
+expect 0 "status" -- "$ckptctl" status --mount "$fake"
+contains "$tmp/out" 'n"1' "status shows the node"
+contains "$tmp/out" "uploading" "status shows step states"
+contains "$tmp/out" "1.0 MiB not yet durable" "status shows pending bytes"
+expect 0 "status --json" -- "$ckptctl" status --json --mount "$fake"
+if cmp -s "$tmp/out" "$fake/.ckptfs/status"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: status --json is not the file as is"; fi
+expect 0 "wait for a durable step" -- "$ckptctl" wait --mount "$fake" --step 3
+expect 6 "wait times out" -- timeout 20 "$ckptctl" wait --mount "$fake" --step 4 --timeout 0.5
+contains "$tmp/err" "state: uploading" "wait timeout says the state"
+expect 6 "wait for an unknown step times out" -- timeout 20 "$ckptctl" --job other wait --mount "$fake" --step 3 --timeout 0.3
+printf '{"node": ' >"$tmp/fakebad.json"
+mkdir -p "$tmp/badmnt/.ckptfs" && cp "$tmp/fakebad.json" "$tmp/badmnt/.ckptfs/status"
+expect 3 "status of a malformed status file" -- "$ckptctl" status --mount "$tmp/badmnt"
+contains "$tmp/err" "malformed" "malformed status message"
+: >"$fake/.ckptfs/commit"
+expect 0 "commit" -- "$ckptctl" commit --mount "$fake" --step 7 --rank 1 --world-size 4
+if [ "$(cat "$fake/.ckptfs/commit")" = "cli 7 1 4" ]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: commit wrote '$(cat "$fake/.ckptfs/commit")'"; fi
 
 # Flip one byte in the middle of every pack: get must fail with exit 4 and
 # must not leave the damaged file under its real name.
