@@ -163,6 +163,14 @@ same "restore --latest" "$tmp/s20" "$tmp/r20"
 expect 0 "restore (no step: latest)" -- "$ckptctl" $J restore --threads 2 --to "$tmp/r20b"
 contains "$tmp/out" "restored step 20 of job j2" "restore says which step"
 same "restore default" "$tmp/s20" "$tmp/r20b"
+# The progress bar: on stderr only when it is a terminal.
+if grep -q 'restoring \[' "$tmp/err"; then failed=$((failed + 1)); echo "FAIL: progress bar without a terminal"
+else passed=$((passed + 1)); fi
+if command -v script >/dev/null; then
+    script -qec "$(printf '%q ' "$ckptctl" $J restore --latest --to "$tmp/r20tty")" /dev/null >"$tmp/tty" 2>&1
+    contains "$tmp/tty" "restoring \[#*\] 100%" "progress bar on a terminal"
+    same "restore on a terminal" "$tmp/s20" "$tmp/r20tty"
+fi
 expect 0 "restore --step 10" -- "$ckptctl" $J restore --step 10 --to "$tmp/r10"
 same "restore --step 10" "$tmp/s10" "$tmp/r10"
 expect 0 "get --json (alias)" -- "$ckptctl" $J --json get --step 10 --to "$tmp/g10"
