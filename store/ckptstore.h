@@ -115,7 +115,8 @@ typedef struct st_restore_result {
     uint64_t step;         /* the step restored */
     uint64_t files, bytes;
     uint64_t gets;         /* object GETs issued */
-    int fell_back;         /* the latest step failed verification; an older one was restored */
+    int fell_back;         /* the latest step failed verification; an older one was restored
+                              (the caller reports it: the store does not warn) */
     uint64_t failed_step;  /* when fell_back: the step that failed */
     char failure[256];     /* when fell_back: why */
 } st_restore_result;
@@ -142,7 +143,7 @@ st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_re
 typedef struct st_store_stats {
     uint64_t steps, consistent_steps;
     uint64_t logical_bytes; /* sum over steps of their files' sizes */
-    uint64_t stored_bytes;  /* sum of pack object sizes */
+    uint64_t stored_bytes;  /* sum of the job's object sizes: packs, manifests, part records */
     uint64_t packs, manifests, part_records;
 } st_store_stats;
 

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char st_errbuf[512];
 
@@ -36,10 +37,15 @@ const char *st_strerror(st_err code)
 
 st_err st_seterr(st_err code, const char *fmt, ...)
 {
+    /* Format aside first: callers often wrap the previous detail
+     * (st_seterr(e, "reading %s: %s", path, st_errmsg())), whose bytes live
+     * in st_errbuf itself. */
+    char tmp[sizeof st_errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st_errbuf, sizeof st_errbuf, fmt, ap);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    memcpy(st_errbuf, tmp, sizeof st_errbuf);
     return code;
 }
 

@@ -6,10 +6,20 @@
  * opened; its id (the hash of its bytes) is only known when it is finished,
  * so the slot is filled in then. Old packs found through the index get a
  * slot on first use (pack_slots maps id -> slot).
+ *
+ * Parallel uploads: a finished pack is handed to a small pool of upload
+ * threads (st_ingest_set_parallel, default 4) while the ingest thread goes on
+ * chunking into the next pack buffer. At most `parallel` packs are in flight,
+ * plus the one being filled, so memory stays bounded by (parallel + 1) pack
+ * buffers. The ingest thread alone touches the index: a pack's chunks enter
+ * it when the ingest thread sees that pack's PUT succeed. Chunks of packs
+ * still in flight dedup through new_ids (every chunk this ingest stored).
  */
 #include "st_ingest.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,13 +32,31 @@
 
 #define READ_BUF_SIZE (1u << 20)
 
-/* A chunk of the open pack: its id and where it sits in the pack. */
+#define DEFAULT_PARALLEL 4
+#define MAX_PARALLEL 32
+
+/* A chunk this ingest stored: its id, its pack's slot and where it sits. */
 typedef struct open_chunk {
     st_id id;
+    uint32_t slot;
     uint64_t offset;
     uint32_t stored_len;
     uint32_t raw_len;
 } open_chunk;
+
+/* One pack buffer: being filled, waiting, being PUT, or PUT and not yet
+ * indexed. Guarded by st_ingest.lock once handed to the pool. */
+typedef enum { BUF_FREE, BUF_FILLING, BUF_QUEUED, BUF_RUNNING, BUF_DONE } buf_state;
+
+typedef struct pack_buf {
+    st_pack_writer w;
+    buf_state state;
+    st_id id;
+    uint32_t slot;
+    size_t first_chunk, nchunks; /* its chunks in open_chunks */
+    st_err err;
+    char msg[512];
+} pack_buf;
 
 struct st_ingest {
     st_backend *backend;
@@ -42,13 +70,24 @@ struct st_ingest {
     size_t chunk_len;
     uint8_t *scratch;
 
-    /* The open pack and the chunks in it. */
-    st_pack_writer pack;
+    /* Pack buffers: one being filled (cur, when pack_open), the rest free or
+     * with the upload pool. */
+    pack_buf bufs[MAX_PARALLEL + 1];
+    int nbufs;
+    int cur;
     int pack_open;
     uint32_t pack_slot;
-    st_idmap open_ids; /* id -> index into open_chunks */
+    st_idmap new_ids; /* id -> index into open_chunks: every chunk stored here */
     open_chunk *open_chunks;
     size_t nopen, open_cap;
+
+    /* The upload pool. */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    pthread_t workers[MAX_PARALLEL];
+    int nworkers, stopping;
+    st_err upload_err;
+    char upload_msg[512];
 
     /* The manifest under construction. */
     st_id *packs;
@@ -88,6 +127,9 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     g->backend = backend;
     g->state = state;
     strcpy(g->job, job);
+    g->nbufs = DEFAULT_PARALLEL + 1;
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->changed, NULL);
     st_err e = st_chunker_new(chunker, &g->chunker);
     if (e)
         goto fail;
@@ -119,60 +161,166 @@ static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
     return st_idmap_put(&g->pack_slots, pack, *slot);
 }
 
-/* PUTs the open pack, then records its chunks in the index. */
+void st_ingest_set_parallel(st_ingest *g, unsigned n)
+{
+    if (g->nworkers || g->pack_open)
+        return; /* only before the first pack */
+    if (n < 1)
+        n = 1;
+    if (n > MAX_PARALLEL)
+        n = MAX_PARALLEL;
+    g->nbufs = (int)n + 1;
+}
+
+/* An upload thread: PUTs queued pack buffers until told to stop. */
+static void *upload_main(void *arg)
+{
+    st_ingest *g = arg;
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        pack_buf *b = NULL;
+        for (int i = 0; i < g->nbufs && !b; i++)
+            if (g->bufs[i].state == BUF_QUEUED)
+                b = &g->bufs[i];
+        if (!b) {
+            if (g->stopping)
+                break;
+            pthread_cond_wait(&g->changed, &g->lock);
+            continue;
+        }
+        b->state = BUF_RUNNING;
+        pthread_mutex_unlock(&g->lock);
+        char key[ST_KEY_MAX];
+        st_err e = st_key_pack(key, sizeof key, g->job, &b->id);
+        if (!e)
+            e = st_put(g->backend, key, b->w.data.data, b->w.data.len);
+        pthread_mutex_lock(&g->lock);
+        b->err = e;
+        if (e)
+            snprintf(b->msg, sizeof b->msg, "%s", st_errmsg());
+        b->state = BUF_DONE;
+        pthread_cond_broadcast(&g->changed);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+static st_err start_workers(st_ingest *g)
+{
+    for (int i = g->nworkers; i < g->nbufs - 1; i++) {
+        if (pthread_create(&g->workers[i], NULL, upload_main, g) != 0)
+            break;
+        g->nworkers++;
+    }
+    return g->nworkers ? ST_OK : st_seterr(ST_ERR_NOMEM, "cannot start upload threads");
+}
+
+/* Indexes the chunks of PUT packs and frees their buffers (ingest thread,
+ * lock held). The first upload error is kept in upload_err. */
+static st_err collect_done(st_ingest *g)
+{
+    st_err e = ST_OK;
+    for (int i = 0; i < g->nbufs; i++) {
+        pack_buf *b = &g->bufs[i];
+        if (b->state != BUF_DONE)
+            continue;
+        b->state = BUF_FREE;
+        if (b->err) {
+            if (!g->upload_err) {
+                g->upload_err = b->err;
+                snprintf(g->upload_msg, sizeof g->upload_msg, "%s", b->msg);
+            }
+            continue;
+        }
+        g->stats.packs++;
+        g->stats.stored_bytes += b->w.data.len;
+        if (!e)
+            e = st_state_begin(g->state);
+        for (size_t k = 0; !e && k < b->nchunks; k++) {
+            const open_chunk *c = &g->open_chunks[b->first_chunk + k];
+            st_chunk_loc loc = {b->id, c->offset, c->stored_len, c->raw_len};
+            e = st_state_chunk_add(g->state, g->job, &c->id, &loc);
+        }
+        if (!e)
+            e = st_state_pack_add(g->state, g->job, &b->id, b->w.data.len, (uint32_t)b->nchunks);
+        if (e)
+            st_state_rollback(g->state);
+        else
+            e = st_state_commit(g->state);
+    }
+    if (!e && g->upload_err)
+        e = st_seterr(g->upload_err, "%s", g->upload_msg);
+    return e;
+}
+
+/* Hands the open pack to the upload pool. */
 static st_err flush_pack(st_ingest *g)
 {
     if (!g->pack_open)
         return ST_OK;
-    st_id pack_id;
-    char key[ST_KEY_MAX];
-    st_err e = st_pack_finish(&g->pack, &pack_id);
-    if (!e)
-        e = st_key_pack(key, sizeof key, g->job, &pack_id);
-    if (!e)
-        e = st_put(g->backend, key, g->pack.data.data, g->pack.data.len);
+    pack_buf *b = &g->bufs[g->cur];
+    st_err e = st_pack_finish(&b->w, &b->id);
     if (e)
         return e;
-    g->stats.packs++;
-    g->stats.stored_bytes += g->pack.data.len;
-
     /* The slot was reserved when the pack opened; now it has its name. */
-    g->packs[g->pack_slot] = pack_id;
-    e = st_idmap_put(&g->pack_slots, &pack_id, g->pack_slot);
-    if (e)
+    g->packs[g->pack_slot] = b->id;
+    if ((e = st_idmap_put(&g->pack_slots, &b->id, g->pack_slot)))
         return e;
-
-    e = st_state_begin(g->state);
-    if (e)
+    b->nchunks = g->nopen - b->first_chunk;
+    if (!g->nworkers && (e = start_workers(g)))
         return e;
-    for (size_t i = 0; !e && i < g->nopen; i++) {
-        st_chunk_loc loc = {pack_id, g->open_chunks[i].offset, g->open_chunks[i].stored_len,
-                            g->open_chunks[i].raw_len};
-        e = st_state_chunk_add(g->state, g->job, &g->open_chunks[i].id, &loc);
-    }
-    if (!e)
-        e = st_state_pack_add(g->state, g->job, &pack_id, g->pack.data.len, (uint32_t)g->nopen);
-    if (e) {
-        st_state_rollback(g->state);
-        return e;
-    }
-    e = st_state_commit(g->state);
-    if (e)
-        return e;
-
-    st_pack_writer_reset(&g->pack);
-    st_idmap_clear(&g->open_ids);
-    g->nopen = 0;
+    pthread_mutex_lock(&g->lock);
+    b->state = BUF_QUEUED;
+    pthread_cond_broadcast(&g->changed);
+    e = collect_done(g);
+    pthread_mutex_unlock(&g->lock);
     g->pack_open = 0;
-    return ST_OK;
+    return e;
 }
 
-/* Opens a new pack: reserves its slot in the pack table. */
+/* Waits until every queued pack is PUT and indexed. */
+static st_err drain_uploads(st_ingest *g)
+{
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < g->nbufs; i++)
+            busy |= g->bufs[i].state == BUF_QUEUED || g->bufs[i].state == BUF_RUNNING;
+        if (!busy)
+            break;
+        pthread_cond_wait(&g->changed, &g->lock);
+    }
+    st_err e = collect_done(g);
+    pthread_mutex_unlock(&g->lock);
+    return e;
+}
+
+/* Opens a new pack in a free buffer (waiting for one if all are in flight)
+ * and reserves its slot in the pack table. */
 static st_err open_pack(st_ingest *g)
 {
     st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
     if (e)
         return e;
+    pthread_mutex_lock(&g->lock);
+    int free_buf = -1;
+    while (free_buf < 0) {
+        e = collect_done(g);
+        for (int i = 0; i < g->nbufs && free_buf < 0; i++)
+            if (g->bufs[i].state == BUF_FREE)
+                free_buf = i;
+        if (e || free_buf >= 0)
+            break;
+        pthread_cond_wait(&g->changed, &g->lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (e)
+        return e;
+    g->cur = free_buf;
+    pack_buf *b = &g->bufs[free_buf];
+    st_pack_writer_reset(&b->w);
+    b->state = BUF_FILLING;
+    b->first_chunk = g->nopen;
     g->pack_slot = (uint32_t)g->npacks;
     memset(&g->packs[g->npacks++], 0, sizeof(st_id));
     g->pack_open = 1;
@@ -198,8 +346,8 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
     g->chunk_len = 0;
 
     uint32_t idx;
-    if (g->pack_open && st_idmap_get(&g->open_ids, &ref.id, &idx)) {
-        ref.pack = g->pack_slot;
+    if (st_idmap_get(&g->new_ids, &ref.id, &idx)) {
+        ref.pack = g->open_chunks[idx].slot;
         ref.offset = g->open_chunks[idx].offset;
         ref.stored_len = g->open_chunks[idx].stored_len;
         return add_ref(g, f, refs_cap, &ref);
@@ -219,12 +367,13 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
     if (!g->pack_open && (e = open_pack(g)))
         return e;
     size_t bound = st_codec_bound(len), enc_len;
-    uint8_t *dst = st_pack_append_begin(&g->pack, bound);
+    st_pack_writer *w = &g->bufs[g->cur].w;
+    uint8_t *dst = st_pack_append_begin(w, bound);
     if (!dst)
         return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
     e = st_codec_encode(g->chunk_buf, len, &ref.id, dst, bound, &enc_len, g->scratch, NULL);
     if (!e)
-        e = st_pack_append_commit(&g->pack, enc_len, &ref.offset);
+        e = st_pack_append_commit(w, enc_len, &ref.offset);
     if (!e)
         e = grow_array((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
                        sizeof *g->open_chunks);
@@ -232,15 +381,16 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
         return e;
     ref.pack = g->pack_slot;
     ref.stored_len = (uint32_t)enc_len;
-    g->open_chunks[g->nopen] = (open_chunk){ref.id, ref.offset, ref.stored_len, ref.raw_len};
-    e = st_idmap_put(&g->open_ids, &ref.id, (uint32_t)g->nopen);
+    g->open_chunks[g->nopen] =
+        (open_chunk){ref.id, g->pack_slot, ref.offset, ref.stored_len, ref.raw_len};
+    e = st_idmap_put(&g->new_ids, &ref.id, (uint32_t)g->nopen);
     if (e)
         return e;
     g->nopen++;
     g->stats.new_chunks++;
     g->stats.new_raw_bytes += len;
     e = add_ref(g, f, refs_cap, &ref);
-    if (!e && st_pack_writer_size(&g->pack) >= ST_PACK_TARGET_SIZE)
+    if (!e && st_pack_writer_size(w) >= ST_PACK_TARGET_SIZE)
         e = flush_pack(g);
     return e;
 }
@@ -353,7 +503,8 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
 st_err st_ingest_finish(st_ingest *g, st_manifest *m)
 {
     st_err e = flush_pack(g);
-    if (e)
+    st_err e2 = drain_uploads(g);
+    if (e || (e = e2))
         return e;
     m->packs = g->packs;
     m->npacks = g->npacks;
@@ -378,8 +529,17 @@ void st_ingest_free(st_ingest *g)
     free(g->read_buf);
     free(g->chunk_buf);
     free(g->scratch);
-    st_pack_writer_free(&g->pack);
-    st_idmap_free(&g->open_ids);
+    pthread_mutex_lock(&g->lock);
+    g->stopping = 1;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < g->nworkers; i++)
+        pthread_join(g->workers[i], NULL);
+    for (int i = 0; i < MAX_PARALLEL + 1; i++)
+        st_pack_writer_free(&g->bufs[i].w);
+    pthread_cond_destroy(&g->changed);
+    pthread_mutex_destroy(&g->lock);
+    st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
     free(g->open_chunks);
     free(g->packs);

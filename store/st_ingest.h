@@ -9,9 +9,11 @@
  * st_ingest_finish() has returned, which PUTs the last partial pack.
  *
  * Memory is bounded whatever the input size: one read buffer, one chunk
- * buffer (the chunker's max size), one codec scratch, one open pack.
+ * buffer (the chunker's max size), one codec scratch, and the pack buffers
+ * (one being filled, up to `parallel` being PUT by upload threads).
  *
- * Threads: an st_ingest belongs to one thread.
+ * Threads: an st_ingest belongs to one thread; it runs its own upload
+ * threads, which only PUT finished packs.
  */
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
@@ -43,6 +45,12 @@ typedef struct st_ingest st_ingest;
  */
 st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
                      const st_chunker_params *chunker, st_ingest **out);
+
+/*!
+ * How many pack PUTs may be in flight at once (1..32, default 4); memory is
+ * (n + 1) pack buffers. Only before the first file is ingested.
+ */
+void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
  * Reads fd to its end and appends a file entry for relpath (a clean path)

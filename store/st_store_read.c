@@ -384,8 +384,6 @@ st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char 
         r.fell_back = 1;
         r.failed_step = v.step;
         snprintf(r.failure, sizeof r.failure, "%s", st_errmsg());
-        st_store_warnf(s, "step %" PRIu64 " failed verification (%s); restoring the previous "
-                          "consistent step", v.step, r.failure);
         uint64_t below = v.step;
         st_stepview_free(&v);
         e = newest_consistent(s, job, below, &v);

@@ -400,7 +400,9 @@ def wait_durable(ckptctl, store_url, job, step, timeout=120, interval=0.2, env=N
             steps = list_steps(ckptctl, store_url, job,
                                timeout=max(5, deadline - time.monotonic()), env=env)
             for s in steps:
-                if s.get("step") == step:
+                # Only a consistent step is durable as a whole; a partial one
+                # (some nodes' parts) is listed too, with state "partial".
+                if s.get("step") == step and s.get("state", "consistent") == "consistent":
                     return s
             last = "steps listed: %s" % [s.get("step") for s in steps]
         except subprocess.CalledProcessError as e:
