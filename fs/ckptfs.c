@@ -490,6 +490,10 @@ static void usage(FILE *out)
             "Options:\n"
             "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
             "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
+            "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
+            "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
+            "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
+            "                       ~/.aws/credentials, never from the command line\n"
             "  --staging DIR        local staging directory (default:\n"
             "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
             "  --node NAME          this node's name in the store (default: host name)\n"
@@ -540,9 +544,13 @@ static int default_staging(char *buf, size_t cap)
 
 int main(int argc, char **argv)
 {
-    enum { O_STORE = 256, O_STAGING, O_NODE, O_PATTERN, O_CAP, O_REFRESH, O_DRAIN, O_VERSION };
+    enum {
+        O_STORE = 256, O_STAGING, O_NODE, O_PATTERN, O_CAP, O_REFRESH, O_DRAIN, O_VERSION,
+        O_ENDPOINT
+    };
     static const struct option lopts[] = {
         {"store", required_argument, NULL, O_STORE},
+        {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
         {"staging", required_argument, NULL, O_STAGING},
         {"node", required_argument, NULL, O_NODE},
         {"step-pattern", required_argument, NULL, O_PATTERN},
@@ -563,6 +571,7 @@ int main(int argc, char **argv)
     while ((ch = getopt_long(argc, argv, "hfdo:", lopts, NULL)) != -1) {
         switch (ch) {
         case O_STORE: store = optarg; break;
+        case O_ENDPOINT: vo.s3_endpoint = optarg; break;
         case O_STAGING: staging = optarg; break;
         case O_NODE: vo.node = optarg; break;
         case O_PATTERN: vo.step_pattern = optarg; break;

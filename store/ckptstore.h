@@ -23,6 +23,7 @@ typedef struct st_store st_store;
 
 typedef struct st_store_options {
     const char *url;       /* "file:///abs/dir" or "s3://bucket/prefix" */
+    const char *s3_endpoint; /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
     const char *state_dir; /* local state (dedup index); NULL: st_default_state_dir() */
     const char *node;      /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */

@@ -112,7 +112,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     }
 
     char state_dir[PATH_MAX], db[PATH_MAX + 64];
-    st_err e = st_backend_open(opts->url, &s->backend);
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    st_err e = st_backend_open_opts(opts->url, &bo, &s->backend);
     if (!e)
         e = st_backend_count_wrap(&s->backend, &s->requests);
     if (e)

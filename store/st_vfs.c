@@ -1606,7 +1606,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     snprintf(path, sizeof path, "%s/data", v->staging);
     if ((e = st_mkdir_p(path)))
         goto fail;
-    if ((e = st_backend_open(opts->store_url, &v->backend)))
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
         goto fail;
     const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
     if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))

@@ -40,6 +40,7 @@ typedef struct st_vfs_handle st_vfs_handle;
 
 typedef struct st_vfs_options {
     const char *store_url;
+    const char *s3_endpoint;  /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
     const char *staging_dir;  /* created if missing */
     const char *node;         /* NULL: from the host name */
     const char *step_pattern; /* NULL: built-in step rule */

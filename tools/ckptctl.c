@@ -159,6 +159,9 @@ static void usage(FILE *out)
             "  --job J          job name (default: $CKPT_JOB; --job '' for none)\n"
             "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
             "  --node NAME      this writer's node name (default: host name)\n"
+            "  --s3-endpoint URL  S3-compatible endpoint (default: $CKPT_S3_ENDPOINT, else\n"
+            "                   AWS); credentials only from AWS_ACCESS_KEY_ID /\n"
+            "                   AWS_SECRET_ACCESS_KEY or ~/.aws/credentials\n"
             "  -q, --quiet      print only errors (latest still prints the step)\n"
             "  -h, --help       this help, or the verb's with a verb\n"
             "  --version        print the version\n\n"
@@ -211,10 +214,11 @@ static int parse_args(int argc, char **argv, cli *c)
 {
     enum {
         O_STORE = 256, O_JOB, O_STEP, O_TO, O_STATE, O_NODE, O_JSON, O_VERSION, O_LATEST,
-        O_RANK, O_NO_FALLBACK, O_THREADS, O_MOUNT, O_WORLD, O_TIMEOUT,
+        O_RANK, O_NO_FALLBACK, O_THREADS, O_MOUNT, O_WORLD, O_TIMEOUT, O_ENDPOINT,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
+        {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
         {"to", required_argument, NULL, O_TO},
@@ -239,6 +243,7 @@ static int parse_args(int argc, char **argv, cli *c)
     while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         switch (ch) {
         case O_STORE: c->store = optarg; break;
+        case O_ENDPOINT: c->s3_endpoint = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))
@@ -355,7 +360,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ckptctl: cannot derive the default store path; pass --store\n");
         return EXIT_USAGE;
     }
-    st_store_options so = {.url = c.store, .state_dir = c.state_dir, .node = c.node,
+    st_store_options so = {.url = c.store, .s3_endpoint = c.s3_endpoint,
+                           .state_dir = c.state_dir, .node = c.node,
                            .warn = print_warning};
     st_store *s;
     st_err e = st_store_open(&so, &s);

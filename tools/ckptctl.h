@@ -51,6 +51,7 @@ typedef struct cli {
     const char *job;
     const char *state_dir;
     const char *node;
+    const char *s3_endpoint; /* --s3-endpoint; NULL: $CKPT_S3_ENDPOINT */
     const char *to;
     const char *mount;
     uint64_t step;
