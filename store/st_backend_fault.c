@@ -3,6 +3,7 @@
  */
 #include "st_backend_fault.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 typedef struct fault_ctx {
     st_backend *inner;
     unsigned put_delay_ms;
+    char fail_key[256]; /* "" : none */
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -24,6 +26,8 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
     fault_ctx *f = ctx;
     if (f->put_delay_ms)
         sleep_ms(f->put_delay_ms);
+    if (f->fail_key[0] && strstr(key, f->fail_key))
+        return st_seterr(ST_ERR_TRANSIENT, "fault injected: PUT of %s refused", key);
     return f->inner->ops->put(f->inner->ctx, key, data, len);
 }
 
@@ -77,13 +81,20 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
         free(w);
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     }
-    const char *key = "put_delay_ms=";
-    if (strncmp(spec, key, strlen(key)) != 0) {
-        free(f);
-        free(w);
-        return st_seterr(ST_ERR_INVALID, "unknown fault spec '%.64s'", spec);
+    char items[512];
+    snprintf(items, sizeof items, "%s", spec);
+    for (char *save = NULL, *it = strtok_r(items, ",", &save); it;
+         it = strtok_r(NULL, ",", &save)) {
+        if (!strncmp(it, "put_delay_ms=", 13)) {
+            f->put_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
+        } else if (!strncmp(it, "fail_key=", 9) && it[9]) {
+            snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
+        } else {
+            free(f);
+            free(w);
+            return st_seterr(ST_ERR_INVALID, "unknown fault spec '%.64s'", it);
+        }
     }
-    f->put_delay_ms = (unsigned)strtoul(spec + strlen(key), NULL, 10);
     f->inner = *b;
     w->ops = &fault_ops;
     w->ctx = f;

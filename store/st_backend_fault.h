@@ -3,8 +3,11 @@
  * it widens the windows in which a crash can land (a delay before every
  * PUT) so a test can kill the daemon in the middle of an upload on purpose.
  *
- * Configured by a spec string (in the daemon, from $CKPT_FAULT):
+ * Configured by a spec string (in the daemon, from $CKPT_FAULT), items
+ * separated by ',':
  *   "put_delay_ms=N"   sleep N ms before every PUT
+ *   "fail_key=S"       every PUT of a key containing S fails as transient (the
+ *                      caller retries forever: a node that cannot publish)
  * Unknown keys are an error, so a typo does not silently test nothing.
  *
  * Threads: stateless after creation; sleeps on the calling thread.
