@@ -241,6 +241,18 @@ class MultiNodeTest(unittest.TestCase):
         the loose files named in `extra`."""
         return tree_digest(self.ref, lambda rel: rel.startswith(prefix + "/") or rel in extra)
 
+    @contextlib.contextmanager
+    def soft_check(self, what):
+        """A subTest: a failure inside is reported (with the daemon logs) and
+        the test goes on."""
+        with self.subTest(what):
+            try:
+                yield
+            except AssertionError:
+                for m in self.mounts:
+                    m.print_log("check failed: %s" % what, tail=80)
+                raise
+
     def two_nodes(self, hold_step):
         """Mount A, and mount B whose daemon cannot publish `hold_step`."""
         a = self.mount("a")
@@ -337,7 +349,7 @@ class MultiNodeTest(unittest.TestCase):
         # What DeepSpeed's load_checkpoint reads on the fresh node: `latest`
         # must name the latest consistent step (checked apart, so the rest of
         # the test still runs if only this fails).
-        with self.subTest("fresh node's `latest` while N is partial"):
+        with self.soft_check("fresh node's `latest` while N is partial"):
             path = os.path.join(cjob, "latest")
             self.assertTrue(os.path.exists(path), "no `latest` on the fresh node: %s"
                             % sorted(os.listdir(cjob)))
