@@ -313,6 +313,7 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
     snprintf(it->job, sizeof it->job, "%s", job);
     it->step = step;
     s->queued = 1;
+    s->dirty = 0; /* the upload takes every closed change made so far */
     pthread_cond_broadcast(&v->changed);
 }
 
@@ -327,6 +328,8 @@ static void step_complete(st_vfs *v, vjob *j, vstep *s)
     }
     if (s->writers == 0)
         vfs_enqueue(v, j->name, s->step);
+    else
+        s->upload_waits = 1;
 }
 
 static void remember_writer(vstep *s, pid_t pid)
@@ -1436,11 +1439,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         vstep *s = j && h->step != VFS_NO_STEP ? vfs_step(j, h->step, 0) : NULL;
         if (s && s->writers > 0)
             s->writers--;
-        if (s) {
+        if (s)
             s->last_activity_ns = st_mono_ns();
-            if (n->version != h->start_version)
-                s->dirty = 1;
-        }
         if (n->state == VFILE_WRITING && n->parent) {
             /* Released without a flush (the kernel always flushes first;
              * this is the belt to its braces). */
@@ -1449,8 +1449,20 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         }
         if (j && n->parent && n->writers == 0)
             step_file_settled(v, j, n, n->version != h->start_version);
-        if (s && s->complete && s->writers == 0)
+        /* The step the file belongs to now (a naming marker such as `latest`
+         * moves to the step its new content names) has closed changes; the
+         * step it was opened under keeps its published version of it. */
+        vstep *now = j && n->step != VFS_NO_STEP ? vfs_step(j, n->step, 0) : NULL;
+        if (now && n->version != h->start_version) {
+            now->dirty = 1;
+            now->last_activity_ns = st_mono_ns();
+        }
+        if (now && now->complete && now->writers == 0 && n->version != h->start_version)
+            vfs_enqueue(v, j->name, now->step);
+        if (s && s->upload_waits && s->writers == 0) {
+            s->upload_waits = 0;
             vfs_enqueue(v, j->name, s->step);
+        }
     }
     maybe_free(v, n);
     pthread_mutex_unlock(&v->lock);

@@ -90,6 +90,7 @@ typedef struct vstep {
     int nwriter_pids;
     int64_t last_activity_ns; /* last writer open or close (eager publishing) */
     int dirty;                /* closed changes not yet queued (eager publishing) */
+    int upload_waits;         /* completed while writers were open: queue at the last close */
     st_rank_commit *commits;  /* explicit per-rank commits made on this node */
     size_t ncommits;
 } vstep;

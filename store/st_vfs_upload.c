@@ -57,12 +57,17 @@ typedef struct snapshot {
     size_t n, cap;
     st_part part; /* what this node's part record will say, minus the manifest */
     uint64_t metadata_sid; /* a DCP .metadata among the files: its staging id */
+    char **keep;           /* naming markers now in another step (see carry_moved) */
+    size_t nkeep;
     char metadata_dir[ST_MANIFEST_MAX_PATH + 1];
 } snapshot;
 
 static void snapshot_free(snapshot *s)
 {
     st_part_free(&s->part);
+    for (size_t i = 0; i < s->nkeep; i++)
+        free(s->keep[i]);
+    free(s->keep);
     for (size_t i = 0; i < s->n; i++) {
         free(s->files[i].path);
         free(s->files[i].prev_path);
@@ -99,7 +104,21 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
             n->step = it->step;
             vfs_journal_put_file(v, n);
         }
-        if (n->step != it->step || n->writers || n->state == VFILE_WRITING)
+        if (n->step != it->step && n->step != VFS_NO_STEP) {
+            /* A naming marker (`latest`) that moved on to a newer step: the
+             * version this step published stays in it. */
+            char mp[ST_MANIFEST_MAX_PATH + 1];
+            char **k;
+            if (vfs_job_path(n, mp, sizeof mp) &&
+                st_steps_marker_kind(v->rules, mp) == ST_MARKER_NAMES_STEP &&
+                (k = realloc(s->keep, (s->nkeep + 1) * sizeof *k))) {
+                s->keep = k;
+                if ((k[s->nkeep] = strdup(mp)))
+                    s->nkeep++;
+            }
+            continue;
+        }
+        if (n->writers || n->state == VFILE_WRITING)
             continue;
         int ours = n->remote && !strcmp(n->remote->node, v->node) && n->remote->step == it->step;
         int carry = ours && (!n->sid || n->version == n->durable_version);
@@ -233,6 +252,27 @@ static st_err carry_over(st_ingest *g, const st_manifest *prev, const snap_file 
                      f->prev_path);
 }
 
+/* Carries over, from this node's previous revision of the step, the naming
+ * markers that moved on to a newer step: each step keeps the `latest` that
+ * named it. */
+static st_err carry_moved(st_ingest *g, const st_manifest *prev, const snapshot *s)
+{
+    for (size_t i = 0; prev && i < prev->nfiles; i++) {
+        const st_file_entry *f = &prev->files[i];
+        int keep = 0, present = 0;
+        for (size_t k = 0; k < s->nkeep; k++)
+            keep |= !strcmp(s->keep[k], f->path);
+        for (size_t k = 0; k < s->n; k++)
+            present |= !strcmp(s->files[k].path, f->path);
+        if (keep && !present) {
+            st_err e = st_ingest_add_stored(g, prev, f, f->path);
+            if (e)
+                return e;
+        }
+    }
+    return ST_OK;
+}
+
 /* The store side of one upload: no lock held. */
 static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revision,
                          uint64_t *logical, uint64_t *stored)
@@ -273,12 +313,19 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
             have_prev = 1;
         }
     }
+    if (have_mine && s->nkeep && !have_prev) {
+        if ((e = st_stepio_load_manifest(v->backend, &mine, &buf, &prev)))
+            goto out;
+        have_prev = 1;
+    }
     expect_dcp_shards(v, s);
     if ((e = st_ingest_new(v->backend, index, s->job, NULL, &g)))
         goto out;
     for (size_t i = 0; !e && i < s->n; i++)
         e = s->files[i].carry ? carry_over(g, &prev, &s->files[i])
                               : ingest_staged(v, g, &s->files[i]);
+    if (!e && have_prev)
+        e = carry_moved(g, &prev, s);
     if (e || (e = st_ingest_finish(g, &m)))
         goto out;
     m.step = s->step;
