@@ -299,6 +299,29 @@ class MountTest(unittest.TestCase):
                              if s.get("state") == "consistent"])
         self.assertNotEqual(step_state(read_status(m), 9), "durable")
 
+    def test_store_failure_reaches_status_not_writer(self):
+        if not self.store.startswith("s3://"):
+            # file://: a root that cannot be a directory is refused at start.
+            bad = os.path.join(self.tmp, "plainfile")
+            open(bad, "w").close()
+            p = subprocess.run([CKPTFS, os.path.join(self.tmp, "mnt-bad"), "--store",
+                                "file://" + bad + "/store", "--staging",
+                                os.path.join(self.tmp, "st-bad"), "-f"],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("not a directory", p.stderr.lower())
+            return
+        # s3://: a missing bucket is a permanent store error. Writers never
+        # see it (close() succeeds); the status file names it.
+        self.store = "s3://no-such-bucket-ckpt/x"
+        m = self.mount("a")
+        os.mkdir(os.path.join(m.path, JOB))
+        with open(os.path.join(m.path, JOB, "ckpt-000001.pt"), "wb") as f:
+            f.write(os.urandom(100000))
+        st = wait_status(m, lambda s: "no-such-bucket-ckpt" in s["last_error"], timeout=60)
+        self.assertNotIn(os.environ.get("AWS_SECRET_ACCESS_KEY", "\0"), json.dumps(st))
+        self.assertNotEqual(step_state(st, 1), "durable")
+
     def test_errors_are_clean(self):
         m = self.mount("a")
         # Files at the root are refused (the root holds job directories).
