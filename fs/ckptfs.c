@@ -499,6 +499,8 @@ static void usage(FILE *out)
             "  --node NAME          this node's name in the store (default: host name)\n"
             "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
             "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
+            "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
+            "                       about (N + 1) x 24 MiB\n"
             "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
             "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
             "  -f                   stay in the foreground, log to stderr\n"
@@ -546,11 +548,12 @@ int main(int argc, char **argv)
 {
     enum {
         O_STORE = 256, O_STAGING, O_NODE, O_PATTERN, O_CAP, O_REFRESH, O_DRAIN, O_VERSION,
-        O_ENDPOINT
+        O_ENDPOINT, O_UPLOADS
     };
     static const struct option lopts[] = {
         {"store", required_argument, NULL, O_STORE},
         {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
+        {"upload-threads", required_argument, NULL, O_UPLOADS},
         {"staging", required_argument, NULL, O_STAGING},
         {"node", required_argument, NULL, O_NODE},
         {"step-pattern", required_argument, NULL, O_PATTERN},
@@ -572,6 +575,16 @@ int main(int argc, char **argv)
         switch (ch) {
         case O_STORE: store = optarg; break;
         case O_ENDPOINT: vo.s3_endpoint = optarg; break;
+        case O_UPLOADS: {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*end || n < 1 || n > 32) {
+                fprintf(stderr, "ckptfs: --upload-threads wants 1..32, got '%s'\n", optarg);
+                return 2;
+            }
+            vo.upload_threads = (unsigned)n;
+            break;
+        }
         case O_STAGING: staging = optarg; break;
         case O_NODE: vo.node = optarg; break;
         case O_PATTERN: vo.step_pattern = optarg; break;

@@ -47,6 +47,7 @@ typedef struct st_vfs_options {
     uint64_t staging_cap;     /* bytes of staging data; 0: no cap but the disk */
     double refresh_seconds;   /* how often the remote view is refreshed (default 5) */
     double drain_seconds;     /* on close, how long to wait for uploads (default 60) */
+    unsigned upload_threads;  /* pack PUTs in flight per upload (default 4) */
     /* Log sink for daemon messages; may be NULL. level: 0 info, 1 warning, 2 error. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;

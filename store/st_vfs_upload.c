@@ -321,6 +321,8 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     expect_dcp_shards(v, s);
     if ((e = st_ingest_new(v->backend, index, s->job, NULL, &g)))
         goto out;
+    if (v->opts.upload_threads)
+        st_ingest_set_parallel(g, v->opts.upload_threads);
     for (size_t i = 0; !e && i < s->n; i++)
         e = s->files[i].carry ? carry_over(g, &prev, &s->files[i])
                               : ingest_staged(v, g, &s->files[i]);
