@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 
 int st_name_is_valid(const char *name, size_t max)
@@ -23,6 +24,22 @@ int st_name_is_valid(const char *name, size_t max)
             return 0;
     }
     return 1;
+}
+
+void st_default_node_name(char *out)
+{
+    char host[256] = "node";
+    gethostname(host, sizeof host - 1);
+    size_t n = 0;
+    for (const char *p = host; *p && n < ST_NODE_MAX; p++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '-' || (c == '.' && n > 0);
+        out[n++] = ok ? c : '-';
+    }
+    out[n] = '\0';
+    if (!st_name_is_valid(out, ST_NODE_MAX))
+        strcpy(out, "node");
 }
 
 static st_err check_job(const char *job)

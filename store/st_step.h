@@ -42,6 +42,10 @@
  *  not starting with '.'. */
 int st_name_is_valid(const char *name, size_t max);
 
+/*! This host's name squeezed into a valid node name (invalid characters
+ *  become '-'), or "node". out holds ST_NODE_MAX + 1 bytes. */
+void st_default_node_name(char *out);
+
 /* Each key builder writes a NUL-terminated key into out (cap bytes) and
  * returns ST_OK, or ST_ERR_INVALID for a bad name or a too-small buffer. */
 st_err st_key_pack(char *out, size_t cap, const char *job, const st_id *pack);

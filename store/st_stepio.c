@@ -11,6 +11,55 @@
 
 /* ---- listing ---- */
 
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+    int oom;
+} name_list;
+
+static int collect_job(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    name_list *l = arg;
+    const char *name = key + strlen(ST_KEY_JOBLIST);
+    if (!st_name_is_valid(name, ST_JOB_MAX))
+        return 0; /* garbage in the registry: not a job */
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->names, cap * sizeof *p);
+        if (!p)
+            return l->oom = 1;
+        l->names = p;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name)))
+        return l->oom = 1;
+    l->n++;
+    return 0;
+}
+
+st_err st_stepio_list_jobs(st_backend *b, char ***jobs, size_t *n)
+{
+    name_list l = {0};
+    st_err e = st_list(b, ST_KEY_JOBLIST, collect_job, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing jobs");
+    if (e) {
+        st_stepio_free_names(l.names, l.n);
+        return e;
+    }
+    *jobs = l.names;
+    *n = l.n;
+    return ST_OK;
+}
+
+void st_stepio_free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 typedef struct list_ctx {
     const char *job;
     st_step_keys *steps;

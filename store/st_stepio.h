@@ -20,6 +20,11 @@
 #include "st_state.h"
 #include "st_step.h"
 
+/*! Names of the jobs in the store, from the job registry (*jobs: malloc'd
+ *  array of malloc'd names; st_stepio_free_names()). */
+st_err st_stepio_list_jobs(st_backend *b, char ***jobs, size_t *n);
+void st_stepio_free_names(char **names, size_t n);
+
 /*! A step that has part records, and the nodes that wrote them. */
 typedef struct st_step_keys {
     uint64_t step;

@@ -74,22 +74,6 @@ char *st_default_state_dir(char *buf, size_t cap)
     return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
 }
 
-/* Host name squeezed into a valid node name. */
-static void default_node(char out[ST_NODE_MAX + 1])
-{
-    char host[256] = "node";
-    gethostname(host, sizeof host - 1);
-    size_t n = 0;
-    for (const char *p = host; *p && n < ST_NODE_MAX; p++) {
-        char c = *p;
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '-' || (c == '.' && n > 0);
-        out[n++] = ok ? c : '-';
-    }
-    out[n] = '\0';
-    if (!st_name_is_valid(out, ST_NODE_MAX))
-        strcpy(out, "node");
-}
 
 st_err st_store_open(const st_store_options *opts, st_store **out)
 {
@@ -108,7 +92,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
         }
         strcpy(s->node, opts->node);
     } else {
-        default_node(s->node);
+        st_default_node_name(s->node);
     }
 
     char state_dir[PATH_MAX], db[PATH_MAX + 64];
@@ -307,51 +291,12 @@ out:
 
 /* ---- listings ---- */
 
-typedef struct name_list {
-    char **names;
-    size_t n, cap;
-    int oom;
-} name_list;
-
-static int collect_job(void *arg, const char *key, uint64_t size)
-{
-    (void)size;
-    name_list *l = arg;
-    const char *name = key + strlen(ST_KEY_JOBLIST);
-    if (!st_name_is_valid(name, ST_JOB_MAX))
-        return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **p = realloc(l->names, cap * sizeof *p);
-        if (!p)
-            return l->oom = 1;
-        l->names = p;
-        l->cap = cap;
-    }
-    if (!(l->names[l->n] = strdup(name)))
-        return l->oom = 1;
-    l->n++;
-    return 0;
-}
-
 st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n)
 {
-    name_list l = {0};
-    st_err e = st_list(s->backend, ST_KEY_JOBLIST, collect_job, &l);
-    if (!e && l.oom)
-        e = st_seterr(ST_ERR_NOMEM, "out of memory");
-    if (e) {
-        st_store_free_names(l.names, l.n);
-        return e;
-    }
-    *jobs = l.names;
-    *n = l.n;
-    return ST_OK;
+    return st_stepio_list_jobs(s->backend, jobs, n);
 }
 
 void st_store_free_names(char **names, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    st_stepio_free_names(names, n);
 }

@@ -1566,21 +1566,6 @@ st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 
 /* ---- open / close ---- */
 
-static void default_node_name(char out[ST_NODE_MAX + 1])
-{
-    char host[256] = "node";
-    gethostname(host, sizeof host - 1);
-    size_t n = 0;
-    for (const char *p = host; *p && n < ST_NODE_MAX; p++) {
-        char c = *p;
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '-' || (c == '.' && n > 0);
-        out[n++] = ok ? c : '-';
-    }
-    out[n] = '\0';
-    if (!st_name_is_valid(out, ST_NODE_MAX))
-        strcpy(out, "node");
-}
 
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {
@@ -1611,7 +1596,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         }
         snprintf(v->node, sizeof v->node, "%s", opts->node);
     } else {
-        default_node_name(v->node);
+        st_default_node_name(v->node);
     }
     if ((e = st_step_rules_new(opts->step_pattern, &v->rules)))
         goto fail;

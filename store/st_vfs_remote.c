@@ -30,31 +30,6 @@
 #include "st_restore.h"
 #include "st_stepio.h"
 
-typedef struct name_list {
-    char **names;
-    size_t n, cap;
-} name_list;
-
-static int collect_job(void *arg, const char *key, uint64_t size)
-{
-    (void)size;
-    name_list *l = arg;
-    const char *name = key + strlen(ST_KEY_JOBLIST);
-    if (!st_name_is_valid(name, ST_JOB_MAX))
-        return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **p = realloc(l->names, cap * sizeof *p);
-        if (!p)
-            return 1;
-        l->names = p;
-        l->cap = cap;
-    }
-    if ((l->names[l->n] = strdup(name)))
-        l->n++;
-    return 0;
-}
-
 /* Adds (or re-points) the remote file f of a step to the tree (lock held). */
 static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
                        const st_file_entry *f)
@@ -149,22 +124,21 @@ static int step_loaded(st_vfs *v, const char *job, uint64_t step)
 
 st_err vfs_remote_refresh(st_vfs *v)
 {
-    name_list jobs = {0};
+    char **jobs = NULL;
+    size_t njobs = 0;
     st_bytes buf = {0};
-    st_err e = st_list(v->backend, ST_KEY_JOBLIST, collect_job, &jobs);
-    for (size_t i = 0; !e && i < jobs.n; i++) {
+    st_err e = st_stepio_list_jobs(v->backend, &jobs, &njobs);
+    for (size_t i = 0; !e && i < njobs; i++) {
         st_step_keys *steps;
         size_t n;
-        if ((e = st_stepio_list_steps(v->backend, jobs.names[i], &steps, &n)))
+        if ((e = st_stepio_list_steps(v->backend, jobs[i], &steps, &n)))
             break;
         for (size_t k = 0; k < n; k++)
-            if (!step_loaded(v, jobs.names[i], steps[k].step))
-                load_step(v, jobs.names[i], &steps[k], &buf);
+            if (!step_loaded(v, jobs[i], steps[k].step))
+                load_step(v, jobs[i], &steps[k], &buf);
         st_step_keys_free(steps, n);
     }
-    for (size_t i = 0; i < jobs.n; i++)
-        free(jobs.names[i]);
-    free(jobs.names);
+    st_stepio_free_names(jobs, njobs);
     st_bytes_free(&buf);
     return e;
 }
