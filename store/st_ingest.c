@@ -14,6 +14,13 @@
  * buffers. The ingest thread alone touches the index: a pack's chunks enter
  * it when the ingest thread sees that pack's PUT succeed. Chunks of packs
  * still in flight dedup through new_ids (every chunk this ingest stored).
+ *
+ * GC (docs/GC.md): an old pack found through the index is looked at once
+ * per ingest (st_gc_pack_usable: its pending marker, then the pack); one
+ * that is pending deletion or gone is forgotten by the index and its chunks
+ * are stored again. st_ingest_finish looks at every pack of the manifest
+ * once more, right before the caller publishes, so that the time between
+ * the last look and the publish is one publish, not a whole ingest.
  */
 #include "st_ingest.h"
 
@@ -25,6 +32,7 @@
 #include <unistd.h>
 
 #include "st_codec.h"
+#include "st_gc.h"
 #include "st_hash.h"
 #include "st_idmap.h"
 #include "st_pack.h"
@@ -93,6 +101,7 @@ struct st_ingest {
     st_id *packs;
     size_t npacks, packs_cap;
     st_idmap pack_slots;
+    st_idmap gc_checked; /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
     st_file_entry *files;
     size_t nfiles, files_cap;
 
@@ -338,6 +347,22 @@ static st_err add_ref(st_ingest *g, st_file_entry *f, size_t *refs_cap, const st
     return ST_OK;
 }
 
+/* Sets *usable to 1 if the old pack may be referenced, 0 if it is pending
+ * GC or gone (the index then forgets it, so its chunks are stored again). */
+static st_err old_pack_usable(st_ingest *g, const st_id *pack, int *usable)
+{
+    uint32_t v;
+    if (st_idmap_get(&g->gc_checked, pack, &v)) {
+        *usable = v == 1;
+        return ST_OK;
+    }
+    st_err e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
+    *usable = e == ST_OK;
+    if (e == ST_ERR_BUSY)
+        e = st_state_pack_forget(g->state, g->job, pack);
+    return e ? e : st_idmap_put(&g->gc_checked, pack, *usable ? 1 : 2);
+}
+
 /* Stores (or dedups) the chunk in chunk_buf and appends its reference. */
 static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
 {
@@ -354,6 +379,11 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
     }
     st_chunk_loc loc;
     st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
+    int usable = 0;
+    if (e == ST_OK && (e = old_pack_usable(g, &loc.pack, &usable)))
+        return e;
+    if (!usable && e == ST_OK)
+        e = ST_ERR_NOT_FOUND; /* its pack is pending GC: store the chunk again */
     if (e == ST_OK) {
         e = pack_slot(g, &loc.pack, &ref.pack);
         ref.offset = loc.offset;
@@ -506,6 +536,22 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     st_err e2 = drain_uploads(g);
     if (e || (e = e2))
         return e;
+    /* The last look before the caller publishes (docs/GC.md). A young
+     * marker is accepted: the GC's next scan, no earlier than grace after
+     * the marking, will find this publish. */
+    for (size_t i = 0; i < g->npacks; i++) {
+        int64_t deadline = INT64_MAX;
+        e = st_gc_pack_usable(g->backend, g->job, &g->packs[i], &deadline);
+        if (e == ST_ERR_BUSY) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", st_errmsg());
+            st_state_pack_forget(g->state, g->job, &g->packs[i]);
+            return st_seterr(ST_ERR_TRANSIENT,
+                             "not publishing: %s; its chunks will be stored again on retry", msg);
+        }
+        if (e)
+            return e;
+    }
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
@@ -541,6 +587,7 @@ void st_ingest_free(st_ingest *g)
     pthread_mutex_destroy(&g->lock);
     st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
+    st_idmap_free(&g->gc_checked);
     free(g->open_chunks);
     free(g->packs);
     for (size_t i = 0; i < g->nfiles; i++) {

@@ -45,6 +45,8 @@ enum {
     Q_FILE_SET,
     Q_FILES_SET_STEP,
     Q_FILES_COUNT,
+    Q_PACK_FORGET_CHUNKS,
+    Q_PACK_FORGET,
     Q_COUNT
 };
 
@@ -65,6 +67,8 @@ static const char *const query_sql[Q_COUNT] = {
                    " state=excluded.state",
     [Q_FILES_SET_STEP] = "UPDATE files SET state=?3 WHERE job=?1 AND step=?2",
     [Q_FILES_COUNT] = "SELECT count(*) FROM files WHERE job=?1 AND step=?2 AND state=?3",
+    [Q_PACK_FORGET_CHUNKS] = "DELETE FROM chunks WHERE job=?1 AND pack=?2",
+    [Q_PACK_FORGET] = "DELETE FROM packs WHERE job=?1 AND id=?2",
 };
 
 struct st_state {
@@ -232,6 +236,20 @@ st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64
     sqlite3_bind_int64(q, 3, (sqlite3_int64)size);
     sqlite3_bind_int64(q, 4, nchunks);
     return run_done(s, q, "add pack");
+}
+
+st_err st_state_pack_forget(st_state *s, const char *job, const st_id *pack)
+{
+    sqlite3_stmt *q = query(s, Q_PACK_FORGET_CHUNKS);
+    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, pack->b, ST_ID_LEN, SQLITE_STATIC);
+    st_err e = run_done(s, q, "forget a pack's chunks");
+    if (e)
+        return e;
+    q = query(s, Q_PACK_FORGET);
+    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, pack->b, ST_ID_LEN, SQLITE_STATIC);
+    return run_done(s, q, "forget a pack");
 }
 
 st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t *packs)

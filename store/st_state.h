@@ -52,6 +52,9 @@ st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const s
 /*! Records a stored pack. */
 st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64_t size,
                          uint32_t nchunks);
+/*! Forgets a pack and every chunk location in it: the pack is pending
+ *  deletion by GC or gone (docs/GC.md), so its chunks must be stored again. */
+st_err st_state_pack_forget(st_state *s, const char *job, const st_id *pack);
 /*! Number of chunks and packs the index holds for a job (stats, tests). */
 st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t *packs);
 
