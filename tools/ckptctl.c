@@ -90,6 +90,25 @@ static const verb verbs[] = {
      "staging use, upload totals and rate, the upload queue, the last error, and\n"
      "every step the mount knows with its state. --json prints the status file as\n"
      "it is.\n"},
+    {"gc", run_gc, 1, OPT_GC | OPT_JSON,
+     "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--dry-run] [--json]",
+     "Retention and garbage collection of the job (docs/GC.md). --keep-last N keeps\n"
+     "the N newest consistent steps, --keep-every K the consistent steps whose number\n"
+     "is a multiple of K; other steps are deleted (part records first). Never deleted:\n"
+     "the newest consistent step and anything newer, pinned steps (ckptctl pin), and\n"
+     "partial steps younger than the grace period. Without --keep-last/--keep-every no\n"
+     "step is deleted and gc only sweeps. The sweep marks packs no remaining step\n"
+     "references; a later run deletes a marked pack once its mark is older than\n"
+     "--grace (default 3600 s) and it is still unreferenced. Safe while other nodes\n"
+     "write. --dry-run deletes nothing and lists what a real run would delete.\n"
+     "--json: dry_run, steps_kept, steps_deleted, deleted_steps, packs, packs_referenced,\n"
+     "packs_marked, packs_unmarked, packs_pending, packs_deleted, parts_deleted,\n"
+     "manifests_deleted, markers_deleted, objects_deleted, bytes_freed, sweep_skipped,\n"
+     "why, deleted (every key, in order).\n"},
+    {"pin", run_pin, 1, OPT_STEP, "pin --step N",
+     "Pin step N of the job: gc never deletes a pinned step.\n"},
+    {"unpin", run_unpin, 1, OPT_STEP, "unpin --step N",
+     "Remove the pin of step N (exit 1 if it was not pinned).\n"},
 };
 
 /* Option names for "does not apply" messages, by bit. */
@@ -100,7 +119,7 @@ static const struct {
     {OPT_STEP, "--step"},         {OPT_TO, "--to"},           {OPT_JSON, "--json"},
     {OPT_LATEST, "--latest"},     {OPT_RANK, "--rank"},       {OPT_NO_FALLBACK, "--no-fallback"},
     {OPT_THREADS, "--threads"},   {OPT_MOUNT, "--mount"},     {OPT_WORLD, "--world-size"},
-    {OPT_TIMEOUT, "--timeout"},
+    {OPT_TIMEOUT, "--timeout"},   {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run"},
 };
 
 /* ---- shared helpers ---- */
@@ -215,6 +234,7 @@ static int parse_args(int argc, char **argv, cli *c)
     enum {
         O_STORE = 256, O_JOB, O_STEP, O_TO, O_STATE, O_NODE, O_JSON, O_VERSION, O_LATEST,
         O_RANK, O_NO_FALLBACK, O_THREADS, O_MOUNT, O_WORLD, O_TIMEOUT, O_ENDPOINT,
+        O_KEEP_LAST, O_KEEP_EVERY, O_GRACE, O_DRY_RUN,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -232,6 +252,10 @@ static int parse_args(int argc, char **argv, cli *c)
         {"mount", required_argument, NULL, O_MOUNT},
         {"world-size", required_argument, NULL, O_WORLD},
         {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"keep-last", required_argument, NULL, O_KEEP_LAST},
+        {"keep-every", required_argument, NULL, O_KEEP_EVERY},
+        {"grace", required_argument, NULL, O_GRACE},
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
@@ -284,6 +308,21 @@ static int parse_args(int argc, char **argv, cli *c)
                 return bad_value("--timeout", "a positive number of seconds", optarg);
             c->given |= OPT_TIMEOUT;
             break;
+        case O_KEEP_LAST:
+        case O_KEEP_EVERY:
+            if (parse_u64(optarg, &v) || v < 1)
+                return bad_value(ch == O_KEEP_LAST ? "--keep-last" : "--keep-every",
+                                 "a number >= 1", optarg);
+            *(ch == O_KEEP_LAST ? &c->keep_last : &c->keep_every) = v;
+            c->given |= OPT_GC;
+            break;
+        case O_GRACE:
+            c->grace = strtod(optarg, &end);
+            if (!*optarg || *end || !(c->grace > 0) || c->grace > 1e9)
+                return bad_value("--grace", "a positive number of seconds", optarg);
+            c->given |= OPT_GC;
+            break;
+        case O_DRY_RUN: c->dry_run = 1; c->given |= OPT_GC; break;
         case 'q': c->quiet = 1; break;
         case 'h': c->help = 1; break;
         case O_VERSION: printf("ckptctl 0.1.0\n"); return EXIT_OK;

@@ -9,6 +9,7 @@
  *   ckptctl.c        main: options, verb table, help, opening the store
  *   ckptctl_store.c  verbs over the store: put get restore ls latest verify stats
  *   ckptctl_mount.c  verbs over a local mount: commit wait status
+ *   ckptctl_gc.c     retention and GC: gc pin unpin
  *   ckptctl_json.c   JSON writer (escaped strings) and a small reader for the status file
  */
 #ifndef CKPTCTL_H
@@ -44,6 +45,7 @@ enum opt_bit {
     OPT_MOUNT = 1 << 7,
     OPT_WORLD = 1 << 8,
     OPT_TIMEOUT = 1 << 9,
+    OPT_GC = 1 << 10, /* --keep-last --keep-every --grace --dry-run */
 };
 
 typedef struct cli {
@@ -64,6 +66,9 @@ typedef struct cli {
     uint32_t world_size;
     int have_world;
     double timeout; /* seconds; <= 0: wait forever */
+    uint64_t keep_last, keep_every; /* gc: 0 = rule not given */
+    double grace;   /* gc: seconds; <= 0: the default (1 h) */
+    int dry_run;
     int json;
     int quiet;
     int help;
@@ -93,6 +98,9 @@ int run_stats(cli *c, st_store *s);
 int run_commit(cli *c, st_store *s);
 int run_wait(cli *c, st_store *s);
 int run_status(cli *c, st_store *s);
+int run_gc(cli *c, st_store *s);
+int run_pin(cli *c, st_store *s);
+int run_unpin(cli *c, st_store *s);
 
 /* ---- errors ---- */
 

@@ -1,0 +1,117 @@
+/*
+ * ckptctl_gc — retention and garbage collection verbs over the facade
+ * (st_store_gc, st_store_pin; docs/GC.md): gc, pin, unpin.
+ *
+ * gc prints a summary for people (with --dry-run, every key it would delete)
+ * or one JSON document with --json; the same keys, in the same order, are
+ * what the real run deletes, so scripts can compare the two.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ckptctl.h"
+
+static int no_positional(const cli *c)
+{
+    if (c->argc) {
+        fprintf(stderr, "ckptctl %s: unexpected argument '%s'\n", c->verb, c->argv[0]);
+        return 0;
+    }
+    return 1;
+}
+
+static void report_json(const st_gc_report *r)
+{
+    jw w = {0};
+    jw_begin_obj(&w, NULL);
+    jw_bool(&w, "dry_run", r->dry_run);
+    jw_u64(&w, "steps_kept", r->steps_kept);
+    jw_u64(&w, "steps_deleted", r->steps_deleted);
+    jw_begin_arr(&w, "deleted_steps");
+    for (uint64_t i = 0; i < r->steps_deleted; i++)
+        jw_u64(&w, NULL, r->deleted_steps[i]);
+    jw_end_arr(&w);
+    jw_u64(&w, "packs", r->packs);
+    jw_u64(&w, "packs_referenced", r->packs_referenced);
+    jw_u64(&w, "packs_marked", r->packs_marked);
+    jw_u64(&w, "packs_unmarked", r->packs_unmarked);
+    jw_u64(&w, "packs_pending", r->packs_pending);
+    jw_u64(&w, "packs_deleted", r->packs_deleted);
+    jw_u64(&w, "parts_deleted", r->parts_deleted);
+    jw_u64(&w, "manifests_deleted", r->manifests_deleted);
+    jw_u64(&w, "markers_deleted", r->markers_deleted);
+    jw_u64(&w, "objects_deleted", r->objects_deleted);
+    jw_u64(&w, "bytes_freed", r->bytes_freed);
+    jw_bool(&w, "sweep_skipped", r->sweep_skipped);
+    jw_str(&w, "why", r->why);
+    jw_begin_arr(&w, "deleted");
+    for (size_t i = 0; i < r->ndeleted; i++)
+        jw_str(&w, NULL, r->deleted[i]);
+    jw_end_arr(&w);
+    jw_end_obj(&w);
+    jw_done(&w);
+}
+
+static void report_text(const cli *c, const st_gc_report *r)
+{
+    const char *did = r->dry_run ? "would delete" : "deleted";
+    if (r->dry_run)
+        for (size_t i = 0; i < r->ndeleted; i++)
+            printf("%s\n", r->deleted[i]);
+    if (c->quiet)
+        return;
+    printf("%s %" PRIu64 " step(s)", did, r->steps_deleted);
+    for (uint64_t i = 0; i < r->steps_deleted; i++)
+        printf("%s%" PRIu64, i ? "," : " (", r->deleted_steps[i]);
+    printf("%s, kept %" PRIu64 "; packs: %" PRIu64 " listed, %" PRIu64 " referenced, %" PRIu64
+           " newly marked, %" PRIu64 " pending, %" PRIu64 " %s; %" PRIu64
+           " object(s), %.1f MiB %s\n",
+           r->steps_deleted ? ")" : "", r->steps_kept, r->packs, r->packs_referenced,
+           r->packs_marked, r->packs_pending, r->packs_deleted, did, r->objects_deleted,
+           mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
+    if (r->sweep_skipped)
+        fprintf(stderr, "ckptctl gc: sweep skipped: %s\n", r->why);
+}
+
+int run_gc(cli *c, st_store *s)
+{
+    if (!need(c, 1, 0) || !no_positional(c))
+        return EXIT_USAGE;
+    st_gc_policy p = {
+        .keep_last = c->keep_last,
+        .keep_every = c->keep_every,
+        .grace_ns = c->grace > 0 ? (int64_t)(c->grace * 1e9) : 0,
+    };
+    st_gc_report r;
+    st_err e = st_store_gc(s, c->job, &p, c->dry_run, &r);
+    int rc = e ? fail(e) : EXIT_OK;
+    if (!e && c->json)
+        report_json(&r);
+    else if (!e)
+        report_text(c, &r);
+    st_gc_report_free(&r);
+    return rc;
+}
+
+static int pin(cli *c, st_store *s, int on)
+{
+    if (!need(c, 1, 1) || !no_positional(c))
+        return EXIT_USAGE;
+    st_err e = st_store_pin(s, c->job, c->step, on);
+    if (e)
+        return fail(e);
+    if (!c->quiet)
+        printf("step %" PRIu64 " of %s %s\n", c->step, c->job, on ? "pinned" : "unpinned");
+    return EXIT_OK;
+}
+
+int run_pin(cli *c, st_store *s)
+{
+    return pin(c, s, 1);
+}
+
+int run_unpin(cli *c, st_store *s)
+{
+    return pin(c, s, 0);
+}
