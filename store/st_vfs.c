@@ -1453,7 +1453,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
          * moves to the step its new content names) has closed changes; the
          * step it was opened under keeps its published version of it. */
         vstep *now = j && n->step != VFS_NO_STEP ? vfs_step(j, n->step, 0) : NULL;
-        if (now && n->version != h->start_version) {
+        if (now && n->version != h->start_version && !now->queued) {
+            /* not queued by the rules just now: publish eagerly once quiet */
             now->dirty = 1;
             now->last_activity_ns = st_mono_ns();
         }
