@@ -419,8 +419,10 @@ static void *uploader_main(void *arg)
         if (!s)
             continue;
         s->queued = 0;
-        if (s->writers)
-            continue; /* re-queued by the last writer's close */
+        if (s->writers) {
+            s->upload_waits = 1; /* re-queued by the last writer's close */
+            continue;
+        }
         snapshot snap;
         if (take_snapshot(v, &it, &snap) || (!snap.n && !snap.part.ncommits)) {
             snapshot_free(&snap);
