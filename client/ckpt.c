@@ -59,28 +59,17 @@ const char *ckpt_version_string(void)
 const char *ckpt_strerror(int code)
 {
     switch (code) {
-    case CKPT_OK:
-        return "success";
-    case CKPT_ENOTFOUND:
-        return "not found";
-    case CKPT_EINVAL:
-        return "invalid argument";
-    case CKPT_EIO:
-        return "local I/O error";
-    case CKPT_ECORRUPT:
-        return "data failed verification";
-    case CKPT_ESTORE:
-        return "object store unreachable or refusing";
-    case CKPT_ENOMEM:
-        return "out of memory";
-    case CKPT_ETIMEDOUT:
-        return "timed out";
-    case CKPT_EEXIST:
-        return "already exists";
-    case CKPT_ENOSPC:
-        return "no space left on the local disk";
-    case CKPT_EUNSUPPORTED:
-        return "format or feature not supported by this libckpt";
+    case CKPT_OK: return "success";
+    case CKPT_ENOTFOUND: return "not found";
+    case CKPT_EINVAL: return "invalid argument";
+    case CKPT_EIO: return "local I/O error";
+    case CKPT_ECORRUPT: return "data failed verification";
+    case CKPT_ESTORE: return "object store unreachable or refusing";
+    case CKPT_ENOMEM: return "out of memory";
+    case CKPT_ETIMEDOUT: return "timed out";
+    case CKPT_EEXIST: return "already exists";
+    case CKPT_ENOSPC: return "no space left on the local disk";
+    case CKPT_EUNSUPPORTED: return "format or feature not supported by this libckpt";
     }
     return "unknown error code";
 }
@@ -89,34 +78,24 @@ const char *ckpt_strerror(int code)
 static ckpt_code code_from_st(st_err e)
 {
     switch (e) {
-    case ST_OK:
-        return CKPT_OK;
-    case ST_ERR_NOMEM:
-        return CKPT_ENOMEM;
-    case ST_ERR_NOT_FOUND:
-        return CKPT_ENOTFOUND;
+    case ST_OK: return CKPT_OK;
+    case ST_ERR_NOMEM: return CKPT_ENOMEM;
+    case ST_ERR_NOT_FOUND: return CKPT_ENOTFOUND;
     case ST_ERR_TRANSIENT: /* still failing after the retry wrapper gave up */
-    case ST_ERR_PERMANENT:
-        return CKPT_ESTORE;
-    case ST_ERR_CORRUPT:
-        return CKPT_ECORRUPT;
+    case ST_ERR_PERMANENT: return CKPT_ESTORE;
+    case ST_ERR_CORRUPT: return CKPT_ECORRUPT;
     case ST_ERR_INVALID:
-    case ST_ERR_NAME:
-        return CKPT_EINVAL;
-    case ST_ERR_NOSPACE:
-        return CKPT_ENOSPC;
-    case ST_ERR_EXISTS:
-        return CKPT_EEXIST;
-    case ST_ERR_UNSUPPORTED:
-        return CKPT_EUNSUPPORTED;
+    case ST_ERR_NAME: return CKPT_EINVAL;
+    case ST_ERR_NOSPACE: return CKPT_ENOSPC;
+    case ST_ERR_EXISTS: return CKPT_EEXIST;
+    case ST_ERR_UNSUPPORTED: return CKPT_EUNSUPPORTED;
     case ST_ERR_IO:
     case ST_ERR_NOT_DIR:
     case ST_ERR_IS_DIR:
     case ST_ERR_NOT_EMPTY:
     case ST_ERR_READ_ONLY:
     case ST_ERR_BUSY:
-    case ST_ERR_CROSS:
-        return CKPT_EIO;
+    case ST_ERR_CROSS: return CKPT_EIO;
     }
     return CKPT_EIO;
 }

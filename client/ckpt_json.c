@@ -282,26 +282,13 @@ static size_t unescape_one(const ckj_doc *doc, size_t *pos, size_t end, char out
     char e = t[*pos + 1];
     *pos += 2;
     switch (e) {
-    case 'b':
-        out[0] = '\b';
-        return 1;
-    case 'f':
-        out[0] = '\f';
-        return 1;
-    case 'n':
-        out[0] = '\n';
-        return 1;
-    case 'r':
-        out[0] = '\r';
-        return 1;
-    case 't':
-        out[0] = '\t';
-        return 1;
-    case 'u':
-        break;
-    default:
-        out[0] = e;
-        return 1;
+    case 'b': out[0] = '\b'; return 1;
+    case 'f': out[0] = '\f'; return 1;
+    case 'n': out[0] = '\n'; return 1;
+    case 'r': out[0] = '\r'; return 1;
+    case 't': out[0] = '\t'; return 1;
+    case 'u': break;
+    default: out[0] = e; return 1;
     }
     unsigned cp = 0;
     for (int k = 0; k < 4; k++)

@@ -31,7 +31,7 @@
 #include "ckptstore.h"
 
 #define ATTR_TIMEOUT 1.0
-#define MAX_WRITE (1u << 20)
+#define MAX_WRITE    (1u << 20)
 
 static int log_to_syslog;
 
@@ -77,7 +77,10 @@ static void log_sink(void *arg, int level, const char *msg)
     if (log_to_syslog)
         syslog(level == 0 ? LOG_INFO : level == 1 ? LOG_WARNING : LOG_ERR, "%s", msg);
     else
-        fprintf(stderr, "ckptfs: %s%s\n", level == 2 ? "error: " : level == 1 ? "warning: " : "",
+        fprintf(stderr, "ckptfs: %s%s\n",
+                level == 2   ? "error: "
+                : level == 1 ? "warning: "
+                             : "",
                 msg);
 }
 
@@ -247,8 +250,8 @@ static void op_unsupported_symlink(fuse_req_t req, const char *link, fuse_ino_t 
     fuse_reply_err(req, ENOTSUP);
 }
 
-static void op_unsupported_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-                                 mode_t mode, dev_t rdev)
+static void op_unsupported_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                                 dev_t rdev)
 {
     (void)parent, (void)name, (void)rdev;
     /* mknod of a regular file is how some tools create files */
@@ -274,8 +277,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
     st_vfs_handle *h;
     st_vfs_attr a;
-    st_err e = st_vfs_create(vfs_of(req), parent, name, mode, fi->flags, fuse_req_ctx(req)->pid,
-                             &a, &h);
+    st_err e =
+        st_vfs_create(vfs_of(req), parent, name, mode, fi->flags, fuse_req_ctx(req)->pid, &a, &h);
     if (e) {
         reply_err(req, e);
         return;
@@ -411,8 +414,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     size_t used = 0;
     for (size_t i = (size_t)off; i < d->n; i++) {
         struct stat st = {.st_ino = d->ents[i].ino, .st_mode = d->ents[i].mode};
-        size_t need = fuse_add_direntry(req, buf + used, size - used, d->ents[i].name, &st,
-                                        (off_t)(i + 1));
+        size_t need =
+            fuse_add_direntry(req, buf + used, size - used, d->ents[i].name, &st, (off_t)(i + 1));
         if (need > size - used)
             break;
         used += need;
@@ -482,34 +485,33 @@ static const struct fuse_lowlevel_ops ops = {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ckptfs MOUNTPOINT [options]\n\n"
-            "Mounts checkpoint storage: trainers write checkpoints into MOUNTPOINT/<job>/;\n"
-            "complete steps are deduplicated, compressed and uploaded to the store in the\n"
-            "background; durable steps from the store are listed and readable.\n\n"
-            "Options:\n"
-            "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
-            "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
-            "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
-            "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
-            "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
-            "                       ~/.aws/credentials, never from the command line\n"
-            "  --staging DIR        local staging directory (default:\n"
-            "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
-            "  --node NAME          this node's name in the store (default: host name)\n"
-            "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
-            "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
-            "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
-            "                       about (N + 1) x 24 MiB\n"
-            "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
-            "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
-            "  -f                   stay in the foreground, log to stderr\n"
-            "  -d                   FUSE debug output (implies -f)\n"
-            "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
-            "  -h, --help           this help\n"
-            "  --version            version\n\n"
-            "Unmount with: fusermount3 -u MOUNTPOINT\n"
-            "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
+    fprintf(out, "usage: ckptfs MOUNTPOINT [options]\n\n"
+                 "Mounts checkpoint storage: trainers write checkpoints into MOUNTPOINT/<job>/;\n"
+                 "complete steps are deduplicated, compressed and uploaded to the store in the\n"
+                 "background; durable steps from the store are listed and readable.\n\n"
+                 "Options:\n"
+                 "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
+                 "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
+                 "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
+                 "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
+                 "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
+                 "                       ~/.aws/credentials, never from the command line\n"
+                 "  --staging DIR        local staging directory (default:\n"
+                 "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
+                 "  --node NAME          this node's name in the store (default: host name)\n"
+                 "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
+                 "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
+                 "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
+                 "                       about (N + 1) x 24 MiB\n"
+                 "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
+                 "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
+                 "  -f                   stay in the foreground, log to stderr\n"
+                 "  -d                   FUSE debug output (implies -f)\n"
+                 "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
+                 "  -h, --help           this help\n"
+                 "  --version            version\n\n"
+                 "Unmount with: fusermount3 -u MOUNTPOINT\n"
+                 "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
 }
 
 static int parse_size(const char *s, uint64_t *out)
@@ -520,10 +522,26 @@ static int parse_size(const char *s, uint64_t *out)
         return -1;
     uint64_t mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1ull << 10; end++; break;
-    case 'm': case 'M': mult = 1ull << 20; end++; break;
-    case 'g': case 'G': mult = 1ull << 30; end++; break;
-    case 't': case 'T': mult = 1ull << 40; end++; break;
+    case 'k':
+    case 'K':
+        mult = 1ull << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1ull << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1ull << 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mult = 1ull << 40;
+        end++;
+        break;
     }
     if (*end)
         return -1;
@@ -547,8 +565,16 @@ static int default_staging(char *buf, size_t cap)
 int main(int argc, char **argv)
 {
     enum {
-        O_STORE = 256, O_STAGING, O_NODE, O_PATTERN, O_CAP, O_REFRESH, O_DRAIN, O_VERSION,
-        O_ENDPOINT, O_UPLOADS
+        O_STORE = 256,
+        O_STAGING,
+        O_NODE,
+        O_PATTERN,
+        O_CAP,
+        O_REFRESH,
+        O_DRAIN,
+        O_VERSION,
+        O_ENDPOINT,
+        O_UPLOADS
     };
     static const struct option lopts[] = {
         {"store", required_argument, NULL, O_STORE},

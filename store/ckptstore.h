@@ -22,10 +22,10 @@
 typedef struct st_store st_store;
 
 typedef struct st_store_options {
-    const char *url;       /* "file:///abs/dir" or "s3://bucket/prefix" */
-    const char *s3_endpoint; /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
-    const char *state_dir; /* local state (dedup index); NULL: st_default_state_dir() */
-    const char *node;      /* this writer's name; NULL: derived from the host name */
+    const char *url;                  /* "file:///abs/dir" or "s3://bucket/prefix" */
+    const char *s3_endpoint;          /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
+    const char *state_dir;            /* local state (dedup index); NULL: st_default_state_dir() */
+    const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
     void (*warn)(void *arg, const char *msg);
@@ -83,10 +83,10 @@ typedef struct st_step_info {
     uint64_t step;
     int64_t created_ns; /* the newest part record's time */
     uint64_t files;
-    uint64_t bytes;     /* logical bytes of its files */
-    uint64_t nodes;     /* part records (one per node that wrote it) */
-    int consistent;     /* complete on every rank and durable: restorable */
-    int complete;       /* some node saw its completion */
+    uint64_t bytes;      /* logical bytes of its files */
+    uint64_t nodes;      /* part records (one per node that wrote it) */
+    int consistent;      /* complete on every rank and durable: restorable */
+    int complete;        /* some node saw its completion */
     uint32_t world_size; /* 0: unknown */
     uint32_t ranks;      /* distinct writer ranks among its files */
     char why[160];       /* "" when consistent, else why not ("missing ranks 2,3") */
@@ -103,23 +103,23 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
 st_err st_store_latest(st_store *s, const char *job, uint64_t *step);
 
 typedef struct st_restore_opts {
-    int rank;          /* -1: every file; else only the files written by this rank */
-    int latest;        /* ignore `step`: take the latest consistent step */
-    int no_fallback;   /* with latest: fail rather than fall back to an older step */
-    unsigned threads;  /* parallel downloads; 0: 4 */
+    int rank;         /* -1: every file; else only the files written by this rank */
+    int latest;       /* ignore `step`: take the latest consistent step */
+    int no_fallback;  /* with latest: fail rather than fall back to an older step */
+    unsigned threads; /* parallel downloads; 0: 4 */
     /* Called from the restoring threads (serialised) as bytes arrive; may be NULL. */
     void (*progress)(void *arg, uint64_t done_bytes, uint64_t total_bytes);
     void *progress_arg;
 } st_restore_opts;
 
 typedef struct st_restore_result {
-    uint64_t step;         /* the step restored */
+    uint64_t step; /* the step restored */
     uint64_t files, bytes;
-    uint64_t gets;         /* object GETs issued */
-    int fell_back;         /* the latest step failed verification; an older one was restored
-                              (the caller reports it: the store does not warn) */
-    uint64_t failed_step;  /* when fell_back: the step that failed */
-    char failure[256];     /* when fell_back: why */
+    uint64_t gets;        /* object GETs issued */
+    int fell_back;        /* the latest step failed verification; an older one was restored
+                             (the caller reports it: the store does not warn) */
+    uint64_t failed_step; /* when fell_back: the step that failed */
+    char failure[256];    /* when fell_back: why */
 } st_restore_result;
 
 /*!
@@ -181,19 +181,19 @@ typedef struct st_gc_policy {
 typedef struct st_gc_report {
     int dry_run;
     uint64_t steps_kept, steps_deleted;
-    uint64_t *deleted_steps;     /* steps_deleted entries, ascending (malloc'd) */
-    uint64_t packs;              /* packs listed */
-    uint64_t packs_referenced;   /* referenced by a remaining part record's manifest */
-    uint64_t packs_marked;       /* unreferenced, marker written now (deletable after grace) */
-    uint64_t packs_unmarked;     /* referenced again: marker dropped */
-    uint64_t packs_pending;      /* unreferenced, marker younger than the grace period */
+    uint64_t *deleted_steps;   /* steps_deleted entries, ascending (malloc'd) */
+    uint64_t packs;            /* packs listed */
+    uint64_t packs_referenced; /* referenced by a remaining part record's manifest */
+    uint64_t packs_marked;     /* unreferenced, marker written now (deletable after grace) */
+    uint64_t packs_unmarked;   /* referenced again: marker dropped */
+    uint64_t packs_pending;    /* unreferenced, marker younger than the grace period */
     uint64_t packs_deleted;
     uint64_t parts_deleted, manifests_deleted, markers_deleted;
-    uint64_t objects_deleted;    /* == ndeleted */
-    uint64_t bytes_freed;        /* sizes of the deleted objects */
-    int sweep_skipped;           /* references could not all be read: nothing swept */
-    char why[320];               /* when sweep_skipped: why */
-    char **deleted;              /* every key deleted, in the order it was (malloc'd) */
+    uint64_t objects_deleted; /* == ndeleted */
+    uint64_t bytes_freed;     /* sizes of the deleted objects */
+    int sweep_skipped;        /* references could not all be read: nothing swept */
+    char why[320];            /* when sweep_skipped: why */
+    char **deleted;           /* every key deleted, in the order it was (malloc'd) */
     size_t ndeleted;
     size_t deleted_cap, deleted_steps_cap; /* internal */
 } st_gc_report;

@@ -32,7 +32,7 @@
 #include "st_error.h"
 #include "st_wire.h"
 
-#define ST_KEY_MAX 1024
+#define ST_KEY_MAX    1024
 #define ST_GET_TO_END UINT64_MAX
 
 /*! Called once per listed key, in ascending byte order of key, on the

@@ -65,29 +65,22 @@ typedef struct file_ctx {
 static st_err errno_class(int e)
 {
     switch (e) {
-    case ENOENT:
-        return ST_ERR_NOT_FOUND;
+    case ENOENT: return ST_ERR_NOT_FOUND;
     case ENOSPC:
-    case EDQUOT:
-        return ST_ERR_NOSPACE;
+    case EDQUOT: return ST_ERR_NOSPACE;
     case EACCES:
     case EPERM:
     case EROFS:
     case ENOTDIR: /* a non-directory (or symlink) where the layout needs a directory */
     case ELOOP:
-    case EISDIR:
-        return ST_ERR_PERMANENT;
-    case ENAMETOOLONG:
-        return ST_ERR_INVALID; /* a key component longer than NAME_MAX */
-    case ENOMEM:
-        return ST_ERR_NOMEM;
+    case EISDIR: return ST_ERR_PERMANENT;
+    case ENAMETOOLONG: return ST_ERR_INVALID; /* a key component longer than NAME_MAX */
+    case ENOMEM: return ST_ERR_NOMEM;
     case ESTALE: /* NFS: the server may come back */
     case ETIMEDOUT:
     case EAGAIN:
-    case EINTR:
-        return ST_ERR_TRANSIENT;
-    default:
-        return ST_ERR_IO;
+    case EINTR: return ST_ERR_TRANSIENT;
+    default: return ST_ERR_IO;
     }
 }
 

@@ -333,17 +333,11 @@ static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t
 static st_err classify(S3Status s, const char **what)
 {
     switch (s) {
-    case S3StatusOK:
-        *what = "ok";
-        return ST_OK;
+    case S3StatusOK: *what = "ok"; return ST_OK;
     case S3StatusErrorNoSuchKey:
-    case S3StatusHttpErrorNotFound:
-        *what = "not found";
-        return ST_ERR_NOT_FOUND;
+    case S3StatusHttpErrorNotFound: *what = "not found"; return ST_ERR_NOT_FOUND;
 
-    case S3StatusOutOfMemory:
-        *what = "out of memory";
-        return ST_ERR_NOMEM;
+    case S3StatusOutOfMemory: *what = "out of memory"; return ST_ERR_NOMEM;
 
     /* The network, the server being busy or broken: a later try may work. */
     case S3StatusInternalError: /* libs3's code for most curl failures: resets, send/recv errors */
@@ -360,9 +354,7 @@ static st_err classify(S3Status s, const char **what)
     case S3StatusErrorTemporaryRedirect:
     case S3StatusHttpErrorConflict:
     case S3StatusHttpErrorUnknown: /* 429, 502, 504 and others without an S3 error body */
-    case S3StatusErrorUnknown:
-        *what = "temporary failure";
-        return ST_ERR_TRANSIENT;
+    case S3StatusErrorUnknown: *what = "temporary failure"; return ST_ERR_TRANSIENT;
 
     /* The request itself is wrong: the same call will fail again. */
     case S3StatusErrorInvalidArgument:
@@ -373,9 +365,7 @@ static st_err classify(S3Status s, const char **what)
     case S3StatusErrorInvalidURI:
     case S3StatusErrorEntityTooLarge:
     case S3StatusErrorMetadataTooLarge:
-    case S3StatusHttpErrorBadRequest:
-        *what = "invalid request";
-        return ST_ERR_INVALID;
+    case S3StatusHttpErrorBadRequest: *what = "invalid request"; return ST_ERR_INVALID;
 
     case S3StatusErrorAccessDenied:
     case S3StatusErrorInvalidAccessKeyId:
@@ -389,17 +379,13 @@ static st_err classify(S3Status s, const char **what)
     case S3StatusErrorCredentialsNotSupported:
         *what = "access denied (check the credentials and the bucket's permissions)";
         return ST_ERR_PERMANENT;
-    case S3StatusErrorNoSuchBucket:
-        *what = "no such bucket";
-        return ST_ERR_PERMANENT;
+    case S3StatusErrorNoSuchBucket: *what = "no such bucket"; return ST_ERR_PERMANENT;
     case S3StatusErrorPermanentRedirect:
     case S3StatusErrorRedirect:
     case S3StatusHttpErrorMovedTemporarily:
         *what = "redirected (wrong endpoint or region for this bucket)";
         return ST_ERR_PERMANENT;
-    default:
-        *what = "refused";
-        return ST_ERR_PERMANENT;
+    default: *what = "refused"; return ST_ERR_PERMANENT;
     }
 }
 

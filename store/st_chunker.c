@@ -342,21 +342,16 @@ static enum parse_kind parse_kind_of(enum parse_state s)
     case PS_ZIP_CDH:
     case PS_ZIP_Z64E:
     case PS_ZIP_EOCD:
-    case PS_ZIP_AFTER:
-        return K_COLLECT;
+    case PS_ZIP_AFTER: return K_COLLECT;
     case PS_ZIP_NAME:
     case PS_ZIP_XSKIP:
     case PS_ZIP_DATA:
     case PS_ZIP_SKIPREC:
     case PS_ZIP_EOCDEND:
-    case PS_ST_DATA:
-        return K_SKIP;
-    case PS_ZIP_SCAN:
-        return K_SCAN;
-    case PS_ST_JSON:
-        return K_JSON;
-    case PS_UNKNOWN:
-        break;
+    case PS_ST_DATA: return K_SKIP;
+    case PS_ZIP_SCAN: return K_SCAN;
+    case PS_ST_JSON: return K_JSON;
+    case PS_UNKNOWN: break;
     }
     return K_NONE;
 }
@@ -445,21 +440,11 @@ static void zip_dispatch(st_chunker *c, int after_eocd)
         return;
     }
     switch (sig) {
-    case ZIP_CDH:
-        go_collect(c, PS_ZIP_CDH, ZIP_CDH_LEN);
-        break;
-    case ZIP_Z64EOCD:
-        go_collect(c, PS_ZIP_Z64E, ZIP_Z64EOCD_MIN);
-        break;
-    case ZIP_Z64LOC:
-        go_skip(c, PS_ZIP_SKIPREC, c->hdr + ZIP_Z64LOC_LEN);
-        break;
-    case ZIP_EOCD:
-        go_collect(c, PS_ZIP_EOCD, ZIP_EOCD_LEN);
-        break;
-    default:
-        go_unknown(c);
-        break;
+    case ZIP_CDH: go_collect(c, PS_ZIP_CDH, ZIP_CDH_LEN); break;
+    case ZIP_Z64EOCD: go_collect(c, PS_ZIP_Z64E, ZIP_Z64EOCD_MIN); break;
+    case ZIP_Z64LOC: go_skip(c, PS_ZIP_SKIPREC, c->hdr + ZIP_Z64LOC_LEN); break;
+    case ZIP_EOCD: go_collect(c, PS_ZIP_EOCD, ZIP_EOCD_LEN); break;
+    default: go_unknown(c); break;
     }
 }
 
@@ -585,17 +570,10 @@ static void json_feed(st_chunker *c, uint8_t b)
             j->have_digit = 0;
         }
         break;
-    case '}':
-        json_pop(j, 0);
-        break;
-    case ']':
-        json_pop(j, 1);
-        break;
-    case ',':
-        j->expect_key = j->depth > 0 && !(j->arr_bits >> j->depth & 1);
-        break;
-    default:
-        break; /* numbers, true/false/null elsewhere: not ours */
+    case '}': json_pop(j, 0); break;
+    case ']': json_pop(j, 1); break;
+    case ',': j->expect_key = j->depth > 0 && !(j->arr_bits >> j->depth & 1); break;
+    default: break; /* numbers, true/false/null elsewhere: not ours */
     }
 }
 
@@ -629,16 +607,11 @@ static void st_header_done(st_chunker *c)
 static int parse_ready(const st_chunker *c)
 {
     switch (parse_kind_of(c->ps)) {
-    case K_COLLECT:
-        return c->got >= c->need;
-    case K_SKIP:
-        return c->pos >= c->target;
-    case K_SCAN:
-        return c->scan_hit != 0 && c->pos == c->scan_hit;
-    case K_JSON:
-        return c->pos >= c->target;
-    case K_NONE:
-        break;
+    case K_COLLECT: return c->got >= c->need;
+    case K_SKIP: return c->pos >= c->target;
+    case K_SCAN: return c->scan_hit != 0 && c->pos == c->scan_hit;
+    case K_JSON: return c->pos >= c->target;
+    case K_NONE: break;
     }
     return 0;
 }
@@ -679,15 +652,9 @@ static int parse_act(st_chunker *c)
     int force = 0;
     while (parse_ready(c)) {
         switch (c->ps) {
-        case PS_SNIFF:
-            parse_sniff(c);
-            break;
-        case PS_ZIP_SIG:
-            zip_dispatch(c, 0);
-            break;
-        case PS_ZIP_AFTER:
-            zip_dispatch(c, 1);
-            break;
+        case PS_SNIFF: parse_sniff(c); break;
+        case PS_ZIP_SIG: zip_dispatch(c, 0); break;
+        case PS_ZIP_AFTER: zip_dispatch(c, 1); break;
         case PS_ZIP_LFH: {
             uint16_t name_len = st_le16_get(c->win + 26);
             uint16_t extra_len = st_le16_get(c->win + 28);
@@ -782,8 +749,7 @@ static int parse_act(st_chunker *c)
             force = 1; /* tensor start */
             st_next_target(c);
             break;
-        case PS_UNKNOWN:
-            return force;
+        case PS_UNKNOWN: return force;
         }
     }
     return force;
@@ -823,11 +789,9 @@ static const uint8_t *find_desc_sig(const uint8_t *p, size_t n)
 static size_t parse_span(st_chunker *c, const uint8_t *p, size_t n)
 {
     switch (parse_kind_of(c->ps)) {
-    case K_COLLECT:
-        return min_sz(n, c->need - c->got);
+    case K_COLLECT: return min_sz(n, c->need - c->got);
     case K_SKIP:
-    case K_JSON:
-        return (size_t)min_sz(n, c->target - c->pos);
+    case K_JSON: return (size_t)min_sz(n, c->target - c->pos);
     case K_SCAN: {
         if (c->scan_hit)
             return min_sz(n, c->scan_hit - c->pos);
@@ -851,8 +815,7 @@ static size_t parse_span(st_chunker *c, const uint8_t *p, size_t n)
         c->scan_upto = c->pos + n;
         return n;
     }
-    case K_NONE:
-        break;
+    case K_NONE: break;
     }
     return n;
 }
@@ -879,8 +842,7 @@ static int parse_consume(st_chunker *c, const uint8_t *p, size_t k)
             json_feed(c, p[j]);
         break;
     case K_SKIP:
-    case K_NONE:
-        break;
+    case K_NONE: break;
     }
     c->pos += k;
     if (parse_kind_of(c->ps) == K_NONE)

@@ -60,12 +60,9 @@ size_t st_codec_scratch_bound(size_t raw_len)
 static size_t codec_elem_size(st_codec_id codec)
 {
     switch (codec) {
-    case ST_CODEC_LZ4_SHUF2:
-        return 2;
-    case ST_CODEC_LZ4_SHUF4:
-        return 4;
-    default:
-        return 0;
+    case ST_CODEC_LZ4_SHUF2: return 2;
+    case ST_CODEC_LZ4_SHUF4: return 4;
+    default: return 0;
     }
 }
 

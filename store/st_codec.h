@@ -34,9 +34,9 @@
 #include "st_error.h"
 #include "st_hash.h"
 
-#define ST_CODEC_HEADER_LEN 32
+#define ST_CODEC_HEADER_LEN   32
 #define ST_CODEC_MIN_GAIN_PCT 3
-#define ST_CODEC_MAX_RAW (64u << 20) /* largest chunk a header may describe */
+#define ST_CODEC_MAX_RAW      (64u << 20) /* largest chunk a header may describe */
 
 typedef enum st_codec_id {
     ST_CODEC_RAW = 0,

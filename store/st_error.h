@@ -13,15 +13,15 @@
 
 typedef enum st_err {
     ST_OK = 0,
-    ST_ERR_NOMEM = 1,       /* allocation failed */
-    ST_ERR_IO = 2,          /* local I/O failed (errno in the message) */
-    ST_ERR_NOT_FOUND = 3,   /* object, file or step does not exist */
-    ST_ERR_TRANSIENT = 4,   /* backend: may succeed if retried (timeouts, 5xx, resets) */
-    ST_ERR_PERMANENT = 5,   /* backend: will not succeed if retried (auth, no bucket) */
-    ST_ERR_CORRUPT = 6,     /* data failed verification or does not parse */
-    ST_ERR_INVALID = 7,     /* bad argument: malformed key, URL, option */
-    ST_ERR_NOSPACE = 8,     /* local disk or a configured cap is full */
-    ST_ERR_EXISTS = 9,      /* target already exists */
+    ST_ERR_NOMEM = 1,        /* allocation failed */
+    ST_ERR_IO = 2,           /* local I/O failed (errno in the message) */
+    ST_ERR_NOT_FOUND = 3,    /* object, file or step does not exist */
+    ST_ERR_TRANSIENT = 4,    /* backend: may succeed if retried (timeouts, 5xx, resets) */
+    ST_ERR_PERMANENT = 5,    /* backend: will not succeed if retried (auth, no bucket) */
+    ST_ERR_CORRUPT = 6,      /* data failed verification or does not parse */
+    ST_ERR_INVALID = 7,      /* bad argument: malformed key, URL, option */
+    ST_ERR_NOSPACE = 8,      /* local disk or a configured cap is full */
+    ST_ERR_EXISTS = 9,       /* target already exists */
     ST_ERR_UNSUPPORTED = 10, /* feature or format version not supported */
     /* Namespace errors of the mount (st_vfs). */
     ST_ERR_NOT_DIR = 11,   /* a path component is not a directory */

@@ -9,8 +9,8 @@
 
 #include "st_wire.h"
 
-#define EOCD_LEN 22
-#define EOCD_SEARCH (EOCD_LEN + 65535) /* the record plus the longest comment */
+#define EOCD_LEN               22
+#define EOCD_SEARCH            (EOCD_LEN + 65535) /* the record plus the longest comment */
 #define SAFETENSORS_MAX_HEADER (100ull << 20)
 
 static int pread_full(int fd, void *buf, size_t len, uint64_t off)

@@ -92,8 +92,8 @@ st_err st_gc_marker_decode(const void *buf, size_t len, int64_t *marked_ns, int6
 
 static st_err marker_encode(char *out, size_t cap, int64_t marked_ns, int64_t grace_ns, size_t *len)
 {
-    int n = snprintf(out, cap, MARKER_MAGIC " %lld %lld\n", (long long)marked_ns,
-                     (long long)grace_ns);
+    int n =
+        snprintf(out, cap, MARKER_MAGIC " %lld %lld\n", (long long)marked_ns, (long long)grace_ns);
     if (n < 0 || (size_t)n >= cap)
         return st_seterr(ST_ERR_INVALID, "GC marker does not fit");
     *len = (size_t)n;
@@ -172,7 +172,7 @@ typedef struct gc_step {
     uint64_t step;
     st_step_keys keys; /* nodes with a part record */
     size_t nodes_cap;
-    gc_obj *objs;      /* every object under the step's prefix, ascending */
+    gc_obj *objs; /* every object under the step's prefix, ascending */
     size_t nobjs, objs_cap;
     int consistent;
     int64_t created_ns;
@@ -220,8 +220,7 @@ static int collect_step_obj(void *arg, const char *key, uint64_t size)
     s->objs[s->nobjs++].size = size;
     char node[ST_NODE_MAX + 1];
     if (st_key_parse_part(rest, node)) {
-        if (grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1,
-                 sizeof *s->keys.nodes))
+        if (grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1, sizeof *s->keys.nodes))
             return l->oom = 1;
         memcpy(s->keys.nodes[s->keys.nnodes++], node, sizeof node);
     }
@@ -441,7 +440,7 @@ static st_err delete_step(st_store *s, int dry_run, st_gc_report *r, const gc_st
 typedef struct pack_obj {
     st_id id;
     uint64_t size;
-    int marked;       /* a marker exists */
+    int marked; /* a marker exists */
     int64_t marked_ns, grace_ns;
 } pack_obj;
 
@@ -592,8 +591,7 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
      *    deletions; a dry run: the same steps minus those it would delete). */
     if ((e = list_steps(s->backend, job, &now_steps)))
         goto out;
-    e = scan_references(s, job, &now_steps, dry_run ? first : NULL, &refs, &old, &nold, grace,
-                        t0);
+    e = scan_references(s, job, &now_steps, dry_run ? first : NULL, &refs, &old, &nold, grace, t0);
     if (e) {
         r->sweep_skipped = 1;
         snprintf(r->why, sizeof r->why, "references unknown, nothing swept: %s", st_errmsg());

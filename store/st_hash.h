@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ST_ID_LEN 16
+#define ST_ID_LEN     16
 #define ST_ID_HEX_LEN 32 /* without the terminating NUL */
 
 typedef struct st_id {

@@ -41,7 +41,7 @@
 #define READ_BUF_SIZE (1u << 20)
 
 #define DEFAULT_PARALLEL 4
-#define MAX_PARALLEL 32
+#define MAX_PARALLEL     32
 
 /* A chunk this ingest stored: its id, its pack's slot and where it sits. */
 typedef struct open_chunk {

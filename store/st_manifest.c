@@ -33,12 +33,12 @@
 static const uint8_t manifest_magic[4] = {'C', 'K', 'm', '1'};
 
 #define MANIFEST_HEADER_LEN 8 /* magic + version + flags */
-#define MANIFEST_SUM_LEN 8
+#define MANIFEST_SUM_LEN    8
 
 /* Minimum encoded sizes, used to cap claimed counts by the bytes left. */
-#define MIN_PACK_LEN ST_ID_LEN
-#define MIN_CHUNK_LEN (ST_ID_LEN + 4)             /* id + 4 one-byte varints */
-#define MIN_FILE_LEN (2 + 1 + 1 + 1 + 1 + ST_ID_LEN + 1) /* path "x", size..rank, digest, count */
+#define MIN_PACK_LEN  ST_ID_LEN
+#define MIN_CHUNK_LEN (ST_ID_LEN + 4)                     /* id + 4 one-byte varints */
+#define MIN_FILE_LEN  (2 + 1 + 1 + 1 + 1 + ST_ID_LEN + 1) /* path "x", size..rank, digest, count */
 
 /* ---- zigzag: signed values as varints (small magnitudes stay short) ---- */
 
@@ -164,8 +164,8 @@ static st_err validate_for_encode(const st_manifest *m)
         size_t plen = f->path ? strnlen(f->path, ST_MANIFEST_MAX_PATH + 1) : 0;
         size_t bad_chunk = 0;
         if ((why = check_file(f, plen, m->npacks, &bad_chunk)))
-            return st_seterr(ST_ERR_INVALID, "manifest encode: file %zu (%.200s), chunk %zu: %s",
-                             i, f->path ? f->path : "(null)", bad_chunk, why);
+            return st_seterr(ST_ERR_INVALID, "manifest encode: file %zu (%.200s), chunk %zu: %s", i,
+                             f->path ? f->path : "(null)", bad_chunk, why);
     }
     const char *dup = NULL;
     int d = find_duplicate_path(m->files, m->nfiles, &dup);

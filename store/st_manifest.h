@@ -35,7 +35,7 @@
 #include "st_hash.h"
 #include "st_wire.h"
 
-#define ST_MANIFEST_VERSION 1
+#define ST_MANIFEST_VERSION  1
 #define ST_MANIFEST_MAX_PATH 4096
 #define ST_MANIFEST_MAX_NAME 255 /* node and job names */
 

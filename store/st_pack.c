@@ -185,8 +185,8 @@ st_err st_pack_footer_decode(const uint8_t *footer, uint32_t *trailer_len, uint3
     if ((uint64_t)tlen + ST_PACK_FOOTER_LEN > ST_PACK_MAX_SIZE)
         return st_seterr(ST_ERR_CORRUPT, "pack footer: trailer length %u too large", tlen);
     if ((uint64_t)n * PACK_MIN_ENTRY_LEN > tlen)
-        return st_seterr(ST_ERR_CORRUPT, "pack footer: %u chunks cannot fit in %u trailer bytes",
-                         n, tlen);
+        return st_seterr(ST_ERR_CORRUPT, "pack footer: %u chunks cannot fit in %u trailer bytes", n,
+                         tlen);
     *trailer_len = tlen;
     *count = n;
     return ST_OK;
@@ -214,8 +214,8 @@ static st_err trailer_get_entry(st_reader *r, uint64_t chunk_area, uint64_t *nex
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu stored length %llu invalid",
                          index, (unsigned long long)stored_len);
     if (raw_len > ST_CODEC_MAX_RAW)
-        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu raw length %llu too large",
-                         index, (unsigned long long)raw_len);
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu raw length %llu too large", index,
+                         (unsigned long long)raw_len);
     if (offset < *next_free)
         return st_seterr(ST_ERR_CORRUPT,
                          "pack trailer: entry %zu at %llu overlaps or precedes the previous one",
@@ -259,8 +259,7 @@ st_err st_pack_trailer_decode(const uint8_t *tail, size_t tail_len, uint64_t pac
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: checksum mismatch");
     if (count == 0) {
         if (trailer_len != 0)
-            return st_seterr(ST_ERR_CORRUPT, "pack trailer: %u bytes for zero chunks",
-                             trailer_len);
+            return st_seterr(ST_ERR_CORRUPT, "pack trailer: %u bytes for zero chunks", trailer_len);
         return ST_OK;
     }
 

@@ -31,9 +31,9 @@
 #include "st_hash.h"
 #include "st_wire.h"
 
-#define ST_PACK_FOOTER_LEN 24
+#define ST_PACK_FOOTER_LEN  24
 #define ST_PACK_TARGET_SIZE (24u << 20) /* close a pack once it reaches this */
-#define ST_PACK_MAX_SIZE (1u << 30)      /* decoders refuse larger claims */
+#define ST_PACK_MAX_SIZE    (1u << 30)  /* decoders refuse larger claims */
 
 typedef struct st_pack_entry {
     st_id id;

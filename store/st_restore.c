@@ -160,8 +160,8 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
     return e;
 }
 
-st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f,
-                         size_t first, size_t count, int fd)
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
+                         size_t count, int fd)
 {
     if (first > f->nchunks || count > f->nchunks - first)
         return st_seterr(ST_ERR_INVALID, "chunk range outside %s", f->path);

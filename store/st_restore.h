@@ -47,8 +47,8 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
  * threads can fill one file in parallel). The whole-file digest is then
  * checked once with st_restore_verify_file().
  */
-st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f,
-                         size_t first, size_t count, int fd);
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
+                         size_t count, int fd);
 
 /*! Reads fd back and checks f's size and whole-file digest. */
 st_err st_restore_verify_file(int fd, const st_file_entry *f);

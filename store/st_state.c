@@ -51,9 +51,11 @@ enum {
 };
 
 static const char *const query_sql[Q_COUNT] = {
-    [Q_CHUNK_LOOKUP] = "SELECT pack, offset, stored_len, raw_len FROM chunks WHERE job=?1 AND id=?2",
+    [Q_CHUNK_LOOKUP] =
+        "SELECT pack, offset, stored_len, raw_len FROM chunks WHERE job=?1 AND id=?2",
     [Q_CHUNK_ADD] = "INSERT OR IGNORE INTO chunks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    [Q_PACK_ADD] = "INSERT OR IGNORE INTO packs VALUES (?1, ?2, ?3, ?4, strftime('%s','now')*1000000000)",
+    [Q_PACK_ADD] =
+        "INSERT OR IGNORE INTO packs VALUES (?1, ?2, ?3, ?4, strftime('%s','now')*1000000000)",
     [Q_COUNT_CHUNKS] = "SELECT count(*) FROM chunks WHERE job=?1",
     [Q_COUNT_PACKS] = "SELECT count(*) FROM packs WHERE job=?1",
     [Q_MANIFEST_SEEN] = "SELECT 1 FROM manifests_seen WHERE key=?1",
@@ -101,8 +103,8 @@ static st_err migrate(st_state *s)
     sqlite3_finalize(q);
     if (version > ST_STATE_SCHEMA_VERSION)
         return st_seterr(ST_ERR_UNSUPPORTED,
-                         "local state database has schema version %d; this build knows %d",
-                         version, ST_STATE_SCHEMA_VERSION);
+                         "local state database has schema version %d; this build knows %d", version,
+                         ST_STATE_SCHEMA_VERSION);
     st_err e = exec_sql(s, schema_sql);
     if (!e && version < ST_STATE_SCHEMA_VERSION)
         e = exec_sql(s, "PRAGMA user_version=1");
@@ -315,8 +317,7 @@ st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char
     return run_done(s, q, "set file state");
 }
 
-st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step,
-                               st_pending_state state)
+st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state)
 {
     sqlite3_stmt *q = query(s, Q_FILES_SET_STEP);
     sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);

@@ -30,10 +30,10 @@ typedef struct st_chunk_loc {
 
 /*! Step and file states, in the order a step goes through them. */
 typedef enum st_pending_state {
-    ST_PENDING_WRITING = 0,   /* being written / not yet sealed */
-    ST_PENDING_SEALED = 1,    /* content final, chunks not all stored */
-    ST_PENDING_UPLOADED = 2,  /* packs and manifest stored, commit not yet */
-    ST_PENDING_DURABLE = 3,   /* commit record stored */
+    ST_PENDING_WRITING = 0,  /* being written / not yet sealed */
+    ST_PENDING_SEALED = 1,   /* content final, chunks not all stored */
+    ST_PENDING_UPLOADED = 2, /* packs and manifest stored, commit not yet */
+    ST_PENDING_DURABLE = 3,  /* commit record stored */
 } st_pending_state;
 
 /*! Opens (creating, and migrating the schema) the database at path. */
@@ -68,8 +68,7 @@ st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending
 st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char *path,
                          uint64_t size, st_pending_state state);
 /*! Sets every file of a step to `state`. */
-st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step,
-                               st_pending_state state);
+st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state);
 /*! Counts a step's files in `state`. */
 st_err st_state_files_count(st_state *s, const char *job, uint64_t step, st_pending_state state,
                             uint64_t *count);

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 int st_name_is_valid(const char *name, size_t max)
 {
     size_t n = strlen(name);
@@ -145,8 +144,8 @@ int st_key_parse_part(const char *rest, char *node)
     return st_name_is_valid(node, ST_NODE_MAX);
 }
 
-#define PART_MAGIC "CKs2"
-#define PART_VERSION 2
+#define PART_MAGIC         "CKs2"
+#define PART_VERSION       2
 #define PART_FLAG_COMPLETE 1
 #define PART_FLAG_COVERAGE 2
 
@@ -155,8 +154,8 @@ st_err st_part_encode(const st_part *p, st_bytes *out)
     if (!st_name_is_valid(p->job, ST_JOB_MAX) || !st_name_is_valid(p->node, ST_NODE_MAX))
         return st_seterr(ST_ERR_INVALID, "invalid job or node name in a part record");
     size_t start = out->len;
-    uint16_t flags = (p->complete ? PART_FLAG_COMPLETE : 0) |
-                     (p->rank_coverage ? PART_FLAG_COVERAGE : 0);
+    uint16_t flags =
+        (p->complete ? PART_FLAG_COMPLETE : 0) | (p->rank_coverage ? PART_FLAG_COVERAGE : 0);
     st_err e = st_bytes_append(out, PART_MAGIC, 4);
     if (!e)
         e = st_bytes_put_le16(out, PART_VERSION);
@@ -240,8 +239,7 @@ st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p)
         get_name(&r, p->job, ST_JOB_MAX) || get_name(&r, p->node, ST_NODE_MAX) ||
         get_u32(&r, &p->revision) || st_get_varint(&r, &p->manifest_len) ||
         st_get_bytes(&r, ST_ID_LEN, &d) || get_u32(&r, &p->world_size) ||
-        st_get_varint(&r, &nexp) || nexp > ST_PART_MAX_EXPECTED ||
-        nexp > st_reader_left(&r))
+        st_get_varint(&r, &nexp) || nexp > ST_PART_MAX_EXPECTED || nexp > st_reader_left(&r))
         goto corrupt;
     memcpy(p->manifest_digest.b, d, ST_ID_LEN);
     p->created_ns = (int64_t)created;

@@ -33,9 +33,9 @@
  * jobs is one short listing, not a walk over every pack. */
 #define ST_KEY_JOBLIST "joblist/"
 
-#define ST_JOB_MAX 128
-#define ST_NODE_MAX 128
-#define ST_STEP_DIGITS 20
+#define ST_JOB_MAX        128
+#define ST_NODE_MAX       128
+#define ST_STEP_DIGITS    20
 #define ST_STEP_MAX_NODES 65536
 
 /*! 1 if name is a valid job or node name: 1..max bytes of [A-Za-z0-9._-],
@@ -70,7 +70,7 @@ st_err st_key_parse_step(const char *key, const char *job, uint64_t *step, const
 int st_key_parse_part(const char *rest, char *node);
 
 #define ST_PART_MAX_EXPECTED 65536
-#define ST_PART_MAX_COMMITS 65536
+#define ST_PART_MAX_COMMITS  65536
 
 typedef struct st_rank_commit {
     uint32_t rank;
@@ -86,11 +86,11 @@ typedef struct st_part {
     uint32_t revision;
     uint64_t manifest_len;
     st_id manifest_digest;
-    int complete;       /* this node saw the step complete */
-    int rank_coverage;  /* a layout where every rank writes */
+    int complete;        /* this node saw the step complete */
+    int rank_coverage;   /* a layout where every rank writes */
     uint32_t world_size; /* 0: unknown */
     size_t nexpected;
-    char **expected;    /* paths that must be in the step (malloc'd) */
+    char **expected; /* paths that must be in the step (malloc'd) */
     size_t ncommits;
     st_rank_commit *commits; /* explicit per-rank commits (malloc'd) */
 } st_part;

@@ -315,8 +315,8 @@ void st_stepview_evaluate(st_stepview *v)
             if (!has_path(v, v->parts[i].expected[k])) {
                 if (ok || !strstr(v->why, "missing")) {
                     size_t len = strlen(v->why);
-                    snprintf(v->why + len, sizeof v->why - len, "%smissing %s",
-                             len ? "; " : "", v->parts[i].expected[k]);
+                    snprintf(v->why + len, sizeof v->why - len, "%smissing %s", len ? "; " : "",
+                             v->parts[i].expected[k]);
                 }
                 ok = 0;
             }

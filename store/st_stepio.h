@@ -49,15 +49,15 @@ st_err st_stepio_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, s
 typedef struct st_stepview {
     uint64_t step;
     size_t nparts;
-    st_part *parts;          /* malloc'd */
-    st_manifest *manifests;  /* parallel to parts */
+    st_part *parts;         /* malloc'd */
+    st_manifest *manifests; /* parallel to parts */
     int consistent;
     int complete;
     uint32_t world_size;
-    uint32_t ranks;          /* distinct writer ranks among the files */
+    uint32_t ranks; /* distinct writer ranks among the files */
     uint64_t files, bytes;
     int64_t created_ns;
-    char why[160];           /* "" when consistent */
+    char why[160]; /* "" when consistent */
 } st_stepview;
 
 /*! Loads every part of k and evaluates it. A part that cannot be read makes

@@ -50,10 +50,10 @@ st_err st_step_rules_new(const char *pattern, st_step_rules **out);
 void st_step_rules_free(st_step_rules *r);
 
 typedef struct st_step_match {
-    int matched;        /* 0: the path belongs to no step by its name */
-    uint64_t step;      /* the step number when matched */
-    size_t prefix_len;  /* bytes of path up to and including the step component */
-    int single_file;    /* the step component is the path's final component */
+    int matched;       /* 0: the path belongs to no step by its name */
+    uint64_t step;     /* the step number when matched */
+    size_t prefix_len; /* bytes of path up to and including the step component */
+    int single_file;   /* the step component is the path's final component */
 } st_step_match;
 
 /*! Finds the step a path belongs to by its name. Never fails: a path with no

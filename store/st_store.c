@@ -31,7 +31,6 @@
 #include "st_step.h"
 #include "st_stepio.h"
 
-
 void st_store_warnf(st_store *s, const char *fmt, ...)
 {
     if (!s->warn)
@@ -74,7 +73,6 @@ char *st_default_state_dir(char *buf, size_t cap)
     return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
 }
 
-
 st_err st_store_open(const st_store_options *opts, st_store **out)
 {
     *out = NULL;
@@ -87,8 +85,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     if (opts->node) {
         if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
             free(s);
-            return st_seterr(ST_ERR_INVALID,
-                             "invalid node name '%.64s': use A-Z a-z 0-9 . _ -", opts->node);
+            return st_seterr(ST_ERR_INVALID, "invalid node name '%.64s': use A-Z a-z 0-9 . _ -",
+                             opts->node);
         }
         strcpy(s->node, opts->node);
     } else {

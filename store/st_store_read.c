@@ -27,7 +27,7 @@
 #include "st_restore.h"
 #include "st_stepio.h"
 
-#define TASK_BYTES (64ull << 20)
+#define TASK_BYTES      (64ull << 20)
 #define DEFAULT_THREADS 4
 
 /* ---- steps ---- */
@@ -106,7 +106,8 @@ static st_err newest_consistent(st_store *s, const char *job, uint64_t below, st
     st_step_keys_free(keys, nkeys);
     st_bytes_free(&buf);
     if (e == ST_ERR_NOT_FOUND)
-        st_seterr(e, "job %s has no consistent step%s", job, below == UINT64_MAX ? "" : " before that");
+        st_seterr(e, "job %s has no consistent step%s", job,
+                  below == UINT64_MAX ? "" : " before that");
     return e;
 }
 
@@ -193,8 +194,7 @@ static st_err finish_file(rfile *rf)
     if (!e) {
         struct timespec times[2] = {{0, UTIME_OMIT},
                                     {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
-        if (fchmod(rf->fd, f->mode & 07777) < 0 || futimens(rf->fd, times) < 0 ||
-            fsync(rf->fd) < 0)
+        if (fchmod(rf->fd, f->mode & 07777) < 0 || futimens(rf->fd, times) < 0 || fsync(rf->fd) < 0)
             e = st_seterr(ST_ERR_IO, "finish %s: %s", f->path, strerror(errno));
     }
     if (!e && renameat(rf->parent_fd, rf->tmp, rf->parent_fd, rf->base) < 0)
@@ -289,7 +289,9 @@ static st_err plan_tasks(rjob *j)
 static st_err restore_view(st_store *s, const char *job, const st_stepview *v, const char *dest,
                            const st_restore_opts *o, st_restore_result *res)
 {
-    rjob j = {.backend = s->backend, .job = job, .progress = o->progress,
+    rjob j = {.backend = s->backend,
+              .job = job,
+              .progress = o->progress,
               .progress_arg = o->progress_arg};
     pthread_mutex_init(&j.lock, NULL);
     size_t cap = 0;
@@ -373,8 +375,8 @@ st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char 
     if (e)
         return e;
     if (!v.consistent) {
-        e = st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " of job %s is not consistent: %s",
-                      v.step, job, v.why);
+        e = st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " of job %s is not consistent: %s", v.step,
+                      job, v.why);
         st_stepview_free(&v);
         return e;
     }
@@ -388,8 +390,9 @@ st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char 
         st_stepview_free(&v);
         e = newest_consistent(s, job, below, &v);
         if (e)
-            return st_seterr(ST_ERR_CORRUPT, "step %" PRIu64 " failed verification and no older "
-                                             "consistent step exists: %s",
+            return st_seterr(ST_ERR_CORRUPT,
+                             "step %" PRIu64 " failed verification and no older "
+                             "consistent step exists: %s",
                              below, r.failure);
         e = restore_view(s, job, &v, dest, &o, &r);
     }
@@ -445,8 +448,9 @@ st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_re
             }
         }
     if (!e && r.bad_files)
-        e = st_seterr(ST_ERR_CORRUPT, "%" PRIu64 " of %" PRIu64 " files failed verification; "
-                                      "first: %s",
+        e = st_seterr(ST_ERR_CORRUPT,
+                      "%" PRIu64 " of %" PRIu64 " files failed verification; "
+                      "first: %s",
                       r.bad_files, r.files, first_bad);
     if (res)
         *res = r;

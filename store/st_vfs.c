@@ -28,18 +28,18 @@
 #include "st_manifest.h"
 
 #define CTL_DIR_NAME ".ckptfs"
-#define STATUS_NAME "status"
-#define COMMIT_NAME "commit"
+#define STATUS_NAME  "status"
+#define COMMIT_NAME  "commit"
 
 struct st_vfs_handle {
-    vnode *node;     /* NULL for the status file */
+    vnode *node; /* NULL for the status file */
     int fd;
     int writable;
-    int dirty;       /* written since the last flush */
-    uint64_t step;   /* the step whose writer count this handle holds */
+    int dirty;     /* written since the last flush */
+    uint64_t step; /* the step whose writer count this handle holds */
     uint64_t start_version;
     uint64_t writeback_from; /* start of the range not yet handed to writeback */
-    st_bytes virt;   /* a virtual file's content */
+    st_bytes virt;           /* a virtual file's content */
 };
 
 /* Sequential writes hand every WRITEBACK_CHUNK to the disk right away
@@ -503,7 +503,7 @@ static void virt_attr(uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
-    a->mode = ino == ST_VFS_CTL_DIR_INO ? (S_IFDIR | 0555)
+    a->mode = ino == ST_VFS_CTL_DIR_INO  ? (S_IFDIR | 0555)
               : ino == ST_VFS_COMMIT_INO ? (S_IFREG | 0222)
                                          : (S_IFREG | 0444);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
@@ -591,13 +591,12 @@ static void build_status(st_vfs *v, st_bytes *b)
     bprintf(b, "{\"node\":");
     json_str(b, v->node);
     bprintf(b,
-            ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
-            ",\"staging_cap\":%" PRIu64 ",\"uploaded_bytes\":%" PRIu64
-            ",\"stored_bytes\":%" PRIu64 ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
+            ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 ",\"staging_cap\":%" PRIu64
+            ",\"uploaded_bytes\":%" PRIu64 ",\"stored_bytes\":%" PRIu64
+            ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
             "\"last_error\":",
             pending_bytes(v), v->staged_bytes, v->opts.staging_cap, v->uploaded_bytes,
-            v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0,
-            v->nqueue);
+            v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, v->nqueue);
     json_str(b, v->last_error);
     bprintf(b, ",\"steps\":[");
     int first = 1;
@@ -607,8 +606,9 @@ static void build_status(st_vfs *v, st_bytes *b)
             vstep *s = &j->steps[k];
             bprintf(b, "%s{\"job\":", first ? "" : ",");
             json_str(b, j->name);
-            bprintf(b, ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
-                       ",\"writers\":%d}",
+            bprintf(b,
+                    ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
+                    ",\"writers\":%d}",
                     s->step, step_state_name(s), s->revision, s->writers);
             first = 0;
         }
@@ -807,8 +807,7 @@ out:
     return e;
 }
 
-st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
-                    st_vfs_attr *out)
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out)
 {
     if (parent == ST_VFS_CTL_DIR_INO || parent == ST_VFS_STATUS_INO ||
         (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)))
@@ -1069,8 +1068,7 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     if (d == v->root)
         out[count++] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(CTL_DIR_NAME)};
     for (size_t i = 0; i < d->nkids; i++)
-        out[count++] = (st_vfs_dirent){d->kids[i]->ino, d->kids[i]->mode,
-                                       strdup(d->kids[i]->name)};
+        out[count++] = (st_vfs_dirent){d->kids[i]->ino, d->kids[i]->mode, strdup(d->kids[i]->name)};
     for (size_t i = 0; i < count; i++)
         if (!out[i].name)
             e = ST_ERR_NOMEM;
@@ -1280,7 +1278,11 @@ st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t 
     memcpy(text, buf, len);
     text[len] = '\0';
     /* Parse every line first: a malformed write records nothing. */
-    typedef struct { char job[ST_JOB_MAX + 1]; unsigned long long step; unsigned rank, world; } line;
+    typedef struct {
+        char job[ST_JOB_MAX + 1];
+        unsigned long long step;
+        unsigned rank, world;
+    } line;
     line lines[64];
     size_t nlines = 0;
     for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
@@ -1566,7 +1568,6 @@ st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 }
 
 /* ---- open / close ---- */
-
 
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {

@@ -30,10 +30,10 @@
 
 #include "st_error.h"
 
-#define ST_VFS_ROOT_INO 1
+#define ST_VFS_ROOT_INO    1
 #define ST_VFS_CTL_DIR_INO 2
-#define ST_VFS_STATUS_INO 3
-#define ST_VFS_COMMIT_INO 4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
+#define ST_VFS_STATUS_INO  3
+#define ST_VFS_COMMIT_INO  4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
 
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
@@ -82,14 +82,13 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
 void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup);
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out);
 
-#define ST_VFS_SET_MODE 1
-#define ST_VFS_SET_SIZE 2
+#define ST_VFS_SET_MODE  1
+#define ST_VFS_SET_SIZE  2
 #define ST_VFS_SET_MTIME 4
 /*! Changes what `which` says; h (may be NULL) is an open handle of ino. */
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
-st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
-                    st_vfs_attr *out);
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out);
 st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name);
 st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name);
 /*! Replaces an existing target file (or empty directory) atomically. */

@@ -36,7 +36,7 @@
 #include "st_vfs.h"
 
 #define VFS_JOB_MAX_STEPS_WRITERS 8
-#define VFS_NO_STEP UINT64_MAX
+#define VFS_NO_STEP               UINT64_MAX
 
 typedef enum vfile_state { VFILE_WRITING = 0, VFILE_CLOSED = 1, VFILE_DURABLE = 2 } vfile_state;
 
@@ -63,9 +63,9 @@ struct vnode {
     size_t nkids, kids_cap;
 
     /* files */
-    uint64_t sid;    /* staging file STAGING/data/<sid>; 0: none */
-    int writers;     /* open handles with write access */
-    int opens;       /* all open handles */
+    uint64_t sid;             /* staging file STAGING/data/<sid>; 0: none */
+    int writers;              /* open handles with write access */
+    int opens;                /* all open handles */
     uint64_t version;         /* bumped by every change of content or path */
     uint64_t durable_version; /* the version that is in the store, 0: none */
     vfile_state state;
@@ -79,10 +79,10 @@ struct vnode {
 
 typedef struct vstep {
     uint64_t step;
-    int complete;    /* a completion rule fired */
-    int queued;      /* waiting in the upload queue */
+    int complete; /* a completion rule fired */
+    int queued;   /* waiting in the upload queue */
     int uploading;
-    int writers;     /* open writable handles on files of this step */
+    int writers;       /* open writable handles on files of this step */
     uint32_t revision; /* last manifest revision this node published */
     int remote_loaded; /* the store's durable version was merged into the view */
     int64_t durable_ns;

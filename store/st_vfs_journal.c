@@ -89,8 +89,7 @@ st_err vfs_journal_open(st_vfs *v)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/journal.db", v->staging);
     sqlite3 *db = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
         st_err e = st_seterr(ST_ERR_IO, "open journal %s: %s", path,
                              db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
@@ -141,8 +140,9 @@ st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
         path[0] = '\0';
     else if (!vfs_job_path(n, path, sizeof path))
         return ST_OK;
-    return exec(v, "INSERT OR REPLACE INTO entries (job, path, kind, mode, mtime_ns)"
-                   " VALUES (?1, ?2, 0, ?3, ?4)",
+    return exec(v,
+                "INSERT OR REPLACE INTO entries (job, path, kind, mode, mtime_ns)"
+                " VALUES (?1, ?2, 0, ?3, ?4)",
                 "ttii", jd->name, path, (int64_t)n->mode, n->mtime_ns);
 }
 
@@ -155,15 +155,15 @@ st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path)
 
 st_err vfs_journal_tombstone(st_vfs *v, const char *job, const char *path)
 {
-    return exec(v, "INSERT OR REPLACE INTO entries (job, path, kind) VALUES (?1, ?2, 2)", "tt",
-                job, path);
+    return exec(v, "INSERT OR REPLACE INTO entries (job, path, kind) VALUES (?1, ?2, 2)", "tt", job,
+                path);
 }
 
 int vfs_journal_is_tombstone(st_vfs *v, const char *job, const char *path)
 {
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(DB(v), "SELECT 1 FROM entries WHERE job=?1 AND path=?2 AND kind=2",
-                           -1, &q, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(DB(v), "SELECT 1 FROM entries WHERE job=?1 AND path=?2 AND kind=2", -1,
+                           &q, NULL) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, path, -1, SQLITE_STATIC);
@@ -305,8 +305,8 @@ st_err vfs_journal_recover(st_vfs *v)
 {
     sqlite3_stmt *q;
     /* Shorter paths first, so parents come before children. */
-    if (sqlite3_prepare_v2(DB(v), "SELECT * FROM entries ORDER BY job, length(path), path", -1,
-                           &q, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(DB(v), "SELECT * FROM entries ORDER BY job, length(path), path", -1, &q,
+                           NULL) != SQLITE_OK)
         return jerr(v, "recover");
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW)

@@ -47,7 +47,7 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         if (n->sid && !n->from_remote)
             return; /* written here: the local file wins */
         if (n->remote && n->remote->step > step)
-            return; /* a newer step already provides this path */
+            return;   /* a newer step already provides this path */
         if (n->sid) { /* a cached copy of an older step's content */
             char sp[PATH_MAX];
             vfs_staging_path(v, n->sid, sp, sizeof sp);
@@ -206,7 +206,7 @@ void vfs_refresher_stop(st_vfs *v)
  * each restoring a contiguous run of chunks (one ranged GET per 16 MiB of a
  * pack), so one big checkpoint uses the store's parallel GET throughput. */
 #define FETCH_PARALLEL_MIN (32ull << 20)
-#define FETCH_WORKERS 4
+#define FETCH_WORKERS      4
 
 typedef struct fetch_part {
     st_backend *backend;
@@ -266,8 +266,7 @@ static st_err fetch_parallel(st_vfs *v, const char *job, const st_manifest *m,
 }
 
 /* The store side of a fetch: no lock held. */
-static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd,
-                            uint64_t *size)
+static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd, uint64_t *size)
 {
     st_bytes buf = {0};
     st_part part;
@@ -283,8 +282,7 @@ static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd
         if (!strcmp(m.files[i].path, r->path))
             f = &m.files[i];
     if (!f) {
-        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path,
-                      r->step);
+        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
         goto out;
     }
     if (f->size >= FETCH_PARALLEL_MIN && f->nchunks >= FETCH_WORKERS)

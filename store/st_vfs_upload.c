@@ -44,8 +44,8 @@ typedef struct snap_file {
     uint32_t mode;
     int64_t mtime_ns;
     char *path;
-    int32_t rank;        /* the writer's RANK, -1 unknown */
-    int carry;           /* unchanged since our previous revision: reuse its entry */
+    int32_t rank; /* the writer's RANK, -1 unknown */
+    int carry;    /* unchanged since our previous revision: reuse its entry */
     uint32_t prev_revision;
     char *prev_path;
 } snap_file;
@@ -55,7 +55,7 @@ typedef struct snapshot {
     uint64_t step;
     snap_file *files;
     size_t n, cap;
-    st_part part; /* what this node's part record will say, minus the manifest */
+    st_part part;          /* what this node's part record will say, minus the manifest */
     uint64_t metadata_sid; /* a DCP .metadata among the files: its staging id */
     char **keep;           /* naming markers now in another step (see carry_moved) */
     size_t nkeep;
@@ -210,8 +210,7 @@ static void expect_dcp_shards(st_vfs *v, snapshot *s)
         int dup = 0;
         for (size_t e = 0; e < s->part.nexpected; e++)
             dup |= !strcmp(s->part.expected[e], path);
-        if (dup || n <= 0 || (size_t)n >= sizeof path ||
-            s->part.nexpected >= ST_PART_MAX_EXPECTED)
+        if (dup || n <= 0 || (size_t)n >= sizeof path || s->part.nexpected >= ST_PART_MAX_EXPECTED)
             continue;
         char **p = realloc(s->part.expected, (s->part.nexpected + 1) * sizeof *p);
         if (!p)

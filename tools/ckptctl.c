@@ -23,14 +23,14 @@
 
 #include "ckptctl.h"
 
-#define EXIT_CODES_TEXT                                                                    \
-    "Exit codes:\n"                                                                        \
-    "  0  ok\n"                                                                            \
-    "  1  not found: no such job or step, no consistent step\n"                            \
-    "  2  usage error\n"                                                                   \
-    "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                         \
-    "  4  corrupt data: a chunk or file failed verification\n"                             \
-    "  5  already exists\n"                                                                \
+#define EXIT_CODES_TEXT                                                                            \
+    "Exit codes:\n"                                                                                \
+    "  0  ok\n"                                                                                    \
+    "  1  not found: no such job or step, no consistent step\n"                                    \
+    "  2  usage error\n"                                                                           \
+    "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
+    "  4  corrupt data: a chunk or file failed verification\n"                                     \
+    "  5  already exists\n"                                                                        \
     "  6  timeout (wait)\n"
 
 static const verb verbs[] = {
@@ -116,10 +116,17 @@ static const struct {
     unsigned bit;
     const char *name;
 } opt_names[] = {
-    {OPT_STEP, "--step"},         {OPT_TO, "--to"},           {OPT_JSON, "--json"},
-    {OPT_LATEST, "--latest"},     {OPT_RANK, "--rank"},       {OPT_NO_FALLBACK, "--no-fallback"},
-    {OPT_THREADS, "--threads"},   {OPT_MOUNT, "--mount"},     {OPT_WORLD, "--world-size"},
-    {OPT_TIMEOUT, "--timeout"},   {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run"},
+    {OPT_STEP, "--step"},
+    {OPT_TO, "--to"},
+    {OPT_JSON, "--json"},
+    {OPT_LATEST, "--latest"},
+    {OPT_RANK, "--rank"},
+    {OPT_NO_FALLBACK, "--no-fallback"},
+    {OPT_THREADS, "--threads"},
+    {OPT_MOUNT, "--mount"},
+    {OPT_WORLD, "--world-size"},
+    {OPT_TIMEOUT, "--timeout"},
+    {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run"},
 };
 
 /* ---- shared helpers ---- */
@@ -171,33 +178,33 @@ static void usage(FILE *out)
     fprintf(out, "usage: ckptctl [options] VERB [verb options]\n\nVerbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         fprintf(out, "  ckptctl %s\n", verbs[i].usage);
-    fprintf(out,
-            "\nGlobal options (before or after the verb):\n"
-            "  --store URL      object store: file:///abs/dir or s3://bucket/prefix\n"
-            "                   (default: $CKPT_STORE, else the embedded file:// store)\n"
-            "  --job J          job name (default: $CKPT_JOB; --job '' for none)\n"
-            "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
-            "  --node NAME      this writer's node name (default: host name)\n"
-            "  --s3-endpoint URL  S3-compatible endpoint (default: $CKPT_S3_ENDPOINT, else\n"
-            "                   AWS); credentials only from AWS_ACCESS_KEY_ID /\n"
-            "                   AWS_SECRET_ACCESS_KEY or ~/.aws/credentials\n"
-            "  -q, --quiet      print only errors (latest still prints the step)\n"
-            "  -h, --help       this help, or the verb's with a verb\n"
-            "  --version        print the version\n\n"
-            "Verb options:\n"
-            "  --step N         step number\n"
-            "  --latest         the latest consistent step (restore)\n"
-            "  --rank R         only the files of rank R (restore); the rank (commit)\n"
-            "  --no-fallback    restore --latest fails instead of taking an older step\n"
-            "  --threads N      parallel downloads (restore; default 4)\n"
-            "  --to DIR         target directory (restore, get)\n"
-            "  --mount M        a ckptfs mount point (commit, wait, status)\n"
-            "  --world-size W   number of ranks (commit)\n"
-            "  --timeout S      seconds to wait (wait; default: forever)\n"
-            "  --json           one JSON document on stdout (ls latest restore get put\n"
-            "                   verify stats status); nothing on stdout on failure\n\n"
-            "Run 'ckptctl VERB --help' for a verb's details; see also ckptctl(1).\n\n"
-            EXIT_CODES_TEXT);
+    fprintf(
+        out,
+        "\nGlobal options (before or after the verb):\n"
+        "  --store URL      object store: file:///abs/dir or s3://bucket/prefix\n"
+        "                   (default: $CKPT_STORE, else the embedded file:// store)\n"
+        "  --job J          job name (default: $CKPT_JOB; --job '' for none)\n"
+        "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
+        "  --node NAME      this writer's node name (default: host name)\n"
+        "  --s3-endpoint URL  S3-compatible endpoint (default: $CKPT_S3_ENDPOINT, else\n"
+        "                   AWS); credentials only from AWS_ACCESS_KEY_ID /\n"
+        "                   AWS_SECRET_ACCESS_KEY or ~/.aws/credentials\n"
+        "  -q, --quiet      print only errors (latest still prints the step)\n"
+        "  -h, --help       this help, or the verb's with a verb\n"
+        "  --version        print the version\n\n"
+        "Verb options:\n"
+        "  --step N         step number\n"
+        "  --latest         the latest consistent step (restore)\n"
+        "  --rank R         only the files of rank R (restore); the rank (commit)\n"
+        "  --no-fallback    restore --latest fails instead of taking an older step\n"
+        "  --threads N      parallel downloads (restore; default 4)\n"
+        "  --to DIR         target directory (restore, get)\n"
+        "  --mount M        a ckptfs mount point (commit, wait, status)\n"
+        "  --world-size W   number of ranks (commit)\n"
+        "  --timeout S      seconds to wait (wait; default: forever)\n"
+        "  --json           one JSON document on stdout (ls latest restore get put\n"
+        "                   verify stats status); nothing on stdout on failure\n\n"
+        "Run 'ckptctl VERB --help' for a verb's details; see also ckptctl(1).\n\n" EXIT_CODES_TEXT);
 }
 
 static void verb_help(const verb *v)
@@ -232,9 +239,26 @@ static int bad_value(const char *opt, const char *want, const char *got)
 static int parse_args(int argc, char **argv, cli *c)
 {
     enum {
-        O_STORE = 256, O_JOB, O_STEP, O_TO, O_STATE, O_NODE, O_JSON, O_VERSION, O_LATEST,
-        O_RANK, O_NO_FALLBACK, O_THREADS, O_MOUNT, O_WORLD, O_TIMEOUT, O_ENDPOINT,
-        O_KEEP_LAST, O_KEEP_EVERY, O_GRACE, O_DRY_RUN,
+        O_STORE = 256,
+        O_JOB,
+        O_STEP,
+        O_TO,
+        O_STATE,
+        O_NODE,
+        O_JSON,
+        O_VERSION,
+        O_LATEST,
+        O_RANK,
+        O_NO_FALLBACK,
+        O_THREADS,
+        O_MOUNT,
+        O_WORLD,
+        O_TIMEOUT,
+        O_ENDPOINT,
+        O_KEEP_LAST,
+        O_KEEP_EVERY,
+        O_GRACE,
+        O_DRY_RUN,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -275,11 +299,20 @@ static int parse_args(int argc, char **argv, cli *c)
             c->have_step = 1;
             c->given |= OPT_STEP;
             break;
-        case O_TO: c->to = optarg; c->given |= OPT_TO; break;
+        case O_TO:
+            c->to = optarg;
+            c->given |= OPT_TO;
+            break;
         case O_STATE: c->state_dir = optarg; break;
         case O_NODE: c->node = optarg; break;
-        case O_JSON: c->json = 1; c->given |= OPT_JSON; break;
-        case O_LATEST: c->latest = 1; c->given |= OPT_LATEST; break;
+        case O_JSON:
+            c->json = 1;
+            c->given |= OPT_JSON;
+            break;
+        case O_LATEST:
+            c->latest = 1;
+            c->given |= OPT_LATEST;
+            break;
         case O_RANK:
             if (parse_u64(optarg, &v) || v > INT_MAX)
                 return bad_value("--rank", "a rank 0..2^31-1", optarg);
@@ -287,14 +320,20 @@ static int parse_args(int argc, char **argv, cli *c)
             c->have_rank = 1;
             c->given |= OPT_RANK;
             break;
-        case O_NO_FALLBACK: c->no_fallback = 1; c->given |= OPT_NO_FALLBACK; break;
+        case O_NO_FALLBACK:
+            c->no_fallback = 1;
+            c->given |= OPT_NO_FALLBACK;
+            break;
         case O_THREADS:
             if (parse_u64(optarg, &v) || v < 1 || v > 256)
                 return bad_value("--threads", "a number 1..256", optarg);
             c->threads = (unsigned)v;
             c->given |= OPT_THREADS;
             break;
-        case O_MOUNT: c->mount = optarg; c->given |= OPT_MOUNT; break;
+        case O_MOUNT:
+            c->mount = optarg;
+            c->given |= OPT_MOUNT;
+            break;
         case O_WORLD:
             if (parse_u64(optarg, &v) || v < 1 || v > UINT32_MAX)
                 return bad_value("--world-size", "a number of ranks >= 1", optarg);
@@ -322,13 +361,14 @@ static int parse_args(int argc, char **argv, cli *c)
                 return bad_value("--grace", "a positive number of seconds", optarg);
             c->given |= OPT_GC;
             break;
-        case O_DRY_RUN: c->dry_run = 1; c->given |= OPT_GC; break;
+        case O_DRY_RUN:
+            c->dry_run = 1;
+            c->given |= OPT_GC;
+            break;
         case 'q': c->quiet = 1; break;
         case 'h': c->help = 1; break;
         case O_VERSION: printf("ckptctl 0.1.0\n"); return EXIT_OK;
-        default:
-            fprintf(stderr, "ckptctl: see ckptctl --help\n");
-            return EXIT_USAGE;
+        default: fprintf(stderr, "ckptctl: see ckptctl --help\n"); return EXIT_USAGE;
         }
     }
     return -1;
@@ -399,8 +439,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "ckptctl: cannot derive the default store path; pass --store\n");
         return EXIT_USAGE;
     }
-    st_store_options so = {.url = c.store, .s3_endpoint = c.s3_endpoint,
-                           .state_dir = c.state_dir, .node = c.node,
+    st_store_options so = {.url = c.store,
+                           .s3_endpoint = c.s3_endpoint,
+                           .state_dir = c.state_dir,
+                           .node = c.node,
                            .warn = print_warning};
     st_store *s;
     st_err e = st_store_open(&so, &s);

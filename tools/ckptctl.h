@@ -26,10 +26,10 @@ enum exit_code {
     EXIT_OK = 0,
     EXIT_NOT_FOUND = 1, /* no such step or job; no consistent step */
     EXIT_USAGE = 2,
-    EXIT_STORE = 3,     /* store or local I/O error */
-    EXIT_CORRUPT = 4,   /* data failed verification */
+    EXIT_STORE = 3,   /* store or local I/O error */
+    EXIT_CORRUPT = 4, /* data failed verification */
     EXIT_EXISTS = 5,
-    EXIT_TIMEOUT = 6,   /* wait gave up */
+    EXIT_TIMEOUT = 6, /* wait gave up */
 };
 
 /* Options a verb accepts, besides the global ones (store, job, state-dir,
@@ -65,9 +65,9 @@ typedef struct cli {
     unsigned threads;
     uint32_t world_size;
     int have_world;
-    double timeout; /* seconds; <= 0: wait forever */
+    double timeout;                 /* seconds; <= 0: wait forever */
     uint64_t keep_last, keep_every; /* gc: 0 = rule not given */
-    double grace;   /* gc: seconds; <= 0: the default (1 h) */
+    double grace;                   /* gc: seconds; <= 0: the default (1 h) */
     int dry_run;
     int json;
     int quiet;
@@ -146,9 +146,9 @@ typedef struct jv {
     jv_type type;
     int boolean;
     double num;
-    char *str;         /* JV_STR, NUL-terminated, unescaped */
-    struct jv *items;  /* JV_ARR, JV_OBJ: n values */
-    char **keys;       /* JV_OBJ: n keys */
+    char *str;        /* JV_STR, NUL-terminated, unescaped */
+    struct jv *items; /* JV_ARR, JV_OBJ: n values */
+    char **keys;      /* JV_OBJ: n keys */
     size_t n;
 } jv;
 

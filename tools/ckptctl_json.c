@@ -71,10 +71,22 @@ static void jw_close(jw *w, char ch)
         w->depth--;
 }
 
-void jw_begin_obj(jw *w, const char *key) { jw_open(w, key, '{'); }
-void jw_end_obj(jw *w) { jw_close(w, '}'); }
-void jw_begin_arr(jw *w, const char *key) { jw_open(w, key, '['); }
-void jw_end_arr(jw *w) { jw_close(w, ']'); }
+void jw_begin_obj(jw *w, const char *key)
+{
+    jw_open(w, key, '{');
+}
+void jw_end_obj(jw *w)
+{
+    jw_close(w, '}');
+}
+void jw_begin_arr(jw *w, const char *key)
+{
+    jw_open(w, key, '[');
+}
+void jw_end_arr(jw *w)
+{
+    jw_close(w, ']');
+}
 
 void jw_str(jw *w, const char *key, const char *val)
 {
@@ -255,9 +267,7 @@ static int parse_string(jparser *ps, char **out)
                 cp = '?'; /* NUL would cut the C string */
             n += put_utf8(buf + n, cp);
             break;
-        default:
-            free(buf);
-            return jerr(ps, "bad escape in string");
+        default: free(buf); return jerr(ps, "bad escape in string");
         }
     }
     ps->p++;
@@ -373,7 +383,10 @@ static int parse_value(jparser *ps, jv *v)
     case '{': v->type = JV_OBJ; return parse_container(ps, v, '}');
     case '[': v->type = JV_ARR; return parse_container(ps, v, ']');
     case '"': v->type = JV_STR; return parse_string(ps, &v->str);
-    case 't': v->type = JV_BOOL; v->boolean = 1; return parse_literal(ps, "true");
+    case 't':
+        v->type = JV_BOOL;
+        v->boolean = 1;
+        return parse_literal(ps, "true");
     case 'f': v->type = JV_BOOL; return parse_literal(ps, "false");
     case 'n': v->type = JV_NULL; return parse_literal(ps, "null");
     default: return parse_number(ps, v);

@@ -25,8 +25,7 @@ enum { STATUS_MAX = 64 << 20 }; /* refuse to slurp a status file larger than thi
 static int need_mount(const cli *c)
 {
     if (!c->mount) {
-        fprintf(stderr, "ckptctl %s: no mount: pass --mount M (a ckptfs mount point)\n",
-                c->verb);
+        fprintf(stderr, "ckptctl %s: no mount: pass --mount M (a ckptfs mount point)\n", c->verb);
         return 0;
     }
     return 1;
@@ -38,8 +37,8 @@ static int no_mount_error(const char *mount, const char *file, int err)
     if (stat(mount, &st) < 0)
         fprintf(stderr, "ckptctl: %s: %s\n", mount, strerror(errno));
     else if (err == ENOENT)
-        fprintf(stderr, "ckptctl: no ckptfs mounted at %s (%s/.ckptfs/%s does not exist)\n",
-                mount, mount, file);
+        fprintf(stderr, "ckptctl: no ckptfs mounted at %s (%s/.ckptfs/%s does not exist)\n", mount,
+                mount, file);
     else
         fprintf(stderr, "ckptctl: %s/.ckptfs/%s: %s\n", mount, file, strerror(err));
     return EXIT_STORE;
@@ -164,14 +163,15 @@ int run_commit(cli *c, st_store *s)
     if (!err && wrote != len)
         err = EIO;
     if (err) {
-        fprintf(stderr, "ckptctl: commit of step %" PRIu64 " of job %s, rank %d of %" PRIu32
-                        " at %s refused: %s\n",
+        fprintf(stderr,
+                "ckptctl: commit of step %" PRIu64 " of job %s, rank %d of %" PRIu32
+                " at %s refused: %s\n",
                 c->step, c->job, c->rank, c->world_size, c->mount, strerror(err));
         return err == EINVAL ? EXIT_USAGE : err == ENOENT ? EXIT_NOT_FOUND : EXIT_STORE;
     }
     if (!c->quiet)
-        printf("committed step %" PRIu64 " of job %s for rank %d of %" PRIu32 "\n", c->step,
-               c->job, c->rank, c->world_size);
+        printf("committed step %" PRIu64 " of job %s for rank %d of %" PRIu32 "\n", c->step, c->job,
+               c->rank, c->world_size);
     return EXIT_OK;
 }
 

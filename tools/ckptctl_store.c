@@ -107,8 +107,8 @@ static void progress_update(void *arg, uint64_t done, uint64_t total)
     for (int i = 0; i < WIDTH; i++)
         bar[i] = i < full ? '#' : '.';
     bar[WIDTH] = 0;
-    fprintf(stderr, "\rrestoring [%s] %3d%%  %.1f/%.1f MiB  %.1f MiB/s\033[K", bar, pct,
-            mib(done), mib(total), t > 0 ? mib(done) / t : 0.0);
+    fprintf(stderr, "\rrestoring [%s] %3d%%  %.1f/%.1f MiB  %.1f MiB/s\033[K", bar, pct, mib(done),
+            mib(total), t > 0 ? mib(done) / t : 0.0);
     fflush(stderr);
     p->last_draw = t;
     p->drawn = 1;
@@ -275,8 +275,8 @@ static void print_steps_json(const st_step_info *steps, size_t n)
 static void print_steps_text(const cli *c, st_store *s, const st_step_info *steps, size_t n)
 {
     if (!c->quiet)
-        printf("%12s  %-10s %7s %12s %5s %9s  %s\n", "STEP", "STATE", "FILES", "SIZE MiB",
-               "NODES", "RANKS", "WHY");
+        printf("%12s  %-10s %7s %12s %5s %9s  %s\n", "STEP", "STATE", "FILES", "SIZE MiB", "NODES",
+               "RANKS", "WHY");
     size_t consistent = 0;
     for (size_t i = 0; i < n; i++) {
         const st_step_info *si = &steps[i];
@@ -290,7 +290,10 @@ static void print_steps_text(const cli *c, st_store *s, const st_step_info *step
         consistent += si->consistent != 0;
         printf("%12" PRIu64 "  %-10s %7" PRIu64 " %12.1f %5" PRIu64 " %9s  %s\n", si->step,
                si->consistent ? "consistent" : "partial", si->files, mib(si->bytes), si->nodes,
-               ranks, si->consistent ? "" : si->why[0] ? si->why : "not complete");
+               ranks,
+               si->consistent ? ""
+               : si->why[0]   ? si->why
+                              : "not complete");
     }
     if (c->quiet)
         return;
@@ -390,8 +393,9 @@ int run_verify(cli *c, st_store *s)
     }
     if (e) {
         fprintf(stderr, "ckptctl: %s\n", why);
-        fprintf(stderr, "ckptctl: step %" PRIu64 " of job %s is damaged: %" PRIu64 " of %" PRIu64
-                        " files failed verification\n",
+        fprintf(stderr,
+                "ckptctl: step %" PRIu64 " of job %s is damaged: %" PRIu64 " of %" PRIu64
+                " files failed verification\n",
                 step, c->job, r.bad_files, r.files);
         return EXIT_CORRUPT;
     }
@@ -439,8 +443,8 @@ static void stats_text(const char *label, const st_store_stats *st)
         printf("%-14s %.2fx\n", "dedup ratio", dedup_ratio(st->logical_bytes, st->stored_bytes));
     else
         printf("%-14s -\n", "dedup ratio");
-    printf("%-14s %" PRIu64 " packs, %" PRIu64 " manifests, %" PRIu64 " part records\n",
-           "objects", st->packs, st->manifests, st->part_records);
+    printf("%-14s %" PRIu64 " packs, %" PRIu64 " manifests, %" PRIu64 " part records\n", "objects",
+           st->packs, st->manifests, st->part_records);
 }
 
 int run_stats(cli *c, st_store *s)

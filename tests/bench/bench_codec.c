@@ -180,18 +180,10 @@ static int encode_all(bench_ctx *b, int s)
 {
     for (size_t i = 0; i < b->in->count; i++) {
         switch (s) {
-        case S_LZ4:
-            enc_fixed(b, i, ST_CODEC_LZ4);
-            break;
-        case S_SHUF2:
-            enc_fixed(b, i, ST_CODEC_LZ4_SHUF2);
-            break;
-        case S_SHUF4:
-            enc_fixed(b, i, ST_CODEC_LZ4_SHUF4);
-            break;
-        case S_BEST3:
-            enc_best3(b, i);
-            break;
+        case S_LZ4: enc_fixed(b, i, ST_CODEC_LZ4); break;
+        case S_SHUF2: enc_fixed(b, i, ST_CODEC_LZ4_SHUF2); break;
+        case S_SHUF4: enc_fixed(b, i, ST_CODEC_LZ4_SHUF4); break;
+        case S_BEST3: enc_best3(b, i); break;
         default:
             if (enc_auto(b, i) != 0)
                 return -1;

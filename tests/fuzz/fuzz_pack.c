@@ -83,8 +83,8 @@ static void check_writer(const uint8_t *data, size_t len)
         uint64_t off;
         if (st_pack_append_commit(&w, ST_CODEC_HEADER_LEN + n, &off) != ST_OK)
             abort();
-        want[nwant++] = (st_pack_entry){id, off, (uint32_t)(ST_CODEC_HEADER_LEN + n),
-                                        (uint32_t)n, ST_CODEC_RAW};
+        want[nwant++] = (st_pack_entry){id, off, (uint32_t)(ST_CODEC_HEADER_LEN + n), (uint32_t)n,
+                                        ST_CODEC_RAW};
         data += 1 + n;
         len -= 1 + n;
     }

@@ -581,9 +581,7 @@ static void test_garbage(void)
         size_t len = 1 + ut_rand_next(&s) % cap;
         ut_rand_fill(d, len, ut_rand_next(&s));
         switch (iter % 6) {
-        case 0: /* PK34 then random */
-            memcpy(d, "PK\x03\x04", len < 4 ? len : 4);
-            break;
+        case 0: /* PK34 then random */ memcpy(d, "PK\x03\x04", len < 4 ? len : 4); break;
         case 1: /* local header with huge sizes, bit 3 off */
             if (len >= 30) {
                 memcpy(d, "PK\x03\x04", 4);

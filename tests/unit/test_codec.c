@@ -472,18 +472,12 @@ static void test_decode_fuzz(void)
                 uint64_t r = ut_rand_next(&s);
                 size_t pos = (size_t)(r >> 16) % len;
                 switch (r % 5) {
-                case 0: /* bit flip */
-                    m[pos] ^= (uint8_t)(1u << ((r >> 8) % 8));
-                    break;
-                case 1: /* random byte */
-                    m[pos] = (uint8_t)(r >> 8);
-                    break;
+                case 0: /* bit flip */ m[pos] ^= (uint8_t)(1u << ((r >> 8) % 8)); break;
+                case 1: /* random byte */ m[pos] = (uint8_t)(r >> 8); break;
                 case 2: /* header byte, where damage matters most */
                     m[pos % ST_CODEC_HEADER_LEN] = (uint8_t)(r >> 8);
                     break;
-                case 3: /* truncate */
-                    len = pos;
-                    break;
+                case 3: /* truncate */ len = pos; break;
                 default: /* extend with garbage */
                     while (len < max_len && (r & 1)) {
                         m[len++] = (uint8_t)(r >> 24);

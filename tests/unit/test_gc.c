@@ -47,8 +47,7 @@ static st_store *open_store(const char *state_name)
 
 /* Puts step `step` of job: a file shared by every step and one of its own
  * (seeded by `seed`). */
-static void put_step(st_store *s, const char *job, uint64_t step, unsigned seed,
-                     st_put_result *r)
+static void put_step(st_store *s, const char *job, uint64_t step, unsigned seed, st_put_result *r)
 {
     static uint8_t buf[256 * KIB];
     char dir[400], p[450];
@@ -184,7 +183,7 @@ static void test_writer_restores_pending_pack(void)
     st_gc_report r;
     const int64_t grace = SEC / 2;
     st_gc_policy pol = {.keep_last = 1, .grace_ns = grace};
-    gc_checked(s, "w", &pol, &r); /* steps 1, 2 go; step 2's pack is marked */
+    gc_checked(s, "w", &pol, &r);                       /* steps 1, 2 go; step 2's pack is marked */
     CHECK(r.steps_deleted == 2 && r.packs_marked == 1); /* step 1's pack: shared file */
     st_gc_report_free(&r);
     /* Step 4 = step 2's data again: the index points into the pending pack,
@@ -224,8 +223,8 @@ static void test_pack_usable(void)
     CHECK_OK(st_put(b, key, "x", 1));
     CHECK_OK(st_gc_pack_usable(b, "u", &id, NULL));
     CHECK_OK(st_key_gc_pending(key, sizeof key, "u", &id));
-    int n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n",
-                     (long long)st_now_ns(), 3600 * SEC);
+    int n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n", (long long)st_now_ns(),
+                     3600 * SEC);
     CHECK_OK(st_put(b, key, text, (size_t)n));
     CHECK_ERR(st_gc_pack_usable(b, "u", &id, NULL), ST_ERR_BUSY);
     int64_t deadline = INT64_MAX;

@@ -90,8 +90,8 @@ static int manifests_equal(const st_manifest *a, const st_manifest *b)
     for (size_t i = 0; i < a->nfiles; i++) {
         const st_file_entry *x = &a->files[i], *y = &b->files[i];
         if (strcmp(x->path, y->path) || x->size != y->size || x->mode != y->mode ||
-            x->mtime_ns != y->mtime_ns || x->rank != y->rank || !ids_equal(&x->digest, &y->digest) ||
-            x->nchunks != y->nchunks)
+            x->mtime_ns != y->mtime_ns || x->rank != y->rank ||
+            !ids_equal(&x->digest, &y->digest) || x->nchunks != y->nchunks)
             return 0;
         for (size_t j = 0; j < x->nchunks; j++) {
             const st_chunk_ref *c = &x->chunks[j], *d = &y->chunks[j];
@@ -149,7 +149,7 @@ typedef struct raw_opts {
     uint64_t force_count;  /* if set, written as the file count */
     int raw_rank;          /* if set, write rank_value verbatim (zigzag) */
     int64_t rank_value;
-    int raw_mode;          /* if set, write mode_value as the mode varint */
+    int raw_mode; /* if set, write mode_value as the mode varint */
     uint64_t mode_value;
     int bad_checksum;
 } raw_opts;
@@ -254,8 +254,10 @@ static void check_golden(const char *name, const uint8_t *data, size_t len)
     int same = got == (long)len && memcmp(want, data, len) == 0;
     CHECK(same);
     if (!same)
-        fprintf(stderr, "%s differs from the current encoder: a format change must be "
-                        "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n", name);
+        fprintf(stderr,
+                "%s differs from the current encoder: a format change must be "
+                "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n",
+                name);
     free(want);
 }
 
@@ -263,10 +265,11 @@ static void check_golden(const char *name, const uint8_t *data, size_t len)
 
 static void test_path_is_clean(void)
 {
-    static const char *good[] = {"a", "a/b", "step-000100/model.pt", ".hidden", "..x", "x..",
-                                 "a/.b/c", "...", "sp ace/ü/\x01\xff", "a/b/c/d/e/f/g"};
-    static const char *bad[] = {"", "/", "/abs", "a/", "a//b", ".", "..", "../x", "a/..",
-                                "a/../b", "./a", "a/./b", "a/.", "//", "a/b/"};
+    static const char *good[] = {
+        "a",      "a/b", "step-000100/model.pt", ".hidden",      "..x", "x..",
+        "a/.b/c", "...", "sp ace/ü/\x01\xff",    "a/b/c/d/e/f/g"};
+    static const char *bad[] = {"",     "/",      "/abs", "a/",    "a//b", ".",  "..",  "../x",
+                                "a/..", "a/../b", "./a",  "a/./b", "a/.",  "//", "a/b/"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int ok = st_path_is_clean(good[i], strlen(good[i]));
         if (!ok)
@@ -338,11 +341,11 @@ static void test_encode_rejects(void)
         int field;
         const char *value;
     } cases[] = {
-        {"dotdot", 0, "../x"},  {"abs", 0, "/abs"},     {"double slash", 0, "a//b"},
-        {"dot", 0, "a/./b"},    {"trailing /", 0, "a/"}, {"empty path", 0, ""},
-        {"empty node", 1, ""},  {"empty job", 2, ""},   {"dup path", 3, NULL},
-        {"size", 4, NULL},      {"pack index", 5, NULL}, {"long node", 6, NULL},
-        {"rank -2", 7, NULL},   {"null node", 8, NULL}, {"stored < header", 9, NULL},
+        {"dotdot", 0, "../x"},   {"abs", 0, "/abs"},      {"double slash", 0, "a//b"},
+        {"dot", 0, "a/./b"},     {"trailing /", 0, "a/"}, {"empty path", 0, ""},
+        {"empty node", 1, ""},   {"empty job", 2, ""},    {"dup path", 3, NULL},
+        {"size", 4, NULL},       {"pack index", 5, NULL}, {"long node", 6, NULL},
+        {"rank -2", 7, NULL},    {"null node", 8, NULL},  {"stored < header", 9, NULL},
         {"null path", 10, NULL},
     };
     char longname[ST_MANIFEST_MAX_NAME + 2];
@@ -352,19 +355,44 @@ static void test_encode_rejects(void)
         st_manifest m;
         build_manifest(&m, 4, 3, 5, 4);
         switch (cases[i].field) {
-        case 0: free(m.files[1].path); m.files[1].path = dup_str(cases[i].value); break;
-        case 1: free(m.node); m.node = dup_str(cases[i].value); break;
-        case 2: free(m.job); m.job = dup_str(cases[i].value); break;
-        case 3: free(m.files[2].path); m.files[2].path = dup_str(m.files[0].path); break;
+        case 0:
+            free(m.files[1].path);
+            m.files[1].path = dup_str(cases[i].value);
+            break;
+        case 1:
+            free(m.node);
+            m.node = dup_str(cases[i].value);
+            break;
+        case 2:
+            free(m.job);
+            m.job = dup_str(cases[i].value);
+            break;
+        case 3:
+            free(m.files[2].path);
+            m.files[2].path = dup_str(m.files[0].path);
+            break;
         case 4: m.files[1].size++; break;
-        case 5: m.files[1].nchunks ? (void)(m.files[1].chunks[0].pack = 3)
-                                   : (void)(m.files[1].size = 1); break;
-        case 6: free(m.node); m.node = dup_str(longname); break;
+        case 5:
+            m.files[1].nchunks ? (void)(m.files[1].chunks[0].pack = 3)
+                               : (void)(m.files[1].size = 1);
+            break;
+        case 6:
+            free(m.node);
+            m.node = dup_str(longname);
+            break;
         case 7: m.files[3].rank = -2; break;
-        case 8: free(m.node); m.node = NULL; break;
-        case 9: m.files[1].nchunks ? (void)(m.files[1].chunks[0].stored_len = 31)
-                                   : (void)(m.files[1].size = 1); break;
-        case 10: free(m.files[0].path); m.files[0].path = NULL; break;
+        case 8:
+            free(m.node);
+            m.node = NULL;
+            break;
+        case 9:
+            m.files[1].nchunks ? (void)(m.files[1].chunks[0].stored_len = 31)
+                               : (void)(m.files[1].size = 1);
+            break;
+        case 10:
+            free(m.files[0].path);
+            m.files[0].path = NULL;
+            break;
         }
         st_bytes out = {0};
         st_bytes_put_u8(&out, 0xAA); /* the encoder appends; a failure must not disturb this */
@@ -477,9 +505,15 @@ static void test_hostile_valid_checksum(void)
         {"flags", {.version = 1, .flags = 1}, 0, NULL, ST_ERR_UNSUPPORTED},
         {"bad checksum", {.version = 1, .bad_checksum = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"rank -2", {.version = 1, .raw_rank = 1, .rank_value = -2}, 0, NULL, ST_ERR_CORRUPT},
-        {"rank 2^31", {.version = 1, .raw_rank = 1, .rank_value = 1ll << 31}, 0, NULL,
+        {"rank 2^31",
+         {.version = 1, .raw_rank = 1, .rank_value = 1ll << 31},
+         0,
+         NULL,
          ST_ERR_CORRUPT},
-        {"mode > u32", {.version = 1, .raw_mode = 1, .mode_value = 1ull << 32}, 0, NULL,
+        {"mode > u32",
+         {.version = 1, .raw_mode = 1, .mode_value = 1ull << 32},
+         0,
+         NULL,
          ST_ERR_CORRUPT},
         {"path ../x", {.version = 1}, 1, "../x", ST_ERR_CORRUPT},
         {"path /abs", {.version = 1}, 1, "/abs", ST_ERR_CORRUPT},
@@ -511,7 +545,10 @@ static void test_hostile_valid_checksum(void)
             build_file(&m.files[1], "rank1.pt", 3, m.npacks, 77);
         }
         switch (cases[i].edit) {
-        case 1: free(m.files[1].path); m.files[1].path = dup_str(cases[i].value); break;
+        case 1:
+            free(m.files[1].path);
+            m.files[1].path = dup_str(cases[i].value);
+            break;
         case 2:
             for (size_t j = 0; j < 5; j++)
                 lens[j] = strlen(m.files[j].path);
@@ -521,11 +558,20 @@ static void test_hostile_valid_checksum(void)
             lens[1] = 3;
             plens = lens;
             break;
-        case 3: free(m.files[4].path); m.files[4].path = dup_str(m.files[1].path); break;
+        case 3:
+            free(m.files[4].path);
+            m.files[4].path = dup_str(m.files[1].path);
+            break;
         case 4: m.files[1].size--; break;
         case 5: m.files[1].chunks[0].pack = (uint32_t)m.npacks; break;
-        case 6: free(m.node); m.node = dup_str(cases[i].value); break;
-        case 7: free(m.job); m.job = dup_str(longname); break;
+        case 6:
+            free(m.node);
+            m.node = dup_str(cases[i].value);
+            break;
+        case 7:
+            free(m.job);
+            m.job = dup_str(longname);
+            break;
         case 8: m.files[1].chunks[0].stored_len = 31; break;
         case 9: m.files[1].chunks[0].offset = (1ull << 30) - 10; break;
         case 10: /* one chunk larger than any chunk header may describe */

@@ -80,8 +80,8 @@ static size_t tail_len_of(const st_pack_writer *w)
 }
 
 /* Decodes tail from a private exact-size copy so ASan sees any overread. */
-static st_err decode_copy(const uint8_t *tail, size_t len, uint64_t pack_size,
-                          st_pack_entry **e, size_t *n)
+static st_err decode_copy(const uint8_t *tail, size_t len, uint64_t pack_size, st_pack_entry **e,
+                          size_t *n)
 {
     uint8_t *copy = malloc(len ? len : 1);
     if (len)
@@ -154,8 +154,10 @@ static void check_golden(const char *name, const uint8_t *data, size_t len)
     CHECK(got == len);
     CHECK(got == len && memcmp(want, data, len) == 0);
     if (got != len || memcmp(want, data, len) != 0)
-        fprintf(stderr, "%s differs from the current encoder: a format change must be "
-                        "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n", path);
+        fprintf(stderr,
+                "%s differs from the current encoder: a format change must be "
+                "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n",
+                path);
     free(want);
 }
 
@@ -256,9 +258,13 @@ static void test_commit_rejects(void)
         uint8_t val;
         long len_delta;
     } cases[] = {
-        {"bad magic", 0, 'X', 0},      {"magic version", 3, '2', 0}, {"codec 4", 4, 4, 0},
-        {"reserved", 6, 1, 0},         {"payload too long", 12, 101, 0},
-        {"enc_len short", 0, 'C', -1}, {"enc_len long", 0, 'C', +1},
+        {"bad magic", 0, 'X', 0},
+        {"magic version", 3, '2', 0},
+        {"codec 4", 4, 4, 0},
+        {"reserved", 6, 1, 0},
+        {"payload too long", 12, 101, 0},
+        {"enc_len short", 0, 'C', -1},
+        {"enc_len long", 0, 'C', +1},
         {"raw above max", 11, 0x10, 0}, /* raw_len = 0x10000064 > 64 MiB */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -462,7 +468,7 @@ static void test_mutation_fuzz(void)
             case 0: buf.data[at] ^= (uint8_t)(1u << ((r >> 40) % 8)); break;
             case 1: buf.data[at] = (uint8_t)(r >> 32); break;
             case 2: buf.len = at; break; /* truncate */
-            case 3: /* duplicate a byte */
+            case 3:                      /* duplicate a byte */
                 st_bytes_put_u8(&buf, 0);
                 memmove(buf.data + at + 1, buf.data + at, buf.len - at - 1);
                 break;

@@ -119,10 +119,18 @@ static void test_part_record(void)
 {
     char *expected[] = {"step-1/__0_0.distcp", "step-1/__1_0.distcp"};
     st_rank_commit commits[] = {{0, 4}, {3, 4}};
-    st_part p = {.step = 99, .created_ns = 1700000000123456789LL, .revision = 7,
-                 .manifest_len = 456, .manifest_digest = st_id_of("m", 1), .complete = 1,
-                 .rank_coverage = 1, .world_size = 4, .nexpected = 2, .expected = expected,
-                 .ncommits = 2, .commits = commits};
+    st_part p = {.step = 99,
+                 .created_ns = 1700000000123456789LL,
+                 .revision = 7,
+                 .manifest_len = 456,
+                 .manifest_digest = st_id_of("m", 1),
+                 .complete = 1,
+                 .rank_coverage = 1,
+                 .world_size = 4,
+                 .nexpected = 2,
+                 .expected = expected,
+                 .ncommits = 2,
+                 .commits = commits};
     strcpy(p.job, "job");
     strcpy(p.node, "node-b");
     st_bytes buf = {0};
