@@ -1634,10 +1634,35 @@ fail:
     return e;
 }
 
+static st_err start_thread(pthread_t *t, int *started, void *(*body)(void *), st_vfs *v,
+                           const char *what)
+{
+    if (pthread_create(t, NULL, body, v) != 0)
+        return st_seterr(ST_ERR_NOMEM, "cannot start the %s thread", what);
+    *started = 1;
+    return ST_OK;
+}
+
+/* Tells every background thread to stop (they all watch v->stopping) and
+ * joins this one. */
+static void stop_thread(st_vfs *v, pthread_t t, int *started)
+{
+    if (!*started)
+        return;
+    pthread_mutex_lock(&v->lock);
+    v->stopping = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+    pthread_join(t, NULL);
+    *started = 0;
+}
+
 st_err st_vfs_start(st_vfs *v)
 {
-    st_err e = vfs_uploader_start(v);
-    return e ? e : vfs_refresher_start(v);
+    st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
+    return e ? e
+             : start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v,
+                            "refresher");
 }
 
 void st_vfs_close(st_vfs *v)
@@ -1649,8 +1674,8 @@ void st_vfs_close(st_vfs *v)
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }
-    vfs_refresher_stop(v);
-    vfs_uploader_stop(v);
+    stop_thread(v, v->refresher, &v->refresher_started);
+    stop_thread(v, v->uploader, &v->uploader_started);
     pthread_mutex_lock(&v->lock);
     vfs_journal_close(v);
     pthread_mutex_unlock(&v->lock);

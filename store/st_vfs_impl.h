@@ -181,14 +181,13 @@ int vfs_journal_is_tombstone(st_vfs *v, const char *job, const char *path);
 st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const char *to);
 st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s);
 
-/* st_vfs_upload.c */
-st_err vfs_uploader_start(st_vfs *v);
-void vfs_uploader_stop(st_vfs *v);
+/* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
+void *vfs_uploader_main(void *arg);
 
 /* st_vfs_remote.c */
 st_err vfs_remote_refresh(st_vfs *v);
-st_err vfs_refresher_start(st_vfs *v);
-void vfs_refresher_stop(st_vfs *v);
+/* The refresher thread's body (started by st_vfs_start). */
+void *vfs_refresher_main(void *arg);
 /* Makes n's content local (fetch and verify); called and returns with lock held. */
 st_err vfs_fetch(st_vfs *v, vnode *n);
 

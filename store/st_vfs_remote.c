@@ -147,7 +147,7 @@ st_err vfs_remote_refresh(st_vfs *v)
  * steps for eager publishing, and re-lists the store every refresh_seconds. */
 #define TICK_NS (500ll * 1000000)
 
-static void *refresher_main(void *arg)
+void *vfs_refresher_main(void *arg)
 {
     st_vfs *v = arg;
     int64_t next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
@@ -180,26 +180,6 @@ static void *refresher_main(void *arg)
     }
     pthread_mutex_unlock(&v->lock);
     return NULL;
-}
-
-st_err vfs_refresher_start(st_vfs *v)
-{
-    if (pthread_create(&v->refresher, NULL, refresher_main, v) != 0)
-        return st_seterr(ST_ERR_NOMEM, "cannot start the refresher thread");
-    v->refresher_started = 1;
-    return ST_OK;
-}
-
-void vfs_refresher_stop(st_vfs *v)
-{
-    if (!v->refresher_started)
-        return;
-    pthread_mutex_lock(&v->lock);
-    v->stopping = 1;
-    pthread_cond_broadcast(&v->changed);
-    pthread_mutex_unlock(&v->lock);
-    pthread_join(v->refresher, NULL);
-    v->refresher_started = 0;
 }
 
 /* Files at least this large are fetched by FETCH_WORKERS threads in parallel,

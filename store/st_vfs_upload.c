@@ -392,7 +392,7 @@ static void wait_seconds(st_vfs *v, int seconds)
         ;
 }
 
-static void *uploader_main(void *arg)
+void *vfs_uploader_main(void *arg)
 {
     st_vfs *v = arg;
     st_state *index = NULL;
@@ -471,24 +471,4 @@ static void *uploader_main(void *arg)
     pthread_mutex_unlock(&v->lock);
     st_state_close(index);
     return NULL;
-}
-
-st_err vfs_uploader_start(st_vfs *v)
-{
-    if (pthread_create(&v->uploader, NULL, uploader_main, v) != 0)
-        return st_seterr(ST_ERR_NOMEM, "cannot start the uploader thread");
-    v->uploader_started = 1;
-    return ST_OK;
-}
-
-void vfs_uploader_stop(st_vfs *v)
-{
-    if (!v->uploader_started)
-        return;
-    pthread_mutex_lock(&v->lock);
-    v->stopping = 1;
-    pthread_cond_broadcast(&v->changed);
-    pthread_mutex_unlock(&v->lock);
-    pthread_join(v->uploader, NULL);
-    v->uploader_started = 0;
 }
