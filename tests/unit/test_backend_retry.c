@@ -257,9 +257,6 @@ int main(void)
     RUN(test_only_transient_is_retried);
     RUN(test_bounded_backoff);
     RUN(test_open_wraps);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tdir);
+    ut_rmtree(tdir);
     return ut_finish();
 }

@@ -250,9 +250,6 @@ int main(void)
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);
     RUN(test_pack_usable);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", root);
+    ut_rmtree(root);
     return ut_finish();
 }

@@ -188,9 +188,6 @@ int main(void)
     RUN(test_open_errors);
     RUN(test_keys);
     RUN(test_part_record);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    ut_rmtree(dir);
     return ut_finish();
 }

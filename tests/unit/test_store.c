@@ -257,9 +257,6 @@ int main(void)
     RUN(test_fresh_node_dedups_against_store);
     RUN(test_uncommitted_step_is_invisible);
     RUN(test_tampered_manifest_is_rejected);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", root);
+    ut_rmtree(root);
     return ut_finish();
 }

@@ -68,6 +68,15 @@ static inline int ut_finish(void)
     return ut_failed ? 1 : 0;
 }
 
+/* Removes a test's temp tree (a directory the test made with mkdtemp). */
+static inline void ut_rmtree(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* xorshift64*: fixed-seed pseudo-random bytes. */
 static inline uint64_t ut_rand_next(uint64_t *s)
 {
