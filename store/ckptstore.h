@@ -18,6 +18,7 @@
 
 #include "st_chunker.h"
 #include "st_error.h"
+#include "st_gc.h"
 
 typedef struct st_store st_store;
 
@@ -167,37 +168,6 @@ void st_store_free_names(char **names, size_t n);
 
 /* ---- retention and garbage collection (docs/GC.md; st_gc.c) ---- */
 
-/*! Which steps a GC run keeps. Zero-initialise; with neither keep_last nor
- *  keep_every set, no step is deleted and the run only sweeps. Always kept:
- *  the newest consistent step and every step newer than it, pinned steps,
- *  and partial steps younger than the grace period. */
-typedef struct st_gc_policy {
-    uint64_t keep_last;  /* keep the N newest consistent steps (0: no such rule) */
-    uint64_t keep_every; /* keep consistent steps whose number is a multiple of K (0: none) */
-    int64_t grace_ns;    /* sweep grace period; <= 0: ST_GC_DEFAULT_GRACE_NS (1 h) */
-} st_gc_policy;
-
-/*! What a GC run deleted (with dry_run: would delete). */
-typedef struct st_gc_report {
-    int dry_run;
-    uint64_t steps_kept, steps_deleted;
-    uint64_t *deleted_steps;   /* steps_deleted entries, ascending (malloc'd) */
-    uint64_t packs;            /* packs listed */
-    uint64_t packs_referenced; /* referenced by a remaining part record's manifest */
-    uint64_t packs_marked;     /* unreferenced, marker written now (deletable after grace) */
-    uint64_t packs_unmarked;   /* referenced again: marker dropped */
-    uint64_t packs_pending;    /* unreferenced, marker younger than the grace period */
-    uint64_t packs_deleted;
-    uint64_t parts_deleted, manifests_deleted, markers_deleted;
-    uint64_t objects_deleted; /* == ndeleted */
-    uint64_t bytes_freed;     /* sizes of the deleted objects */
-    int sweep_skipped;        /* references could not all be read: nothing swept */
-    char why[320];            /* when sweep_skipped: why */
-    char **deleted;           /* every key deleted, in the order it was (malloc'd) */
-    size_t ndeleted;
-    size_t deleted_cap, deleted_steps_cap; /* internal */
-} st_gc_report;
-
 /*!
  * One GC run over job: retention (policy) deletes steps, part records first;
  * then the time-fenced sweep marks unreferenced packs, and deletes packs
@@ -209,7 +179,6 @@ typedef struct st_gc_report {
  */
 st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
                    st_gc_report *r);
-void st_gc_report_free(st_gc_report *r);
 
 /*! Pins (pin 1) or unpins (pin 0) a step: a pinned step is never deleted by
  *  retention. Pinning a step that has no part record, or unpinning one that

@@ -281,9 +281,10 @@ static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
 }
 
 /* Deletes key (unless dry_run) and reports it. */
-static st_err delete_key(st_store *s, int dry_run, st_gc_report *r, const char *key, uint64_t size)
+static st_err delete_key(st_backend *b, int dry_run, st_gc_report *r, const char *key,
+                         uint64_t size)
 {
-    st_err e = dry_run ? ST_OK : st_del(s->backend, key);
+    st_err e = dry_run ? ST_OK : st_del(b, key);
     return e ? e : report_key(r, key, size);
 }
 
@@ -410,7 +411,7 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
 
 /* Deletes one step: its part records first (it is then invisible), then
  * every other object under its prefix. */
-static st_err delete_step(st_store *s, int dry_run, st_gc_report *r, const gc_step *st)
+static st_err delete_step(st_backend *b, int dry_run, st_gc_report *r, const gc_step *st)
 {
     static const char suffix[] = ".commit";
     st_err e = ST_OK;
@@ -420,7 +421,7 @@ static st_err delete_step(st_store *s, int dry_run, st_gc_report *r, const gc_st
             int is_part = len > sizeof suffix - 1 &&
                           !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
             if (is_part == parts) {
-                e = delete_key(s, dry_run, r, st->objs[i].key, st->objs[i].size);
+                e = delete_key(b, dry_run, r, st->objs[i].key, st->objs[i].size);
                 if (!e && is_part)
                     r->parts_deleted++;
                 else if (!e)
@@ -500,7 +501,7 @@ static int collect_marker(void *arg, const char *key, uint64_t size)
 /* Adds every pack the manifest named by each part record of the (not
  * deleted) steps of l references to refs; reports superseded manifest
  * revisions older than grace as deletable (keys into *old). */
-static st_err scan_references(st_store *s, const char *job, const step_list *l,
+static st_err scan_references(st_backend *b, const char *job, const step_list *l,
                               const step_list *deleted_from, st_idmap *refs, gc_obj **old,
                               size_t *nold, int64_t grace, int64_t now)
 {
@@ -517,14 +518,14 @@ static st_err scan_references(st_store *s, const char *job, const step_list *l,
         for (size_t k = 0; k < st->keys.nnodes && !e; k++) {
             st_part part;
             st_manifest m;
-            e = st_stepio_load_part(s->backend, job, st->step, st->keys.nodes[k], &buf, &part);
+            e = st_stepio_load_part(b, job, st->step, st->keys.nodes[k], &buf, &part);
             if (e == ST_ERR_NOT_FOUND) {
                 e = ST_OK; /* deleted since the listing: it references nothing now */
                 continue;
             }
             if (e)
                 break;
-            e = st_stepio_load_manifest(s->backend, &part, &buf, &m);
+            e = st_stepio_load_manifest(b, &part, &buf, &m);
             if (!e) {
                 for (size_t p = 0; !e && p < m.npacks; p++)
                     e = st_idmap_put(refs, &m.packs[p], 1);
@@ -555,7 +556,7 @@ static st_err scan_references(st_store *s, const char *job, const step_list *l,
     return e;
 }
 
-static st_err sweep(st_store *s, const char *job, const step_list *first, int dry_run,
+static st_err sweep(st_backend *b, const char *job, const step_list *first, int dry_run,
                     int64_t grace, st_gc_report *r)
 {
     char prefix[ST_KEY_MAX], key[ST_KEY_MAX], text[128];
@@ -573,13 +574,13 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
     st_err e = st_key_gc_pending_prefix(prefix, sizeof prefix, job);
     markers.prefix_len = strlen(prefix);
     if (!e)
-        e = st_list(s->backend, prefix, collect_marker, &markers);
+        e = st_list(b, prefix, collect_marker, &markers);
     if (!e && markers.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory listing GC markers");
     if (!e) {
         snprintf(prefix, sizeof prefix, "jobs/%s/packs/", job);
         packs.prefix_len = strlen(prefix);
-        e = st_list(s->backend, prefix, collect_pack, &packs);
+        e = st_list(b, prefix, collect_pack, &packs);
     }
     if (!e && packs.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory listing packs");
@@ -589,9 +590,9 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
 
     /* 3. the references, from a fresh listing (a real run: after the
      *    deletions; a dry run: the same steps minus those it would delete). */
-    if ((e = list_steps(s->backend, job, &now_steps)))
+    if ((e = list_steps(b, job, &now_steps)))
         goto out;
-    e = scan_references(s, job, &now_steps, dry_run ? first : NULL, &refs, &old, &nold, grace, t0);
+    e = scan_references(b, job, &now_steps, dry_run ? first : NULL, &refs, &old, &nold, grace, t0);
     if (e) {
         r->sweep_skipped = 1;
         snprintf(r->why, sizeof r->why, "references unknown, nothing swept: %s", st_errmsg());
@@ -601,7 +602,7 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
 
     /* 4a. superseded manifest revisions. */
     for (size_t i = 0; i < nold && !e; i++)
-        if (!(e = delete_key(s, dry_run, r, old[i].key, old[i].size)))
+        if (!(e = delete_key(b, dry_run, r, old[i].key, old[i].size)))
             r->manifests_deleted++;
 
     /* 4b. markers: read each; drop those whose pack is gone or referenced. */
@@ -611,13 +612,13 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
         int exists = st_idmap_get(&packs.index, &markers.v[i].id, &at);
         int referenced = st_idmap_get(&refs, &markers.v[i].id, &one);
         if (!exists || referenced) {
-            if (!(e = delete_key(s, dry_run, r, key, markers.v[i].size))) {
+            if (!(e = delete_key(b, dry_run, r, key, markers.v[i].size))) {
                 r->markers_deleted++;
                 r->packs_unmarked += exists && referenced;
             }
             continue;
         }
-        e = st_get(s->backend, key, 0, ST_GET_TO_END, &buf);
+        e = st_get(b, key, 0, ST_GET_TO_END, &buf);
         if (e == ST_ERR_NOT_FOUND) {
             e = ST_OK; /* another GC run dropped it */
             continue;
@@ -643,7 +644,7 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
             r->packs_marked++;
             st_key_gc_pending(key, sizeof key, job, &p->id);
             if (!dry_run && !(e = marker_encode(text, sizeof text, t0, grace, &len)))
-                e = st_put(s->backend, key, text, len);
+                e = st_put(b, key, text, len);
             continue;
         }
         int64_t need = p->grace_ns > grace ? p->grace_ns : grace;
@@ -654,13 +655,13 @@ static st_err sweep(st_store *s, const char *job, const step_list *first, int dr
         /* The pack first, then its marker (writers look at them in the
          * opposite order, docs/GC.md). */
         if ((e = st_key_pack(key, sizeof key, job, &p->id)) ||
-            (e = delete_key(s, dry_run, r, key, p->size)))
+            (e = delete_key(b, dry_run, r, key, p->size)))
             break;
         r->packs_deleted++;
         st_key_gc_pending(key, sizeof key, job, &p->id);
         for (size_t m = 0; m < markers.n; m++)
             if (!memcmp(&markers.v[m].id, &p->id, sizeof p->id) &&
-                !(e = delete_key(s, dry_run, r, key, markers.v[m].size)))
+                !(e = delete_key(b, dry_run, r, key, markers.v[m].size)))
                 r->markers_deleted++;
     }
 out:
@@ -674,8 +675,8 @@ out:
     return e;
 }
 
-st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
-                   st_gc_report *r)
+st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int dry_run,
+                 st_gc_report *r, st_gc_warn_fn warn, void *warn_arg)
 {
     static const st_gc_policy none = {0};
     const st_gc_policy *p = policy ? policy : &none;
@@ -688,10 +689,10 @@ st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int
     step_list l;
     u64_list pins = {0};
     st_bytes buf = {0};
-    st_err e = list_steps(s->backend, job, &l);
+    st_err e = list_steps(b, job, &l);
     if (e)
         return e;
-    if ((e = list_pins(s->backend, job, &pins)))
+    if ((e = list_pins(b, job, &pins)))
         goto out;
 
     /* 1. judge every step; an unreadable one is kept, and its references
@@ -701,8 +702,12 @@ st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int
         if (!st->keys.nnodes)
             continue;
         st_stepview v;
-        if (st_stepio_load_view(s->backend, job, &st->keys, &buf, &v)) {
-            st_store_warnf(s, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
+        if (st_stepio_load_view(b, job, &st->keys, &buf, &v)) {
+            if (warn) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
+                warn(warn_arg, msg);
+            }
             st->created_ns = st_now_ns(); /* treated as young and partial */
             continue;
         }
@@ -715,15 +720,45 @@ st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int
         if (!l.steps[i].keys.nnodes)
             continue;
         if (l.steps[i].deleted)
-            e = delete_step(s, dry_run, r, &l.steps[i]);
+            e = delete_step(b, dry_run, r, &l.steps[i]);
         else
             r->steps_kept++;
     }
     if (!e)
-        e = sweep(s, job, &l, dry_run, grace, r);
+        e = sweep(b, job, &l, dry_run, grace, r);
 out:
     step_list_free(&l);
     free(pins.v);
     st_bytes_free(&buf);
     return e;
+}
+
+st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_report *r)
+{
+    char prefix[ST_KEY_MAX];
+    step_list l = {.job = job};
+    memset(r, 0, sizeof *r);
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_err e = st_key_step_prefix(prefix, sizeof prefix, job, step);
+    if (!e)
+        e = st_list(b, prefix, collect_step_obj, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing step %" PRIu64, step);
+    for (size_t i = 0; i < l.n && !e; i++)
+        if (l.steps[i].step == step)
+            e = delete_step(b, 0, r, &l.steps[i]);
+    step_list_free(&l);
+    return e;
+}
+
+static void store_warn(void *arg, const char *msg)
+{
+    st_store_warnf(arg, "%s", msg);
+}
+
+st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
+                   st_gc_report *r)
+{
+    return st_gc_run(s->backend, job, policy, dry_run, r, store_warn, s);
 }

@@ -6,8 +6,10 @@
  * at least the grace period and a fresh scan still finds them unreferenced.
  * Writers (st_ingest) refuse to reference a pack that carries a marker.
  *
- * The facade entry is st_store_gc() (ckptstore.h); this header holds what
- * st_ingest and the facade share: the marker keys and their encoding.
+ * Entry points: st_gc_run() over a backend (the daemon's background GC),
+ * st_gc_delete_step() (a step deleted through the mount), and the facade's
+ * st_store_gc() (ckptstore.h). Also here: what st_ingest shares with the
+ * sweep, the marker keys and their encoding.
  *
  * Threads: stateless; a GC run uses one thread and its own buffers.
  */
@@ -50,5 +52,56 @@ st_err st_gc_marker_decode(const void *buf, size_t len, int64_t *marked_ns, int6
  */
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns);
+
+/*! Which steps a GC run keeps. Zero-initialise; with neither keep_last nor
+ *  keep_every set, no step is deleted and the run only sweeps. Always kept:
+ *  the newest consistent step and every step newer than it, pinned steps,
+ *  and partial steps younger than the grace period. */
+typedef struct st_gc_policy {
+    uint64_t keep_last;  /* keep the N newest consistent steps (0: no such rule) */
+    uint64_t keep_every; /* keep consistent steps whose number is a multiple of K (0: none) */
+    int64_t grace_ns;    /* sweep grace period; <= 0: ST_GC_DEFAULT_GRACE_NS (1 h) */
+} st_gc_policy;
+
+/*! What a GC run deleted (with dry_run: would delete). */
+typedef struct st_gc_report {
+    int dry_run;
+    uint64_t steps_kept, steps_deleted;
+    uint64_t *deleted_steps;   /* steps_deleted entries, ascending (malloc'd) */
+    uint64_t packs;            /* packs listed */
+    uint64_t packs_referenced; /* referenced by a remaining part record's manifest */
+    uint64_t packs_marked;     /* unreferenced, marker written now (deletable after grace) */
+    uint64_t packs_unmarked;   /* referenced again: marker dropped */
+    uint64_t packs_pending;    /* unreferenced, marker younger than the grace period */
+    uint64_t packs_deleted;
+    uint64_t parts_deleted, manifests_deleted, markers_deleted;
+    uint64_t objects_deleted; /* == ndeleted */
+    uint64_t bytes_freed;     /* sizes of the deleted objects */
+    int sweep_skipped;        /* references could not all be read: nothing swept */
+    char why[320];            /* when sweep_skipped: why */
+    char **deleted;           /* every key deleted, in the order it was (malloc'd) */
+    size_t ndeleted;
+    size_t deleted_cap, deleted_steps_cap; /* internal */
+} st_gc_report;
+
+typedef void (*st_gc_warn_fn)(void *arg, const char *msg);
+
+/*!
+ * One GC run over job in backend b (see st_store_gc() in ckptstore.h for
+ * what it does); warn (may be NULL) hears about steps kept because they
+ * could not be read.
+ */
+st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int dry_run,
+                 st_gc_report *r, st_gc_warn_fn warn, void *warn_arg);
+
+/*!
+ * Deletes one step of job now, whatever retention says: its part records
+ * first (the step is invisible from then on), then every other object under
+ * its prefix. The packs it referenced are left to the sweep. A step with no
+ * object is not an error (r->steps_deleted stays 0). Release r with
+ * st_gc_report_free().
+ */
+st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_report *r);
+void st_gc_report_free(st_gc_report *r);
 
 #endif
