@@ -53,16 +53,6 @@ st_err st_gc_marker_decode(const void *buf, size_t len, int64_t *marked_ns, int6
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns);
 
-/*! Which steps a GC run keeps. Zero-initialise; with neither keep_last nor
- *  keep_every set, no step is deleted and the run only sweeps. Always kept:
- *  the newest consistent step and every step newer than it, pinned steps,
- *  and partial steps younger than the grace period. */
-typedef struct st_gc_policy {
-    uint64_t keep_last;  /* keep the N newest consistent steps (0: no such rule) */
-    uint64_t keep_every; /* keep consistent steps whose number is a multiple of K (0: none) */
-    int64_t grace_ns;    /* sweep grace period; <= 0: ST_GC_DEFAULT_GRACE_NS (1 h) */
-} st_gc_policy;
-
 /*! What a GC run deleted (with dry_run: would delete). */
 typedef struct st_gc_report {
     int dry_run;
@@ -77,12 +67,34 @@ typedef struct st_gc_report {
     uint64_t parts_deleted, manifests_deleted, markers_deleted;
     uint64_t objects_deleted; /* == ndeleted */
     uint64_t bytes_freed;     /* sizes of the deleted objects */
+    uint64_t packs_retired;   /* referenced but mostly dead: writers store their live chunks anew */
+    int stopped;              /* *policy->stop ended the run early */
     int sweep_skipped;        /* references could not all be read: nothing swept */
     char why[320];            /* when sweep_skipped: why */
     char **deleted;           /* every key deleted, in the order it was (malloc'd) */
     size_t ndeleted;
     size_t deleted_cap, deleted_steps_cap; /* internal */
 } st_gc_report;
+
+/*! Which steps a GC run keeps. Zero-initialise; with neither keep_last nor
+ *  keep_every set, no step is deleted and the run only sweeps. Always kept:
+ *  the newest consistent step and every step newer than it, pinned steps,
+ *  and partial steps younger than the grace period. */
+typedef struct st_gc_policy {
+    uint64_t keep_last;  /* keep the N newest consistent steps (0: no such rule) */
+    uint64_t keep_every; /* keep consistent steps whose number is a multiple of K (0: none) */
+    int64_t grace_ns;    /* sweep grace period; <= 0: ST_GC_DEFAULT_GRACE_NS (1 h) */
+    /* Repack: a referenced pack whose dead bytes are at least this fraction
+     * of it is retired (docs/GC.md). 0: the default, 0.5; >= 1: never. */
+    double repack_dead;
+    /* Deletions are issued in batches of this many objects (0: 1000); after
+     * each batch progress (may be NULL) hears the report so far, and the run
+     * looks at *stop (may be NULL): non-zero ends it there (r->stopped). */
+    uint32_t batch;
+    void (*progress)(void *arg, const st_gc_report *r);
+    void *progress_arg;
+    const volatile int *stop;
+} st_gc_policy;
 
 typedef void (*st_gc_warn_fn)(void *arg, const char *msg);
 
