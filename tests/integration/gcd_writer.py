@@ -1,0 +1,71 @@
+"""One rank of a training job that checkpoints every step through a ckptfs
+mount, for tests/integration/test_gc_daemons.py.
+
+    gcd_writer.py MOUNT JOB RANK WORLD REFDIR CONTROL
+
+Step after step (1, 2, ...): torch.save of this rank's state to
+MOUNT/JOB/step-NNNNNN/rank-R.pt (a frozen 4 MiB "backbone" that is the same
+at every step, and a 128 KiB "head" whose content repeats every HEAD_PERIOD steps, so that
+the daemon keeps meeting chunks of packs GC has just marked or deleted), then an
+explicit rank commit ("JOB STEP RANK WORLD" into MOUNT/.ckptfs/commit). The
+same file is saved into REFDIR/step-NNNNNN/rank-R.pt as the reference for
+byte-for-byte checks.
+
+CONTROL is a directory the test and the writer share: the writer records the
+last step it committed in CONTROL/rank-R.last; the test ends the run by
+writing the final step number into CONTROL/stop (every rank writes up to and
+including it, so the last step is whole). Runs at most MAX_STEPS steps.
+"""
+import os
+import sys
+import time
+
+import torch
+
+MAX_STEPS = 400
+BACKBONE_FLOATS = 1 << 20  # 4 MiB of fp32
+HEAD_FLOATS = 32 << 10     # 128 KiB of fp32
+HEAD_PERIOD = 5
+
+
+def state(step, rank):
+    g = torch.Generator().manual_seed(1000 + rank)
+    backbone = torch.randn(BACKBONE_FLOATS, generator=g)
+    g = torch.Generator().manual_seed(step % HEAD_PERIOD * 100 + rank)
+    return {"backbone": backbone, "head": torch.randn(HEAD_FLOATS, generator=g), "step": step}
+
+
+def final_step(control):
+    try:
+        with open(os.path.join(control, "stop")) as f:
+            return int(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def main():
+    mount, job, rank, world, refdir, control = sys.argv[1:7]
+    rank, world = int(rank), int(world)
+    name = "rank-%d.pt" % rank
+    for step in range(1, MAX_STEPS + 1):
+        stop = final_step(control)
+        if stop is not None and step > stop:
+            break
+        rel = os.path.join("step-%06d" % step, name)
+        s = state(step, rank)
+        for root in (os.path.join(mount, job), refdir):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            torch.save(s, os.path.join(root, rel))
+        with open(os.path.join(mount, ".ckptfs", "commit"), "w") as f:
+            f.write("%s %d %d %d\n" % (job, step, rank, world))
+        tmp = os.path.join(control, "rank-%d.last.tmp" % rank)
+        with open(tmp, "w") as f:
+            f.write(str(step))
+        os.replace(tmp, os.path.join(control, "rank-%d.last" % rank))
+        time.sleep(0.05)
+    else:
+        sys.exit("rank %d: no stop after %d steps" % (rank, MAX_STEPS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""GC in a loop while two ckptfs daemons write (issue 6, docs/GC.md).
+
+Two real mounts on one file:// store act as two nodes (own staging, own node
+name). On each, one rank of a training job (gcd_writer.py, real torch.save)
+checkpoints every step and commits its rank: a step is consistent once both
+nodes' parts are durable. Every rank has a frozen backbone (deduplicated
+against packs written long ago) and a head whose content comes back every 5
+steps, so the daemons keep meeting chunks of packs that GC has just marked or
+deleted (the hazard docs/GC.md closes; the daemon's last look refuses to
+publish such a reference and its retry stores the chunks again).
+
+GC runs in a loop for the whole time, `ckptctl gc --keep-last 2 --grace 1`
+from outside. The run lasts at least MIN_STEPS steps and until GC has deleted
+packs while both daemons were writing (bounded by the writer's MAX_STEPS).
+Then:
+
+* the store keeps exactly the two newest steps, and every kept step restores
+  byte for byte equal to what the ranks saved (and reads back through a
+  fresh mount, a new node);
+* `gc --dry-run` lists exactly what the real run then deletes, both for a
+  retention run and for a sweep run;
+* the stored bytes are within 10% of what the last two steps alone need in
+  a fresh store.
+
+Environment: CKPTFS and CKPTCTL name the binaries.
+"""
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import TORCH_PYTHON, Mount, tempdir, torch_env  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CKPTFS = os.environ.get("CKPTFS")
+CKPTCTL = os.environ.get("CKPTCTL")
+JOB = "job"
+WORLD = 2
+MIN_STEPS = 60
+RUN_TIMEOUT = 600    # s: the whole write phase
+SETTLE_TIMEOUT = 120  # s: the last step consistent, then GC settled
+GRACE = "1"
+
+
+class GcDaemonsTest(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
+        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
+        self.tmp = tempdir("ckptfs-gcd-")
+        self.store = "file://" + os.path.join(self.tmp, "store")
+        self.ref = os.path.join(self.tmp, "ref")
+        self.control = os.path.join(self.tmp, "control")
+        os.makedirs(self.control)
+        self.mounts = []
+        self.writers = []
+
+    def tearDown(self):
+        for p in self.writers:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+            p.stderr.close()
+        for m in self.mounts:
+            m.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------ helpers
+
+    def mount(self, name, extra=()):
+        m = Mount(os.path.join(self.tmp, name), store=self.store,
+                  staging=os.path.join(self.tmp, name + "-staging"), node="node-" + name,
+                  binary=CKPTFS, extra_args=["--refresh", "0.5", *extra])
+        self.mounts.append(m)
+        m.start()
+        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
+        return m
+
+    def ctl(self, *args, store=None, check=True, timeout=300):
+        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
+        return p
+
+    def gc(self, *args):
+        return json.loads(self.ctl("gc", "--json", "--grace", GRACE, *args).stdout)
+
+    def steps(self, store=None):
+        return [e["step"] for e in json.loads(self.ctl("ls", "--json", store=store).stdout)
+                if e["consistent"]]
+
+    def latest(self):
+        p = self.ctl("latest", check=False)
+        return int(p.stdout) if p.returncode == 0 else None
+
+    def stored_bytes(self, store=None):
+        return json.loads(self.ctl("stats", "--json", store=store).stdout)["stored_bytes"]
+
+    def last_written(self, rank):
+        try:
+            with open(os.path.join(self.control, "rank-%d.last" % rank)) as f:
+                return int(f.read())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def writers_alive(self):
+        for rank, p in enumerate(self.writers):
+            if p.poll() is not None:
+                self.fail("writer rank %d exited %s:\n%s" % (rank, p.returncode, p.stderr.read()))
+        return True
+
+    def wait_for(self, what, probe, timeout, interval=0.2):
+        deadline = time.monotonic() + timeout
+        while True:
+            ok, seen = probe()
+            if ok:
+                return seen
+            if time.monotonic() > deadline:
+                for m in self.mounts:
+                    m.print_log(what, tail=60)
+                self.fail("after %ss: %s; last seen: %s" % (timeout, what, seen))
+            time.sleep(interval)
+
+    def start_writers(self, mounts):
+        for rank, m in enumerate(mounts):
+            p = subprocess.Popen(
+                [TORCH_PYTHON, os.path.join(HERE, "gcd_writer.py"), m.path, JOB, str(rank),
+                 str(WORLD), self.ref, self.control],
+                env=torch_env({"RANK": str(rank), "WORLD_SIZE": str(WORLD)}),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.writers.append(p)
+
+    def gc_loop(self, stop, totals, errors):
+        """ckptctl gc in a loop until stop is set; totals[...] accumulate."""
+        try:
+            while not stop.is_set():
+                r = self.gc("--keep-last", "2")
+                writing = all(p.poll() is None for p in self.writers)
+                totals["runs"] += 1
+                totals["steps_deleted"] += r["steps_deleted"]
+                totals["packs_deleted"] += r["packs_deleted"]
+                totals["bytes_freed"] += r["bytes_freed"]
+                if writing and r["packs_deleted"]:
+                    totals["packs_deleted_while_writing"] += r["packs_deleted"]
+                time.sleep(0.1)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    # ------------------------------------------------------------ the test
+
+    def test_two_daemons_and_gc_loop(self):
+        a, b = self.mount("a"), self.mount("b")
+        self.start_writers([a, b])
+        totals = dict(runs=0, steps_deleted=0, packs_deleted=0, bytes_freed=0,
+                      packs_deleted_while_writing=0)
+        errors, stop = [], threading.Event()
+        loop = threading.Thread(target=self.gc_loop, args=(stop, totals, errors))
+        loop.start()
+        try:
+            # Write until MIN_STEPS and until GC deleted packs during the writes.
+            self.wait_for(
+                "%d steps written and GC deleting packs during the writes" % MIN_STEPS,
+                lambda: (self.writers_alive() and not errors and
+                         min(map(self.last_written, range(WORLD))) >= MIN_STEPS and
+                         totals["packs_deleted_while_writing"] > 0,
+                         dict(totals, last=[self.last_written(r) for r in range(WORLD)],
+                              errors=errors)),
+                RUN_TIMEOUT, interval=0.5)
+            final = max(map(self.last_written, range(WORLD))) + 1
+            with open(os.path.join(self.control, "stop"), "w") as f:
+                f.write(str(final))
+            for rank, p in enumerate(self.writers):
+                p.wait(timeout=120)
+                self.assertEqual(p.returncode, 0, "writer rank %d: %s" % (rank, p.stderr.read()))
+            self.wait_for("step %d consistent" % final, lambda: (self.latest() == final,
+                                                                 self.steps()), SETTLE_TIMEOUT)
+        finally:
+            stop.set()
+            loop.join()
+        self.assertEqual(errors, [])
+        print("steps %d, gc runs %d, steps deleted %d, packs deleted %d (%d while writing), "
+              "%d bytes freed" % (final, totals["runs"], totals["steps_deleted"],
+                                  totals["packs_deleted"], totals["packs_deleted_while_writing"],
+                                  totals["bytes_freed"]), file=sys.stderr)
+        self.assertGreater(totals["runs"], 20)
+        refused = sum(m.log_text().count("not publishing") for m in self.mounts)
+        print("uploads refused by the last look and retried: %d" % refused, file=sys.stderr)
+
+        # Settle: retention, then sweeps past the grace period.
+        self.gc("--keep-last", "2")
+        for _ in range(2):
+            time.sleep(float(GRACE) + 0.2)
+            self.gc("--keep-last", "2")
+        kept = self.steps()
+        self.assertEqual(kept, [final - 1, final])
+
+        # Every kept step restores byte for byte.
+        for step in kept:
+            name = "step-%06d" % step
+            out = os.path.join(self.tmp, "restore", name)
+            self.ctl("verify", "--step", str(step))
+            self.ctl("restore", "--step", str(step), "--to", out)
+            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(out, name))
+
+        # ... and reads back through a new node's mount.
+        c = self.mount("c")
+        for step in kept:
+            name = "step-%06d" % step
+            self.wait_for("%s visible on a new node" % name,
+                          lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
+            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
+
+        # Stored bytes against the last two steps alone in a fresh store.
+        stored = self.stored_bytes()
+        fresh = "file://" + os.path.join(self.tmp, "fresh")
+        for step in kept:
+            name = "step-%06d" % step
+            self.ctl("put", "--step", str(step), os.path.join(self.ref, name), store=fresh)
+        baseline = self.stored_bytes(store=fresh)
+        print("stored %d bytes, the last two steps alone %d (%.3fx)" %
+              (stored, baseline, stored / baseline), file=sys.stderr)
+        self.assertLessEqual(stored, baseline * 1.10)
+
+        # A dry run lists exactly what the real run then deletes: retention
+        # (keep only the newest step), then the sweep of what it left.
+        for args in (["--keep-last", "1"], []):
+            time.sleep(float(GRACE) + 0.2)
+            dry, real = self.gc("--dry-run", *args), self.gc(*args)
+            self.assertTrue(dry["dry_run"])
+            self.assertFalse(real["dry_run"])
+            self.assertGreater(len(real["deleted"]), 0, "nothing to compare: %s" % real)
+            for field in ("deleted", "deleted_steps", "bytes_freed", "objects_deleted"):
+                self.assertEqual(dry[field], real[field], field)
+        self.assertEqual(self.steps(), [final])
+
+    def assert_same_tree(self, expected, got):
+        names = sorted(os.listdir(expected))
+        self.assertEqual(sorted(os.listdir(got)), names, got)
+        for n in names:
+            self.assertTrue(filecmp.cmp(os.path.join(expected, n), os.path.join(got, n),
+                                        shallow=False), "%s/%s differs" % (got, n))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
