@@ -172,10 +172,14 @@ void st_store_free_names(char **names, size_t n);
  * One GC run over job: retention (policy) deletes steps, part records first;
  * then the time-fenced sweep marks unreferenced packs, and deletes packs
  * whose marker is older than the grace period and that a fresh scan still
- * finds unreferenced. dry_run: nothing is written or deleted, and r lists
- * exactly what a real run at this moment would delete. r is filled also on
- * error (what was done before it); release it with st_gc_report_free().
- * Safe while writers on other nodes publish (docs/GC.md).
+ * finds unreferenced; referenced packs that are mostly dead are retired
+ * (writers store their live chunks anew; policy->repack_dead). dry_run:
+ * nothing is written or deleted, and r lists exactly what a real run at
+ * this moment would delete. Deletions go in batches (policy->batch); after
+ * each, policy->progress hears r on this thread and *policy->stop can end
+ * the run between whole units (r->stopped). r is filled also on error (what
+ * was done before it); release it with st_gc_report_free(). Safe while
+ * writers on other nodes publish (docs/GC.md).
  */
 st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
                    st_gc_report *r);

@@ -1,24 +1,33 @@
 /*
- * st_gc — retention and the time-fenced sweep (docs/GC.md; st_gc.h).
+ * st_gc — retention, the time-fenced sweep and repack by retirement
+ * (docs/GC.md; st_gc.h).
  *
  * One run, in this order (the order is the safety argument, docs/GC.md):
  *   1. list every object under jobs/<job>/steps/ once; judge each step
- *      (st_stepio_load_view) and pick the steps retention deletes; delete
- *      each one's part records first (it is then invisible), then the rest
- *      of its objects (manifests);
- *   2. t0 = now; list the pending markers (reading each) and the packs;
+ *      (st_stepio_load_view) and pick the steps retention deletes; finish
+ *      the step deletions listed by stale intents of interrupted runs; PUT
+ *      this run's intent, delete each picked step's part records first (it
+ *      is then invisible), then the rest of its objects; delete the intent;
+ *   2. t0 = now; list the pending markers (reading each), the retire
+ *      markers and the packs;
  *   3. list the steps again and load the manifest every part record names:
- *      the referenced set (and the superseded manifest revisions);
- *   4. per pack: referenced -> drop its marker; unreferenced without marker
- *      -> write one (t0, grace); unreferenced with a marker at least
- *      `grace` older than t0 -> delete the pack, then its marker.
+ *      the referenced set, the live bytes of each referenced pack (distinct
+ *      chunk references) and the superseded manifest revisions;
+ *   4. per pack: referenced -> drop its pending marker, and retire it if it
+ *      is mostly dead; unreferenced without marker -> write one (t0,
+ *      grace); unreferenced with a marker at least `grace` older than t0 ->
+ *      delete the pack, then its markers.
  * A dry run does 1-4 without writing or deleting anything and reports the
  * same list of keys a real run would delete.
+ *
+ * Batches: deletions are counted; at the end of the unit that fills a batch
+ * (a whole step, a pack with its markers, one marker or manifest) the run
+ * reports progress and looks at policy.stop, so a stop never splits a unit.
  *
  * A part record or manifest that cannot be read makes the references
  * unknown: the sweep (3-4) is skipped and said so, never guessed.
  *
- * Threads: one thread per run; nothing static.
+ * Threads: one thread per run; nothing static but constants.
  */
 #include "st_gc.h"
 
@@ -26,28 +35,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "st_fsutil.h"
 #include "st_idmap.h"
 #include "st_store_impl.h"
 #include "st_stepio.h"
 
-#define MARKER_MAGIC "ckptfs-gc-pending v1"
+#define MARKER_MAGIC  "ckptfs-gc-pending v1"
+#define RETIRED_MAGIC "ckptfs-gc-retired v1"
+#define INTENT_MAGIC  "ckptfs-gc-deleting v1"
+
+#define DEFAULT_BATCH       1000
+#define DEFAULT_REPACK_DEAD 0.5
 
 /* ---- keys and markers ---- */
 
-st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job)
+/* "jobs/<job>/<what>/" */
+static st_err key_job_prefix(char *out, size_t cap, const char *job, const char *what)
 {
     if (!st_name_is_valid(job, ST_JOB_MAX))
         return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
-    int n = snprintf(out, cap, "jobs/%s/gc/pending/", job);
+    int n = snprintf(out, cap, "jobs/%s/%s/", job, what);
     return n < 0 || (size_t)n >= cap ? ST_ERR_INVALID : ST_OK;
 }
 
-st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack)
+/* "jobs/<job>/<what>/<packid>" */
+static st_err key_pack_marker(char *out, size_t cap, const char *job, const char *what,
+                              const st_id *pack)
 {
     char hex[ST_ID_HEX_LEN + 1];
-    st_err e = st_key_gc_pending_prefix(out, cap, job);
+    st_err e = key_job_prefix(out, cap, job, what);
     if (e)
         return e;
     size_t len = strlen(out);
@@ -55,17 +73,29 @@ st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pa
     return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
 }
 
-static st_err key_pins_prefix(char *out, size_t cap, const char *job)
+st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job)
 {
-    if (!st_name_is_valid(job, ST_JOB_MAX))
-        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
-    int n = snprintf(out, cap, "jobs/%s/pins/", job);
-    return n < 0 || (size_t)n >= cap ? ST_ERR_INVALID : ST_OK;
+    return key_job_prefix(out, cap, job, "gc/pending");
+}
+
+st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack)
+{
+    return key_pack_marker(out, cap, job, "gc/pending", pack);
+}
+
+st_err st_key_gc_retired_prefix(char *out, size_t cap, const char *job)
+{
+    return key_job_prefix(out, cap, job, "gc/retired");
+}
+
+st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pack)
+{
+    return key_pack_marker(out, cap, job, "gc/retired", pack);
 }
 
 st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step)
 {
-    st_err e = key_pins_prefix(out, cap, job);
+    st_err e = key_job_prefix(out, cap, job, "pins");
     if (e)
         return e;
     size_t len = strlen(out);
@@ -176,8 +206,44 @@ typedef struct gc_step {
     size_t nobjs, objs_cap;
     int consistent;
     int64_t created_ns;
-    int deleted;
+    int deleted;  /* retention (or the mount) deletes it */
+    int finished; /* a stale intent's deletion of it was finished */
 } gc_step;
+
+/* Appends a copy of key to *v. 0, or -1 when out of memory. */
+static int obj_push(gc_obj **v, size_t *n, size_t *cap, const char *key, uint64_t size)
+{
+    if (grow((void **)v, cap, *n + 1, sizeof **v) || !((*v)[*n].key = strdup(key)))
+        return -1;
+    (*v)[(*n)++].size = size;
+    return 0;
+}
+
+/* A listing: keys and sizes. */
+typedef struct obj_list {
+    gc_obj *v;
+    size_t n, cap;
+    size_t prefix_len;
+    int ids; /* keep only keys named <prefix><pack id> */
+    int oom;
+} obj_list;
+
+static int collect_obj(void *arg, const char *key, uint64_t size)
+{
+    obj_list *l = arg;
+    st_id id;
+    if (l->ids && st_id_parse(key + l->prefix_len, &id))
+        return 0; /* not a marker */
+    return l->oom = obj_push(&l->v, &l->n, &l->cap, key, size) != 0;
+}
+
+static void obj_list_free(obj_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].key);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
 
 typedef struct step_list {
     const char *job;
@@ -214,10 +280,8 @@ static int collect_step_obj(void *arg, const char *key, uint64_t size)
         l->n++;
     }
     gc_step *s = &l->steps[l->n - 1];
-    if (grow((void **)&s->objs, &s->objs_cap, s->nobjs + 1, sizeof *s->objs) ||
-        !(s->objs[s->nobjs].key = strdup(key)))
+    if (obj_push(&s->objs, &s->nobjs, &s->objs_cap, key, size))
         return l->oom = 1;
-    s->objs[s->nobjs++].size = size;
     char node[ST_NODE_MAX + 1];
     if (st_key_parse_part(rest, node)) {
         if (grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1, sizeof *s->keys.nodes))
@@ -267,7 +331,28 @@ static int parse_manifest_rest(const char *rest, char *node, uint32_t *rev)
     return 1;
 }
 
-/* ---- the report ---- */
+/* ---- the report, batches and stop ---- */
+
+typedef struct u64_list {
+    uint64_t *v;
+    size_t n, cap;
+    int oom;
+} u64_list;
+
+/* One run: what every phase needs. */
+typedef struct gc_run {
+    st_backend *b;
+    const char *job;
+    const st_gc_policy *p;
+    int dry_run;
+    int64_t grace;
+    st_gc_report *r;
+    uint32_t batch;    /* objects per batch */
+    uint32_t in_batch; /* objects deleted since the last progress report */
+    u64_list pins;
+    st_gc_warn_fn warn;
+    void *warn_arg;
+} gc_run;
 
 static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
 {
@@ -280,12 +365,40 @@ static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
     return ST_OK;
 }
 
-/* Deletes key (unless dry_run) and reports it. */
-static st_err delete_key(st_backend *b, int dry_run, st_gc_report *r, const char *key,
-                         uint64_t size)
+/* Deletes key (unless a dry run) and reports it. */
+static st_err delete_key(gc_run *g, const char *key, uint64_t size)
 {
-    st_err e = dry_run ? ST_OK : st_del(b, key);
-    return e ? e : report_key(r, key, size);
+    st_err e = g->dry_run ? ST_OK : st_del(g->b, key);
+    if (e)
+        return e;
+    g->in_batch++;
+    return report_key(g->r, key, size);
+}
+
+/* 1 (and r->stopped) if the caller asked the run to stop. */
+static int stop_requested(gc_run *g)
+{
+    if (g->p->stop && *g->p->stop)
+        g->r->stopped = 1;
+    return g->r->stopped;
+}
+
+/* Called at the end of every unit a stop must not split: once a batch is
+ * full, reports progress and looks at stop. 1: stop here. */
+static int unit_done(gc_run *g)
+{
+    if (g->in_batch < g->batch)
+        return 0;
+    g->in_batch = 0;
+    if (g->p->progress)
+        g->p->progress(g->p->progress_arg, g->r);
+    return stop_requested(g);
+}
+
+static void gc_warn(gc_run *g, const char *msg)
+{
+    if (g->warn)
+        g->warn(g->warn_arg, msg);
 }
 
 void st_gc_report_free(st_gc_report *r)
@@ -299,13 +412,30 @@ void st_gc_report_free(st_gc_report *r)
     memset(r, 0, sizeof *r);
 }
 
-/* ---- pins ---- */
+/* Lists the objects under jobs/<job>/<what>/ into l; with ids, only those
+ * whose name is a pack id (markers). */
+static st_err list_objs(gc_run *g, const char *what, int ids, obj_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    st_err e = key_job_prefix(prefix, sizeof prefix, g->job, what);
+    l->prefix_len = strlen(prefix);
+    l->ids = ids;
+    if (!e)
+        e = st_list(g->b, prefix, collect_obj, l);
+    if (!e && l->oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing %s", prefix);
+    return e;
+}
 
-typedef struct u64_list {
-    uint64_t *v;
-    size_t n, cap;
-    int oom;
-} u64_list;
+/* The pack id a marker of l is named by. */
+static st_id marker_id(const obj_list *l, size_t i)
+{
+    st_id id = {{0}};
+    st_id_parse(l->v[i].key + l->prefix_len, &id); /* checked by collect_obj */
+    return id;
+}
+
+/* ---- pins ---- */
 
 static int collect_pin(void *arg, const char *key, uint64_t size)
 {
@@ -325,7 +455,7 @@ static st_err list_pins(st_backend *b, const char *job, u64_list *l)
 {
     char prefix[ST_KEY_MAX];
     memset(l, 0, sizeof *l);
-    st_err e = key_pins_prefix(prefix, sizeof prefix, job);
+    st_err e = key_job_prefix(prefix, sizeof prefix, job, "pins");
     if (!e)
         e = st_list(b, prefix, collect_pin, l);
     if (!e && l->oom)
@@ -409,9 +539,9 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
     }
 }
 
-/* Deletes one step: its part records first (it is then invisible), then
- * every other object under its prefix. */
-static st_err delete_step(st_backend *b, int dry_run, st_gc_report *r, const gc_step *st)
+/* Deletes every object of a step: its part records first (it is then
+ * invisible), then every other object under its prefix. */
+static st_err delete_step_objects(gc_run *g, const gc_step *st)
 {
     static const char suffix[] = ".commit";
     st_err e = ST_OK;
@@ -421,13 +551,21 @@ static st_err delete_step(st_backend *b, int dry_run, st_gc_report *r, const gc_
             int is_part = len > sizeof suffix - 1 &&
                           !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
             if (is_part == parts) {
-                e = delete_key(b, dry_run, r, st->objs[i].key, st->objs[i].size);
+                e = delete_key(g, st->objs[i].key, st->objs[i].size);
                 if (!e && is_part)
-                    r->parts_deleted++;
+                    g->r->parts_deleted++;
                 else if (!e)
-                    r->manifests_deleted++;
+                    g->r->manifests_deleted++;
             }
         }
+    return e;
+}
+
+/* Deletes one step retention picked (or the mount asked for) and records it. */
+static st_err delete_step(gc_run *g, const gc_step *st)
+{
+    st_gc_report *r = g->r;
+    st_err e = delete_step_objects(g, st);
     if (!e && !grow((void **)&r->deleted_steps, &r->deleted_steps_cap, r->steps_deleted + 1,
                     sizeof *r->deleted_steps))
         r->deleted_steps[r->steps_deleted++] = st->step;
@@ -436,17 +574,144 @@ static st_err delete_step(st_backend *b, int dry_run, st_gc_report *r, const gc_
     return e;
 }
 
+/* ---- intents: the steps a run is about to delete (docs/GC.md) ---- */
+
+/* PUTs "ckptfs-gc-deleting v1 <t0>\n<step>\n..." for the steps of l marked
+ * deleted under a key of this run's own (key, cap bytes). */
+static st_err intent_put(gc_run *g, const step_list *l, char *key, size_t cap)
+{
+    const int64_t t0 = st_now_ns();
+    st_err e = key_job_prefix(key, cap, g->job, "gc/deleting");
+    if (e)
+        return e;
+    size_t len = strlen(key);
+    int n = snprintf(key + len, cap - len, "%020lld.%ld", (long long)t0, (long)getpid());
+    if (n < 0 || (size_t)n >= cap - len)
+        return st_seterr(ST_ERR_INVALID, "intent key too long");
+    size_t text_cap = sizeof INTENT_MAGIC + 24; /* " <t0>\n" */
+    for (size_t i = 0; i < l->n; i++)
+        text_cap += l->steps[i].deleted ? 22 : 0; /* "<step>\n" */
+    char *text = malloc(text_cap);
+    if (!text)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    len = (size_t)snprintf(text, text_cap, INTENT_MAGIC " %lld\n", (long long)t0);
+    for (size_t i = 0; i < l->n; i++)
+        if (l->steps[i].deleted)
+            len += (size_t)snprintf(text + len, text_cap - len, "%" PRIu64 "\n", l->steps[i].step);
+    e = st_put(g->b, key, text, len);
+    free(text);
+    return e;
+}
+
+/* Decodes an intent: its stamp and its steps (steps->v malloc'd). */
+static st_err intent_decode(const st_bytes *buf, int64_t *t0, u64_list *steps)
+{
+    char *text = malloc(buf->len + 1), *p, *end;
+    if (!text)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    memcpy(text, buf->data, buf->len);
+    text[buf->len] = '\0';
+    end = text;
+    st_err e = ST_OK;
+    if (strncmp(text, INTENT_MAGIC " ", sizeof INTENT_MAGIC) ||
+        (*t0 = strtoll(text + sizeof INTENT_MAGIC, &end, 10)) < 0 || *end != '\n')
+        e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
+    for (p = end + 1; !e && *p; p = end + 1) {
+        uint64_t step = strtoull(p, &end, 10);
+        if (end == p || *end != '\n')
+            e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
+        else if (grow((void **)&steps->v, &steps->cap, steps->n + 1, sizeof *steps->v))
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        else
+            steps->v[steps->n++] = step;
+    }
+    free(text);
+    return e;
+}
+
+/* Finishes the step deletions of interrupted runs: for every intent older
+ * than grace, each step it lists that has objects and no part record loses
+ * those objects; then the intent goes. */
+static st_err finish_intents(gc_run *g, step_list *l)
+{
+    obj_list intents = {0};
+    st_bytes buf = {0};
+    st_err e = list_objs(g, "gc/deleting", 0, &intents);
+    const int64_t now = st_now_ns();
+    for (size_t i = 0; i < intents.n && !e && !g->r->stopped; i++) {
+        u64_list steps = {0};
+        int64_t t0 = 0;
+        e = st_get(g->b, intents.v[i].key, 0, ST_GET_TO_END, &buf);
+        if (e == ST_ERR_NOT_FOUND) {
+            e = ST_OK; /* another run finished it */
+            continue;
+        }
+        if (!e && (e = intent_decode(&buf, &t0, &steps)) == ST_ERR_CORRUPT) {
+            char msg[ST_KEY_MAX + 64];
+            snprintf(msg, sizeof msg, "gc: %s is not a GC intent; deleting it", intents.v[i].key);
+            gc_warn(g, msg);
+            e = ST_OK;
+            t0 = 0; /* nothing to finish: just delete it */
+            steps.n = 0;
+        }
+        if (!e && now - t0 < g->grace) {
+            free(steps.v);
+            continue; /* its run may still be at work */
+        }
+        for (size_t k = 0; k < steps.n && !e && !g->r->stopped; k++)
+            for (size_t j = 0; j < l->n && !e; j++) {
+                gc_step *st = &l->steps[j];
+                if (st->step != steps.v[k] || st->keys.nnodes || !st->nobjs || st->finished)
+                    continue;
+                st->finished = 1; /* once, even if two intents list it */
+                if (!(e = delete_step_objects(g, st)))
+                    unit_done(g);
+            }
+        free(steps.v);
+        if (!e && !g->r->stopped && !(e = delete_key(g, intents.v[i].key, intents.v[i].size))) {
+            g->r->markers_deleted++;
+            unit_done(g);
+        }
+    }
+    obj_list_free(&intents);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* Deletes the steps of l marked deleted, under an intent of this run. */
+static st_err delete_picked(gc_run *g, step_list *l)
+{
+    char intent[ST_KEY_MAX];
+    int any = 0;
+    st_err e = ST_OK;
+    for (size_t i = 0; i < l->n; i++)
+        any |= l->steps[i].deleted;
+    if (!any)
+        return ST_OK;
+    if (!g->dry_run && (e = intent_put(g, l, intent, sizeof intent)))
+        return e;
+    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++)
+        if (l->steps[i].deleted && !(e = delete_step(g, &l->steps[i])))
+            unit_done(g);
+    /* Every step it names is whole again (deleted, or not touched). Not
+     * reported: the run made it itself. Left behind on an error, for the
+     * next run to finish. */
+    if (!e && !g->dry_run)
+        e = st_del(g->b, intent);
+    return e;
+}
+
 /* ---- the sweep ---- */
 
 typedef struct pack_obj {
     st_id id;
     uint64_t size;
-    int marked; /* a marker exists */
+    int marked; /* a pending marker exists (readable, or treated as new) */
     int64_t marked_ns, grace_ns;
+    int64_t pending_size, retired_size; /* of its markers; -1: none */
 } pack_obj;
 
 typedef struct pack_list {
-    const char *job;
     size_t prefix_len;
     pack_obj *v;
     size_t n, cap;
@@ -470,45 +735,87 @@ static int collect_pack(void *arg, const char *key, uint64_t size)
     if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
         st_idmap_put(&l->index, &id, (uint32_t)l->n))
         return l->oom = 1;
-    l->v[l->n++] = (pack_obj){.id = id, .size = size};
+    l->v[l->n++] = (pack_obj){.id = id, .size = size, .pending_size = -1, .retired_size = -1};
     return 0;
 }
 
-typedef struct marker_obj {
-    st_id id;
-    uint64_t size;
-} marker_obj;
+/* What the referenced set knows of one pack. */
+typedef struct pack_ref {
+    uint64_t live; /* bytes of its distinct referenced chunks */
+    int held;      /* referenced by a pinned or keep_every step */
+} pack_ref;
 
-typedef struct marker_list {
-    size_t prefix_len;
-    marker_obj *v;
+typedef struct ref_set {
+    st_idmap index; /* pack id -> position in v */
+    pack_ref *v;
     size_t n, cap;
-    int oom;
-} marker_list;
+    int count_live;
+    st_idmap counted; /* (pack, offset) ids of the chunks counted in live */
+} ref_set;
 
-static int collect_marker(void *arg, const char *key, uint64_t size)
+static void ref_set_free(ref_set *s)
 {
-    marker_list *l = arg;
-    st_id id;
-    if (st_id_parse(key + l->prefix_len, &id))
-        return 0;
-    if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v))
-        return l->oom = 1;
-    l->v[l->n++] = (marker_obj){id, size};
-    return 0;
+    st_idmap_free(&s->index);
+    st_idmap_free(&s->counted);
+    free(s->v);
 }
 
-/* Adds every pack the manifest named by each part record of the (not
- * deleted) steps of l references to refs; reports superseded manifest
- * revisions older than grace as deletable (keys into *old). */
-static st_err scan_references(st_backend *b, const char *job, const step_list *l,
-                              const step_list *deleted_from, st_idmap *refs, gc_obj **old,
-                              size_t *nold, int64_t grace, int64_t now)
+/* Position of pack in s, added on first sight. */
+static st_err ref_pack(ref_set *s, const st_id *pack, uint32_t *at)
+{
+    if (st_idmap_get(&s->index, pack, at))
+        return ST_OK;
+    if (grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    *at = (uint32_t)s->n;
+    s->v[s->n++] = (pack_ref){0, 0};
+    return st_idmap_put(&s->index, pack, *at);
+}
+
+/* Adds the packs m references to s, and with count_live the bytes of its
+ * chunks that no manifest counted yet. */
+static st_err ref_manifest(ref_set *s, const st_manifest *m, int held)
+{
+    uint32_t *at = malloc((m->npacks ? m->npacks : 1) * sizeof *at);
+    st_err e = at ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t p = 0; !e && p < m->npacks; p++)
+        if (!(e = ref_pack(s, &m->packs[p], &at[p])))
+            s->v[at[p]].held |= held;
+    for (size_t f = 0; !e && s->count_live && f < m->nfiles; f++)
+        for (size_t k = 0; !e && k < m->files[f].nchunks; k++) {
+            const st_chunk_ref *c = &m->files[f].chunks[k];
+            uint8_t where[ST_ID_LEN + 8];
+            uint32_t one;
+            memcpy(where, m->packs[c->pack].b, ST_ID_LEN);
+            for (int i = 0; i < 8; i++)
+                where[ST_ID_LEN + i] = (uint8_t)(c->offset >> (8 * i));
+            st_id id = st_id_of(where, sizeof where);
+            if (st_idmap_get(&s->counted, &id, &one))
+                continue;
+            if (!(e = st_idmap_put(&s->counted, &id, 1)))
+                s->v[at[c->pack]].live += c->stored_len;
+        }
+    free(at);
+    return e;
+}
+
+/* 1 if retention keeps step for good (pinned, or a multiple of keep_every). */
+static int step_held(const gc_run *g, uint64_t step)
+{
+    return u64_in(&g->pins, step) || (g->p->keep_every && step % g->p->keep_every == 0);
+}
+
+/* Adds what the manifest named by each part record of the (not deleted)
+ * steps of l references to refs; reports superseded manifest revisions
+ * older than grace as deletable (keys into *old). Stops early, leaving the
+ * set incomplete, if the caller asks the run to stop. */
+static st_err scan_references(gc_run *g, const step_list *l, const step_list *deleted_from,
+                              ref_set *refs, gc_obj **old, size_t *nold, int64_t now)
 {
     st_bytes buf = {0};
     size_t old_cap = 0;
     st_err e = ST_OK;
-    for (size_t i = 0; i < l->n && !e; i++) {
+    for (size_t i = 0; i < l->n && !e && !stop_requested(g); i++) {
         const gc_step *st = &l->steps[i];
         int gone = 0;
         for (size_t j = 0; deleted_from && j < deleted_from->n; j++)
@@ -518,27 +825,26 @@ static st_err scan_references(st_backend *b, const char *job, const step_list *l
         for (size_t k = 0; k < st->keys.nnodes && !e; k++) {
             st_part part;
             st_manifest m;
-            e = st_stepio_load_part(b, job, st->step, st->keys.nodes[k], &buf, &part);
+            e = st_stepio_load_part(g->b, g->job, st->step, st->keys.nodes[k], &buf, &part);
             if (e == ST_ERR_NOT_FOUND) {
                 e = ST_OK; /* deleted since the listing: it references nothing now */
                 continue;
             }
             if (e)
                 break;
-            e = st_stepio_load_manifest(b, &part, &buf, &m);
+            e = st_stepio_load_manifest(g->b, &part, &buf, &m);
             if (!e) {
-                for (size_t p = 0; !e && p < m.npacks; p++)
-                    e = st_idmap_put(refs, &m.packs[p], 1);
+                e = ref_manifest(refs, &m, step_held(g, st->step));
                 st_manifest_free(&m);
             }
             /* Revisions this part record superseded, once it is older than
              * grace (a reader that fetched the older record is done). */
-            for (size_t o = 0; !e && o < st->nobjs && now - part.created_ns >= grace; o++) {
+            for (size_t o = 0; !e && o < st->nobjs && now - part.created_ns >= g->grace; o++) {
                 uint64_t step;
                 const char *rest;
                 char node[ST_NODE_MAX + 1];
                 uint32_t rev;
-                if (st_key_parse_step(st->objs[o].key, job, &step, &rest) ||
+                if (st_key_parse_step(st->objs[o].key, g->job, &step, &rest) ||
                     !parse_manifest_rest(rest, node, &rev) || strcmp(node, part.node) ||
                     rev >= part.revision)
                     continue;
@@ -556,31 +862,128 @@ static st_err scan_references(st_backend *b, const char *job, const step_list *l
     return e;
 }
 
-static st_err sweep(st_backend *b, const char *job, const step_list *first, int dry_run,
-                    int64_t grace, st_gc_report *r)
+/* The retirement threshold of policy p, or a value >= 1 for "never". */
+static double repack_threshold(const st_gc_policy *p)
+{
+    return p->repack_dead > 0 ? p->repack_dead : DEFAULT_REPACK_DEAD;
+}
+
+/* Writes pack's retire marker if it is mostly dead and may be retired. */
+static st_err maybe_retire(gc_run *g, const pack_obj *p, const pack_ref *ref, int64_t t0)
+{
+    char key[ST_KEY_MAX], text[160];
+    const double threshold = repack_threshold(g->p);
+    if (threshold >= 1 || ref->held || p->retired_size >= 0 || !p->size || ref->live >= p->size ||
+        1.0 - (double)ref->live / (double)p->size < threshold)
+        return ST_OK;
+    g->r->packs_retired++;
+    g->r->retired_live_bytes += ref->live;
+    if (g->dry_run)
+        return ST_OK;
+    int n = snprintf(text, sizeof text, RETIRED_MAGIC " %lld %" PRIu64 " %" PRIu64 "\n",
+                     (long long)t0, ref->live, p->size);
+    st_err e = st_key_gc_retired(key, sizeof key, g->job, &p->id);
+    return e ? e : st_put(g->b, key, text, (size_t)n);
+}
+
+/* Deletes an unreferenced pack whose grace is over: the pack first, then
+ * its pending marker, then its retire marker (writers look at the pending
+ * marker before the pack, docs/GC.md). */
+static st_err delete_pack(gc_run *g, const pack_obj *p)
+{
+    char key[ST_KEY_MAX];
+    st_err e = st_key_pack(key, sizeof key, g->job, &p->id);
+    if (e || (e = delete_key(g, key, p->size)))
+        return e;
+    g->r->packs_deleted++;
+    if (p->pending_size >= 0) {
+        st_key_gc_pending(key, sizeof key, g->job, &p->id);
+        if ((e = delete_key(g, key, (uint64_t)p->pending_size)))
+            return e;
+        g->r->markers_deleted++;
+    }
+    if (p->retired_size >= 0) {
+        st_key_gc_retired(key, sizeof key, g->job, &p->id);
+        if ((e = delete_key(g, key, (uint64_t)p->retired_size)))
+            return e;
+        g->r->markers_deleted++;
+    }
+    return ST_OK;
+}
+
+/* Reads the pending markers of packs that exist and are unreferenced into
+ * packs; deletes the other pending markers and the retire markers whose
+ * pack is gone. */
+static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
+                           const obj_list *retired, const ref_set *refs, int64_t t0)
+{
+    st_bytes buf = {0};
+    st_err e = ST_OK;
+    for (size_t i = 0; i < pending->n && !e && !g->r->stopped; i++) {
+        uint32_t at, ref;
+        const gc_obj *m = &pending->v[i];
+        const st_id id = marker_id(pending, i);
+        int exists = st_idmap_get(&packs->index, &id, &at);
+        int referenced = st_idmap_get(&refs->index, &id, &ref);
+        if (!exists || referenced) {
+            if (!(e = delete_key(g, m->key, m->size))) {
+                g->r->markers_deleted++;
+                g->r->packs_unmarked += exists && referenced;
+                unit_done(g);
+            }
+            continue;
+        }
+        pack_obj *p = &packs->v[at];
+        e = st_get(g->b, m->key, 0, ST_GET_TO_END, &buf);
+        if (e == ST_ERR_NOT_FOUND) {
+            e = ST_OK; /* another GC run dropped it */
+            continue;
+        }
+        p->pending_size = (int64_t)m->size;
+        p->marked = !e;
+        /* An unreadable marker counts as written now: it ages from here. */
+        if (!e && st_gc_marker_decode(buf.data, buf.len, &p->marked_ns, &p->grace_ns) != ST_OK) {
+            p->marked_ns = t0;
+            p->grace_ns = g->grace;
+        }
+    }
+    for (size_t i = 0; i < retired->n && !e && !g->r->stopped; i++) {
+        uint32_t at;
+        const st_id id = marker_id(retired, i);
+        if (st_idmap_get(&packs->index, &id, &at)) {
+            packs->v[at].retired_size = (int64_t)retired->v[i].size;
+            continue;
+        }
+        if (!(e = delete_key(g, retired->v[i].key, retired->v[i].size))) {
+            g->r->markers_deleted++;
+            unit_done(g);
+        }
+    }
+    st_bytes_free(&buf);
+    return e;
+}
+
+static st_err sweep(gc_run *g, const step_list *first)
 {
     char prefix[ST_KEY_MAX], key[ST_KEY_MAX], text[128];
-    pack_list packs = {.job = job};
-    marker_list markers = {0};
+    st_gc_report *r = g->r;
+    pack_list packs = {0};
+    obj_list pending = {0}, retired = {0};
     step_list now_steps = {0};
-    st_idmap refs = {0};
+    ref_set refs = {.count_live = repack_threshold(g->p) < 1};
     gc_obj *old = NULL;
     size_t nold = 0;
-    st_bytes buf = {0};
 
     /* 2. t0, then markers and packs: every age below is measured at t0,
      *    before the reference scan starts. */
     const int64_t t0 = st_now_ns();
-    st_err e = st_key_gc_pending_prefix(prefix, sizeof prefix, job);
-    markers.prefix_len = strlen(prefix);
+    st_err e = list_objs(g, "gc/pending", 1, &pending);
     if (!e)
-        e = st_list(b, prefix, collect_marker, &markers);
-    if (!e && markers.oom)
-        e = st_seterr(ST_ERR_NOMEM, "out of memory listing GC markers");
+        e = list_objs(g, "gc/retired", 1, &retired);
     if (!e) {
-        snprintf(prefix, sizeof prefix, "jobs/%s/packs/", job);
+        snprintf(prefix, sizeof prefix, "jobs/%s/packs/", g->job);
         packs.prefix_len = strlen(prefix);
-        e = st_list(b, prefix, collect_pack, &packs);
+        e = st_list(g->b, prefix, collect_pack, &packs);
     }
     if (!e && packs.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory listing packs");
@@ -590,88 +993,62 @@ static st_err sweep(st_backend *b, const char *job, const step_list *first, int 
 
     /* 3. the references, from a fresh listing (a real run: after the
      *    deletions; a dry run: the same steps minus those it would delete). */
-    if ((e = list_steps(b, job, &now_steps)))
+    if ((e = list_steps(g->b, g->job, &now_steps)))
         goto out;
-    e = scan_references(b, job, &now_steps, dry_run ? first : NULL, &refs, &old, &nold, grace, t0);
+    e = scan_references(g, &now_steps, g->dry_run ? first : NULL, &refs, &old, &nold, t0);
     if (e) {
         r->sweep_skipped = 1;
         snprintf(r->why, sizeof r->why, "references unknown, nothing swept: %s", st_errmsg());
         e = ST_OK;
         goto out;
     }
+    if (r->stopped)
+        goto out; /* the references are incomplete: nothing may be judged */
 
     /* 4a. superseded manifest revisions. */
-    for (size_t i = 0; i < nold && !e; i++)
-        if (!(e = delete_key(b, dry_run, r, old[i].key, old[i].size)))
+    for (size_t i = 0; i < nold && !e && !r->stopped; i++)
+        if (!(e = delete_key(g, old[i].key, old[i].size))) {
             r->manifests_deleted++;
+            unit_done(g);
+        }
 
-    /* 4b. markers: read each; drop those whose pack is gone or referenced. */
-    for (size_t i = 0; i < markers.n && !e; i++) {
-        uint32_t at, one;
-        st_key_gc_pending(key, sizeof key, job, &markers.v[i].id);
-        int exists = st_idmap_get(&packs.index, &markers.v[i].id, &at);
-        int referenced = st_idmap_get(&refs, &markers.v[i].id, &one);
-        if (!exists || referenced) {
-            if (!(e = delete_key(b, dry_run, r, key, markers.v[i].size))) {
-                r->markers_deleted++;
-                r->packs_unmarked += exists && referenced;
-            }
-            continue;
-        }
-        e = st_get(b, key, 0, ST_GET_TO_END, &buf);
-        if (e == ST_ERR_NOT_FOUND) {
-            e = ST_OK; /* another GC run dropped it */
-            continue;
-        }
-        if (!e && st_gc_marker_decode(buf.data, buf.len, &packs.v[at].marked_ns,
-                                      &packs.v[at].grace_ns) == ST_OK)
-            packs.v[at].marked = 1;
-        /* An unreadable marker counts as written now: it ages from here. */
-        else if (!e)
-            packs.v[at] = (pack_obj){packs.v[at].id, packs.v[at].size, 1, t0, grace};
-    }
+    /* 4b. markers. */
+    if (!e && !r->stopped)
+        e = sort_markers(g, &packs, &pending, &retired, &refs, t0);
 
     /* 4c. packs. */
-    for (size_t i = 0; i < packs.n && !e; i++) {
+    for (size_t i = 0; i < packs.n && !e && !r->stopped; i++) {
         pack_obj *p = &packs.v[i];
-        uint32_t one;
-        if (st_idmap_get(&refs, &p->id, &one)) {
+        uint32_t at;
+        if (st_idmap_get(&refs.index, &p->id, &at)) {
             r->packs_referenced++;
+            e = maybe_retire(g, p, &refs.v[at], t0);
             continue;
         }
         if (!p->marked) {
             size_t len;
             r->packs_marked++;
-            st_key_gc_pending(key, sizeof key, job, &p->id);
-            if (!dry_run && !(e = marker_encode(text, sizeof text, t0, grace, &len)))
-                e = st_put(b, key, text, len);
+            st_key_gc_pending(key, sizeof key, g->job, &p->id);
+            if (!g->dry_run && !(e = marker_encode(text, sizeof text, t0, g->grace, &len)))
+                e = st_put(g->b, key, text, len);
             continue;
         }
-        int64_t need = p->grace_ns > grace ? p->grace_ns : grace;
+        int64_t need = p->grace_ns > g->grace ? p->grace_ns : g->grace;
         if (t0 - p->marked_ns < need) {
             r->packs_pending++;
             continue;
         }
-        /* The pack first, then its marker (writers look at them in the
-         * opposite order, docs/GC.md). */
-        if ((e = st_key_pack(key, sizeof key, job, &p->id)) ||
-            (e = delete_key(b, dry_run, r, key, p->size)))
-            break;
-        r->packs_deleted++;
-        st_key_gc_pending(key, sizeof key, job, &p->id);
-        for (size_t m = 0; m < markers.n; m++)
-            if (!memcmp(&markers.v[m].id, &p->id, sizeof p->id) &&
-                !(e = delete_key(b, dry_run, r, key, markers.v[m].size)))
-                r->markers_deleted++;
+        if (!(e = delete_pack(g, p)))
+            unit_done(g);
     }
 out:
     free(packs.v);
     st_idmap_free(&packs.index);
-    free(markers.v);
+    obj_list_free(&pending);
+    obj_list_free(&retired);
     step_list_free(&now_steps);
-    st_idmap_free(&refs);
+    ref_set_free(&refs);
     free(old);
-    st_bytes_free(&buf);
     return e;
 }
 
@@ -680,19 +1057,28 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
 {
     static const st_gc_policy none = {0};
     const st_gc_policy *p = policy ? policy : &none;
-    const int64_t grace = p->grace_ns > 0 ? p->grace_ns : ST_GC_DEFAULT_GRACE_NS;
+    gc_run g = {
+        .b = b,
+        .job = job,
+        .p = p,
+        .dry_run = dry_run,
+        .grace = p->grace_ns > 0 ? p->grace_ns : ST_GC_DEFAULT_GRACE_NS,
+        .r = r,
+        .batch = p->batch ? p->batch : DEFAULT_BATCH,
+        .warn = warn,
+        .warn_arg = warn_arg,
+    };
     memset(r, 0, sizeof *r);
     r->dry_run = dry_run;
     if (!st_name_is_valid(job, ST_JOB_MAX))
         return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
 
     step_list l;
-    u64_list pins = {0};
     st_bytes buf = {0};
     st_err e = list_steps(b, job, &l);
     if (e)
         return e;
-    if ((e = list_pins(b, job, &pins)))
+    if ((e = list_pins(b, job, &g.pins)))
         goto out;
 
     /* 1. judge every step; an unreadable one is kept, and its references
@@ -703,11 +1089,9 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
             continue;
         st_stepview v;
         if (st_stepio_load_view(b, job, &st->keys, &buf, &v)) {
-            if (warn) {
-                char msg[600];
-                snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
-                warn(warn_arg, msg);
-            }
+            char msg[600];
+            snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
+            gc_warn(&g, msg);
             st->created_ns = st_now_ns(); /* treated as young and partial */
             continue;
         }
@@ -715,28 +1099,27 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
         st->created_ns = v.created_ns;
         st_stepview_free(&v);
     }
-    pick_steps(&l, &pins, p, grace, st_now_ns());
-    for (size_t i = 0; i < l.n && !e; i++) {
-        if (!l.steps[i].keys.nnodes)
-            continue;
-        if (l.steps[i].deleted)
-            e = delete_step(b, dry_run, r, &l.steps[i]);
-        else
-            r->steps_kept++;
-    }
-    if (!e)
-        e = sweep(b, job, &l, dry_run, grace, r);
+    e = finish_intents(&g, &l);
+    pick_steps(&l, &g.pins, p, g.grace, st_now_ns());
+    for (size_t i = 0; i < l.n; i++)
+        r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
+    if (!e && !r->stopped)
+        e = delete_picked(&g, &l);
+    if (!e && !stop_requested(&g))
+        e = sweep(&g, &l);
 out:
     step_list_free(&l);
-    free(pins.v);
+    free(g.pins.v);
     st_bytes_free(&buf);
     return e;
 }
 
 st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_report *r)
 {
+    static const st_gc_policy none = {0};
     char prefix[ST_KEY_MAX];
     step_list l = {.job = job};
+    gc_run g = {.b = b, .job = job, .p = &none, .r = r, .batch = DEFAULT_BATCH};
     memset(r, 0, sizeof *r);
     if (!st_name_is_valid(job, ST_JOB_MAX))
         return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
@@ -745,9 +1128,10 @@ st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_re
         e = st_list(b, prefix, collect_step_obj, &l);
     if (!e && l.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory listing step %" PRIu64, step);
-    for (size_t i = 0; i < l.n && !e; i++)
-        if (l.steps[i].step == step)
-            e = delete_step(b, 0, r, &l.steps[i]);
+    for (size_t i = 0; i < l.n; i++)
+        l.steps[i].deleted = l.steps[i].step == step; /* even without a part record */
+    if (!e)
+        e = delete_picked(&g, &l);
     step_list_free(&l);
     return e;
 }

@@ -5,6 +5,9 @@
  * manifest references, but only after they carried a "pending" marker for
  * at least the grace period and a fresh scan still finds them unreferenced.
  * Writers (st_ingest) refuse to reference a pack that carries a marker.
+ * Repack: a referenced pack that is mostly dead gets a "retired" marker;
+ * writers then store its live chunks again, in packs of their own, and the
+ * pack dies once the older steps that reference it are deleted.
  *
  * Entry points: st_gc_run() over a backend (the daemon's background GC),
  * st_gc_delete_step() (a step deleted through the mount), and the facade's
@@ -30,6 +33,11 @@
 st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack);
 /*! Prefix of every pending marker of job: "jobs/<job>/gc/pending/". */
 st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job);
+/*! Key of the retire marker of a pack: jobs/<job>/gc/retired/<packid>
+ *  (docs/GC.md, Repack by retirement). */
+st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pack);
+/*! Prefix of every retire marker of job: "jobs/<job>/gc/retired/". */
+st_err st_key_gc_retired_prefix(char *out, size_t cap, const char *job);
 /*! Key of a pin: jobs/<job>/pins/<step20>. */
 st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step);
 
@@ -68,10 +76,11 @@ typedef struct st_gc_report {
     uint64_t objects_deleted; /* == ndeleted */
     uint64_t bytes_freed;     /* sizes of the deleted objects */
     uint64_t packs_retired;   /* referenced but mostly dead: writers store their live chunks anew */
-    int stopped;              /* *policy->stop ended the run early */
-    int sweep_skipped;        /* references could not all be read: nothing swept */
-    char why[320];            /* when sweep_skipped: why */
-    char **deleted;           /* every key deleted, in the order it was (malloc'd) */
+    uint64_t retired_live_bytes; /* live bytes of the packs retired by this run */
+    int stopped;                 /* *policy->stop ended the run early */
+    int sweep_skipped;           /* references could not all be read: nothing swept */
+    char why[320];               /* when sweep_skipped: why */
+    char **deleted;              /* every key deleted, in the order it was (malloc'd) */
     size_t ndeleted;
     size_t deleted_cap, deleted_steps_cap; /* internal */
 } st_gc_report;
@@ -85,11 +94,16 @@ typedef struct st_gc_policy {
     uint64_t keep_every; /* keep consistent steps whose number is a multiple of K (0: none) */
     int64_t grace_ns;    /* sweep grace period; <= 0: ST_GC_DEFAULT_GRACE_NS (1 h) */
     /* Repack: a referenced pack whose dead bytes are at least this fraction
-     * of it is retired (docs/GC.md). 0: the default, 0.5; >= 1: never. */
+     * of it is retired (docs/GC.md). 0 (or negative): the default, 0.5;
+     * >= 1: never. Packs referenced by a pinned or keep_every step are never
+     * retired (that step holds them whole anyway). */
     double repack_dead;
     /* Deletions are issued in batches of this many objects (0: 1000); after
-     * each batch progress (may be NULL) hears the report so far, and the run
-     * looks at *stop (may be NULL): non-zero ends it there (r->stopped). */
+     * each batch, at the end of the unit that filled it (a whole step, a
+     * pack with its markers, one marker), progress (may be NULL) hears the
+     * report so far on the run's thread, and the run looks at *stop (may be
+     * NULL): non-zero ends it there (r->stopped; ST_OK). The run also looks
+     * at *stop between its phases and while it reads references. */
     uint32_t batch;
     void (*progress)(void *arg, const st_gc_report *r);
     void *progress_arg;
@@ -109,9 +123,10 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
 /*!
  * Deletes one step of job now, whatever retention says: its part records
  * first (the step is invisible from then on), then every other object under
- * its prefix. The packs it referenced are left to the sweep. A step with no
- * object is not an error (r->steps_deleted stays 0). Release r with
- * st_gc_report_free().
+ * its prefix, with an intent object around it so that a later GC run
+ * finishes the deletion if this one is interrupted (docs/GC.md). The packs
+ * it referenced are left to the sweep. A step with no object is not an
+ * error (r->steps_deleted stays 0). Release r with st_gc_report_free().
  */
 st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_report *r);
 void st_gc_report_free(st_gc_report *r);

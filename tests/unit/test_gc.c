@@ -3,7 +3,9 @@
  * in a temp dir, steps made with st_store_put_dir: retention choices, a dry
  * run lists exactly what the real run then deletes, pending markers and the
  * grace period, a writer that meets a pending pack stores its chunks again,
- * and after every run every kept step still verifies.
+ * repack by retirement (GC side and writer side), batches, progress and
+ * stop, intents of interrupted step deletions; and after every run every
+ * kept step still verifies.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -45,21 +47,28 @@ static st_store *open_store(const char *state_name)
     return s;
 }
 
-/* Puts step `step` of job: a file shared by every step and one of its own
- * (seeded by `seed`). */
-static void put_step(st_store *s, const char *job, uint64_t step, unsigned seed, st_put_result *r)
+/* Puts step `step` of job: shared.bin, the same in every step (shared
+ * bytes), and own.bin, seeded by `seed` (own bytes). */
+static void put_sized(st_store *s, const char *job, uint64_t step, size_t shared, size_t own,
+                      unsigned seed, st_put_result *r)
 {
-    static uint8_t buf[256 * KIB];
+    static uint8_t buf[512 * KIB];
     char dir[400], p[450];
     snprintf(dir, sizeof dir, "%s/src-%s-%llu", root, job, (unsigned long long)step);
     mkdir(dir, 0755);
-    ut_rand_fill(buf, sizeof buf, 7);
+    ut_rand_fill(buf, shared, 7);
     snprintf(p, sizeof p, "%s/shared.bin", dir);
-    write_file(p, buf, sizeof buf);
-    ut_rand_fill(buf, sizeof buf, 1000 + seed);
+    write_file(p, buf, shared);
+    ut_rand_fill(buf, own, 1000 + seed);
     snprintf(p, sizeof p, "%s/own.bin", dir);
-    write_file(p, buf, sizeof buf);
+    write_file(p, buf, own);
     CHECK_OK(st_store_put_dir(s, job, step, dir, r));
+}
+
+/* A step of 256 KiB shared and 256 KiB of its own. */
+static void put_step(st_store *s, const char *job, uint64_t step, unsigned seed, st_put_result *r)
+{
+    put_sized(s, job, step, 256 * KIB, 256 * KIB, seed, r);
 }
 
 /* The job's steps as a bit set (steps < 64). */
@@ -98,6 +107,8 @@ static void gc_checked(st_store *s, const char *job, const st_gc_policy *p, st_g
     CHECK(dry.ndeleted == real->ndeleted);
     CHECK(dry.bytes_freed == real->bytes_freed);
     CHECK(dry.steps_deleted == real->steps_deleted);
+    CHECK(dry.packs_retired == real->packs_retired);
+    CHECK(dry.packs_marked == real->packs_marked);
     for (size_t i = 0; i < dry.ndeleted && i < real->ndeleted; i++)
         CHECK(!strcmp(dry.deleted[i], real->deleted[i]));
     st_gc_report_free(&dry);
@@ -209,6 +220,269 @@ static void test_writer_restores_pending_pack(void)
     st_store_close(s);
 }
 
+/* ---- the store seen directly ---- */
+
+static st_backend *open_backend(void)
+{
+    char dir[400];
+    st_backend *b = NULL;
+    snprintf(dir, sizeof dir, "%s/store", root);
+    CHECK_OK(st_backend_file_open(dir, &b));
+    return b;
+}
+
+typedef struct key_set {
+    char keys[64][ST_KEY_MAX];
+    size_t n;
+} key_set;
+
+static int collect(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    key_set *k = arg;
+    if (k->n < 64)
+        snprintf(k->keys[k->n++], ST_KEY_MAX, "%s", key);
+    return 0;
+}
+
+/* The keys under jobs/<job>/<what>. */
+static void list_under(st_backend *b, const char *job, const char *what, key_set *k)
+{
+    char prefix[ST_KEY_MAX];
+    snprintf(prefix, sizeof prefix, "jobs/%s/%s", job, what);
+    k->n = 0;
+    CHECK_OK(st_list(b, prefix, collect, k));
+}
+
+/* The id of the only pack of job (the test's first step). */
+static st_id only_pack(st_backend *b, const char *job)
+{
+    key_set k;
+    st_id id = {{0}};
+    list_under(b, job, "packs/", &k);
+    CHECK(k.n == 1);
+    const char *name = strrchr(k.keys[0], '/') + 1;
+    char hex[ST_ID_HEX_LEN + 1];
+    memcpy(hex, name, ST_ID_HEX_LEN);
+    hex[ST_ID_HEX_LEN] = '\0';
+    CHECK(st_id_parse(hex, &id) == 0);
+    return id;
+}
+
+static int exists(st_backend *b, const char *key)
+{
+    uint64_t size;
+    return st_stat(b, key, &size) == ST_OK;
+}
+
+/* ---- repack by retirement ---- */
+
+/* GC side: a pack that is mostly dead once its step is gone gets a retire
+ * marker, once; repack_dead >= 1 disables that; a mostly-live one gets none. */
+static void test_retire_marker(void)
+{
+    st_store *s = open_store("state-rt");
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX];
+    st_gc_report r;
+    /* Step 1's pack: 128 KiB shared (live while any step lives) and 384 KiB
+     * of its own (dead once step 1 is deleted): 75% dead. */
+    put_sized(s, "rt", 1, 128 * KIB, 384 * KIB, 1, NULL);
+    const st_id p1 = only_pack(b, "rt");
+    for (uint64_t i = 2; i <= 3; i++)
+        put_sized(s, "rt", i, 128 * KIB, 384 * KIB, (unsigned)i, NULL);
+
+    st_gc_policy off = {.keep_last = 2, .grace_ns = 1, .repack_dead = 1.0};
+    gc_checked(s, "rt", &off, &r);
+    CHECK(r.steps_deleted == 1 && r.packs_referenced == 3 && r.packs_retired == 0);
+    st_gc_report_free(&r);
+    CHECK_OK(st_key_gc_retired(key, sizeof key, "rt", &p1));
+    CHECK(!exists(b, key));
+
+    /* A threshold above 75% does not retire it either; the default does. */
+    st_gc_policy high = {.grace_ns = 1, .repack_dead = 0.8};
+    gc_checked(s, "rt", &high, &r);
+    CHECK(r.packs_retired == 0);
+    st_gc_report_free(&r);
+    st_gc_policy dflt = {.grace_ns = 1};
+    gc_checked(s, "rt", &dflt, &r);
+    CHECK(r.packs_retired == 1 && r.ndeleted == 0);
+    CHECK(r.retired_live_bytes > 128 * KIB && r.retired_live_bytes < 140 * KIB);
+    st_gc_report_free(&r);
+    CHECK(exists(b, key));
+    gc_checked(s, "rt", &dflt, &r); /* once */
+    CHECK(r.packs_retired == 0 && r.ndeleted == 0);
+    st_gc_report_free(&r);
+
+    /* Mostly live: 384 KiB shared, 128 KiB own, 25% dead. */
+    put_sized(s, "rl", 1, 384 * KIB, 128 * KIB, 1, NULL);
+    for (uint64_t i = 2; i <= 3; i++)
+        put_sized(s, "rl", i, 384 * KIB, 128 * KIB, (unsigned)i, NULL);
+    st_gc_policy last2 = {.keep_last = 2, .grace_ns = 1};
+    gc_checked(s, "rl", &last2, &r);
+    CHECK(r.steps_deleted == 1 && r.packs_retired == 0);
+    st_gc_report_free(&r);
+
+    /* A pack a pinned step references is not retired: the pin holds it. */
+    put_sized(s, "rp", 1, 128 * KIB, 384 * KIB, 1, NULL);
+    for (uint64_t i = 2; i <= 3; i++)
+        put_sized(s, "rp", i, 128 * KIB, 384 * KIB, (unsigned)i, NULL);
+    CHECK_OK(st_store_pin(s, "rp", 2, 1));
+    gc_checked(s, "rp", &last2, &r);
+    CHECK(r.steps_deleted == 1 && r.packs_retired == 0);
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
+/* ---- batches, progress, stop ---- */
+
+typedef struct progress_log {
+    int calls;
+    uint64_t objects[16];
+    volatile int stop;
+    int stop_after; /* set stop at this call (0: never) */
+} progress_log;
+
+static void on_progress(void *arg, const st_gc_report *r)
+{
+    progress_log *l = arg;
+    if (l->calls < 16)
+        l->objects[l->calls] = r->objects_deleted;
+    l->calls++;
+    if (l->stop_after && l->calls >= l->stop_after)
+        l->stop = 1;
+}
+
+/* Every step prefix of job has a part record, and no intent is left. */
+static void check_whole_steps(st_backend *b, const char *job)
+{
+    key_set k;
+    list_under(b, job, "steps/", &k);
+    for (size_t i = 0; i < k.n; i++) {
+        char prefix[ST_KEY_MAX];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(strstr(k.keys[i], "/nodes/") - k.keys[i]),
+                 k.keys[i]);
+        int has_part = 0;
+        for (size_t j = 0; j < k.n; j++)
+            has_part |=
+                !strncmp(k.keys[j], prefix, strlen(prefix)) && strstr(k.keys[j], ".commit") != NULL;
+        CHECK(has_part);
+    }
+    list_under(b, job, "gc/deleting/", &k);
+    CHECK(k.n == 0);
+}
+
+static void test_batches_and_stop(void)
+{
+    st_store *s = open_store("state-b");
+    st_backend *b = open_backend();
+    for (uint64_t i = 1; i <= 6; i++)
+        put_step(s, "b", i, 300 + (unsigned)i, NULL);
+
+    /* Batches of 2 objects (a step is a part record and a manifest); stop
+     * at the first report: one whole step goes, in dry run as in the real run. */
+    progress_log dry_log = {.stop_after = 1}, real_log = {.stop_after = 1};
+    st_gc_policy p = {.keep_last = 1, .grace_ns = 1, .batch = 2, .progress = on_progress};
+    st_gc_report dry, real;
+    p.progress_arg = &dry_log;
+    p.stop = &dry_log.stop;
+    CHECK_OK(st_store_gc(s, "b", &p, 1, &dry));
+    p.progress_arg = &real_log;
+    p.stop = &real_log.stop;
+    CHECK_OK(st_store_gc(s, "b", &p, 0, &real));
+    CHECK(real.stopped && dry.stopped);
+    CHECK(real_log.calls == 1 && real_log.objects[0] == 2);
+    CHECK(real.steps_deleted == 1 && real.deleted_steps[0] == 1 && real.objects_deleted == 2);
+    CHECK(real.packs == 0 && real.packs_marked == 0); /* the sweep did not start */
+    CHECK(dry.ndeleted == real.ndeleted);
+    for (size_t i = 0; i < dry.ndeleted && i < real.ndeleted; i++)
+        CHECK(!strcmp(dry.deleted[i], real.deleted[i]));
+    st_gc_report_free(&dry);
+    st_gc_report_free(&real);
+    CHECK(steps_of(s, "b") == 0x7c); /* 2..6 */
+    check_whole_steps(b, "b");
+    verify_all(s, "b");
+
+    /* A batch of 3 ends after the second step (4 objects): progress hears
+     * 4, then 8; no stop: the run goes to its end. */
+    progress_log log = {0};
+    st_gc_policy p3 = {.keep_last = 1,
+                       .grace_ns = 1,
+                       .batch = 3,
+                       .progress = on_progress,
+                       .progress_arg = &log,
+                       .stop = &log.stop};
+    CHECK_OK(st_store_gc(s, "b", &p3, 0, &real));
+    CHECK(!real.stopped && real.steps_deleted == 4 && real.packs_marked == 4);
+    CHECK(log.calls == 2 && log.objects[0] == 4 && log.objects[1] == 8);
+    st_gc_report_free(&real);
+    CHECK(steps_of(s, "b") == 1u << 6);
+    check_whole_steps(b, "b");
+
+    /* The sweep stops between packs: a pack and its marker go together. */
+    progress_log sweep_log = {.stop_after = 1};
+    st_gc_policy ps = {.grace_ns = 1,
+                       .batch = 1,
+                       .progress = on_progress,
+                       .progress_arg = &sweep_log,
+                       .stop = &sweep_log.stop};
+    CHECK_OK(st_store_gc(s, "b", &ps, 0, &real));
+    CHECK(real.stopped && real.packs_deleted == 1 && real.markers_deleted == 1);
+    CHECK(real.objects_deleted == 2 && sweep_log.calls == 1);
+    st_gc_report_free(&real);
+    st_gc_policy sweep_only = {.grace_ns = 1};
+    gc_checked(s, "b", &sweep_only, &real);
+    CHECK(!real.stopped && real.packs_deleted == 3 && real.markers_deleted == 3);
+    st_gc_report_free(&real);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
+/* A run that died between a step's part records and its manifests leaves
+ * its intent: a later run (once the intent is older than grace) deletes
+ * the rest. A manifest without part record and without intent (a writer's
+ * orphan) is left alone. */
+static void test_interrupted_deletion(void)
+{
+    st_store *s = open_store("state-i");
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX], text[128];
+    for (uint64_t i = 1; i <= 3; i++)
+        put_step(s, "i", i, 400 + (unsigned)i, NULL);
+    /* "Crash" in the middle of deleting steps 1 and 2: both part records gone. */
+    for (uint64_t i = 1; i <= 2; i++) {
+        CHECK_OK(st_key_part(key, sizeof key, "i", i, "test-node"));
+        CHECK_OK(st_del(b, key));
+    }
+    snprintf(key, sizeof key, "jobs/i/gc/deleting/%020lld.1", (long long)st_now_ns());
+    int n = snprintf(text, sizeof text, "ckptfs-gc-deleting v1 %lld\n1\n",
+                     (long long)(st_now_ns() - 10 * SEC));
+    CHECK_OK(st_put(b, key, text, (size_t)n));
+
+    /* Grace 1 h: the intent may belong to a run at work; nothing happens. */
+    st_gc_report r;
+    st_gc_policy slow = {.grace_ns = 3600 * SEC};
+    gc_checked(s, "i", &slow, &r);
+    CHECK(r.ndeleted == 0);
+    st_gc_report_free(&r);
+    /* Grace 1 s: step 1's manifest goes, then the intent; step 2 (not in
+     * the intent) stays. */
+    st_gc_policy fast = {.grace_ns = SEC};
+    gc_checked(s, "i", &fast, &r);
+    CHECK(r.ndeleted == 2 && r.manifests_deleted == 1 && r.markers_deleted == 1);
+    CHECK(strstr(r.deleted[0], "/steps/00000000000000000001/") != NULL);
+    CHECK(!strcmp(r.deleted[1], key));
+    st_gc_report_free(&r);
+    key_set k;
+    list_under(b, "i", "steps/00000000000000000002/", &k);
+    CHECK(k.n == 1); /* the writer-like orphan manifest */
+    list_under(b, "i", "gc/deleting/", &k);
+    CHECK(k.n == 0);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
 /* The writer's check itself: marker first, then the pack; young markers
  * are accepted only for the final look before publishing. */
 static void test_pack_usable(void)
@@ -250,6 +524,9 @@ int main(void)
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);
     RUN(test_pack_usable);
+    RUN(test_retire_marker);
+    RUN(test_batches_and_stop);
+    RUN(test_interrupted_deletion);
     ut_rmtree(root);
     return ut_finish();
 }
