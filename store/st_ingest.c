@@ -21,6 +21,18 @@
  * are stored again. st_ingest_finish looks at every pack of the manifest
  * once more, right before the caller publishes, so that the time between
  * the last look and the publish is one publish, not a whole ingest.
+ *
+ * Repack (docs/GC.md, Repack by retirement): at the first chunk the index
+ * finds in an old pack, the ingest lists the job's retire markers once. A
+ * chunk whose indexed pack is retired is stored again, in the "rehome"
+ * stream: a second open pack, uploaded by the same workers, that holds only
+ * such long-lived chunks (never the step's new ones); once its pack is
+ * stored, the chunk's new location replaces the old one in the index.
+ *
+ * Streams and buffers: each stream (new, rehome) fills at most one buffer
+ * at a time; upload threads are `parallel`, buffers (parallel + 2), of
+ * which a stream uses at most (parallel + 1) plus the other stream's one
+ * being filled: with one stream, memory is what it was before.
  */
 #include "st_ingest.h"
 
@@ -43,6 +55,10 @@
 #define DEFAULT_PARALLEL 4
 #define MAX_PARALLEL     32
 
+/* The pack streams of an ingest: the step's new chunks, and chunks stored
+ * again because their pack was retired. */
+enum { STREAM_NEW, STREAM_REHOME, NSTREAMS };
+
 /* A chunk this ingest stored: its id, its pack's slot and where it sits. */
 typedef struct open_chunk {
     st_id id;
@@ -59,9 +75,12 @@ typedef enum { BUF_FREE, BUF_FILLING, BUF_QUEUED, BUF_RUNNING, BUF_DONE } buf_st
 typedef struct pack_buf {
     st_pack_writer w;
     buf_state state;
+    int stream; /* STREAM_NEW or STREAM_REHOME */
     st_id id;
     uint32_t slot;
-    size_t first_chunk, nchunks; /* its chunks in open_chunks */
+    /* Its chunks are those of open_chunks[first_chunk, end_chunk) whose slot
+     * is its own (the other stream's chunks interleave). */
+    size_t first_chunk, end_chunk;
     st_err err;
     char msg[512];
 } pack_buf;
@@ -78,13 +97,14 @@ struct st_ingest {
     size_t chunk_len;
     uint8_t *scratch;
 
-    /* Pack buffers: one being filled (cur, when pack_open), the rest free or
-     * with the upload pool. */
-    pack_buf bufs[MAX_PARALLEL + 1];
+    /* Pack buffers: one being filled per open stream, the rest free or with
+     * the upload pool. */
+    pack_buf bufs[MAX_PARALLEL + NSTREAMS];
     int nbufs;
-    int cur;
-    int pack_open;
-    uint32_t pack_slot;
+    struct {
+        int open;
+        int cur; /* the buffer being filled, when open */
+    } streams[NSTREAMS];
     st_idmap new_ids; /* id -> index into open_chunks: every chunk stored here */
     open_chunk *open_chunks;
     size_t nopen, open_cap;
@@ -102,6 +122,8 @@ struct st_ingest {
     size_t npacks, packs_cap;
     st_idmap pack_slots;
     st_idmap gc_checked; /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
+    int retired_listed;  /* the retire markers were listed (once per ingest); -1 while failing */
+    st_idmap retired;    /* retired pack id -> 1 */
     st_file_entry *files;
     size_t nfiles, files_cap;
 
@@ -136,7 +158,7 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     g->backend = backend;
     g->state = state;
     strcpy(g->job, job);
-    g->nbufs = DEFAULT_PARALLEL + 1;
+    g->nbufs = DEFAULT_PARALLEL + NSTREAMS;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
     st_err e = st_chunker_new(chunker, &g->chunker);
@@ -172,13 +194,13 @@ static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
 
 void st_ingest_set_parallel(st_ingest *g, unsigned n)
 {
-    if (g->nworkers || g->pack_open)
+    if (g->nworkers || g->streams[STREAM_NEW].open || g->streams[STREAM_REHOME].open)
         return; /* only before the first pack */
     if (n < 1)
         n = 1;
     if (n > MAX_PARALLEL)
         n = MAX_PARALLEL;
-    g->nbufs = (int)n + 1;
+    g->nbufs = (int)n + NSTREAMS;
 }
 
 /* An upload thread: PUTs queued pack buffers until told to stop. */
@@ -216,7 +238,7 @@ static void *upload_main(void *arg)
 
 static st_err start_workers(st_ingest *g)
 {
-    for (int i = g->nworkers; i < g->nbufs - 1; i++) {
+    for (int i = g->nworkers; i < g->nbufs - NSTREAMS; i++) {
         if (pthread_create(&g->workers[i], NULL, upload_main, g) != 0)
             break;
         g->nworkers++;
@@ -245,13 +267,19 @@ static st_err collect_done(st_ingest *g)
         g->stats.stored_bytes += b->w.data.len;
         if (!e)
             e = st_state_begin(g->state);
-        for (size_t k = 0; !e && k < b->nchunks; k++) {
-            const open_chunk *c = &g->open_chunks[b->first_chunk + k];
+        uint32_t nchunks = 0;
+        for (size_t k = b->first_chunk; !e && k < b->end_chunk; k++) {
+            const open_chunk *c = &g->open_chunks[k];
             st_chunk_loc loc = {b->id, c->offset, c->stored_len, c->raw_len};
-            e = st_state_chunk_add(g->state, g->job, &c->id, &loc);
+            if (c->slot != b->slot)
+                continue;
+            nchunks++;
+            /* A re-homed chunk's old location is in a retired pack. */
+            e = b->stream == STREAM_REHOME ? st_state_chunk_move(g->state, g->job, &c->id, &loc)
+                                           : st_state_chunk_add(g->state, g->job, &c->id, &loc);
         }
         if (!e)
-            e = st_state_pack_add(g->state, g->job, &b->id, b->w.data.len, (uint32_t)b->nchunks);
+            e = st_state_pack_add(g->state, g->job, &b->id, b->w.data.len, nchunks);
         if (e)
             st_state_rollback(g->state);
         else
@@ -262,20 +290,20 @@ static st_err collect_done(st_ingest *g)
     return e;
 }
 
-/* Hands the open pack to the upload pool. */
-static st_err flush_pack(st_ingest *g)
+/* Hands the open pack of stream to the upload pool. */
+static st_err flush_pack(st_ingest *g, int stream)
 {
-    if (!g->pack_open)
+    if (!g->streams[stream].open)
         return ST_OK;
-    pack_buf *b = &g->bufs[g->cur];
+    pack_buf *b = &g->bufs[g->streams[stream].cur];
     st_err e = st_pack_finish(&b->w, &b->id);
     if (e)
         return e;
     /* The slot was reserved when the pack opened; now it has its name. */
-    g->packs[g->pack_slot] = b->id;
-    if ((e = st_idmap_put(&g->pack_slots, &b->id, g->pack_slot)))
+    g->packs[b->slot] = b->id;
+    if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))
         return e;
-    b->nchunks = g->nopen - b->first_chunk;
+    b->end_chunk = g->nopen;
     if (!g->nworkers && (e = start_workers(g)))
         return e;
     pthread_mutex_lock(&g->lock);
@@ -283,7 +311,7 @@ static st_err flush_pack(st_ingest *g)
     pthread_cond_broadcast(&g->changed);
     e = collect_done(g);
     pthread_mutex_unlock(&g->lock);
-    g->pack_open = 0;
+    g->streams[stream].open = 0;
     return e;
 }
 
@@ -304,20 +332,28 @@ static st_err drain_uploads(st_ingest *g)
     return e;
 }
 
-/* Opens a new pack in a free buffer (waiting for one if all are in flight)
- * and reserves its slot in the pack table. */
-static st_err open_pack(st_ingest *g)
+/* Opens a new pack of stream in a free buffer (waiting for one if all are
+ * in flight) and reserves its slot in the pack table. */
+static st_err open_pack(st_ingest *g, int stream)
 {
     st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
     if (e)
         return e;
+    /* One buffer of the nbufs is the other stream's: without it, this
+     * stream has (parallel + 1) buffers, as with a single stream. */
+    const int mine = g->nbufs - 1 + g->streams[!stream].open;
     pthread_mutex_lock(&g->lock);
     int free_buf = -1;
     while (free_buf < 0) {
+        int busy = 0;
         e = collect_done(g);
-        for (int i = 0; i < g->nbufs && free_buf < 0; i++)
-            if (g->bufs[i].state == BUF_FREE)
+        for (int i = 0; i < g->nbufs; i++) {
+            busy += g->bufs[i].state != BUF_FREE;
+            if (g->bufs[i].state == BUF_FREE && free_buf < 0)
                 free_buf = i;
+        }
+        if (busy >= mine)
+            free_buf = -1; /* wait for one of this stream's uploads */
         if (e || free_buf >= 0)
             break;
         pthread_cond_wait(&g->changed, &g->lock);
@@ -325,14 +361,15 @@ static st_err open_pack(st_ingest *g)
     pthread_mutex_unlock(&g->lock);
     if (e)
         return e;
-    g->cur = free_buf;
     pack_buf *b = &g->bufs[free_buf];
     st_pack_writer_reset(&b->w);
     b->state = BUF_FILLING;
+    b->stream = stream;
     b->first_chunk = g->nopen;
-    g->pack_slot = (uint32_t)g->npacks;
+    b->slot = (uint32_t)g->npacks;
     memset(&g->packs[g->npacks++], 0, sizeof(st_id));
-    g->pack_open = 1;
+    g->streams[stream].cur = free_buf;
+    g->streams[stream].open = 1;
     return ST_OK;
 }
 
@@ -363,6 +400,77 @@ static st_err old_pack_usable(st_ingest *g, const st_id *pack, int *usable)
     return e ? e : st_idmap_put(&g->gc_checked, pack, *usable ? 1 : 2);
 }
 
+static int collect_retired(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    st_ingest *g = arg;
+    st_id id;
+    const char *name = strrchr(key, '/');
+    if (name && !st_id_parse(name + 1, &id) && st_idmap_put(&g->retired, &id, 1))
+        return g->retired_listed = -1; /* out of memory: stop listing */
+    return 0;
+}
+
+/* Sets *retired to 1 if GC retired the old pack (docs/GC.md): its chunks
+ * are then stored again instead of referenced. Lists the retire markers at
+ * the first call of the ingest. */
+static st_err old_pack_retired(st_ingest *g, const st_id *pack, int *retired)
+{
+    char prefix[ST_KEY_MAX];
+    uint32_t one;
+    if (!g->retired_listed) {
+        st_err e = st_key_gc_retired_prefix(prefix, sizeof prefix, g->job);
+        if (!e)
+            e = st_list(g->backend, prefix, collect_retired, g);
+        if (!e && g->retired_listed < 0)
+            e = st_seterr(ST_ERR_NOMEM, "out of memory listing retired packs");
+        if (e) {
+            g->retired_listed = 0;
+            return e;
+        }
+        g->retired_listed = 1;
+    }
+    *retired = st_idmap_get(&g->retired, pack, &one);
+    return ST_OK;
+}
+
+/* Encodes the chunk in chunk_buf into the open pack of stream (opening one
+ * if needed) and fills ref's location. */
+static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
+{
+    const size_t len = ref->raw_len;
+    st_err e = ST_OK;
+    if (!g->streams[stream].open && (e = open_pack(g, stream)))
+        return e;
+    pack_buf *b = &g->bufs[g->streams[stream].cur];
+    size_t bound = st_codec_bound(len), enc_len;
+    uint8_t *dst = st_pack_append_begin(&b->w, bound);
+    if (!dst)
+        return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
+    e = st_codec_encode(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch, NULL);
+    if (!e)
+        e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
+    if (!e)
+        e = grow_array((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
+                       sizeof *g->open_chunks);
+    if (e)
+        return e;
+    ref->pack = b->slot;
+    ref->stored_len = (uint32_t)enc_len;
+    g->open_chunks[g->nopen] =
+        (open_chunk){ref->id, b->slot, ref->offset, ref->stored_len, ref->raw_len};
+    if ((e = st_idmap_put(&g->new_ids, &ref->id, (uint32_t)g->nopen)))
+        return e;
+    g->nopen++;
+    g->stats.new_chunks++;
+    g->stats.new_raw_bytes += len;
+    if (stream == STREAM_REHOME) {
+        g->stats.rehomed_chunks++;
+        g->stats.rehomed_raw_bytes += len;
+    }
+    return ST_OK;
+}
+
 /* Stores (or dedups) the chunk in chunk_buf and appends its reference. */
 static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
 {
@@ -378,50 +486,28 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
         return add_ref(g, f, refs_cap, &ref);
     }
     st_chunk_loc loc;
+    int stream = STREAM_NEW, retired = 0, usable = 0;
     st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
-    int usable = 0;
-    if (e == ST_OK && (e = old_pack_usable(g, &loc.pack, &usable)))
+    if (e == ST_OK && (e = old_pack_retired(g, &loc.pack, &retired)))
         return e;
-    if (!usable && e == ST_OK)
-        e = ST_ERR_NOT_FOUND; /* its pack is pending GC: store the chunk again */
-    if (e == ST_OK) {
+    if (e == ST_OK && !retired && (e = old_pack_usable(g, &loc.pack, &usable)))
+        return e;
+    if (e == ST_OK && usable) {
         e = pack_slot(g, &loc.pack, &ref.pack);
         ref.offset = loc.offset;
         ref.stored_len = loc.stored_len;
         return e ? e : add_ref(g, f, refs_cap, &ref);
     }
-    if (e != ST_ERR_NOT_FOUND)
+    if (e != ST_OK && e != ST_ERR_NOT_FOUND)
         return e;
-
-    /* New chunk: encode it straight into the open pack. */
-    if (!g->pack_open && (e = open_pack(g)))
+    /* New, in a pack pending GC (forgotten by the index), or in a retired
+     * pack: store it (the last into the rehome stream). */
+    if (retired)
+        stream = STREAM_REHOME;
+    if ((e = store_chunk(g, stream, &ref)) || (e = add_ref(g, f, refs_cap, &ref)))
         return e;
-    size_t bound = st_codec_bound(len), enc_len;
-    st_pack_writer *w = &g->bufs[g->cur].w;
-    uint8_t *dst = st_pack_append_begin(w, bound);
-    if (!dst)
-        return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode(g->chunk_buf, len, &ref.id, dst, bound, &enc_len, g->scratch, NULL);
-    if (!e)
-        e = st_pack_append_commit(w, enc_len, &ref.offset);
-    if (!e)
-        e = grow_array((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
-                       sizeof *g->open_chunks);
-    if (e)
-        return e;
-    ref.pack = g->pack_slot;
-    ref.stored_len = (uint32_t)enc_len;
-    g->open_chunks[g->nopen] =
-        (open_chunk){ref.id, g->pack_slot, ref.offset, ref.stored_len, ref.raw_len};
-    e = st_idmap_put(&g->new_ids, &ref.id, (uint32_t)g->nopen);
-    if (e)
-        return e;
-    g->nopen++;
-    g->stats.new_chunks++;
-    g->stats.new_raw_bytes += len;
-    e = add_ref(g, f, refs_cap, &ref);
-    if (!e && st_pack_writer_size(w) >= ST_PACK_TARGET_SIZE)
-        e = flush_pack(g);
+    if (st_pack_writer_size(&g->bufs[g->streams[stream].cur].w) >= ST_PACK_TARGET_SIZE)
+        e = flush_pack(g, stream);
     return e;
 }
 
@@ -532,7 +618,9 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
 
 st_err st_ingest_finish(st_ingest *g, st_manifest *m)
 {
-    st_err e = flush_pack(g);
+    st_err e = flush_pack(g, STREAM_NEW);
+    if (!e)
+        e = flush_pack(g, STREAM_REHOME);
     st_err e2 = drain_uploads(g);
     if (e || (e = e2))
         return e;
@@ -581,13 +669,14 @@ void st_ingest_free(st_ingest *g)
     pthread_mutex_unlock(&g->lock);
     for (int i = 0; i < g->nworkers; i++)
         pthread_join(g->workers[i], NULL);
-    for (int i = 0; i < MAX_PARALLEL + 1; i++)
+    for (int i = 0; i < MAX_PARALLEL + NSTREAMS; i++)
         st_pack_writer_free(&g->bufs[i].w);
     pthread_cond_destroy(&g->changed);
     pthread_mutex_destroy(&g->lock);
     st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
     st_idmap_free(&g->gc_checked);
+    st_idmap_free(&g->retired);
     free(g->open_chunks);
     free(g->packs);
     for (size_t i = 0; i < g->nfiles; i++) {

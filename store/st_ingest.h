@@ -4,13 +4,16 @@
  * For each file: chunk (st_chunker) → id (XXH3-128) → dedup (the chunks of
  * the open pack, then the persistent index in st_state) → encode (st_codec)
  * into the open pack → PUT the pack once it reaches ST_PACK_TARGET_SIZE, and
- * only then record its chunks in the index. The result is a list of file
+ * only then record its chunks in the index. A chunk the index places in a
+ * pack GC retired (docs/GC.md) is stored again, into a pack of its own
+ * stream. The result is a list of file
  * entries whose chunk references all name packs that are stored — once
  * st_ingest_finish() has returned, which PUTs the last partial pack.
  *
  * Memory is bounded whatever the input size: one read buffer, one chunk
  * buffer (the chunker's max size), one codec scratch, and the pack buffers
- * (one being filled, up to `parallel` being PUT by upload threads).
+ * (one being filled per stream, up to `parallel` being PUT by upload
+ * threads).
  *
  * Threads: an st_ingest belongs to one thread; it runs its own upload
  * threads, which only PUT finished packs.
@@ -29,12 +32,14 @@
 
 typedef struct st_ingest_stats {
     uint64_t files;
-    uint64_t logical_bytes; /* bytes of all files ingested */
-    uint64_t chunks;        /* chunk references produced */
-    uint64_t new_chunks;    /* chunks that had to be stored */
-    uint64_t new_raw_bytes; /* raw bytes of those */
-    uint64_t stored_bytes;  /* bytes of packs PUT */
-    uint64_t packs;         /* pack PUTs */
+    uint64_t logical_bytes;     /* bytes of all files ingested */
+    uint64_t chunks;            /* chunk references produced */
+    uint64_t new_chunks;        /* chunks that had to be stored */
+    uint64_t new_raw_bytes;     /* raw bytes of those */
+    uint64_t stored_bytes;      /* bytes of packs PUT */
+    uint64_t packs;             /* pack PUTs */
+    uint64_t rehomed_chunks;    /* of new_chunks: stored again because GC retired their pack */
+    uint64_t rehomed_raw_bytes; /* raw bytes of those */
 } st_ingest_stats;
 
 typedef struct st_ingest st_ingest;
@@ -48,7 +53,8 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
 
 /*!
  * How many pack PUTs may be in flight at once (1..32, default 4); memory is
- * (n + 1) pack buffers. Only before the first file is ingested.
+ * (n + 1) pack buffers, one more while the ingest also re-homes chunks of a
+ * pack GC retired. Only before the first file is ingested.
  */
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
 

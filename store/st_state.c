@@ -35,6 +35,7 @@ static const char schema_sql[] =
 enum {
     Q_CHUNK_LOOKUP,
     Q_CHUNK_ADD,
+    Q_CHUNK_MOVE,
     Q_PACK_ADD,
     Q_COUNT_CHUNKS,
     Q_COUNT_PACKS,
@@ -54,6 +55,7 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_CHUNK_LOOKUP] =
         "SELECT pack, offset, stored_len, raw_len FROM chunks WHERE job=?1 AND id=?2",
     [Q_CHUNK_ADD] = "INSERT OR IGNORE INTO chunks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [Q_CHUNK_MOVE] = "INSERT OR REPLACE INTO chunks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [Q_PACK_ADD] =
         "INSERT OR IGNORE INTO packs VALUES (?1, ?2, ?3, ?4, strftime('%s','now')*1000000000)",
     [Q_COUNT_CHUNKS] = "SELECT count(*) FROM chunks WHERE job=?1",
@@ -217,16 +219,27 @@ st_err st_state_chunk_lookup(st_state *s, const char *job, const st_id *id, st_c
     return ST_OK;
 }
 
-st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc)
+static st_err chunk_put(st_state *s, int which, const char *job, const st_id *id,
+                        const st_chunk_loc *loc)
 {
-    sqlite3_stmt *q = query(s, Q_CHUNK_ADD);
+    sqlite3_stmt *q = query(s, which);
     sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_blob(q, 2, id->b, ST_ID_LEN, SQLITE_STATIC);
     sqlite3_bind_blob(q, 3, loc->pack.b, ST_ID_LEN, SQLITE_STATIC);
     sqlite3_bind_int64(q, 4, (sqlite3_int64)loc->offset);
     sqlite3_bind_int64(q, 5, loc->stored_len);
     sqlite3_bind_int64(q, 6, loc->raw_len);
-    return run_done(s, q, "add chunk");
+    return run_done(s, q, which == Q_CHUNK_ADD ? "add chunk" : "move chunk");
+}
+
+st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc)
+{
+    return chunk_put(s, Q_CHUNK_ADD, job, id, loc);
+}
+
+st_err st_state_chunk_move(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc)
+{
+    return chunk_put(s, Q_CHUNK_MOVE, job, id, loc);
 }
 
 st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64_t size,

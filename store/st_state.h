@@ -49,6 +49,9 @@ st_err st_state_rollback(st_state *s);
 st_err st_state_chunk_lookup(st_state *s, const char *job, const st_id *id, st_chunk_loc *loc);
 /*! Records a stored chunk (first location wins; re-adding is a no-op). */
 st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
+/*! Records a chunk stored again (re-homed out of a retired pack, docs/GC.md):
+ *  this location replaces the one the index had. */
+st_err st_state_chunk_move(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
 /*! Records a stored pack. */
 st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64_t size,
                          uint32_t nchunks);

@@ -19,6 +19,7 @@
 #include "st_fsutil.h"
 #include "st_gc.h"
 #include "st_step.h"
+#include "st_stepio.h"
 #include "ut.h"
 
 #define KIB 1024
@@ -275,6 +276,42 @@ static int exists(st_backend *b, const char *key)
     return st_stat(b, key, &size) == ST_OK;
 }
 
+/* Loads the manifest of step of job (node test-node). */
+static void load_manifest(st_backend *b, const char *job, uint64_t step, st_manifest *m)
+{
+    st_bytes buf = {0};
+    st_part part;
+    CHECK_OK(st_stepio_load_part(b, job, step, "test-node", &buf, &part));
+    CHECK_OK(st_stepio_load_manifest(b, &part, &buf, m));
+    st_part_free(&part);
+    st_bytes_free(&buf);
+}
+
+/* The pack (by id) every chunk of file `path` of m lives in; zero id if
+ * its chunks are in more than one pack. */
+static st_id pack_of_file(const st_manifest *m, const char *path)
+{
+    st_id none = {{0}};
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const st_file_entry *f = &m->files[i];
+        if (strcmp(f->path, path) || !f->nchunks)
+            continue;
+        for (size_t k = 1; k < f->nchunks; k++)
+            if (f->chunks[k].pack != f->chunks[0].pack)
+                return none;
+        return m->packs[f->chunks[0].pack];
+    }
+    return none;
+}
+
+static int manifest_names_pack(const st_manifest *m, const st_id *pack)
+{
+    for (size_t i = 0; i < m->npacks; i++)
+        if (!memcmp(&m->packs[i], pack, sizeof *pack))
+            return 1;
+    return 0;
+}
+
 /* ---- repack by retirement ---- */
 
 /* GC side: a pack that is mostly dead once its step is gone gets a retire
@@ -331,6 +368,72 @@ static void test_retire_marker(void)
     gc_checked(s, "rp", &last2, &r);
     CHECK(r.steps_deleted == 1 && r.packs_retired == 0);
     st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
+/* Writer side: after retirement, a writer stores the retired pack's live
+ * chunks again, in a pack of their own (not with the step's new chunks);
+ * no new manifest references the retired pack; the next writer dedups
+ * against the new copy; and once the older steps go, the retired pack is
+ * swept with its markers. */
+static void test_rehome_after_retire(void)
+{
+    st_store *s = open_store("state-rh");
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX];
+    st_put_result pr;
+    st_gc_report r;
+    put_sized(s, "rh", 1, 128 * KIB, 384 * KIB, 1, NULL);
+    const st_id p1 = only_pack(b, "rh");
+    for (uint64_t i = 2; i <= 3; i++)
+        put_sized(s, "rh", i, 128 * KIB, 384 * KIB, (unsigned)i, NULL);
+    st_gc_policy pol = {.keep_last = 2, .grace_ns = 1};
+    gc_checked(s, "rh", &pol, &r);
+    CHECK(r.steps_deleted == 1 && r.packs_retired == 1);
+    st_gc_report_free(&r);
+
+    /* Step 4: shared.bin is re-homed, own.bin is new; two packs. */
+    put_sized(s, "rh", 4, 128 * KIB, 384 * KIB, 4, &pr);
+    CHECK(pr.packs == 2 && pr.new_raw_bytes == 512 * KIB);
+    st_manifest m;
+    load_manifest(b, "rh", 4, &m);
+    st_id shared = pack_of_file(&m, "shared.bin"), own = pack_of_file(&m, "own.bin");
+    st_id zero = {{0}};
+    CHECK(memcmp(&shared, &zero, sizeof zero) && memcmp(&own, &zero, sizeof zero));
+    CHECK(memcmp(&shared, &own, sizeof own)); /* separate packs */
+    CHECK(!manifest_names_pack(&m, &p1) && m.npacks == 2);
+    st_manifest_free(&m);
+
+    /* Step 5 dedups shared.bin against the re-homed copy. */
+    put_sized(s, "rh", 5, 128 * KIB, 384 * KIB, 5, &pr);
+    CHECK(pr.new_raw_bytes == 384 * KIB && pr.packs == 1);
+    load_manifest(b, "rh", 5, &m);
+    st_id shared5 = pack_of_file(&m, "shared.bin");
+    CHECK(!memcmp(&shared5, &shared, sizeof shared) && !manifest_names_pack(&m, &p1));
+    st_manifest_free(&m);
+
+    /* Steps 2 and 3 go: P1 is unreferenced, marked, then swept together
+     * with its pending and retire markers. */
+    gc_checked(s, "rh", &pol, &r);
+    CHECK(r.steps_deleted == 2 && r.packs_marked == 3 && r.packs_retired == 0);
+    st_gc_report_free(&r);
+    st_gc_policy sweep_only = {.grace_ns = 1};
+    gc_checked(s, "rh", &sweep_only, &r);
+    CHECK(r.packs_deleted == 3 && r.markers_deleted == 4);
+    CHECK_OK(st_key_gc_retired(key, sizeof key, "rh", &p1));
+    int retire_marker_deleted = 0;
+    for (size_t i = 0; i < r.ndeleted; i++)
+        retire_marker_deleted |= !strcmp(r.deleted[i], key);
+    CHECK(retire_marker_deleted && !exists(b, key));
+    st_gc_report_free(&r);
+
+    /* What is left: the re-homed shared pack and the two steps' own packs. */
+    key_set k;
+    list_under(b, "rh", "packs/", &k);
+    CHECK(k.n == 3);
+    list_under(b, "rh", "gc/", &k);
+    CHECK(k.n == 0);
     st_backend_close(b);
     st_store_close(s);
 }
@@ -525,6 +628,7 @@ int main(void)
     RUN(test_writer_restores_pending_pack);
     RUN(test_pack_usable);
     RUN(test_retire_marker);
+    RUN(test_rehome_after_retire);
     RUN(test_batches_and_stop);
     RUN(test_interrupted_deletion);
     ut_rmtree(root);
