@@ -91,7 +91,8 @@ static const verb verbs[] = {
      "every step the mount knows with its state. --json prints the status file as\n"
      "it is.\n"},
     {"gc", run_gc, 1, OPT_GC | OPT_JSON,
-     "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--dry-run] [--json]",
+     "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
+     "             [--progress] [--dry-run] [--json]",
      "Retention and garbage collection of the job (docs/GC.md). --keep-last N keeps\n"
      "the N newest consistent steps, --keep-every K the consistent steps whose number\n"
      "is a multiple of K; other steps are deleted (part records first). Never deleted:\n"
@@ -100,11 +101,18 @@ static const verb verbs[] = {
      "step is deleted and gc only sweeps. The sweep marks packs no remaining step\n"
      "references; a later run deletes a marked pack once its mark is older than\n"
      "--grace (default 3600 s) and it is still unreferenced. Safe while other nodes\n"
-     "write. --dry-run deletes nothing and lists what a real run would delete.\n"
+     "write. A referenced pack at least --repack-dead PCT percent dead (default 50;\n"
+     "100: never) is retired: writers store its live chunks again, in packs of their\n"
+     "own, and it goes once the older steps that use it are deleted. Deletions go in\n"
+     "batches of --batch N objects (default 1000); after each, a progress line on\n"
+     "stderr (when it is a terminal, or with --progress), and SIGINT/SIGTERM end the\n"
+     "run there, between whole steps and packs. --dry-run deletes nothing and lists\n"
+     "what a real run would delete.\n"
      "--json: dry_run, steps_kept, steps_deleted, deleted_steps, packs, packs_referenced,\n"
-     "packs_marked, packs_unmarked, packs_pending, packs_deleted, parts_deleted,\n"
-     "manifests_deleted, markers_deleted, objects_deleted, bytes_freed, sweep_skipped,\n"
-     "why, deleted (every key, in order).\n"},
+     "packs_marked, packs_unmarked, packs_pending, packs_deleted, packs_retired,\n"
+     "retired_live_bytes, parts_deleted, manifests_deleted, markers_deleted,\n"
+     "objects_deleted, bytes_freed, stopped, sweep_skipped, why, deleted (every key,\n"
+     "in order).\n"},
     {"pin", run_pin, 1, OPT_STEP, "pin --step N",
      "Pin step N of the job: gc never deletes a pinned step.\n"},
     {"unpin", run_unpin, 1, OPT_STEP, "unpin --step N",
@@ -126,7 +134,7 @@ static const struct {
     {OPT_MOUNT, "--mount"},
     {OPT_WORLD, "--world-size"},
     {OPT_TIMEOUT, "--timeout"},
-    {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run"},
+    {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run/--repack-dead/--batch/--progress"},
 };
 
 /* ---- shared helpers ---- */
@@ -259,6 +267,9 @@ static int parse_args(int argc, char **argv, cli *c)
         O_KEEP_EVERY,
         O_GRACE,
         O_DRY_RUN,
+        O_REPACK_DEAD,
+        O_BATCH,
+        O_PROGRESS,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -280,6 +291,9 @@ static int parse_args(int argc, char **argv, cli *c)
         {"keep-every", required_argument, NULL, O_KEEP_EVERY},
         {"grace", required_argument, NULL, O_GRACE},
         {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {"repack-dead", required_argument, NULL, O_REPACK_DEAD},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"progress", no_argument, NULL, O_PROGRESS},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
@@ -363,6 +377,22 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case O_DRY_RUN:
             c->dry_run = 1;
+            c->given |= OPT_GC;
+            break;
+        case O_REPACK_DEAD:
+            c->repack_dead = strtod(optarg, &end);
+            if (!*optarg || *end || !(c->repack_dead > 0) || c->repack_dead > 100)
+                return bad_value("--repack-dead", "a percentage above 0, at most 100", optarg);
+            c->given |= OPT_GC;
+            break;
+        case O_BATCH:
+            if (parse_u64(optarg, &v) || v < 1 || v > UINT32_MAX)
+                return bad_value("--batch", "a number of objects >= 1", optarg);
+            c->batch = (uint32_t)v;
+            c->given |= OPT_GC;
+            break;
+        case O_PROGRESS:
+            c->progress = 1;
             c->given |= OPT_GC;
             break;
         case 'q': c->quiet = 1; break;

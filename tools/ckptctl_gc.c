@@ -4,13 +4,38 @@
  *
  * gc prints a summary for people (with --dry-run, every key it would delete)
  * or one JSON document with --json; the same keys, in the same order, are
- * what the real run deletes, so scripts can compare the two.
+ * what the real run deletes, so scripts can compare the two. While it runs,
+ * a progress line per batch goes to stderr (a terminal, or --progress), and
+ * SIGINT/SIGTERM ask the run to stop at its next safe point (a second one
+ * kills as usual).
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ckptctl.h"
+
+/* Set by the signal handler; the GC run looks at it between units. */
+static volatile sig_atomic_t gc_stop;
+
+static void on_stop_signal(int sig)
+{
+    gc_stop = 1;
+    signal(sig, SIG_DFL); /* a second signal ends the process */
+}
+
+/* Called by the run on this thread after each batch. */
+static void print_progress(void *arg, const st_gc_report *r)
+{
+    (void)arg;
+    fprintf(stderr,
+            "ckptctl gc: %s %" PRIu64 " object(s), %.1f MiB so far (%" PRIu64 " step(s), %" PRIu64
+            " pack(s))\n",
+            r->dry_run ? "would delete" : "deleted", r->objects_deleted, mib(r->bytes_freed),
+            r->steps_deleted, r->packs_deleted);
+}
 
 static int no_positional(const cli *c)
 {
@@ -38,11 +63,14 @@ static void report_json(const st_gc_report *r)
     jw_u64(&w, "packs_unmarked", r->packs_unmarked);
     jw_u64(&w, "packs_pending", r->packs_pending);
     jw_u64(&w, "packs_deleted", r->packs_deleted);
+    jw_u64(&w, "packs_retired", r->packs_retired);
+    jw_u64(&w, "retired_live_bytes", r->retired_live_bytes);
     jw_u64(&w, "parts_deleted", r->parts_deleted);
     jw_u64(&w, "manifests_deleted", r->manifests_deleted);
     jw_u64(&w, "markers_deleted", r->markers_deleted);
     jw_u64(&w, "objects_deleted", r->objects_deleted);
     jw_u64(&w, "bytes_freed", r->bytes_freed);
+    jw_bool(&w, "stopped", r->stopped);
     jw_bool(&w, "sweep_skipped", r->sweep_skipped);
     jw_str(&w, "why", r->why);
     jw_begin_arr(&w, "deleted");
@@ -65,11 +93,14 @@ static void report_text(const cli *c, const st_gc_report *r)
     for (uint64_t i = 0; i < r->steps_deleted; i++)
         printf("%s%" PRIu64, i ? "," : " (", r->deleted_steps[i]);
     printf("%s, kept %" PRIu64 "; packs: %" PRIu64 " listed, %" PRIu64 " referenced, %" PRIu64
-           " newly marked, %" PRIu64 " pending, %" PRIu64 " %s; %" PRIu64
-           " object(s), %.1f MiB %s\n",
+           " newly marked, %" PRIu64 " pending, %" PRIu64 " %s, %" PRIu64 " %s (%.1f MiB live)"
+           "; %" PRIu64 " object(s), %.1f MiB %s\n",
            r->steps_deleted ? ")" : "", r->steps_kept, r->packs, r->packs_referenced,
-           r->packs_marked, r->packs_pending, r->packs_deleted, did, r->objects_deleted,
-           mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
+           r->packs_marked, r->packs_pending, r->packs_deleted, did, r->packs_retired,
+           r->dry_run ? "would be retired" : "retired", mib(r->retired_live_bytes),
+           r->objects_deleted, mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
+    if (r->stopped)
+        fprintf(stderr, "ckptctl gc: stopped early; run it again to go on\n");
     if (r->sweep_skipped)
         fprintf(stderr, "ckptctl gc: sweep skipped: %s\n", r->why);
 }
@@ -82,9 +113,21 @@ int run_gc(cli *c, st_store *s)
         .keep_last = c->keep_last,
         .keep_every = c->keep_every,
         .grace_ns = c->grace > 0 ? (int64_t)(c->grace * 1e9) : 0,
+        .repack_dead = c->repack_dead / 100.0,
+        .batch = c->batch,
+        .stop = &gc_stop,
     };
+    if (c->progress || (!c->quiet && isatty(STDERR_FILENO)))
+        p.progress = print_progress;
+    struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART}, old_int,
+                     old_term;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGINT, &stop, &old_int);
+    sigaction(SIGTERM, &stop, &old_term);
     st_gc_report r;
     st_err e = st_store_gc(s, c->job, &p, c->dry_run, &r);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     int rc = e ? fail(e) : EXIT_OK;
     if (!e && c->json)
         report_json(&r);

@@ -10,6 +10,14 @@ runs in a loop. Then: every kept step verifies and restores byte for byte;
 `gc --dry-run` lists exactly what the real run deletes; stored bytes are
 within 10% of what the last two steps alone need in a fresh store.
 
+A long run with repack (docs/GC.md, Repack by retirement): a model (real
+torch.save) whose frozen half keeps its bytes while the other half changes
+at every step, stored with `ckptctl put` and `gc --keep-last 2` after each
+step. At the end the job's objects take within 10% of what the last two
+steps alone need in a fresh store, and the same run with repack off
+(`--repack-dead 100`) takes more than that: the first step's pack, mostly
+dead, is kept alive by the frozen half.
+
 Run by ctest with CKPTCTL pointing at the built binary.
 """
 import json
@@ -23,12 +31,34 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import run_torch  # noqa: E402
+
 CKPTCTL = os.environ.get("CKPTCTL")
 STEPS_PER_WRITER = 40
 MAX_STEPS_PER_WRITER = 200
 BACKBONE = 4 << 20
 HEAD = 128 << 10
 HEAD_PERIOD = 5
+LONG_RUN_STEPS = 10
+
+# Four frozen tensors (3 MiB) and four trained ones (4 MiB) per step: the
+# first step's pack is 4/7 dead once that step is deleted.
+MAKE_MODELS = r"""
+import os, sys, torch
+out, steps = sys.argv[1], int(sys.argv[2])
+frozen = [torch.randn(192 << 10, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+for step in range(1, steps + 1):
+    g = torch.Generator().manual_seed(1000 + step)
+    state = {}
+    for i in range(4):
+        state["backbone.%d" % i] = frozen[i]
+    for i in range(4):
+        state["head.%d" % i] = torch.randn(256 << 10, generator=g)
+    d = os.path.join(out, "step-%d" % step)
+    os.makedirs(d)
+    torch.save({"model": state, "step": step}, os.path.join(d, "model.pt"))
+"""
 
 
 def step_files(step):
@@ -86,6 +116,69 @@ class GcTest(unittest.TestCase):
 
     def stored_bytes(self, store=None):
         return json.loads(self.ctl("stats", "--json", store=store).stdout)["stored_bytes"]
+
+    def job_bytes(self, store):
+        """Bytes of every object under jobs/gcjob/ of a file:// store (whose
+        directories carry a '@' suffix, docs/BACKENDS.md)."""
+        top = store[len("file://"):]
+        total = 0
+        for root, _, files in os.walk(top):
+            key = "/".join(c.rstrip("@") for c in os.path.relpath(root, top).split(os.sep))
+            if (key + "/").startswith("jobs/gcjob/"):
+                total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        return total
+
+    def long_run(self, models, repack_dead):
+        """Steps 1..LONG_RUN_STEPS of `models` into a store of their own, gc
+        --keep-last 2 after each (a dry run first: the same keys), then GC
+        settled. Returns (store, job bytes, packs retired over the run)."""
+        store = "file://" + os.path.join(self.tmp, "store-repack-" + repack_dead)
+        gc = ["--keep-last", "2", "--grace", "1", "--repack-dead", repack_dead]
+        retired = 0
+        for step in range(1, LONG_RUN_STEPS + 1):
+            src = os.path.join(models, "step-%d" % step)
+            self.ctl("put", "--step", str(step), src, store=store, node="node-" + repack_dead)
+            dry = json.loads(self.ctl("gc", "--json", "--dry-run", *gc, store=store).stdout)
+            p = self.ctl("gc", "--json", "--batch", "1", "--progress", *gc, store=store)
+            real = json.loads(p.stdout)
+            self.assertEqual(dry["deleted"], real["deleted"])
+            self.assertEqual(dry["packs_retired"], real["packs_retired"])
+            if real["objects_deleted"]:
+                self.assertIn("ckptctl gc: deleted", p.stderr)
+            retired += real["packs_retired"]
+        for _ in range(3):  # mark, then past the grace period, delete
+            self.ctl("gc", "--grace", "1", "--repack-dead", repack_dead, store=store)
+            time.sleep(1.1)
+        self.assertEqual(self.steps(store=store), [LONG_RUN_STEPS - 1, LONG_RUN_STEPS])
+        return store, self.job_bytes(store), retired
+
+    def test_long_run_repack(self):
+        models = os.path.join(self.tmp, "models")
+        run_torch(MAKE_MODELS, models, LONG_RUN_STEPS)
+
+        store, stored, retired = self.long_run(models, "50")
+        # The kept steps restore byte for byte.
+        for step in (LONG_RUN_STEPS - 1, LONG_RUN_STEPS):
+            out = os.path.join(self.tmp, "restore-%d" % step)
+            self.ctl("restore", "--step", str(step), "--to", out, store=store)
+            with open(os.path.join(out, "model.pt"), "rb") as a, \
+                    open(os.path.join(models, "step-%d" % step, "model.pt"), "rb") as b:
+                self.assertEqual(a.read(), b.read(), "step %d" % step)
+        _, stored_off, retired_off = self.long_run(models, "100")
+
+        fresh = "file://" + os.path.join(self.tmp, "fresh")
+        for step in (LONG_RUN_STEPS - 1, LONG_RUN_STEPS):
+            self.ctl("put", "--step", str(step), os.path.join(models, "step-%d" % step),
+                     store=fresh, node="node-fresh")
+        baseline = self.job_bytes(fresh)
+        print("keep-last 2 over %d steps: stored %d bytes with repack (%d packs retired), "
+              "%d without; the last two steps alone %d (%.3fx with, %.3fx without)" %
+              (LONG_RUN_STEPS, stored, retired, stored_off, baseline, stored / baseline,
+               stored_off / baseline), file=sys.stderr)
+        self.assertGreater(retired, 0)
+        self.assertEqual(retired_off, 0)
+        self.assertLessEqual(stored, baseline * 1.10)
+        self.assertGreater(stored_off, baseline * 1.10)
 
     def test_gc_with_two_writers(self):
         self.retries = 0
