@@ -130,25 +130,32 @@ class GcTest(unittest.TestCase):
 
     def long_run(self, models, repack_dead):
         """Steps 1..LONG_RUN_STEPS of `models` into a store of their own, gc
-        --keep-last 2 after each (a dry run first: the same keys), then GC
-        settled. Returns (store, job bytes, packs retired over the run)."""
+        --keep-last 2 after each (a dry run first: the same steps go, the
+        same packs are retired), then GC settled (a dry run first: the same
+        keys, now that no marker is near the end of its grace period).
+        Returns (store, job bytes, packs retired over the run)."""
         store = "file://" + os.path.join(self.tmp, "store-repack-" + repack_dead)
-        gc = ["--keep-last", "2", "--grace", "1", "--repack-dead", repack_dead]
+        gc = ["--grace", "1", "--repack-dead", repack_dead]
+
+        def dry_then_real(*args):
+            dry = json.loads(self.ctl("gc", "--json", "--dry-run", *args, store=store).stdout)
+            p = self.ctl("gc", "--json", "--batch", "1", "--progress", *args, store=store)
+            real = json.loads(p.stdout)
+            self.assertEqual(dry["deleted_steps"], real["deleted_steps"])
+            self.assertEqual(dry["packs_retired"], real["packs_retired"])
+            if real["objects_deleted"]:
+                self.assertIn("ckptctl gc: deleted", p.stderr)
+            return dry, real
+
         retired = 0
         for step in range(1, LONG_RUN_STEPS + 1):
             src = os.path.join(models, "step-%d" % step)
             self.ctl("put", "--step", str(step), src, store=store, node="node-" + repack_dead)
-            dry = json.loads(self.ctl("gc", "--json", "--dry-run", *gc, store=store).stdout)
-            p = self.ctl("gc", "--json", "--batch", "1", "--progress", *gc, store=store)
-            real = json.loads(p.stdout)
-            self.assertEqual(dry["deleted"], real["deleted"])
-            self.assertEqual(dry["packs_retired"], real["packs_retired"])
-            if real["objects_deleted"]:
-                self.assertIn("ckptctl gc: deleted", p.stderr)
-            retired += real["packs_retired"]
+            retired += dry_then_real("--keep-last", "2", *gc)[1]["packs_retired"]
         for _ in range(3):  # mark, then past the grace period, delete
-            self.ctl("gc", "--grace", "1", "--repack-dead", repack_dead, store=store)
             time.sleep(1.1)
+            dry, real = dry_then_real(*gc)
+            self.assertEqual(dry["deleted"], real["deleted"])
         self.assertEqual(self.steps(store=store), [LONG_RUN_STEPS - 1, LONG_RUN_STEPS])
         return store, self.job_bytes(store), retired
 
