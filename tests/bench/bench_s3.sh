@@ -17,10 +17,9 @@ build=${1:?usage: bench_s3.sh BUILD_DIR [--smoke]}
 smoke=0
 [ "${2:-}" = --smoke ] && smoke=1
 here=$(cd "$(dirname "$0")" && pwd)
-s3sh=$here/../s3/s3rver.sh
+. "$here/s3lib.sh"
 bench=$build/tests/bench/bench_s3
 [ -x "$bench" ] || { echo "bench_s3.sh: $bench not built" >&2; exit 2; }
-command -v curl >/dev/null || { echo "bench_s3.sh: curl not found" >&2; exit 2; }
 
 if ((smoke)); then
     size=$((4 << 20)) objects=4 streams=(1 4)
@@ -33,20 +32,14 @@ tmpd=$work
 [ -d /dev/shm ] && [ "$(df -k --output=avail /dev/shm | tail -1)" -gt $((size / 1024 * 2)) ] &&
     tmpd=$(mktemp -d /dev/shm/ckpt-bench-s3-XXXXXX)
 cleanup() {
-    bash "$s3sh" stop "$work/s3" || true
+    s3lib_stop "$work/s3"
     rm -rf "$work" "$tmpd"
 }
 trap cleanup EXIT
 
-port=$(bash "$s3sh" start "$work/s3" --owner $$)
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
-export CKPT_S3_ENDPOINT=http://127.0.0.1:$port
-url=http://127.0.0.1:$port/ckpt-test
+s3lib_start "$work/s3"
+url=$S3_URL
 head -c "$size" /dev/urandom >"$tmpd/pack"
-sigv4=(--aws-sigv4 aws:amz:us-east-1:s3 --user "S3RVER:S3RVER" -H "x-amz-content-sha256:UNSIGNED-PAYLOAD")
-
-now() { date +%s.%N; }
-mbps() { awk -v b="$1" -v t="$2" 'BEGIN { printf "%.1f", b / t / 1e6 }'; }
 
 # curl: OBJECTS transfers, at most N at once, one process (like one client).
 curl_run() { # put|get N
@@ -58,11 +51,10 @@ curl_run() { # put|get N
             args+=(-o /dev/null "$url/curl/o$i")
         fi
     done
-    local t0 t1
+    local t0
     t0=$(now)
-    curl -sS --no-progress-meter --fail --parallel --parallel-max "$2" "${sigv4[@]}" "${args[@]}"
-    t1=$(now)
-    mbps $((size * objects)) "$(awk -v a="$t1" -v b="$t0" 'BEGIN { print a - b }')"
+    s3lib_curl "$2" "${args[@]}"
+    mbps $((size * objects)) "$(since "$t0")"
 }
 
 ours_run() { # put|get N
@@ -82,8 +74,7 @@ for n in "${streams[@]}"; do
         ours=$(ours_run $op "$n")
         theirs=$(curl_run $op "$n")
         [ -n "$ours" ] || { echo "bench_s3.sh: bench_s3 $op failed" >&2; exit 1; }
-        ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')
-        echo "| $n | ${op^^} | $ours | $theirs | $ratio |"
+        echo "| $n | ${op^^} | $ours | $theirs | $(ratio "$ours" "$theirs") |"
     done
 done
 echo

@@ -6,8 +6,10 @@
 # --smoke: CI-sized (small inputs, one repetition), to prove the benchmarks
 # still run; full runs are for docs/BENCHMARKS.md. Reports chunker and
 # XXH3-128 throughput, codec throughput and compression ratios on real fp32
-# and bf16 torch checkpoints (with and without the byte-plane shuffle), and
-# the dedup table of the chunker on real checkpoints.
+# and bf16 torch checkpoints (with and without the byte-plane shuffle), the
+# dedup table of the chunker on real checkpoints and, full runs only, time to
+# durable and restore against disk, CPU and raw PUT/GET (bench_durable.sh; its
+# smoke run is the ctest bench.durable_smoke, as bench_s3.sh's is s3.bench_smoke).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 mode=${2:-full}
@@ -35,3 +37,8 @@ done
 
 echo "== dedup of real checkpoints: format-aware chunker vs plain CDC"
 $py "$here/chunker_dedup_table.py" "$build/tests/bench/bench_dedup" "$work/chunker/pairs.tsv" $cdc_params
+
+if [ "$mode" != --smoke ]; then
+    echo "== time to durable and restore vs disk, CPU and raw S3 PUT/GET (own s3rver)"
+    bash "$here/bench_durable.sh" "$build"
+fi

@@ -1,0 +1,347 @@
+#!/usr/bin/env bash
+# Time to durable and restore, each against the raw limits it is measured
+# by (DESIGN "Performance targets"), side by side in one run; prints markdown
+# tables of seconds and ratios (a benchmark: it asserts no speed).
+#
+#   tests/bench/bench_durable.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
+#       [--workdir DIR]
+#
+# One real torch.save checkpoint (a transformer + its AdamW state, fp32,
+# --size-mib, default 512) sits in a staging-like directory on disk. Timed,
+# every repetition:
+#   (a) disk read of the checkpoint (dd, 1 MiB reads): warm, the page-cache
+#       state every put below reads it in (resident, checked with fincore),
+#       and cold after dropping this file's pages (dd iflag=nocache, i.e.
+#       fadvise DONTNEED; /proc/sys/vm/drop_caches is not touched);
+#   (b) CPU: `ckptctl put` into a file:// store on /dev/shm (chunk, hash,
+#       compress, pack, write to memory: the pipeline without a network);
+#   (c) raw PUT: curl (SigV4, one process, --parallel-max 4 = the ingest's
+#       default pack uploads in flight, st_ingest_set_parallel) of the pack
+#       files (b) produced: the very bytes and object sizes put stores;
+#   (d) `ckptctl put` into s3:// on the same s3rver;
+#   (e) disk write: the same pack files written to the disk 4 at a time,
+#       each fsynced (dd conv=fsync);
+#   (f) `ckptctl put` into a file:// store on the disk;
+#   (g) raw GET: curl, --parallel-max 4 (restore's default threads,
+#       st_store_read.c), of exactly the pack objects of (d)'s step, listed
+#       with ListObjectsV2, into /dev/null;
+#   (h) `ckptctl restore --step 100` of (d)'s step to /dev/shm (verified).
+# Ratios (medians; the per-repetition ratios' median and range in brackets):
+# durable s3:// = max(a warm, b, c) / d; durable file:// = max(a warm, b, e) / f;
+# restore = g / h. Target >= 0.80 for all three.
+#
+# Reading aids, for where the time goes when s3rver shares the CPUs with the
+# client: every step's CPU seconds (its processes plus s3rver's) and how busy
+# the machine was (anyone's load); (b‖c) b and c at the same time; (g') g
+# into files on /dev/shm; (h') restore from (b)'s store on /dev/shm, i.e.
+# restore's local work without a network; (g‖h') g and h' at the same time.
+# Every put gets a fresh job and state dir (nothing deduplicates); the steps
+# run in reverse order every other repetition; `sync` (untimed) runs before
+# each timed step so one step's writeback does not land in the next; one
+# untimed warm-up round first. A failed step fails the run.
+#
+# --smoke: 32 MiB, 1 repetition (CI: proves it runs). Starts its own s3rver
+# on 127.0.0.1 (tests/s3/s3rver.sh) and stops it by PID in an EXIT trap;
+# work files go to a fresh dir under --workdir (default /var/tmp: a disk) and
+# under /dev/shm, both removed on exit.
+set -euo pipefail
+shopt -s inherit_errexit # a step that fails inside $(...) fails the run
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+build="" size=512 reps=5 workdir=/var/tmp
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --smoke) size=32 reps=1 ;;
+    --size-mib) size=${2:?--size-mib needs a number}; shift ;;
+    --reps) reps=${2:?--reps needs a number}; shift ;;
+    --workdir) workdir=${2:?--workdir needs a directory}; shift ;;
+    -h | --help) usage ;;
+    -*) echo "bench_durable: unknown option $1" >&2; usage ;;
+    *) [ -z "$build" ] || usage; build=$(cd "$1" && pwd) ;;
+    esac
+    shift
+done
+[ -n "$build" ] || usage
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/s3lib.sh"
+ckptctl=$build/tools/ckptctl
+[ -x "$ckptctl" ] || { echo "bench_durable: $ckptctl not built" >&2; exit 2; }
+for tool in dd xargs; do
+    command -v $tool >/dev/null || { echo "bench_durable: $tool not found" >&2; exit 2; }
+done
+py=/usr/bin/python3
+export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+unset CKPT_STORE CKPT_JOB
+
+work=$(mktemp -d "$workdir/ckpt-bench-durable.XXXXXX") # disk: staging, stores, s3rver data
+shm=$(mktemp -d /dev/shm/ckpt-bench-durable.XXXXXX)   # memory: CPU-only store, restores
+cleanup() {
+    s3lib_stop "$work/s3"
+    rm -rf "$work" "$shm"
+}
+trap cleanup EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+s3lib_start "$work/s3"
+s3pid=$(cat "$work/s3/s3rver.pid")
+s3store=s3://ckpt-test/durable
+staging=$work/staging
+ckpt=$staging/ckpt_000100.pt
+mkdir -p "$staging" "$shm/packs"
+
+echo "== checkpoint: torch.save of a transformer + AdamW state, ~$size MiB" >&2
+$py - "$here" "$ckpt" "$size" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from fuse_save_bench import model_state
+torch.save(model_state(int(sys.argv[3]) << 20), sys.argv[2])
+EOF
+sync
+logical=$(stat -c %s "$ckpt")
+
+# Every ckptctl call: a fresh state dir (dedup index) on the disk, as a
+# node's would be, and a fresh job per put, so nothing deduplicates.
+ckpt_ctl() { # STORE JOB JSON-OUT ckptctl-args...
+    local store=$1 job=$2 out=$3 state
+    shift 3
+    state=$(mktemp -d "$work/state.XXXXXX")
+    "$ckptctl" --store "$store" --job "$job" --state-dir "$state" --node bench -q --json "$@" >"$out"
+    rm -rf "$state"
+}
+
+# The steps, untimed; ROUND numbers keep every repetition's objects apart.
+put_cpu() { ckpt_ctl "file://$shm/cpu.$1" "cpu$1" "$work/cpu.json" put --step 100 "$staging"; }
+put_s3() { ckpt_ctl "$s3store" "s3put$1" "$work/s3put.json" put --step 100 "$staging"; }
+put_file() { ckpt_ctl "file://$work/fstore.$1" "file$1" "$work/file.json" put --step 100 "$staging"; }
+restore_s3() { # ROUND: step 100 of (d)'s job, to /dev/shm (restore's default threads)
+    ckpt_ctl "$s3store" "s3put$1" "$work/restore.json" restore --step 100 --to "$shm/restore.s3"
+}
+restore_cpu() { # ROUND: the same from (b)'s store on /dev/shm: restore without a network
+    ckpt_ctl "file://$shm/cpu.$1" "cpu$1" "$work/lrestore.json" restore --step 100 --to "$shm/restore.cpu"
+}
+raw_put() { # ROUND: curl PUT of the reference packs, 4 in flight
+    local args=() f
+    for f in "$shm"/packs/*.pack; do
+        args+=(-o /dev/null -T "$f" "$S3_URL/raw/$1/${f##*/}")
+    done
+    s3lib_curl 4 "${args[@]}"
+}
+raw_get() { # ROUND null|shm: curl GET of (d)'s pack objects, 4 in flight
+    local args=() k out=/dev/null
+    [ "$2" = null ] || mkdir -p "$shm/get"
+    for k in $(list_packs "s3put$1"); do
+        [ "$2" = null ] || out=$shm/get/${k##*/}
+        args+=(-o "$out" "$S3_URL/$k")
+    done
+    [ ${#args[@]} -gt 0 ] || { echo "bench_durable: no packs listed for s3put$1" >&2; return 1; }
+    s3lib_curl 4 "${args[@]}"
+}
+disk_write() { # ROUND: the reference packs to the disk, 4 at a time, each fsynced
+    mkdir -p "$work/diskw.$1"
+    xargs -P 4 -I{} dd if="$shm/packs/{}" of="$work/diskw.$1/{}" bs=4M conv=fsync status=none \
+        < <(cd "$shm/packs" && printf '%s\n' *.pack)
+}
+read_ckpt() { # cold|warm
+    [ "$1" = warm ] || dd if="$ckpt" iflag=nocache count=0 status=none
+    dd if="$ckpt" of=/dev/null bs=1M status=none
+}
+at_once() { "$1" "$3" & local pid=$!; "$2" "$3"; wait "$pid"; } # FN1 FN2 ARG
+raw_get_null() { raw_get "$1" null; }
+
+# The pack keys of JOB in the s3:// store, one a line (ListObjectsV2).
+list_packs() {
+    local xml
+    xml=$(curl -sS --fail "${S3_SIGV4[@]}" \
+        "$S3_URL?list-type=2&max-keys=1000&prefix=durable/jobs/$1/packs/")
+    case $xml in *"<IsTruncated>true<"*)
+        echo "bench_durable: more than 1000 packs: listing is not paged here" >&2; return 1 ;;
+    esac
+    grep -o '<Key>[^<]*\.pack</Key>' <<<"$xml" | sed 's/<[^>]*>//g'
+}
+
+# timed CMD...: syncs (untimed), runs CMD and prints "WALL CPU BUSY": its
+# wall seconds, the CPU seconds of its processes plus s3rver's meanwhile (the
+# server shares the CPUs with the client), and how busy the whole machine's
+# CPUs were meanwhile, in % (other users' load included). `times` (run in
+# this shell, not in a $(...) subshell) counts the children it has waited for.
+timed() {
+    local t0 s0 m0 wall s1 m1 tf=$work/times.$BASHPID
+    sync
+    s0=$(s3rver_cpu) m0=$(machine_cpu)
+    times >"$tf.0"
+    t0=$(now)
+    "$@"
+    wall=$(since "$t0")
+    times >"$tf.1"
+    s1=$(s3rver_cpu) m1=$(machine_cpu)
+    cat "$tf.0" "$tf.1" | awk -v w="$wall" -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v n="$(nproc)" '
+        NR % 2 == 0 { c = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); c += p[1] * 60 + p[2] }
+                      cpu[NR / 2] = c }
+        END { printf "%s %.2f %.0f\n", w, cpu[2] - cpu[1] + s1 - s0, 100 * (m1 - m0) / (w * n) }'
+    rm -f "$tf.0" "$tf.1"
+}
+machine_cpu() { # busy CPU seconds of the machine since boot (all but idle and iowait)
+    awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%.3f", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat
+}
+s3rver_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$s3pid/stat"; }
+
+# step ROUND NAME: times step NAME of round ROUND; prints timed's line.
+# Outputs that later steps of the round need are kept until the round ends.
+step() {
+    local r=$1
+    case $2 in
+    cold | warm) timed read_ckpt "$2" ;;
+    cpu) timed put_cpu "$r" ;;
+    rawput) timed raw_put "$r" ;;
+    both) timed at_once put_cpu raw_put "${r}b" ;;
+    s3put) timed put_s3 "$r" ;;
+    diskw) timed disk_write "$r"; rm -rf "$work/diskw.$r" ;;
+    fileput) timed put_file "$r"; rm -rf "$work/fstore.$r" ;;
+    rawget) timed raw_get "$r" null ;;
+    getshm) timed raw_get "$r" shm; rm -rf "$shm/get" ;;
+    restore)
+        timed restore_s3 "$r"
+        cmp -s "$ckpt" "$shm/restore.s3/${ckpt##*/}" ||
+            { echo "bench_durable: restored file differs" >&2; return 1; }
+        rm -rf "$shm/restore.s3" ;;
+    lrestore) timed restore_cpu "$r"; rm -rf "$shm/restore.cpu" ;;
+    both_get) timed at_once restore_cpu raw_get_null "$r"; rm -rf "$shm/restore.cpu" ;;
+    esac
+}
+
+json_u64() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2"; }
+
+declare -A res # measurement -> its values, one per repetition (KEY: wall s, KEY.cpu, KEY.busy)
+record() { # KEY "WALL [CPU BUSY]"
+    local v
+    read -ra v <<<"$2"
+    res[$1]+="${v[0]} "
+    [ ${#v[@]} -lt 3 ] || res[$1.cpu]+="${v[1]} " res[$1.busy]+="${v[2]} "
+}
+median() { # median of the numbers in $1, printed with format $2 (default %.3f)
+    printf '%s\n' $1 | sort -g | awk -v f="${2:-%.3f}" \
+        '{ v[NR] = $1 } END { printf f, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+last() { local a; read -ra a <<<"${res[$1]}"; echo "${a[-1]}"; } # this repetition's value of $1
+maxof() { printf '%s\n' "$@" | sort -g | tail -1; }
+resident() { # % of the checkpoint's pages in the page cache
+    if command -v fincore >/dev/null; then
+        fincore -b -n -o RES "$ckpt" | awk -v n="$logical" '{ printf "%d", 100 * $1 / n }'
+    else
+        echo 100
+    fi
+}
+
+echo "== warm-up round (untimed)" >&2
+put_cpu 0
+find "$shm/cpu.0" -name '*.pack' -exec mv -t "$shm/packs" {} +
+rm -rf "$shm/cpu.0"
+stored=$(find "$shm/packs" -name '*.pack' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+npacks=$(find "$shm/packs" -name '*.pack' | wc -l)
+for m in warm cpu rawput s3put rawget restore lrestore diskw fileput; do step 0 $m >/dev/null; done
+rm -rf "$shm/cpu.0"
+
+resident_min=100
+puts=(cold warm cpu rawput both s3put diskw fileput)
+gets=(rawget getshm restore lrestore both_get)
+for ((r = 1; r <= reps; r++)); do
+    echo "== repetition $r of $reps" >&2
+    # Every other repetition runs the steps in the reverse order.
+    order=("${puts[@]}" "${gets[@]}")
+    if ((r % 2 == 0)); then
+        mapfile -t order < <(printf '%s\n' "${puts[@]}" | tac; printf '%s\n' "${gets[@]}" | tac)
+    fi
+    for m in "${order[@]}"; do
+        case $m in cpu | s3put | fileput | both)
+            pct=$(resident)
+            ((pct >= resident_min)) || resident_min=$pct ;;
+        esac
+        t=$(step "$r" "$m") # an assignment: a failed step stops the run
+        record "$m" "$t"
+    done
+    rm -rf "$shm/cpu.$r" "$shm/cpu.${r}b"
+    # This repetition's ratios, from its own numbers.
+    b=$(maxof "$(last warm)" "$(last cpu)" "$(last rawput)")
+    record r_s3 "$(ratio "$b" "$(last s3put)")"
+    record r_s3both "$(ratio "$(maxof "$b" "$(last both)")" "$(last s3put)")"
+    record r_file "$(ratio "$(maxof "$(last warm)" "$(last cpu)" "$(last diskw)")" "$(last fileput)")"
+    record r_restore "$(ratio "$(last rawget)" "$(last restore)")"
+    record r_restoreshm "$(ratio "$(last getshm)" "$(last restore)")"
+    record r_restoreboth "$(ratio "$(last both_get)" "$(last restore)")"
+done
+
+declare -A med
+for k in "${!res[@]}"; do med[$k]=$(median "${res[$k]}"); done
+row() { # label key [bytes]
+    local busy
+    busy=$(printf "%.0f%%" "${med[$2.busy]}")
+    # /proc/stat counts in ticks (10 ms): too coarse for a short step.
+    awk -v w="${med[$2]}" 'BEGIN { exit !(w < 0.25) }' && busy="–"
+    printf '| %s | %s | %s | %.2f | %s |\n' "$1" "${med[$2]}" \
+        "$(mbps "${3:-$logical}" "${med[$2]}")" "${med[$2.cpu]}" "$busy"
+}
+# The name of the slowest of the given keys (medians).
+slowest() {
+    local k best=""
+    for k in "$@"; do
+        if [ -z "$best" ] || awk -v a="${med[$k]}" -v b="${med[$best]}" 'BEGIN { exit !(a > b) }'; then
+            best=$k
+        fi
+    done
+    case $best in warm) echo "disk read" ;; cpu) echo CPU ;; rawput) echo "raw PUT" ;;
+    diskw) echo "disk write" ;; both) echo "b and c at once" ;; esac
+}
+target() { # label bound-text bound-seconds ours-key ratio-key
+    local range
+    range=$(printf '%s\n' ${res[$5]} | sort -g | sed -n '1p; $p' | paste -sd' ' | awk '{ print $1 "–" $2 }')
+    echo "| $1 | $2 | $3 | ${med[$4]} | **$(ratio "$3" "${med[$4]}")** ($(median "${res[$5]}" %.2f);" \
+        "$range) | ≥ 0.80 |"
+}
+bound_s3=$(maxof "${med[warm]}" "${med[cpu]}" "${med[rawput]}")
+bound_file=$(maxof "${med[warm]}" "${med[cpu]}" "${med[diskw]}")
+
+mib=$(awk -v b="$logical" 'BEGIN { printf "%.1f", b / 1048576 }')
+smib=$(awk -v b="$stored" 'BEGIN { printf "%.1f", b / 1048576 }')
+echo
+echo "Checkpoint: $mib MiB ($logical bytes), stored as $smib MiB in $npacks packs" \
+    "($(json_u64 puts "$work/s3put.json") PUTs in all); restore: $(json_u64 gets "$work/restore.json") GETs."
+echo "Medians of $reps repetition(s). MB/s = 10^6 bytes per second of the checkpoint (of the" \
+    "stored bytes for c, e, g). CPU s = user + system seconds of the step's processes plus" \
+    "s3rver's; machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
+echo
+echo "| step | seconds | MB/s | CPU s | machine busy |"
+echo "|---|---|---|---|---|"
+row "(a) disk read, warm page cache (as every put reads it)" warm
+row "(a) disk read, cold (this file's pages dropped)" cold
+row "(b) CPU: ckptctl put → file:// on /dev/shm" cpu
+row "(c) raw PUT: curl, $npacks packs, 4 in flight" rawput "$stored"
+row "(b‖c) b and c at the same time" both
+row "(d) **ckptctl put → s3://**" s3put
+row "(e) disk write: $npacks packs, 4 at a time, fsync" diskw "$stored"
+row "(f) **ckptctl put → file:// on disk**" fileput
+row "(g) raw GET: curl, $npacks packs, 4 in flight, → /dev/null" rawget "$stored"
+row "(g') the same GETs → files on /dev/shm" getshm "$stored"
+row "(h) **ckptctl restore s3:// → /dev/shm** (4 threads)" restore
+row "(h') ckptctl restore from b's file:// store on /dev/shm" lrestore
+row "(g‖h') g and h' at the same time" both_get
+echo
+echo "| target | bound | bound s | ckptctl s | **ratio** (per-rep: median; range) | target |"
+echo "|---|---|---|---|---|---|"
+target "**time to durable, s3://**" "slowest of a, b, c: $(slowest warm cpu rawput)" "$bound_s3" s3put r_s3
+target "time to durable, file:// on disk" "slowest of a, b, e: $(slowest warm cpu diskw)" \
+    "$bound_file" fileput r_file
+target "**restore, s3://**" "g: raw GET" "${med[rawget]}" restore r_restore
+echo
+echo "Reading aids (the CPUs are shared: the pipeline's work and s3rver's run on the same $(nproc)):"
+echo
+echo "| | bound | bound s | ckptctl s | ratio (per-rep: median; range) | |"
+echo "|---|---|---|---|---|---|"
+target "time to durable, s3://" "slowest of a, b, c, b‖c: $(slowest warm cpu rawput both)" \
+    "$(maxof "$bound_s3" "${med[both]}")" s3put r_s3both
+target "restore, s3://" "g': raw GET → /dev/shm" "${med[getshm]}" restore r_restoreshm
+target "restore, s3://" "g‖h': raw GET and restore's local work at once" "${med[both_get]}" \
+    restore r_restoreboth
+echo
+echo "(Checkpoint pages resident before every put: ≥ $resident_min%. s3rver 3.7.1 on 127.0.0.1;" \
+    "$(nproc) CPUs; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg).)"

@@ -1,0 +1,47 @@
+# shellcheck shell=bash
+# s3lib.sh — helpers shared by the S3 benchmarks (bench_s3.sh,
+# bench_durable.sh). Sourced, not run; the caller has `set -euo pipefail`.
+#
+#   s3lib_start DIR     start an s3rver whose files live in DIR (tests/s3/s3rver.sh,
+#                       owned by this shell: it dies with it), on 127.0.0.1 only;
+#                       sets S3_PORT and S3_URL (the bucket ckpt-test), exports
+#                       AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (s3rver's defaults)
+#                       and CKPT_S3_ENDPOINT for ckptctl and bench_s3
+#   s3lib_stop DIR      stop it by its PID (for the caller's EXIT trap; never fails)
+#   s3lib_curl N ARGS   one curl process, up to N transfers at once, SigV4-signed
+#                       (ARGS: -T FILE URL / -o FILE URL pairs), failing on any
+#                       HTTP error — the raw baseline a benchmark compares with
+#   now                 wall clock in seconds (float)
+#   since T0            seconds since T0 (from now)
+#   mbps BYTES SECS     10^6 bytes per second, one decimal
+#   ratio A B           A / B, two decimals
+#
+# curl >= 7.75 signs SigV4 itself (--aws-sigv4); s3rver takes it.
+
+S3LIB_S3RVER=$(cd "$(dirname "${BASH_SOURCE[0]}")/../s3" && pwd)/s3rver.sh
+S3_SIGV4=(--aws-sigv4 aws:amz:us-east-1:s3 --user "S3RVER:S3RVER"
+          -H "x-amz-content-sha256:UNSIGNED-PAYLOAD")
+
+s3lib_start() {
+    command -v curl >/dev/null || { echo "s3lib: curl not found" >&2; return 2; }
+    S3_PORT=$(bash "$S3LIB_S3RVER" start "$1" --owner $$)
+    # shellcheck disable=SC2034 # for the caller
+    S3_URL=http://127.0.0.1:$S3_PORT/ckpt-test
+    export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+    export CKPT_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+}
+
+s3lib_stop() {
+    bash "$S3LIB_S3RVER" stop "$1" || true
+}
+
+s3lib_curl() {
+    local n=$1
+    shift
+    curl -sS --no-progress-meter --fail --parallel --parallel-max "$n" "${S3_SIGV4[@]}" "$@"
+}
+
+now() { date +%s.%N; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.3f", a - b }'; }
+mbps() { awk -v b="$1" -v t="$2" 'BEGIN { printf "%.1f", b / t / 1e6 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
