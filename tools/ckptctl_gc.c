@@ -17,12 +17,13 @@
 
 #include "ckptctl.h"
 
-/* Set by the signal handler; the GC run looks at it between units. */
+/* The signal that asked the run to stop (0: none); the GC run looks at it
+ * between units. */
 static volatile sig_atomic_t gc_stop;
 
 static void on_stop_signal(int sig)
 {
-    gc_stop = 1;
+    gc_stop = sig;
     signal(sig, SIG_DFL); /* a second signal ends the process */
 }
 
@@ -128,7 +129,10 @@ int run_gc(cli *c, st_store *s)
     st_err e = st_store_gc(s, c->job, &p, c->dry_run, &r);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    int rc = e ? fail(e) : EXIT_OK;
+    /* Stopped by a signal: the report of what was done, then the shell's
+     * convention for "ended by signal N" (130 for SIGINT), so that a script
+     * never takes a stopped run for a finished one. */
+    int rc = e ? fail(e) : r.stopped && gc_stop ? 128 + (int)gc_stop : EXIT_OK;
     if (!e && c->json)
         report_json(&r);
     else if (!e)
