@@ -155,9 +155,7 @@ static void node_free(st_vfs *v, vnode *n)
     free(n);
 }
 
-/* Frees n once nothing refers to it: out of the tree, no kernel reference,
- * no open handle. */
-static void maybe_free(st_vfs *v, vnode *n)
+void vfs_maybe_free(st_vfs *v, vnode *n)
 {
     if (!n->parent && n != v->root && n->nlookup == 0 && n->opens == 0 && !n->fetching)
         node_free(v, n);
@@ -297,8 +295,8 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
 {
     vjob *j = vfs_job(v, job, 0);
     vstep *s = j ? vfs_step(j, step, 0) : NULL;
-    if (!s || s->queued)
-        return;
+    if (!s || s->queued || vfs_deletion_find(j, step))
+        return; /* a step removed through the mount is never published again */
     if (v->nqueue == v->queue_cap) {
         size_t cap = v->queue_cap ? v->queue_cap * 2 : 16;
         upload_item *p = realloc(v->queue, cap * sizeof *p);
@@ -321,6 +319,8 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
  * of the step is open for writing. */
 static void step_complete(st_vfs *v, vjob *j, vstep *s)
 {
+    if (vfs_deletion_find(j, s->step))
+        return; /* removed through the mount */
     if (!s->complete) {
         s->complete = 1;
         vfs_journal_put_step(v, j->name, s);
@@ -416,10 +416,12 @@ static void writer_rank(pid_t pid, int32_t *rank, uint32_t *world)
         *rank = -1; /* inconsistent: trust neither */
 }
 
-/* The newest step this node knows of in job j, or VFS_NO_STEP. */
-static uint64_t newest_step(const vjob *j)
+uint64_t vfs_newest_step(const vjob *j)
 {
-    return j->nsteps ? j->steps[j->nsteps - 1].step : VFS_NO_STEP;
+    for (size_t i = j->nsteps; i-- > 0;)
+        if (!vfs_deletion_find(j, j->steps[i].step))
+            return j->steps[i].step;
+    return VFS_NO_STEP;
 }
 
 /* Reads up to cap bytes of a closed file's content (markers are tiny). */
@@ -475,7 +477,7 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
     }
     if (n->step == VFS_NO_STEP) {
         /* (R6) A file outside any step belongs to the newest step. */
-        n->step = newest_step(j);
+        n->step = vfs_newest_step(j);
         if (n->step == VFS_NO_STEP)
             return;
         vfs_journal_put_file(v, n);
@@ -540,7 +542,7 @@ static const char *step_state_name(const vstep *s)
     return "writing";
 }
 
-static void json_str(st_bytes *b, const char *s)
+void vfs_json_str(st_bytes *b, const char *s)
 {
     st_bytes_put_u8(b, '"');
     for (; *s; s++) {
@@ -560,8 +562,7 @@ static void json_str(st_bytes *b, const char *s)
     st_bytes_put_u8(b, '"');
 }
 
-static void bprintf(st_bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(st_bytes *b, const char *fmt, ...)
+void vfs_bprintf(st_bytes *b, const char *fmt, ...)
 {
     char tmp[512];
     va_list ap;
@@ -588,32 +589,37 @@ static uint64_t pending_bytes(st_vfs *v)
 static void build_status(st_vfs *v, st_bytes *b)
 {
     double secs = (double)v->upload_ns / 1e9;
-    bprintf(b, "{\"node\":");
-    json_str(b, v->node);
-    bprintf(b,
-            ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 ",\"staging_cap\":%" PRIu64
-            ",\"uploaded_bytes\":%" PRIu64 ",\"stored_bytes\":%" PRIu64
-            ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
-            "\"last_error\":",
-            pending_bytes(v), v->staged_bytes, v->opts.staging_cap, v->uploaded_bytes,
-            v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, v->nqueue);
-    json_str(b, v->last_error);
-    bprintf(b, ",\"steps\":[");
+    vfs_bprintf(b, "{\"node\":");
+    vfs_json_str(b, v->node);
+    vfs_bprintf(b,
+                ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
+                ",\"staging_cap\":%" PRIu64 ",\"uploaded_bytes\":%" PRIu64
+                ",\"stored_bytes\":%" PRIu64 ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
+                "\"last_error\":",
+                pending_bytes(v), v->staged_bytes, v->opts.staging_cap, v->uploaded_bytes,
+                v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0,
+                v->nqueue);
+    vfs_json_str(b, v->last_error);
+    vfs_bprintf(b, ",\"steps\":[");
     int first = 1;
     for (size_t i = 0; i < v->njobs; i++) {
         vjob *j = &v->jobs[i];
         for (size_t k = 0; k < j->nsteps; k++) {
             vstep *s = &j->steps[k];
-            bprintf(b, "%s{\"job\":", first ? "" : ",");
-            json_str(b, j->name);
-            bprintf(b,
-                    ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
-                    ",\"writers\":%d}",
-                    s->step, step_state_name(s), s->revision, s->writers);
+            if (vfs_deletion_find(j, s->step))
+                continue; /* listed with the deletions */
+            vfs_bprintf(b, "%s{\"job\":", first ? "" : ",");
+            vfs_json_str(b, j->name);
+            vfs_bprintf(b,
+                        ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
+                        ",\"writers\":%d}",
+                        s->step, step_state_name(s), s->revision, s->writers);
             first = 0;
         }
     }
-    bprintf(b, "]}\n");
+    vfs_bprintf(b, "]");
+    vfs_deletions_status(v, b);
+    vfs_bprintf(b, "}\n");
 }
 
 /* ---- namespace operations ---- */
@@ -690,7 +696,7 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
     vnode *n = get_node(v, ino);
     if (n) {
         n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
-        maybe_free(v, n);
+        vfs_maybe_free(v, n);
     }
     pthread_mutex_unlock(&v->lock);
 }
@@ -828,6 +834,7 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     else {
         if (dir == v->root)
             vfs_job(v, name, 1);
+        vfs_deletion_cancel(v, n);
         e = vfs_journal_put_dir(v, n);
         n->nlookup++;
         node_attr(n, out);
@@ -836,13 +843,12 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     return e;
 }
 
-/* Removes a file node from the namespace and its staging data. */
-static void drop_file(st_vfs *v, vnode *n)
+void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
 {
     char path[ST_MANIFEST_MAX_PATH + 1];
     vnode *jd = vfs_job_dir(n);
     if (jd && vfs_job_path(n, path, sizeof path)) {
-        if (n->remote || n->from_remote)
+        if (tombstone && (n->remote || n->from_remote))
             vfs_journal_tombstone(v, jd->name, path);
         else
             vfs_journal_delete(v, jd->name, path);
@@ -855,7 +861,7 @@ static void drop_file(st_vfs *v, vnode *n)
         n->sid = 0;
     }
     vfs_unlink_node(v, n);
-    maybe_free(v, n);
+    vfs_maybe_free(v, n);
 }
 
 st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
@@ -866,12 +872,15 @@ st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent);
     vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
+    vfs_removal rm;
     if (!n)
         e = ST_ERR_NOT_FOUND;
     else if (S_ISDIR(n->mode))
         e = ST_ERR_IS_DIR;
-    else
-        drop_file(v, n);
+    else if (!(e = vfs_removal_begin(v, n, &rm))) {
+        vfs_drop_file(v, n, 1);
+        e = vfs_removal_commit(v, &rm);
+    }
     pthread_mutex_unlock(&v->lock);
     return e;
 }
@@ -884,21 +893,20 @@ st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent);
     vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
-    char path[ST_MANIFEST_MAX_PATH + 1];
+    vfs_removal rm;
     if (!n)
         e = ST_ERR_NOT_FOUND;
     else if (!S_ISDIR(n->mode))
         e = ST_ERR_NOT_DIR;
     else if (n->nkids)
         e = ST_ERR_NOT_EMPTY;
-    else {
-        vnode *jd = vfs_job_dir(n);
-        if (jd && jd != n && vfs_job_path(n, path, sizeof path))
-            vfs_journal_delete(v, jd->name, path);
-        else if (jd == n)
-            vfs_journal_delete(v, n->name, "");
-        vfs_unlink_node(v, n);
-        maybe_free(v, n);
+    else if (!(e = vfs_removal_begin(v, n, &rm))) {
+        if (rm.jd)
+            vfs_journal_delete(v, rm.jd->name, rm.path); /* "" for a job: all of it */
+        if (!(e = vfs_removal_commit(v, &rm))) {
+            vfs_unlink_node(v, n);
+            vfs_maybe_free(v, n);
+        }
     }
     pthread_mutex_unlock(&v->lock);
     return e;
@@ -927,6 +935,7 @@ static void renamed_subtree(st_vfs *v, vjob *j, vnode *n)
     char path[ST_MANIFEST_MAX_PATH + 1];
     if (!vfs_job_path(n, path, sizeof path))
         return;
+    vfs_deletion_cancel(v, n);
     uint64_t step = step_of_path(v, path, NULL);
     if (step != VFS_NO_STEP)
         n->step = step;
@@ -1003,9 +1012,9 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
             if (vfs_job_path(target, tp, sizeof tp))
                 vfs_journal_delete(v, jd->name, tp);
             vfs_unlink_node(v, target);
-            maybe_free(v, target);
+            vfs_maybe_free(v, target);
         } else {
-            drop_file(v, target);
+            vfs_drop_file(v, target, 1);
         }
     }
     char *nm = strdup(newname);
@@ -1021,6 +1030,7 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
     n->ctime_ns = st_now_ns();
     if (vfs_job_path(n, to, sizeof to))
         e = vfs_journal_rename(v, jd->name, from, to);
+    vfs_deletion_cancel(v, n); /* the step its new name names is written again */
     if (j)
         renamed_subtree(v, j, n);
 out:
@@ -1122,7 +1132,7 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     if (e) {
         free(h);
         n->opens--;
-        maybe_free(v, n);
+        vfs_maybe_free(v, n);
         return e;
     }
     h->node = n;
@@ -1186,8 +1196,9 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
     }
     if (vfs_job_path(n, path, sizeof path))
         n->step = step_of_path(v, path, NULL);
+    vfs_deletion_cancel(v, n);
     if ((e = make_local(v, n, 1)) || (e = open_node(v, n, flags | O_RDWR, pid, h))) {
-        drop_file(v, n);
+        vfs_drop_file(v, n, 1);
         goto out;
     }
     n->nlookup++;
@@ -1467,7 +1478,7 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
             vfs_enqueue(v, j->name, s->step);
         }
     }
-    maybe_free(v, n);
+    vfs_maybe_free(v, n);
     pthread_mutex_unlock(&v->lock);
     free(h);
 }
@@ -1548,20 +1559,32 @@ void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount)
     pthread_mutex_unlock(&v->lock);
 }
 
+void vfs_timedwait(st_vfs *v, int64_t due)
+{
+    if (due == INT64_MAX) {
+        pthread_cond_wait(&v->changed, &v->lock);
+        return;
+    }
+    int64_t ns = due - st_mono_ns();
+    if (ns <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec += ns % 1000000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+}
+
 st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 {
     int64_t deadline = st_mono_ns() + (int64_t)(timeout_s * 1e9);
     pthread_mutex_lock(&v->lock);
-    while ((v->nqueue || v->uploader_busy) && st_mono_ns() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&v->changed, &v->lock, &ts);
-    }
+    while ((v->nqueue || v->uploader_busy) && st_mono_ns() < deadline)
+        vfs_timedwait(v, st_mono_ns() + 100 * 1000000);
     int idle = !v->nqueue && !v->uploader_busy;
     pthread_mutex_unlock(&v->lock);
     return idle ? ST_OK : ST_ERR_BUSY;
@@ -1660,9 +1683,9 @@ static void stop_thread(st_vfs *v, pthread_t t, int *started)
 st_err st_vfs_start(st_vfs *v)
 {
     st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
-    return e ? e
-             : start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v,
-                            "refresher");
+    if (!e)
+        e = start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v, "refresher");
+    return e;
 }
 
 void st_vfs_close(st_vfs *v)
@@ -1687,6 +1710,9 @@ void st_vfs_close(st_vfs *v)
         for (size_t k = 0; k < v->jobs[i].nsteps; k++)
             free(v->jobs[i].steps[k].commits);
         free(v->jobs[i].steps);
+        for (size_t k = 0; k < v->jobs[i].ndels; k++)
+            free(v->jobs[i].dels[k].path);
+        free(v->jobs[i].dels);
     }
     free(v->jobs);
     free(v->queue);

@@ -19,7 +19,8 @@
  * the store or large local I/O. Data reads and writes go straight to the
  * handle's fd (st_vfs_handle_fd) without the lock; st_vfs_write_prepare/
  * st_vfs_write_done bracket each write for the staging cap and the file
- * size. One background thread uploads steps; one refreshes the remote view.
+ * size. One background thread uploads steps (and carries out deletions of
+ * steps removed through the mount); one refreshes the remote view.
  */
 #ifndef ST_VFS_H
 #define ST_VFS_H
@@ -71,9 +72,9 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
 /*! Starts the uploader and the remote-view refresher threads. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: every step whose files are all closed becomes complete, the
- *  uploader gets up to drain_seconds to make them durable; what is left stays
- *  in staging and the journal for the next start. */
+/*! Unmount: every step whose files are all closed becomes complete, the uploader gets up to
+ * drain_seconds to make them durable; what is left (uploads, deletion requests) stays in staging
+ *  and the journal for the next start. */
 void st_vfs_close(st_vfs *v);
 
 /* Namespace operations. Entries returned by lookup/mkdir/create count one
@@ -89,6 +90,10 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out);
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
 st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out);
+/*! unlink of a single-file step's file, and rmdir of a step directory, when
+ *  nothing else in the mount names that step, also request the step's
+ *  deletion from the store (docs/MOUNT.md, "Deleting steps"); the request is
+ *  in the journal when they return. */
 st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name);
 st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name);
 /*! Replaces an existing target file (or empty directory) atomically. */

@@ -4,6 +4,7 @@
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_upload.c   the uploader thread (seal → ingest → publish)
  *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
+ *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
  *
  * Locking: v->lock guards every vnode, vjob and vstep field and the journal
  * connection; it is never held across store I/O or bulk file I/O. The
@@ -95,10 +96,31 @@ typedef struct vstep {
     size_t ncommits;
 } vstep;
 
+/* A request to delete a step from the store (st_vfs_delete.c draws its life). */
+typedef enum vdel_state {
+    VDEL_PENDING = 0,     /* not tried yet, or deletable at the next try */
+    VDEL_KEPT_NEWEST = 1, /* the job's newest consistent step: waits for a newer one */
+    VDEL_KEPT_PINNED = 2, /* pinned in the store */
+    VDEL_MOVING = 3       /* files that stay visible are being stored with another step */
+} vdel_state;
+
+typedef struct vdeletion {
+    uint64_t step;
+    char *path;           /* the removed step directory or file (job-relative) */
+    int64_t requested_ns; /* wall clock */
+    uint64_t id;          /* tells a request from a later one for the same step */
+    vdel_state state;
+    int64_t next_try_ns; /* monotonic */
+    char error[256];     /* the last try's store error, "" if none */
+} vdeletion;
+
 typedef struct vjob {
     char name[ST_JOB_MAX + 1];
     vstep *steps; /* sorted by step */
     size_t nsteps, steps_cap;
+    vdeletion *dels; /* pending deletion requests */
+    size_t ndels, dels_cap;
+    uint64_t steps_deleted, objects_deleted, bytes_freed; /* by requests, since start */
 } vjob;
 
 typedef struct upload_item {
@@ -140,14 +162,26 @@ struct st_vfs {
     int uploader_started;
     pthread_t refresher;
     int refresher_started;
+
+    uint64_t next_deletion_id; /* (lock) */
 };
 
 /* st_vfs.c */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
+/* Frees n once nothing refers to it: out of the tree, no kernel reference,
+ * no open handle, no fetch. */
+void vfs_maybe_free(st_vfs *v, vnode *n);
 st_err vfs_link(vnode *dir, vnode *child);
 void vfs_unlink_node(st_vfs *v, vnode *child);
+/* Removes file n from the namespace and frees its staging data; with
+ * tombstone, a file whose content is in the store stays hidden here (the
+ * journal keeps a tombstone), else its journal row just goes. */
+void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+/* Waits on v->changed (lock held) until a signal or the monotonic time due
+ * (INT64_MAX: no limit). */
+void vfs_timedwait(st_vfs *v, int64_t due);
 /* The job a node belongs to (the root's child above it), or NULL. */
 vnode *vfs_job_dir(const vnode *n);
 /* Path of n relative to its job directory into buf; returns buf or NULL. */
@@ -159,6 +193,12 @@ vjob *vfs_job(st_vfs *v, const char *name, int create);
 vstep *vfs_step(vjob *j, uint64_t step, int create);
 void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap);
 void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
+/* The newest step this node knows of in job j that has no deletion request
+ * (rule R6 gives loose files to it), or VFS_NO_STEP. */
+uint64_t vfs_newest_step(const vjob *j);
+/* Status-file helpers: printf into b, and a JSON string literal. */
+void vfs_bprintf(st_bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void vfs_json_str(st_bytes *b, const char *s);
 /* Drops local copies of durable, unopened files until `need` more bytes fit
  * under the staging cap (they become remote again). */
 void vfs_evict_durable(st_vfs *v, uint64_t need);
@@ -180,6 +220,49 @@ st_err vfs_journal_tombstone(st_vfs *v, const char *job, const char *path);
 int vfs_journal_is_tombstone(st_vfs *v, const char *job, const char *path);
 st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const char *to);
 st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s);
+st_err vfs_journal_drop_step(st_vfs *v, const char *job, uint64_t step);
+/* One transaction around several writes (commit makes them durable at once). */
+st_err vfs_journal_begin(st_vfs *v);
+st_err vfs_journal_commit(st_vfs *v);
+void vfs_journal_rollback(st_vfs *v);
+/* Deletion requests: the deletions table. */
+st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d);
+st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step);
+/* Drops the tombstones at path and below it. */
+st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path);
+
+/* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT.md). Every
+ * call under v->lock. */
+typedef struct vfs_removal {
+    vnode *jd;                           /* the job directory, NULL: none */
+    char path[ST_MANIFEST_MAX_PATH + 1]; /* the removed entry, "" for a job dir */
+    uint64_t step;                       /* the step it is the last name of, or VFS_NO_STEP */
+} vfs_removal;
+/* Before rmdir/unlink removes n: finds whether n is the last name of a step
+ * (n itself not counted) and opens the journal transaction that the removal's
+ * own journal writes and the request share. */
+st_err vfs_removal_begin(st_vfs *v, vnode *n, vfs_removal *rm);
+/* After the removal's journal writes: adds the request if rm names a step,
+ * commits (rolls back on error), then drops the step from this mount. */
+st_err vfs_removal_commit(st_vfs *v, vfs_removal *rm);
+/* n was created or renamed: a request for the step its path names is
+ * cancelled (the step is being written again). */
+void vfs_deletion_cancel(st_vfs *v, vnode *n);
+vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
+/* Adds a request read back from the journal (recovery). */
+st_err vfs_deletion_restore(st_vfs *v, const char *job, uint64_t step, const char *path,
+                            int64_t requested_ns);
+/* The uploader's turn: carries out one request that is due (may drop the
+ * lock). Returns 1 if it tried one, 0 if none was due. */
+int vfs_deletions_run(st_vfs *v);
+/* Monotonic time the next request is due, INT64_MAX if none. */
+int64_t vfs_deletions_next_due(const st_vfs *v);
+/* The store no longer holds step of job j: unchanged durable files of it leave
+ * the namespace (with the step directories they leave empty), and the step's
+ * local state goes once no file belongs to it. */
+void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
+/* Status: the "jobs" array (deletions and their totals). */
+void vfs_deletions_status(st_vfs *v, st_bytes *b);
 
 /* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
 void *vfs_uploader_main(void *arg);

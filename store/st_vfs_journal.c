@@ -8,6 +8,9 @@
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
  *       state as vfile_state; step -1 for none.
  *   steps(job, step, complete, revision, commits "rank:world,...")
+ *   deletions(job, step, path, requested_ns)
+ *       steps removed through the mount, not yet deleted from the store
+ *       (st_vfs_delete.c); written in the same transaction as the removal.
  *
  * Rows are written when the state changes (create, flush/close, rename,
  * unlink, upload finished), never per write(): the size is re-read from the
@@ -45,7 +48,10 @@ static const char journal_schema[] =
     "CREATE TABLE IF NOT EXISTS steps ("
     "  job TEXT NOT NULL, step INTEGER NOT NULL, complete INTEGER NOT NULL,"
     "  revision INTEGER NOT NULL, commits TEXT NOT NULL DEFAULT '',"
-    "  PRIMARY KEY (job, step)) WITHOUT ROWID;";
+    "  PRIMARY KEY (job, step)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS deletions ("
+    "  job TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL,"
+    "  requested_ns INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;";
 
 #define DB(v) ((sqlite3 *)(v)->journal)
 
@@ -176,8 +182,16 @@ st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const ch
 {
     /* The entry itself, and for a directory everything below it. A target
      * row (replaced file, tombstone) was removed by the caller or is
-     * replaced here. */
+     * replaced here; so are tombstones below the target (an empty directory
+     * whose stored files were unlinked) where the moved tree brings a file. */
     st_err e = exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, to);
+    if (!e)
+        e = exec(
+            v,
+            "DELETE FROM entries WHERE job=?1 AND kind=2"
+            " AND substr(path, 1, length(?3) + 1) = ?3 || '/'"
+            " AND ?2 || substr(path, length(?3) + 1) IN (SELECT path FROM entries WHERE job=?1)",
+            "ttt", job, from, to);
     if (!e)
         e = exec(v, "UPDATE entries SET path=?3 WHERE job=?1 AND path=?2", "ttt", job, from, to);
     if (!e)
@@ -197,6 +211,49 @@ st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s)
                                 s->commits[i].rank, s->commits[i].world_size);
     return exec(v, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5)", "tiiit", job,
                 (int64_t)s->step, (int64_t)s->complete, (int64_t)s->revision, commits);
+}
+
+st_err vfs_journal_drop_step(st_vfs *v, const char *job, uint64_t step)
+{
+    return exec(v, "DELETE FROM steps WHERE job=?1 AND step=?2", "ti", job, (int64_t)step);
+}
+
+st_err vfs_journal_begin(st_vfs *v)
+{
+    return exec(v, "BEGIN IMMEDIATE", "");
+}
+
+st_err vfs_journal_commit(st_vfs *v)
+{
+    st_err e = exec(v, "COMMIT", "");
+    if (e)
+        vfs_journal_rollback(v);
+    return e;
+}
+
+void vfs_journal_rollback(st_vfs *v)
+{
+    if (!sqlite3_get_autocommit(DB(v)))
+        sqlite3_exec(DB(v), "ROLLBACK", NULL, NULL, NULL);
+}
+
+st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d)
+{
+    return exec(v, "INSERT OR REPLACE INTO deletions VALUES (?1, ?2, ?3, ?4)", "titi", job,
+                (int64_t)d->step, d->path, d->requested_ns);
+}
+
+st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step)
+{
+    return exec(v, "DELETE FROM deletions WHERE job=?1 AND step=?2", "ti", job, (int64_t)step);
+}
+
+st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path)
+{
+    return exec(v,
+                "DELETE FROM entries WHERE job=?1 AND kind=2"
+                " AND (path=?2 OR substr(path, 1, length(?2) + 1) = ?2 || '/')",
+                "tt", job, path);
 }
 
 /* Parses "rank:world,..." back into s->commits. */
@@ -329,6 +386,21 @@ st_err vfs_journal_recover(st_vfs *v)
             parse_commits(s, (const char *)sqlite3_column_text(q, 4));
     }
     sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover steps");
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, path, requested_ns FROM deletions", -1, &q,
+                           NULL) != SQLITE_OK)
+        return jerr(v, "recover deletions");
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(q, 0);
+        const char *path = (const char *)sqlite3_column_text(q, 2);
+        if (job && path && st_name_is_valid(job, ST_JOB_MAX))
+            vfs_deletion_restore(v, job, (uint64_t)sqlite3_column_int64(q, 1), path,
+                                 sqlite3_column_int64(q, 3));
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover deletions");
     /* Queue complete steps that still have files to upload. */
     for (uint64_t i = 0; i < v->ninodes; i++) {
         vnode *n = v->inodes[i];

@@ -8,7 +8,10 @@
  * so a reader on another node never sees half a checkpoint. A local file
  * always wins over a remote one at the same path; among remote files the
  * newest step wins (files such as DeepSpeed's `latest` are in many steps);
- * a path deleted on this node (a journal tombstone) stays hidden.
+ * a path deleted on this node (a journal tombstone) stays hidden, and so
+ * does a step whose deletion was requested here (st_vfs_delete.c). A step the
+ * store no longer holds (deleted by GC or by another mount) leaves the view
+ * at the next refresh.
  *
  * The refresher thread re-lists the store every refresh_seconds. Store I/O
  * happens without v->lock; results are merged under it.
@@ -111,15 +114,44 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     st_stepview_free(&sv);
 }
 
-/* 1 if the view already holds this step as the store has it. */
+/* 1 if the view already holds this step as the store has it, or must not
+ * show it (its deletion was requested here). */
 static int step_loaded(st_vfs *v, const char *job, uint64_t step)
 {
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 0);
     vstep *s = j ? vfs_step(j, step, 0) : NULL;
-    int loaded = s && s->remote_loaded;
+    int loaded = (s && s->remote_loaded) || vfs_deletion_find(j, step);
     pthread_mutex_unlock(&v->lock);
     return loaded;
+}
+
+/* Steps of job that were durable before listed_ns (loaded from the store, or
+ * published by this node) and that the listing no longer has were deleted
+ * from the store: they leave the view. */
+static void forget_vanished(st_vfs *v, const char *job, const st_step_keys *steps, size_t n,
+                            int64_t listed_ns)
+{
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 0);
+    for (size_t k = 0, at = 0; j && k < j->nsteps;) {
+        vstep *s = &j->steps[k];
+        while (at < n && steps[at].step < s->step)
+            at++;
+        uint64_t step = s->step;
+        size_t before = j->nsteps;
+        if ((at == n || steps[at].step != step) && s->durable_ns && s->durable_ns < listed_ns &&
+            !s->queued && !s->uploading && !vfs_deletion_find(j, step)) {
+            vfs_log(v, 0, "step %" PRIu64 " of %s is no longer in the store", step, job);
+            vfs_forget_step(v, j, step);
+            if (j->nsteps < before)
+                continue; /* removed: the next one moved to k */
+            s->durable_ns = 0;
+            s->remote_loaded = 0;
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&v->lock);
 }
 
 st_err vfs_remote_refresh(st_vfs *v)
@@ -131,8 +163,10 @@ st_err vfs_remote_refresh(st_vfs *v)
     for (size_t i = 0; !e && i < njobs; i++) {
         st_step_keys *steps;
         size_t n;
+        int64_t listed_ns = st_now_ns();
         if ((e = st_stepio_list_steps(v->backend, jobs[i], &steps, &n)))
             break;
+        forget_vanished(v, jobs[i], steps, n, listed_ns);
         for (size_t k = 0; k < n; k++)
             if (!step_loaded(v, jobs[i], steps[k].step))
                 load_step(v, jobs[i], &steps[k], &buf);
@@ -153,20 +187,10 @@ void *vfs_refresher_main(void *arg)
     int64_t next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
     pthread_mutex_lock(&v->lock);
     while (!v->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
         int64_t ns = (int64_t)(v->opts.refresh_seconds * 1e9);
-        if (ns > TICK_NS)
-            ns = TICK_NS;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec += ns % 1000000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        int rc = 0;
-        while (!v->stopping && rc == 0)
-            rc = pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+        int64_t until = st_mono_ns() + (ns < TICK_NS ? ns : TICK_NS);
+        while (!v->stopping && st_mono_ns() < until)
+            vfs_timedwait(v, until);
         if (v->stopping)
             break;
         pthread_mutex_unlock(&v->lock);

@@ -14,6 +14,10 @@
  * are carried over from that manifest without re-reading them, which also
  * covers files whose local copy was evicted.
  *
+ * Between two uploads, or when the queue is empty, the thread carries out
+ * the deletion requests that are due (st_vfs_delete.c): being this thread,
+ * a deletion never runs while this node publishes a part of the same step.
+ *
  * Threads: one uploader thread, with its own SQLite connection to the dedup
  * index (STAGING/index.db).
  */
@@ -383,13 +387,12 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
     }
 }
 
+/* Waits (lock held) for the given seconds, or until stopping. */
 static void wait_seconds(st_vfs *v, int seconds)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += seconds;
-    while (!v->stopping && pthread_cond_timedwait(&v->changed, &v->lock, &ts) == 0)
-        ;
+    int64_t until = st_mono_ns() + (int64_t)seconds * 1000000000;
+    while (!v->stopping && st_mono_ns() < until)
+        vfs_timedwait(v, until);
 }
 
 void *vfs_uploader_main(void *arg)
@@ -406,8 +409,10 @@ void *vfs_uploader_main(void *arg)
     }
     int backoff = 1;
     while (!v->stopping && index) {
+        if (vfs_deletions_run(v))
+            continue;
         if (!v->nqueue) {
-            pthread_cond_wait(&v->changed, &v->lock);
+            vfs_timedwait(v, vfs_deletions_next_due(v));
             continue;
         }
         upload_item it = v->queue[0];

@@ -454,3 +454,45 @@ def tempdir(prefix="ckptfs-mt-"):
     staging and mountpoints. The caller removes it (after unmounting)."""
     base = "/var/tmp" if os.path.isdir("/var/tmp") else None
     return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
+# ------------------------------------------------------------ status, store
+
+def read_status(mountpoint):
+    """MOUNTPOINT/.ckptfs/status parsed (a dict; docs/MOUNT.md lists the fields)."""
+    with open(os.path.join(mountpoint, ".ckptfs", "status")) as f:
+        return json.load(f)
+
+
+def wait_for(pred, timeout, what, interval=0.1):
+    """Poll pred() until it returns a true value, which is returned. Raises
+    TimeoutError naming `what` (and pred's last value) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError("%s: not within %ss (last: %r)" % (what, timeout, got))
+        time.sleep(interval)
+
+
+def file_store_keys(store_url, prefix=""):
+    """{key: size} of the objects of a file:// store whose key starts with
+    prefix. The file backend keeps each key's directories as NAME@ (a key may
+    be both an object and a prefix, as in S3); this undoes that."""
+    if not store_url.startswith("file://"):
+        raise ValueError("not a file:// store: %s" % store_url)
+    root = store_url[len("file://"):]
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        rel = os.path.relpath(dirpath, root)
+        parts = [] if rel == "." else [p[:-1] if p.endswith("@") else p for p in rel.split(os.sep)]
+        for name in files:
+            if name.startswith("."):
+                continue  # the backend's temp files
+            key = "/".join(parts + [name])
+            if key.startswith(prefix):
+                out[key] = os.path.getsize(os.path.join(dirpath, name))
+    return out
