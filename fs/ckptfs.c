@@ -7,7 +7,8 @@
  * fuse_buf_copy / fuse_reply_data, as libfuse's passthrough_ll does).
  *
  *   ckptfs MOUNTPOINT [--store URL] [--staging DIR] [--node NAME]
- *          [--step-pattern REGEX] [--staging-cap BYTES] [-f] [-o FUSE_OPTS]
+ *          [--step-pattern REGEX] [--staging-cap BYTES] [--gc-keep-last N]
+ *          [--gc-keep-every K] [--gc-grace S] [--gc-interval S] [-f] [-o FUSE_OPTS]
  *
  * Threads: libfuse's worker threads call the ops concurrently; all shared
  * state is inside st_vfs.
@@ -19,6 +20,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -505,6 +507,18 @@ static void usage(FILE *out)
                  "                       about (N + 1) x 24 MiB\n"
                  "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
                  "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
+                 "  --gc-keep-last N     background GC: keep the N newest consistent steps of\n"
+                 "                       every job and delete older ones (N >= 1)\n"
+                 "  --gc-keep-every K    background GC: keep the consistent steps whose number\n"
+                 "                       is a multiple of K (K >= 1), with --gc-keep-last: too\n"
+                 "  --gc-grace SECONDS   background GC: how long an unreferenced pack waits\n"
+                 "                       before it is deleted (default 3600)\n"
+                 "  --gc-interval SECONDS  background GC: time between runs (default 600)\n"
+                 "                       Any --gc-* option runs GC over every job of the store\n"
+                 "                       on a background thread (only --gc-interval/--gc-grace:\n"
+                 "                       sweep only, no step deleted). The newest consistent\n"
+                 "                       step and pinned steps are always kept. Run it on one\n"
+                 "                       node per job: two are safe, only wasteful.\n"
                  "  -f                   stay in the foreground, log to stderr\n"
                  "  -d                   FUSE debug output (implies -f)\n"
                  "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
@@ -549,6 +563,30 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A whole number >= 1 for --gc-keep-last / --gc-keep-every. */
+static int parse_count(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end || *s == '-' || errno || v < 1)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A number of seconds > 0 (fractions allowed) for --gc-grace / --gc-interval. */
+static int parse_seconds(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v <= 0 || v > 1e9)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int default_staging(char *buf, size_t cap)
 {
     const char *base = getenv("XDG_STATE_HOME");
@@ -574,7 +612,11 @@ int main(int argc, char **argv)
         O_DRAIN,
         O_VERSION,
         O_ENDPOINT,
-        O_UPLOADS
+        O_UPLOADS,
+        O_GC_KEEP_LAST,
+        O_GC_KEEP_EVERY,
+        O_GC_GRACE,
+        O_GC_INTERVAL
     };
     static const struct option lopts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -586,6 +628,10 @@ int main(int argc, char **argv)
         {"staging-cap", required_argument, NULL, O_CAP},
         {"refresh", required_argument, NULL, O_REFRESH},
         {"drain", required_argument, NULL, O_DRAIN},
+        {"gc-keep-last", required_argument, NULL, O_GC_KEEP_LAST},
+        {"gc-keep-every", required_argument, NULL, O_GC_KEEP_EVERY},
+        {"gc-grace", required_argument, NULL, O_GC_GRACE},
+        {"gc-interval", required_argument, NULL, O_GC_INTERVAL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -622,6 +668,25 @@ int main(int argc, char **argv)
             break;
         case O_REFRESH: vo.refresh_seconds = atof(optarg); break;
         case O_DRAIN: vo.drain_seconds = atof(optarg); break;
+        case O_GC_KEEP_LAST:
+        case O_GC_KEEP_EVERY:
+            if (parse_count(optarg, ch == O_GC_KEEP_LAST ? &vo.gc_keep_last : &vo.gc_keep_every)) {
+                fprintf(stderr, "ckptfs: --%s wants a whole number >= 1, got '%s'\n",
+                        ch == O_GC_KEEP_LAST ? "gc-keep-last" : "gc-keep-every", optarg);
+                return 2;
+            }
+            vo.gc_enabled = 1;
+            break;
+        case O_GC_GRACE:
+        case O_GC_INTERVAL:
+            if (parse_seconds(optarg,
+                              ch == O_GC_GRACE ? &vo.gc_grace_seconds : &vo.gc_interval_seconds)) {
+                fprintf(stderr, "ckptfs: --%s wants a number of seconds > 0, got '%s'\n",
+                        ch == O_GC_GRACE ? "gc-grace" : "gc-interval", optarg);
+                return 2;
+            }
+            vo.gc_enabled = 1;
+            break;
         case 'f': foreground = 1; break;
         case 'd': debug = foreground = 1; break;
         case 'o':

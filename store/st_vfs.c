@@ -25,6 +25,7 @@
 #include "st_backend_fault.h"
 #include "st_fmtcheck.h"
 #include "st_fsutil.h"
+#include "st_gc.h"
 #include "st_manifest.h"
 
 #define CTL_DIR_NAME ".ckptfs"
@@ -619,6 +620,7 @@ static void build_status(st_vfs *v, st_bytes *b)
     }
     vfs_bprintf(b, "]");
     vfs_deletions_status(v, b);
+    vfs_gc_status(v, b);
     vfs_bprintf(b, "}\n");
 }
 
@@ -1603,6 +1605,10 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         v->opts.refresh_seconds = 5;
     if (v->opts.drain_seconds <= 0)
         v->opts.drain_seconds = 60;
+    if (v->opts.gc_grace_seconds <= 0)
+        v->opts.gc_grace_seconds = (double)ST_GC_DEFAULT_GRACE_NS / 1e9;
+    if (v->opts.gc_interval_seconds <= 0)
+        v->opts.gc_interval_seconds = 600;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->changed, NULL);
     v->next_sid = 1;
@@ -1685,6 +1691,8 @@ st_err st_vfs_start(st_vfs *v)
     st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
     if (!e)
         e = start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v, "refresher");
+    if (!e && v->opts.gc_enabled)
+        e = start_thread(&v->gc, &v->gc_started, vfs_gc_main, v, "gc");
     return e;
 }
 
@@ -1692,11 +1700,13 @@ void st_vfs_close(st_vfs *v)
 {
     if (!v)
         return;
+    v->gc_stop = 1; /* a GC run under way ends after its current batch */
     if (v->uploader_started) {
         st_vfs_complete_all(v, NULL, 1);
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }
+    stop_thread(v, v->gc, &v->gc_started);
     stop_thread(v, v->refresher, &v->refresher_started);
     stop_thread(v, v->uploader, &v->uploader_started);
     pthread_mutex_lock(&v->lock);

@@ -20,7 +20,8 @@
  * handle's fd (st_vfs_handle_fd) without the lock; st_vfs_write_prepare/
  * st_vfs_write_done bracket each write for the staging cap and the file
  * size. One background thread uploads steps (and carries out deletions of
- * steps removed through the mount); one refreshes the remote view.
+ * steps removed through the mount); one refreshes the remote view; with
+ * gc_enabled, one runs GC over the store every gc_interval_seconds.
  */
 #ifndef ST_VFS_H
 #define ST_VFS_H
@@ -49,6 +50,13 @@ typedef struct st_vfs_options {
     double refresh_seconds;   /* how often the remote view is refreshed (default 5) */
     double drain_seconds;     /* on close, how long to wait for uploads (default 60) */
     unsigned upload_threads;  /* pack PUTs in flight per upload (default 4) */
+    /* Background GC (docs/MOUNT.md): non-zero gc_enabled starts a thread that
+     * runs st_gc_run over every job of the store with this policy. */
+    int gc_enabled;
+    uint64_t gc_keep_last;      /* 0: no keep-last rule */
+    uint64_t gc_keep_every;     /* 0: no keep-every rule */
+    double gc_grace_seconds;    /* sweep grace period (default 3600) */
+    double gc_interval_seconds; /* between runs; the first one interval after start (default 600) */
     /* Log sink for daemon messages; may be NULL. level: 0 info, 1 warning, 2 error. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;
@@ -69,11 +77,13 @@ typedef struct st_vfs_attr {
  *  the caller may still fork (daemonize) before st_vfs_start(). */
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
 
-/*! Starts the uploader and the remote-view refresher threads. */
+/*! Starts the uploader and the remote-view refresher threads, and the GC
+ *  thread with opts.gc_enabled. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: every step whose files are all closed becomes complete, the uploader gets up to
- * drain_seconds to make them durable; what is left (uploads, deletion requests) stays in staging
+/*! Unmount: a GC run under way is told to stop, every step whose files are
+ *  all closed becomes complete, the uploader gets up to drain_seconds to make
+ *  them durable; what is left (uploads, deletion requests) stays in staging
  *  and the journal for the next start. */
 void st_vfs_close(st_vfs *v);
 

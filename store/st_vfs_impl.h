@@ -5,6 +5,7 @@
  *   st_vfs_upload.c   the uploader thread (seal → ingest → publish)
  *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
  *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
+ *   st_vfs_gc.c       the background GC thread (--gc-* options)
  *
  * Locking: v->lock guards every vnode, vjob and vstep field and the journal
  * connection; it is never held across store I/O or bulk file I/O. The
@@ -123,6 +124,17 @@ typedef struct vjob {
     uint64_t steps_deleted, objects_deleted, bytes_freed; /* by requests, since start */
 } vjob;
 
+/* What the background GC thread reports (status file). */
+typedef struct vgc_status {
+    uint64_t runs;
+    int running;
+    int64_t last_start_ns; /* wall clock, 0: no run yet */
+    int64_t last_duration_ns;
+    uint64_t last_steps, last_objects, last_bytes;
+    uint64_t total_steps, total_objects, total_bytes;
+    char last_error[256];
+} vgc_status;
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -164,6 +176,12 @@ struct st_vfs {
     int refresher_started;
 
     uint64_t next_deletion_id; /* (lock) */
+
+    /* background GC (st_vfs_gc.c); gc_status under lock */
+    pthread_t gc;
+    int gc_started;
+    volatile int gc_stop; /* set at close: a run ends after its current batch */
+    vgc_status gc_status;
 };
 
 /* st_vfs.c */
@@ -263,6 +281,11 @@ int64_t vfs_deletions_next_due(const st_vfs *v);
 void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
 /* Status: the "jobs" array (deletions and their totals). */
 void vfs_deletions_status(st_vfs *v, st_bytes *b);
+
+/* st_vfs_gc.c: the background GC thread's body (started by st_vfs_start
+ * when opts.gc_enabled), and the status file's "gc" object (lock held). */
+void *vfs_gc_main(void *arg);
+void vfs_gc_status(st_vfs *v, st_bytes *b);
 
 /* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
 void *vfs_uploader_main(void *arg);

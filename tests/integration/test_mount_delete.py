@@ -1,5 +1,5 @@
-"""Deleting steps through the mount (issue 6,
-docs/MOUNT.md "Deleting steps"): real FUSE mounts, real
+"""Deleting steps through the mount, and the daemon's background GC (issue 6,
+docs/MOUNT.md "Deleting steps" and "Background GC"): real FUSE mounts, real
 torch.save, a file:// store whose objects the tests look at directly.
 
 * HF Trainer-style rotation (shutil.rmtree of checkpoint-N) deletes the step
@@ -11,7 +11,9 @@ torch.save, a file:// store whose objects the tests look at directly.
 * a step only in the store (written by another mount) is deleted, and the
   other mount stops listing it;
 * writing the step again (HF's tmp-checkpoint-N rename) cancels the request;
-* a loose file stored with the deleted step stays and moves to another step.
+* a loose file stored with the deleted step stays and moves to another step;
+* --gc-keep-last 2 --gc-interval 1 --gc-grace 1: two steps are left, the
+  packs shrink to what they need, and the kept steps restore byte for byte.
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -290,6 +292,55 @@ class MountDeleteTest(MountCase):
         self.assertEqual(sorted(os.listdir(restored)), ["ckpt-000003.pt", "config.json"])
         with open(os.path.join(restored, "config.json")) as f:
             self.assertEqual(f.read(), '{"lr": 0.1}')
+
+
+class BackgroundGcTest(MountCase):
+    def test_background_gc_keeps_last_two(self):
+        m = self.mount("a", extra=("--gc-keep-last", "2", "--gc-interval", "1", "--gc-grace",
+                                   "1"))
+        job = os.path.join(m.path, JOB)
+        os.mkdir(job)
+        ref = os.path.join(self.tmp, "ref")
+        os.mkdir(ref)
+        # A training run saving a flat step of 2 MiB of fresh random weights
+        # every 1.5 s while GC runs every second. Only torch.save's small
+        # framing chunks are shared between steps: they live in the first
+        # step's pack, which GC retires once mostly dead, and the next saves
+        # store them again (docs/GC.md, repack), so that pack goes too.
+        code = ("import torch, sys, os, time\n"
+                "for step in range(1, 9):\n"
+                "    torch.manual_seed(step)\n"
+                "    s = {'w': torch.randn(512, 1024)}\n"
+                "    for d in sys.argv[1:]:\n"
+                "        torch.save(s, os.path.join(d, 'ckpt-%06d.pt' % step))\n"
+                "    time.sleep(1.5)\n")
+        run_torch(code, job, ref)
+        step_bytes = os.path.getsize(os.path.join(ref, "ckpt-000008.pt"))
+        self.durable(8, timeout=120)
+
+        def packs():
+            return sum(file_store_keys(self.store, "jobs/%s/packs/" % JOB).values())
+        wait_for(lambda: self.consistent_steps() == [7, 8], 120, "only steps 7 and 8 left")
+        # The packs of steps 1-6 are marked, then deleted a grace period later.
+        wait_for(lambda: packs() <= 2.2 * step_bytes, 120,
+                 "packs shrink to what two steps need (%d bytes each)" % step_bytes)
+        self.assertGreater(packs(), step_bytes, "the kept steps' packs are gone")
+        gc = wait_for(lambda: (lambda g: g if g["bytes_freed"] > 0 and g["steps_deleted"] >= 6
+                               else None)(read_status(m.path)["gc"]), 30, "status reports GC")
+        self.assertTrue(gc["enabled"])
+        self.assertEqual(gc["keep_last"], 2)
+        self.assertGreaterEqual(gc["objects_deleted"], 6 * 3)  # part, manifest, pack per step
+        self.assertGreater(gc["bytes_freed"], 5 * step_bytes)
+        self.assertEqual(gc["last_error"], "")
+        wait_for(lambda: sorted(os.listdir(job)) == ["ckpt-000007.pt", "ckpt-000008.pt"], 30,
+                 "the mount lists only the kept steps")
+        for step in (7, 8):
+            restored = self.restore(step, "restored-%d" % step)
+            name = "ckpt-%06d.pt" % step
+            self.assertEqual(os.listdir(restored), [name])
+            self.assertTrue(filecmp.cmp(os.path.join(restored, name), os.path.join(ref, name),
+                                        shallow=False), name)
+        m.unmount()
 
 
 if __name__ == "__main__":
