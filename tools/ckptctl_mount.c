@@ -237,6 +237,75 @@ int run_wait(cli *c, st_store *s)
 
 /* ---- status ---- */
 
+/* What a deletion request's state means, for people. */
+static const char *deletion_note(const char *state)
+{
+    if (!strcmp(state, "kept_newest_durable"))
+        return "kept: the newest durable step, deleted once a newer step is durable";
+    if (!strcmp(state, "kept_pinned"))
+        return "kept: pinned, deleted once unpinned";
+    if (!strcmp(state, "moving_files"))
+        return "waiting: files that stay visible are being stored with another step";
+    return "pending";
+}
+
+/* Deletion requests and what they deleted, per job (status "jobs"). */
+static void print_deletions(const jv *doc)
+{
+    const jv *jobs = jv_get(doc, "jobs");
+    int any = 0;
+    for (size_t i = 0; jobs && jobs->type == JV_ARR && i < jobs->n; i++) {
+        const jv *j = &jobs->items[i];
+        const jv *dels = jv_get(j, "deletions");
+        for (size_t k = 0; dels && dels->type == JV_ARR && k < dels->n; k++) {
+            const jv *d = &dels->items[k];
+            const char *err = jv_str(d, "error");
+            printf("%-16s %s step %.0f: %s%s%s\n", any++ ? "" : "deletions", jv_str(j, "job"),
+                   jv_num(d, "step"), deletion_note(jv_str(d, "state")),
+                   err[0] ? "; last error: " : "", err);
+        }
+        if (jv_num(j, "steps_deleted") > 0 || jv_num(j, "objects_deleted") > 0)
+            printf("%-16s %s: %.0f steps, %.0f objects, %.1f MiB (removed through this mount)\n",
+                   any++ ? "" : "deleted", jv_str(j, "job"), jv_num(j, "steps_deleted"),
+                   jv_num(j, "objects_deleted"), mib((uint64_t)jv_num(j, "bytes_freed")));
+    }
+    if (!any)
+        printf("%-16s none pending\n", "deletions");
+}
+
+/* The background GC (status "gc"). */
+static void print_gc(const jv *doc)
+{
+    const jv *g = jv_get(doc, "gc");
+    const jv *on = jv_get(g, "enabled");
+    if (!on || on->type != JV_BOOL || !on->boolean) {
+        printf("%-16s off\n", "gc");
+        return;
+    }
+    char last[32] = "-", every[32] = "-";
+    if (jv_num(g, "keep_last") > 0)
+        snprintf(last, sizeof last, "%.0f", jv_num(g, "keep_last"));
+    if (jv_num(g, "keep_every") > 0)
+        snprintf(every, sizeof every, "%.0f", jv_num(g, "keep_every"));
+    const jv *running = jv_get(g, "running");
+    printf("%-16s keep last %s, keep every %s, grace %g s, every %g s; %.0f runs%s\n", "gc", last,
+           every, jv_num(g, "grace_s"), jv_num(g, "interval_s"), jv_num(g, "runs"),
+           running && running->type == JV_BOOL && running->boolean ? ", running now" : "");
+    if (jv_num(g, "runs") > 0) {
+        time_t at = (time_t)(jv_num(g, "last_start_ns") / 1e9);
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&at));
+        printf("%-16s %s, %.1f s: %.0f steps, %.0f objects, %.1f MiB freed\n", "gc last run", when,
+               jv_num(g, "last_duration_s"), jv_num(g, "last_steps_deleted"),
+               jv_num(g, "last_objects_deleted"), mib((uint64_t)jv_num(g, "last_bytes_freed")));
+    }
+    printf("%-16s %.0f steps, %.0f objects, %.1f MiB freed since the start\n", "gc total",
+           jv_num(g, "steps_deleted"), jv_num(g, "objects_deleted"),
+           mib((uint64_t)jv_num(g, "bytes_freed")));
+    const char *err = jv_str(g, "last_error");
+    printf("%-16s %s\n", "gc last error", err[0] ? err : "-");
+}
+
 static void print_status(const jv *doc)
 {
     printf("%-16s %s\n", "node", jv_str(doc, "node"));
@@ -253,6 +322,8 @@ static void print_status(const jv *doc)
            jv_num(doc, "upload_rate_mbps"));
     const char *err = jv_str(doc, "last_error");
     printf("%-16s %s\n", "last error", err[0] ? err : "-");
+    print_deletions(doc);
+    print_gc(doc);
     const jv *steps = jv_get(doc, "steps");
     if (!steps || steps->type != JV_ARR || steps->n == 0) {
         printf("\nno steps\n");

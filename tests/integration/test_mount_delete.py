@@ -174,6 +174,7 @@ class MountDeleteTest(MountCase):
         self.assertGreaterEqual(js["objects_deleted"], 4)  # a manifest and a part record each
         self.assertGreater(js["bytes_freed"], 0)
         self.assertNotIn("checkpoint-100", json.dumps(st["steps"]))
+        self.assertIn("2 steps", self.ctl("status", "--mount", m.path).stdout)
         restored = self.restore(300, "restored-300")
         self.assertEqual(os.listdir(restored), ["checkpoint-300"])
         self.assert_same_tree(os.path.join(restored, "checkpoint-300"),
@@ -195,6 +196,8 @@ class MountDeleteTest(MountCase):
                  "step 200 reported as kept_newest_durable")
         self.assertEqual(self.ctl("latest").stdout.strip(), "200")
         self.assertTrue(file_store_keys(self.store, step_prefix(200)))
+        text = self.ctl("status", "--mount", m.path).stdout
+        self.assertIn("newest durable", text)
         # The request survives a restart; without the fault 300 becomes
         # durable and then 200 goes.
         m.unmount()
@@ -340,6 +343,8 @@ class BackgroundGcTest(MountCase):
             self.assertEqual(os.listdir(restored), [name])
             self.assertTrue(filecmp.cmp(os.path.join(restored, name), os.path.join(ref, name),
                                         shallow=False), name)
+        text = self.ctl("status", "--mount", m.path).stdout
+        self.assertIn("keep last 2", text)
         m.unmount()
 
 
