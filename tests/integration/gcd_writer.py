@@ -1,7 +1,7 @@
 """One rank of a training job that checkpoints every step through a ckptfs
 mount, for tests/integration/test_gc_daemons.py.
 
-    gcd_writer.py MOUNT JOB RANK WORLD REFDIR CONTROL
+    gcd_writer.py MOUNT JOB RANK WORLD REFDIR CONTROL [KEEP]
 
 Step after step (1, 2, ...): torch.save of this rank's state to
 MOUNT/JOB/step-NNNNNN/rank-R.pt (a frozen 4 MiB "backbone" that is the same
@@ -15,8 +15,13 @@ CONTROL is a directory the test and the writer share: the writer records the
 last step it committed in CONTROL/rank-R.last; the test ends the run by
 writing the final step number into CONTROL/stop (every rank writes up to and
 including it, so the last step is whole). Runs at most MAX_STEPS steps.
+
+KEEP (rank 0 only, as HF Trainer's save_total_limit): after step N, once
+every rank has committed N (the barrier a trainer has before it rotates),
+shutil.rmtree of MOUNT/JOB/step-(N-KEEP) through the mount.
 """
 import os
+import shutil
 import sys
 import time
 
@@ -43,8 +48,30 @@ def final_step(control):
         return None
 
 
+def last_committed(control, rank):
+    try:
+        with open(os.path.join(control, "rank-%d.last" % rank)) as f:
+            return int(f.read())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def rotate(mount, job, control, world, step, keep):
+    """Waits (bounded) until every rank committed step, then removes step
+    step-keep through the mount, as HF Trainer's _rotate_checkpoints does."""
+    deadline = time.monotonic() + 120
+    while min(last_committed(control, r) for r in range(world)) < step:
+        if time.monotonic() > deadline:
+            sys.exit("rank 0: the other ranks did not reach step %d" % step)
+        time.sleep(0.05)
+    old = os.path.join(mount, job, "step-%06d" % (step - keep))
+    if os.path.isdir(old):
+        shutil.rmtree(old)
+
+
 def main():
     mount, job, rank, world, refdir, control = sys.argv[1:7]
+    keep = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     rank, world = int(rank), int(world)
     name = "rank-%d.pt" % rank
     for step in range(1, MAX_STEPS + 1):
@@ -62,6 +89,8 @@ def main():
         with open(tmp, "w") as f:
             f.write(str(step))
         os.replace(tmp, os.path.join(control, "rank-%d.last" % rank))
+        if rank == 0 and keep and step > keep:
+            rotate(mount, job, control, world, step, keep)
         time.sleep(0.05)
     else:
         sys.exit("rank %d: no stop after %d steps" % (rank, MAX_STEPS))

@@ -9,16 +9,23 @@ steps, so the daemons keep meeting chunks of packs that GC has just marked or
 deleted (the hazard docs/GC.md closes; the daemon's last look refuses to
 publish such a reference and its retry stores the chunks again).
 
-GC runs in a loop for the whole time, `ckptctl gc --keep-last 2 --grace 1`
-from outside. The run lasts at least MIN_STEPS steps and until GC has deleted
-packs while both daemons were writing (bounded by the writer's MAX_STEPS).
-Then:
+Two ways GC runs in a loop for the whole time:
+
+* test_ckptctl_gc_loop: `ckptctl gc --keep-last 2 --grace 1` from outside;
+* test_daemon_gc_and_rotation: daemon A's own background GC
+  (`--gc-keep-last 2 --gc-interval 0.5 --gc-grace 1`) while rank 0 also
+  rotates like HF Trainer's save_total_limit=2 (`shutil.rmtree` of the step
+  two back, through mount A: a deletion through the mount).
+
+The run lasts at least MIN_STEPS steps and until GC has deleted packs (or
+freed bytes) while both daemons were writing (bounded by the writer's
+MAX_STEPS). Then:
 
 * the store keeps exactly the two newest steps, and every kept step restores
   byte for byte equal to what the ranks saved (and reads back through a
   fresh mount, a new node);
-* `gc --dry-run` lists exactly what the real run then deletes, both for a
-  retention run and for a sweep run;
+* (ckptctl loop) `gc --dry-run` lists exactly what the real run then
+  deletes, both for a retention run and for a sweep run;
 * the stored bytes are within 10% of what the last two steps alone need in
   a fresh store.
 
@@ -127,11 +134,11 @@ class GcDaemonsTest(unittest.TestCase):
                 self.fail("after %ss: %s; last seen: %s" % (timeout, what, seen))
             time.sleep(interval)
 
-    def start_writers(self, mounts):
+    def start_writers(self, mounts, keep=0):
         for rank, m in enumerate(mounts):
             p = subprocess.Popen(
                 [TORCH_PYTHON, os.path.join(HERE, "gcd_writer.py"), m.path, JOB, str(rank),
-                 str(WORLD), self.ref, self.control],
+                 str(WORLD), self.ref, self.control, str(keep)],
                 env=torch_env({"RANK": str(rank), "WORLD_SIZE": str(WORLD)}),
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.writers.append(p)
@@ -152,9 +159,9 @@ class GcDaemonsTest(unittest.TestCase):
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
-    # ------------------------------------------------------------ the test
+    # ------------------------------------------------------------ the tests
 
-    def test_two_daemons_and_gc_loop(self):
+    def test_ckptctl_gc_loop(self):
         a, b = self.mount("a"), self.mount("b")
         self.start_writers([a, b])
         totals = dict(runs=0, steps_deleted=0, packs_deleted=0, bytes_freed=0,
@@ -163,23 +170,8 @@ class GcDaemonsTest(unittest.TestCase):
         loop = threading.Thread(target=self.gc_loop, args=(stop, totals, errors))
         loop.start()
         try:
-            # Write until MIN_STEPS and until GC deleted packs during the writes.
-            self.wait_for(
-                "%d steps written and GC deleting packs during the writes" % MIN_STEPS,
-                lambda: (self.writers_alive() and not errors and
-                         min(map(self.last_written, range(WORLD))) >= MIN_STEPS and
-                         totals["packs_deleted_while_writing"] > 0,
-                         dict(totals, last=[self.last_written(r) for r in range(WORLD)],
-                              errors=errors)),
-                RUN_TIMEOUT, interval=0.5)
-            final = max(map(self.last_written, range(WORLD))) + 1
-            with open(os.path.join(self.control, "stop"), "w") as f:
-                f.write(str(final))
-            for rank, p in enumerate(self.writers):
-                p.wait(timeout=120)
-                self.assertEqual(p.returncode, 0, "writer rank %d: %s" % (rank, p.stderr.read()))
-            self.wait_for("step %d consistent" % final, lambda: (self.latest() == final,
-                                                                 self.steps()), SETTLE_TIMEOUT)
+            final = self.write_until(lambda: not errors and totals["packs_deleted_while_writing"] > 0,
+                                     lambda: dict(totals, errors=errors))
         finally:
             stop.set()
             loop.join()
@@ -189,43 +181,14 @@ class GcDaemonsTest(unittest.TestCase):
                                   totals["packs_deleted"], totals["packs_deleted_while_writing"],
                                   totals["bytes_freed"]), file=sys.stderr)
         self.assertGreater(totals["runs"], 20)
-        refused = sum(m.log_text().count("not publishing") for m in self.mounts)
-        print("uploads refused by the last look and retried: %d" % refused, file=sys.stderr)
 
         # Settle: retention, then sweeps past the grace period.
         self.gc("--keep-last", "2")
         for _ in range(2):
             time.sleep(float(GRACE) + 0.2)
             self.gc("--keep-last", "2")
-        kept = self.steps()
-        self.assertEqual(kept, [final - 1, final])
-
-        # Every kept step restores byte for byte.
-        for step in kept:
-            name = "step-%06d" % step
-            out = os.path.join(self.tmp, "restore", name)
-            self.ctl("verify", "--step", str(step))
-            self.ctl("restore", "--step", str(step), "--to", out)
-            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(out, name))
-
-        # ... and reads back through a new node's mount.
-        c = self.mount("c")
-        for step in kept:
-            name = "step-%06d" % step
-            self.wait_for("%s visible on a new node" % name,
-                          lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
-            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
-
-        # Stored bytes against the last two steps alone in a fresh store.
-        stored = self.stored_bytes()
-        fresh = "file://" + os.path.join(self.tmp, "fresh")
-        for step in kept:
-            name = "step-%06d" % step
-            self.ctl("put", "--step", str(step), os.path.join(self.ref, name), store=fresh)
-        baseline = self.stored_bytes(store=fresh)
-        print("stored %d bytes, the last two steps alone %d (%.3fx)" %
-              (stored, baseline, stored / baseline), file=sys.stderr)
-        self.assertLessEqual(stored, baseline * 1.10)
+        self.check_kept(final)
+        self.assertLessEqual(self.stored_ratio(final), 1.10)
 
         # A dry run lists exactly what the real run then deletes: retention
         # (keep only the newest step), then the sweep of what it left.
@@ -238,6 +201,104 @@ class GcDaemonsTest(unittest.TestCase):
             for field in ("deleted", "deleted_steps", "bytes_freed", "objects_deleted"):
                 self.assertEqual(dry[field], real[field], field)
         self.assertEqual(self.steps(), [final])
+
+    def test_daemon_gc_and_rotation(self):
+        a = self.mount("a", ["--gc-keep-last", "2", "--gc-interval", "0.5", "--gc-grace", GRACE])
+        b = self.mount("b")
+        self.start_writers([a, b], keep=2)
+        freed_while_writing = [0]
+
+        def gc_freed():
+            st = self.status(a)
+            if all(p.poll() is None for p in self.writers):
+                freed_while_writing[0] = st["gc"]["bytes_freed"]
+            return freed_while_writing[0] > 0 and st["gc"]["runs"] > 20, st["gc"]
+
+        final = self.write_until(lambda: gc_freed()[0], lambda: gc_freed()[1])
+        st = self.status(a)
+        rotated = sum(j["steps_deleted"] for j in st["jobs"])
+        print("steps %d, daemon gc runs %d, %d bytes freed (%d while writing), steps deleted "
+              "by GC %d, through the mount %d" % (
+                  final, st["gc"]["runs"], st["gc"]["bytes_freed"], freed_while_writing[0],
+                  st["gc"]["steps_deleted"], rotated), file=sys.stderr)
+        self.assertEqual(st["gc"]["last_error"], "")
+        self.assertGreater(rotated, MIN_STEPS // 2, "rmtree through the mount deleted few steps")
+
+        # Settle: the daemon's GC keeps running; wait (bounded) until the
+        # store holds the last two steps and what they need.
+        self.wait_for("the daemon's GC settled on the last two steps",
+                      lambda: (self.steps() == [final - 1, final] and
+                               self.stored_ratio(final, quiet=True) <= 1.10,
+                               (self.steps(), self.stored_ratio(final, quiet=True))),
+                      SETTLE_TIMEOUT, interval=1)
+        self.check_kept(final)
+        print("stored/needed %.3f" % self.stored_ratio(final), file=sys.stderr)
+        # Rotation on node A removed the old steps from node B's view too.
+        names = sorted(n for n in os.listdir(os.path.join(b.path, JOB)) if n.startswith("step-"))
+        self.assertEqual(names[-2:], ["step-%06d" % s for s in (final - 1, final)])
+        self.assertLessEqual(len(names), 4, "node B still shows deleted steps: %s" % names)
+
+    # ------------------------------------------------------------ shared
+
+    def write_until(self, enough, seen):
+        """Lets the writers run until MIN_STEPS and enough(), then stops them
+        at one final step for all ranks, waits until it is consistent and
+        returns it."""
+        self.wait_for(
+            "%d steps written and GC freeing space during the writes" % MIN_STEPS,
+            lambda: (self.writers_alive() and
+                     min(map(self.last_written, range(WORLD))) >= MIN_STEPS and enough(),
+                     dict(seen(), last=[self.last_written(r) for r in range(WORLD)])),
+            RUN_TIMEOUT, interval=0.5)
+        final = max(map(self.last_written, range(WORLD))) + 1
+        with open(os.path.join(self.control, "stop"), "w") as f:
+            f.write(str(final))
+        for rank, p in enumerate(self.writers):
+            p.wait(timeout=120)
+            self.assertEqual(p.returncode, 0, "writer rank %d: %s" % (rank, p.stderr.read()))
+        self.wait_for("step %d consistent" % final,
+                      lambda: (self.latest() == final, self.steps()), SETTLE_TIMEOUT)
+        refused = sum(m.log_text().count("not publishing") for m in self.mounts)
+        print("uploads refused by the last look and retried: %d" % refused, file=sys.stderr)
+        return final
+
+    def check_kept(self, final):
+        """The store keeps exactly the last two steps; each restores byte for
+        byte and reads back through a new node's mount."""
+        kept = self.steps()
+        self.assertEqual(kept, [final - 1, final])
+        for step in kept:
+            name = "step-%06d" % step
+            out = os.path.join(self.tmp, "restore", name)
+            shutil.rmtree(out, ignore_errors=True)
+            self.ctl("verify", "--step", str(step))
+            self.ctl("restore", "--step", str(step), "--to", out)
+            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(out, name))
+        c = self.mount("c")
+        for step in kept:
+            name = "step-%06d" % step
+            self.wait_for("%s visible on a new node" % name,
+                          lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
+            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
+
+    def stored_ratio(self, final, quiet=False):
+        """Stored bytes of the job / what the last two steps alone need in a
+        fresh store (computed once)."""
+        if not hasattr(self, "baseline"):
+            fresh = "file://" + os.path.join(self.tmp, "fresh")
+            for step in (final - 1, final):
+                self.ctl("put", "--step", str(step),
+                         os.path.join(self.ref, "step-%06d" % step), store=fresh)
+            self.baseline = self.stored_bytes(store=fresh)
+        stored = self.stored_bytes()
+        if not quiet:
+            print("stored %d bytes, the last two steps alone %d (%.3fx)" %
+                  (stored, self.baseline, stored / self.baseline), file=sys.stderr)
+        return stored / self.baseline
+
+    def status(self, m):
+        with open(os.path.join(m.path, ".ckptfs", "status")) as f:
+            return json.load(f)
 
     def assert_same_tree(self, expected, got):
         names = sorted(os.listdir(expected))
