@@ -900,7 +900,7 @@ st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
         e = ST_ERR_NOT_FOUND;
     else if (!S_ISDIR(n->mode))
         e = ST_ERR_NOT_DIR;
-    else if (n->nkids)
+    else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
         e = ST_ERR_NOT_EMPTY;
     else if (!(e = vfs_removal_begin(v, n, &rm))) {
         if (rm.jd)
@@ -1075,6 +1075,7 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
         e = ST_ERR_NOMEM;
         goto out;
     }
+    d->listed_ns = st_mono_ns();
     out[count++] = (st_vfs_dirent){d->ino, S_IFDIR, strdup(".")};
     out[count++] = (st_vfs_dirent){d->parent ? d->parent->ino : d->ino, S_IFDIR, strdup("..")};
     if (d == v->root)

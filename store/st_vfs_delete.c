@@ -158,6 +158,35 @@ static void drop_step_state(st_vfs *v, vjob *j, uint64_t step)
     s->uploading = uploading;
 }
 
+/* A file of the store that the remote view added to dir after dir was last
+ * listed, and that nobody has opened or changed here since. */
+static int unseen_remote_file(const vnode *dir, const vnode *n)
+{
+    return S_ISREG(n->mode) && n->remote && !n->sid && !n->opens && !n->fetching &&
+           n->merged_ns > dir->listed_ns;
+}
+
+/* Why: `rm -r checkpoint-500` lists the directory, unlinks what it saw, then
+ * rmdirs it. If the step became consistent in between, the refresher added
+ * the other nodes' files, and the rmdir would fail with ENOTEMPTY on files
+ * the remover could not have seen. They are part of the step being deleted,
+ * so they go with it. Files (not subdirectories) only. */
+int vfs_rmdir_drop_unseen(st_vfs *v, vnode *n)
+{
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    int last;
+    vnode *jd = vfs_job_dir(n);
+    if (!jd || jd == n || !vfs_job_path(n, path, sizeof path) ||
+        named_step(v, n, path, &last) == VFS_NO_STEP || !last)
+        return 0;
+    for (size_t i = 0; i < n->nkids; i++)
+        if (!unseen_remote_file(n, n->kids[i]))
+            return 0;
+    while (n->nkids)
+        vfs_drop_file(v, n->kids[n->nkids - 1], 1);
+    return 1;
+}
+
 st_err vfs_removal_begin(st_vfs *v, vnode *n, vfs_removal *rm)
 {
     memset(rm, 0, sizeof *rm);

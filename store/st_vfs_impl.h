@@ -77,6 +77,10 @@ struct vnode {
     uint32_t world;  /* its WORLD_SIZE, 0: unknown */
     vremote *remote; /* where its durable content lives, NULL: nowhere */
     int fetching;    /* a fetch of the remote content is under way */
+    /* When the remote view added this node (st_mono_ns; 0: made here), and,
+     * for a directory, when it was last listed: a remote file added after
+     * the listing was never seen by whoever empties the directory. */
+    int64_t merged_ns, listed_ns;
 };
 
 typedef struct vstep {
@@ -260,6 +264,11 @@ typedef struct vfs_removal {
  * (n itself not counted) and opens the journal transaction that the removal's
  * own journal writes and the request share. */
 st_err vfs_removal_begin(st_vfs *v, vnode *n, vfs_removal *rm);
+/* rmdir of a step directory that still holds files: drops the files the
+ * remote view added after the directory was last listed (the remover never
+ * saw them; they go with the step), if that is all it holds. Returns 1 when
+ * n is empty now. */
+int vfs_rmdir_drop_unseen(st_vfs *v, vnode *n);
 /* After the removal's journal writes: adds the request if rm names a step,
  * commits (rolls back on error), then drops the step from this mount. */
 st_err vfs_removal_commit(st_vfs *v, vfs_removal *rm);

@@ -60,6 +60,8 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         }
     } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
         return;
+    } else {
+        n->merged_ns = st_mono_ns();
     }
     vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
     char *p = strdup(f->path);

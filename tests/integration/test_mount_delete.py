@@ -11,12 +11,16 @@ torch.save, a file:// store whose objects the tests look at directly.
 * a step only in the store (written by another mount) is deleted, and the
   other mount stops listing it;
 * writing the step again (HF's tmp-checkpoint-N rename) cancels the request;
+* rm -r racing the remote view: files another node's part brought into the
+  step directory after the remover listed it do not make the rmdir fail;
+  files it had listed do (ENOTEMPTY);
 * a loose file stored with the deleted step stays and moves to another step;
 * --gc-keep-last 2 --gc-interval 1 --gc-grace 1: two steps are left, the
   packs shrink to what they need, and the kept steps restore byte for byte.
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
+import errno
 import filecmp
 import json
 import os
@@ -251,6 +255,52 @@ class MountDeleteTest(MountCase):
                  "step 50 gone from mount b")
         self.assertTrue(os.path.exists(os.path.join(b.path, JOB, "checkpoint-60",
                                                     "pytorch_model.bin")))
+
+    def test_rmdir_ignores_remote_files_added_after_the_listing(self):
+        a, b = self.mount("a"), self.mount("b")
+        os.mkdir(os.path.join(a.path, JOB))
+        os.makedirs(os.path.join(b.path, JOB), exist_ok=True)
+
+        def write_rank(m, step, rank):
+            d = os.path.join(m.path, JOB, "step-%06d" % step)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "rank-%d.bin" % rank), "wb") as f:
+                f.write(os.urandom(4096))
+            with open(os.path.join(m.path, ".ckptfs", "commit"), "w") as f:
+                f.write("%s %d %d 2\n" % (JOB, step, rank))
+            return d
+
+        def merged_on_a(step):
+            # A lookup by name, not a listing: the directory stays unlisted.
+            path = os.path.join(a.path, JOB, "step-%06d" % step, "rank-1.bin")
+            wait_for(lambda: os.path.exists(path), 30, "rank 1 of step %d shown on a" % step)
+
+        # Step 5: a lists its directory, then node B's part makes the step
+        # consistent and a's refresher adds rank-1.bin: rm -r's rmdir works.
+        d5 = write_rank(a, 5, 0)
+        self.assertEqual(os.listdir(d5), ["rank-0.bin"])
+        write_rank(b, 5, 1)
+        self.durable(5)
+        merged_on_a(5)
+        os.unlink(os.path.join(d5, "rank-0.bin"))
+        os.rmdir(d5)
+        self.assertFalse(os.path.exists(d5))
+        wait_for(lambda: deletion_state(read_status(a.path), 5), 10, "request for step 5")
+
+        # Step 6: the same, but a lists the directory after rank-1.bin came:
+        # the remover saw it and left it, so rmdir must fail.
+        d6 = write_rank(a, 6, 0)
+        write_rank(b, 6, 1)
+        self.durable(6)
+        merged_on_a(6)
+        self.assertEqual(sorted(os.listdir(d6)), ["rank-0.bin", "rank-1.bin"])
+        os.unlink(os.path.join(d6, "rank-0.bin"))
+        with self.assertRaises(OSError) as cm:
+            os.rmdir(d6)
+        self.assertEqual(cm.exception.errno, errno.ENOTEMPTY)
+        self.assertEqual(os.listdir(d6), ["rank-1.bin"])
+        # Step 5 is no longer the newest durable step: it leaves the store.
+        self.wait_deleted(5)
 
     def test_writing_the_step_again_cancels_the_deletion(self):
         m, _ = self.mount_with_two_steps()
