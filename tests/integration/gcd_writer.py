@@ -65,8 +65,11 @@ def rotate(mount, job, control, world, step, keep):
             sys.exit("rank 0: the other ranks did not reach step %d" % step)
         time.sleep(0.05)
     old = os.path.join(mount, job, "step-%06d" % (step - keep))
-    if os.path.isdir(old):
-        shutil.rmtree(old)
+    # As HF Trainer does (ignore_errors: GC may delete the same step at the
+    # same moment); but the directory must be gone afterwards.
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(old):
+        sys.exit("rank 0: rotation left %s: %s" % (old, os.listdir(old)))
 
 
 def main():
