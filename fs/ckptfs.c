@@ -640,6 +640,9 @@ int main(int argc, char **argv)
     const char *store = getenv("CKPT_STORE");
     const char *staging = NULL;
     int foreground = 0, debug = 0;
+    /* Every exit from here on goes through out_args: the FUSE args are
+     * heap-allocated. */
+    int rc = 1;
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     fuse_opt_add_arg(&args, argv[0]);
     int ch;
@@ -652,7 +655,8 @@ int main(int argc, char **argv)
             unsigned long n = strtoul(optarg, &end, 10);
             if (*end || n < 1 || n > 32) {
                 fprintf(stderr, "ckptfs: --upload-threads wants 1..32, got '%s'\n", optarg);
-                return 2;
+                rc = 2;
+                goto out_args;
             }
             vo.upload_threads = (unsigned)n;
             break;
@@ -663,7 +667,8 @@ int main(int argc, char **argv)
         case O_CAP:
             if (parse_size(optarg, &vo.staging_cap)) {
                 fprintf(stderr, "ckptfs: bad --staging-cap '%s'\n", optarg);
-                return 2;
+                rc = 2;
+                goto out_args;
             }
             break;
         case O_REFRESH: vo.refresh_seconds = atof(optarg); break;
@@ -673,7 +678,8 @@ int main(int argc, char **argv)
             if (parse_count(optarg, ch == O_GC_KEEP_LAST ? &vo.gc_keep_last : &vo.gc_keep_every)) {
                 fprintf(stderr, "ckptfs: --%s wants a whole number >= 1, got '%s'\n",
                         ch == O_GC_KEEP_LAST ? "gc-keep-last" : "gc-keep-every", optarg);
-                return 2;
+                rc = 2;
+                goto out_args;
             }
             vo.gc_enabled = 1;
             break;
@@ -683,7 +689,8 @@ int main(int argc, char **argv)
                               ch == O_GC_GRACE ? &vo.gc_grace_seconds : &vo.gc_interval_seconds)) {
                 fprintf(stderr, "ckptfs: --%s wants a number of seconds > 0, got '%s'\n",
                         ch == O_GC_GRACE ? "gc-grace" : "gc-interval", optarg);
-                return 2;
+                rc = 2;
+                goto out_args;
             }
             vo.gc_enabled = 1;
             break;
@@ -693,15 +700,25 @@ int main(int argc, char **argv)
             fuse_opt_add_arg(&args, "-o");
             fuse_opt_add_arg(&args, optarg);
             break;
-        case 'h': usage(stdout); return 0;
-        case O_VERSION: printf("ckptfs 0.1.0 (libfuse %s)\n", fuse_pkgversion()); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            rc = 0;
+            goto out_args;
+        case O_VERSION:
+            printf("ckptfs 0.1.0 (libfuse %s)\n", fuse_pkgversion());
+            rc = 0;
+            goto out_args;
+        default:
+            usage(stderr);
+            rc = 2;
+            goto out_args;
         }
     }
     if (optind != argc - 1) {
         fprintf(stderr, "ckptfs: expected exactly one MOUNTPOINT\n");
         usage(stderr);
-        return 2;
+        rc = 2;
+        goto out_args;
     }
     const char *mountpoint = argv[optind];
     if (debug)
@@ -713,7 +730,8 @@ int main(int argc, char **argv)
     if (!staging) {
         if (default_staging(staging_buf, sizeof staging_buf)) {
             fprintf(stderr, "ckptfs: cannot derive the staging directory; pass --staging\n");
-            return 2;
+            rc = 2;
+            goto out_args;
         }
         staging = staging_buf;
     }
@@ -724,9 +742,9 @@ int main(int argc, char **argv)
     st_err e = st_vfs_open(&vo, &v);
     if (e) {
         fprintf(stderr, "ckptfs: %s\n", st_errmsg()[0] ? st_errmsg() : st_strerror(e));
-        return e == ST_ERR_INVALID ? 2 : 1;
+        rc = e == ST_ERR_INVALID ? 2 : 1;
+        goto out_args;
     }
-    int rc = 1;
     struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, v);
     if (!se)
         goto out_vfs;
@@ -753,6 +771,7 @@ out_session:
     fuse_session_destroy(se);
 out_vfs:
     st_vfs_close(v); /* completes closed steps and drains uploads (--drain) */
+out_args:
     fuse_opt_free_args(&args);
     return rc;
 }
