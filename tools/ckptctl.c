@@ -31,7 +31,8 @@
     "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
     "  4  corrupt data: a chunk or file failed verification\n"                                     \
     "  5  already exists\n"                                                                        \
-    "  6  timeout (wait)\n"
+    "  6  timeout (wait)\n"                                                                        \
+    "  128+N  gc stopped early by signal N (130: SIGINT), at a safe point\n"
 
 static const verb verbs[] = {
     {"ls", run_ls, 1, OPT_JSON, "ls [--job J] [--json]",
