@@ -81,11 +81,12 @@ static size_t coalesce(const st_file_entry *f, size_t first)
  * Fetches, decodes and verifies chunks [first, first + count) of f and hands
  * each chunk's bytes to the sink: written sequentially to fd and hashed into
  * digest (whole-file restore), or written with pwrite at their offset in the
- * file (digest NULL: a range restored by one of several workers).
+ * file (digest NULL: a range restored by one of several workers), holding
+ * write_lock (if not NULL) for each write.
  */
 static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
                            size_t first_chunk, size_t count, uint64_t file_off, int fd,
-                           st_hasher *digest)
+                           st_hasher *digest, pthread_mutex_t *write_lock)
 {
     const size_t end_chunk = first_chunk + count;
     uint64_t pos = file_off;
@@ -125,7 +126,11 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
                 st_hasher_update(digest, r->raw, raw_len);
                 e = st_write_all(fd, r->raw, raw_len, f->path);
             } else {
+                if (write_lock)
+                    pthread_mutex_lock(write_lock);
                 e = st_pwrite_all(fd, r->raw, raw_len, pos, f->path);
+                if (write_lock)
+                    pthread_mutex_unlock(write_lock);
             }
             if (e)
                 return e;
@@ -144,7 +149,7 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
     if (st_hasher_init(&digest))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     uint64_t before = r->stats.bytes;
-    st_err e = restore_span(r, m, f, 0, f->nchunks, 0, fd, &digest);
+    st_err e = restore_span(r, m, f, 0, f->nchunks, 0, fd, &digest, NULL);
     uint64_t written = r->stats.bytes - before;
     if (!e && written != f->size)
         e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
@@ -163,12 +168,18 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
 st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
                          size_t count, int fd)
 {
+    return st_restore_chunks_locked(r, m, f, first, count, fd, NULL);
+}
+
+st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock)
+{
     if (first > f->nchunks || count > f->nchunks - first)
         return st_seterr(ST_ERR_INVALID, "chunk range outside %s", f->path);
     uint64_t off = 0;
     for (size_t i = 0; i < first; i++)
         off += f->chunks[i].raw_len;
-    return restore_span(r, m, f, first, count, off, fd, NULL);
+    return restore_span(r, m, f, first, count, off, fd, NULL, write_lock);
 }
 
 st_err st_restore_verify_file(int fd, const st_file_entry *f)

@@ -13,6 +13,7 @@
 #ifndef ST_RESTORE_H
 #define ST_RESTORE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "st_backend.h"
@@ -49,6 +50,18 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
  */
 st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
                          size_t count, int fd);
+
+/*!
+ * st_restore_chunks(), with every pwrite to fd made while holding write_lock
+ * (NULL: no lock), a mutex shared by all restorers writing into that fd.
+ * Why: the kernel takes a file's inode lock exclusively for every buffered
+ * write, and its waiters spin on it while the holder copies (rwsem
+ * optimistic spinning), burning a CPU per waiting worker. Queueing on a
+ * mutex of ours instead puts them to sleep and leaves the CPUs to the
+ * transfer, decoding and verification (docs/BENCHMARKS.md, restore).
+ */
+st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock);
 
 /*! Reads fd back and checks f's size and whole-file digest. */
 st_err st_restore_verify_file(int fd, const st_file_entry *f);

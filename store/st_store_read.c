@@ -5,7 +5,9 @@
  *
  * Restore splits the chosen files into tasks of up to TASK_BYTES of chunks;
  * `threads` workers take tasks from a shared cursor, each with its own
- * restorer, and write with pwrite into the file's temporary name. The worker
+ * restorer, and write with pwrite into the file's temporary name, one
+ * worker at a time per file (rfile.write_lock, see
+ * st_restore_chunks_locked() for why). The worker
  * that finishes a file's last task reads it back against the whole-file
  * digest, fsyncs it and renames it into place, so a file appears under its
  * name only whole and verified.
@@ -151,7 +153,8 @@ typedef struct rfile {
     char tmp[NAME_MAX + 1];
     const char *base;
     int fd;
-    size_t tasks_left; /* guarded by the job lock */
+    pthread_mutex_t write_lock; /* held for each pwrite to fd; lives while workers run */
+    size_t tasks_left;          /* guarded by the job lock */
     st_err err;
 } rfile;
 
@@ -219,7 +222,7 @@ static void *restore_worker(void *arg)
         pthread_mutex_unlock(&j->lock);
         rfile *rf = &j->files[t->file];
         uint64_t gets_before = st_restorer_stats(rs)->gets;
-        e = st_restore_chunks(rs, rf->m, rf->f, t->first, t->count, rf->fd);
+        e = st_restore_chunks_locked(rs, rf->m, rf->f, t->first, t->count, rf->fd, &rf->write_lock);
         pthread_mutex_lock(&j->lock);
         j->gets += st_restorer_stats(rs)->gets - gets_before;
         int last = !e && --rf->tasks_left == 0;
@@ -326,6 +329,9 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
         unsigned nthreads = o->threads ? o->threads : DEFAULT_THREADS;
         if (nthreads > j.ntasks)
             nthreads = (unsigned)j.ntasks;
+        /* Here, not while j.files still grows: a mutex must not move. */
+        for (size_t i = 0; i < j.nfiles; i++)
+            pthread_mutex_init(&j.files[i].write_lock, NULL);
         pthread_t *th = calloc(nthreads, sizeof *th);
         unsigned started = 0;
         for (; th && started < nthreads; started++)
@@ -336,6 +342,8 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
         for (unsigned i = 0; i < started; i++)
             pthread_join(th[i], NULL);
         free(th);
+        for (size_t i = 0; i < j.nfiles; i++)
+            pthread_mutex_destroy(&j.files[i].write_lock);
         if (j.err)
             e = st_seterr(j.err, "%s", j.msg);
     }
