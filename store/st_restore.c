@@ -182,31 +182,48 @@ st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_f
     return restore_span(r, m, f, first, count, off, fd, NULL, write_lock);
 }
 
-st_err st_restore_verify_file(int fd, const st_file_entry *f)
+st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                               uint64_t len)
 {
-    st_hasher digest;
-    if (st_hasher_init(&digest))
-        return st_seterr(ST_ERR_NOMEM, "out of memory");
     uint8_t *buf = malloc(1 << 20);
-    st_err e = buf ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
-    uint64_t pos = 0;
-    while (!e && pos < f->size) {
-        size_t want = f->size - pos < (1u << 20) ? (size_t)(f->size - pos) : (1u << 20);
+    if (!buf)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = ST_OK;
+    uint64_t pos = off, end = off + len;
+    while (pos < end) {
+        size_t want = end - pos < (1u << 20) ? (size_t)(end - pos) : (1u << 20);
         ssize_t n = pread(fd, buf, want, (off_t)pos);
         if (n <= 0) {
             e = st_seterr(ST_ERR_IO, "reading back %s: %s", f->path,
                           n < 0 ? strerror(errno) : "short file");
             break;
         }
-        st_hasher_update(&digest, buf, (size_t)n);
+        st_hasher_update(digest, buf, (size_t)n);
         pos += (uint64_t)n;
     }
-    if (!e) {
-        st_id got = st_hasher_final(&digest);
-        if (st_id_cmp(&got, &f->digest) != 0)
-            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
-    }
     free(buf);
+    return e;
+}
+
+st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f)
+{
+    if (hashed != f->size)
+        return st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu",
+                         f->path, (unsigned long long)hashed, (unsigned long long)f->size);
+    st_id got = st_hasher_final(digest);
+    if (st_id_cmp(&got, &f->digest) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
+    return ST_OK;
+}
+
+st_err st_restore_verify_file(int fd, const st_file_entry *f)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = st_restore_digest_range(fd, f, &digest, 0, f->size);
+    if (!e)
+        e = st_restore_digest_check(&digest, f->size, f);
     st_hasher_free(&digest);
     return e;
 }

@@ -18,6 +18,7 @@
 
 #include "st_backend.h"
 #include "st_error.h"
+#include "st_hash.h"
 #include "st_manifest.h"
 
 #define ST_RESTORE_MAX_GET (16u << 20)
@@ -65,6 +66,22 @@ st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_f
 
 /*! Reads fd back and checks f's size and whole-file digest. */
 st_err st_restore_verify_file(int fd, const st_file_entry *f);
+
+/*!
+ * The same check in steps, so that a file restored by several workers can be
+ * verified while its later parts are still being fetched: reads bytes
+ * [off, off + len) of fd back and adds them to digest (an initialised
+ * st_hasher, fed consecutive ranges from 0 by one thread at a time).
+ * ST_ERR_IO if fd is shorter. f names the file in messages.
+ */
+st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                               uint64_t len);
+
+/*!
+ * Checks that `hashed` (the bytes fed to digest) is f's size and that
+ * digest equals f's whole-file digest; ST_ERR_CORRUPT otherwise.
+ */
+st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f);
 
 const st_restore_stats *st_restorer_stats(const st_restorer *r);
 void st_restorer_free(st_restorer *r);

@@ -7,10 +7,16 @@
  * `threads` workers take tasks from a shared cursor, each with its own
  * restorer, and write with pwrite into the file's temporary name, one
  * worker at a time per file (rfile.write_lock, see
- * st_restore_chunks_locked() for why). The worker
- * that finishes a file's last task reads it back against the whole-file
- * digest, fsyncs it and renames it into place, so a file appears under its
- * name only whole and verified.
+ * st_restore_chunks_locked() for why).
+ *
+ * The whole-file digest is computed while the file is still being fetched:
+ * whenever the tasks at the front of a file's unhashed part are done, one
+ * worker at a time (rfile.hashing) reads them back and feeds them to the
+ * file's digest, so only the last tasks are left to read back at the end,
+ * rather than the whole file by one thread while the others sit idle. The
+ * worker whose hashing reaches the end of the file checks the digest, fsyncs
+ * the file and renames it into place, so a file appears under its name only
+ * whole and verified.
  */
 #include "st_store_impl.h"
 
@@ -154,14 +160,20 @@ typedef struct rfile {
     const char *base;
     int fd;
     pthread_mutex_t write_lock; /* held for each pwrite to fd; lives while workers run */
-    size_t tasks_left;          /* guarded by the job lock */
-    st_err err;
+    size_t first_task, ntasks;  /* its tasks: consecutive in rjob.tasks */
+    st_hasher digest;           /* of bytes [0, hashed); used by the worker that set hashing */
+    int digest_init;
+    /* guarded by the job lock: */
+    size_t tasks_hashed; /* its first tasks_hashed tasks are in digest */
+    uint64_t hashed;
+    int hashing; /* a worker is adding done tasks to digest */
 } rfile;
 
 typedef struct rtask {
     size_t file;
     size_t first, count;
-    uint64_t bytes;
+    uint64_t bytes; /* raw bytes */
+    int done;       /* guarded by the job lock */
 } rtask;
 
 typedef struct rjob {
@@ -189,11 +201,11 @@ static void rjob_fail(rjob *j, st_err e)
     pthread_mutex_unlock(&j->lock);
 }
 
-/* The last task of a file is done: check, persist and publish it. */
+/* A file is whole and hashed: check, persist and publish it. */
 static st_err finish_file(rfile *rf)
 {
     const st_file_entry *f = rf->f;
-    st_err e = st_restore_verify_file(rf->fd, f);
+    st_err e = st_restore_digest_check(&rf->digest, rf->hashed, f);
     if (!e) {
         struct timespec times[2] = {{0, UTIME_OMIT},
                                     {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
@@ -203,6 +215,50 @@ static st_err finish_file(rfile *rf)
     if (!e && renameat(rf->parent_fd, rf->tmp, rf->parent_fd, rf->base) < 0)
         e = st_seterr(ST_ERR_IO, "rename into place %s: %s", f->path, strerror(errno));
     return e;
+}
+
+/* Under the job lock: takes rf's hashing if its next unhashed task is done. */
+static int claim_hashing(rjob *j, rfile *rf)
+{
+    if (rf->hashing || rf->tasks_hashed == rf->ntasks ||
+        !j->tasks[rf->first_task + rf->tasks_hashed].done)
+        return 0;
+    rf->hashing = 1;
+    return 1;
+}
+
+/*
+ * Holding rf's hashing: feeds its done tasks, in file order, to its digest
+ * until the next one is not done, then gives hashing up. The worker that
+ * hashes the last task finishes the file.
+ */
+static st_err advance_digest(rjob *j, rfile *rf)
+{
+    for (;;) {
+        pthread_mutex_lock(&j->lock);
+        size_t k = rf->tasks_hashed;
+        uint64_t off = rf->hashed, len = 0;
+        while (k < rf->ntasks && j->tasks[rf->first_task + k].done)
+            len += j->tasks[rf->first_task + k++].bytes;
+        if (k == rf->tasks_hashed) {
+            rf->hashing = 0;
+            pthread_mutex_unlock(&j->lock);
+            return ST_OK;
+        }
+        pthread_mutex_unlock(&j->lock);
+        st_err e = st_restore_digest_range(rf->fd, rf->f, &rf->digest, off, len);
+        pthread_mutex_lock(&j->lock);
+        if (!e) {
+            rf->tasks_hashed = k;
+            rf->hashed += len;
+        }
+        int whole = !e && k == rf->ntasks;
+        if (e || whole)
+            rf->hashing = 0;
+        pthread_mutex_unlock(&j->lock);
+        if (e || whole)
+            return e ? e : finish_file(rf);
+    }
 }
 
 static void *restore_worker(void *arg)
@@ -225,15 +281,17 @@ static void *restore_worker(void *arg)
         e = st_restore_chunks_locked(rs, rf->m, rf->f, t->first, t->count, rf->fd, &rf->write_lock);
         pthread_mutex_lock(&j->lock);
         j->gets += st_restorer_stats(rs)->gets - gets_before;
-        int last = !e && --rf->tasks_left == 0;
+        int hash = 0;
         if (!e) {
+            t->done = 1;
             j->done += t->bytes;
             if (j->progress)
                 j->progress(j->progress_arg, j->done, j->total);
+            hash = claim_hashing(j, rf);
         }
         pthread_mutex_unlock(&j->lock);
-        if (!e && last)
-            e = finish_file(rf);
+        if (hash)
+            e = advance_digest(j, rf);
         if (e)
             rjob_fail(j, e);
     }
@@ -267,6 +325,7 @@ static st_err plan_tasks(rjob *j)
     for (size_t i = 0; i < j->nfiles; i++) {
         const st_file_entry *f = j->files[i].f;
         size_t first = 0;
+        j->files[i].first_task = j->ntasks;
         do {
             uint64_t bytes = 0;
             size_t count = 0;
@@ -279,8 +338,8 @@ static st_err plan_tasks(rjob *j)
                     return st_seterr(ST_ERR_NOMEM, "out of memory");
                 j->tasks = p;
             }
-            j->tasks[j->ntasks++] = (rtask){i, first, count, bytes};
-            j->files[i].tasks_left++;
+            j->tasks[j->ntasks++] = (rtask){i, first, count, bytes, 0};
+            j->files[i].ntasks++;
             first += count;
         } while (first < f->nchunks);
         j->total += f->size;
@@ -321,7 +380,12 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
             rf->m = &v->manifests[p];
             rf->f = f;
             rf->parent_fd = -1;
-            e = open_temp(rf, dest_fd, (unsigned)j.nfiles);
+            if (st_hasher_init(&rf->digest))
+                e = st_seterr(ST_ERR_NOMEM, "out of memory");
+            else
+                rf->digest_init = 1;
+            if (!e)
+                e = open_temp(rf, dest_fd, (unsigned)j.nfiles);
         }
     if (!e)
         e = plan_tasks(&j);
@@ -357,6 +421,8 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
         }
         if (rf->parent_fd >= 0)
             close(rf->parent_fd);
+        if (rf->digest_init)
+            st_hasher_free(&rf->digest);
     }
     if (!e) {
         res->step = v->step;
