@@ -447,3 +447,37 @@ st_err st_stepio_sync_index(st_backend *b, st_state *state, const char *job,
     st_bytes_free(&buf);
     return e;
 }
+
+st_err st_stepio_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
+                                   void (*skip)(void *arg, uint64_t step, const char *msg),
+                                   void *arg, st_stepview *v)
+{
+    st_step_keys *keys;
+    size_t nkeys;
+    st_bytes buf = {0};
+    st_err e = st_stepio_list_steps(b, job, &keys, &nkeys);
+    if (e)
+        return e;
+    e = ST_ERR_NOT_FOUND;
+    for (size_t i = nkeys; i-- > 0 && keys[i].step >= lowest;) {
+        if (keys[i].step >= below)
+            continue;
+        st_err le = st_stepio_load_view(b, job, &keys[i], &buf, v);
+        if (le && !skip) {
+            e = le;
+            break;
+        }
+        if (le) {
+            skip(arg, keys[i].step, st_errmsg());
+            continue;
+        }
+        if (v->consistent) {
+            e = ST_OK;
+            break;
+        }
+        st_stepview_free(v);
+    }
+    st_step_keys_free(keys, nkeys);
+    st_bytes_free(&buf);
+    return e;
+}

@@ -71,6 +71,18 @@ void st_stepview_free(st_stepview *v);
 void st_stepview_evaluate(st_stepview *v);
 
 /*!
+ * The newest consistent step of job among steps lowest <= step < below:
+ * lists the steps and loads them from the newest down until one is
+ * consistent (its view into *v, ST_OK; ST_ERR_NOT_FOUND if none). A step
+ * that cannot be read: with skip NULL, the search fails with its error (the
+ * answer is never guessed past it); otherwise skip(arg, step, message) hears
+ * of it and the search goes on below it.
+ */
+st_err st_stepio_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
+                                   void (*skip)(void *arg, uint64_t step, const char *msg),
+                                   void *arg, st_stepview *v);
+
+/*!
  * Publishes this node's part of a step whose packs are all stored: the job
  * registry entry, the manifest m (step, job, node, created_ns filled in) as
  * revision part->revision, then the part record (its manifest fields are

@@ -88,31 +88,16 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     return ST_OK;
 }
 
-/* Loads the view of the newest consistent step strictly below `below`. */
+static void warn_unreadable(void *arg, uint64_t step, const char *msg)
+{
+    st_store_warnf(arg, "step %" PRIu64 ": %s", step, msg);
+}
+
+/* Loads the view of the newest consistent step strictly below `below`;
+ * unreadable steps are warned about and skipped. */
 static st_err newest_consistent(st_store *s, const char *job, uint64_t below, st_stepview *v)
 {
-    st_step_keys *keys;
-    size_t nkeys;
-    st_bytes buf = {0};
-    st_err e = st_stepio_list_steps(s->backend, job, &keys, &nkeys);
-    if (e)
-        return e;
-    e = ST_ERR_NOT_FOUND;
-    for (size_t i = nkeys; i-- > 0;) {
-        if (keys[i].step >= below)
-            continue;
-        if (st_stepio_load_view(s->backend, job, &keys[i], &buf, v)) {
-            st_store_warnf(s, "step %" PRIu64 ": %s", keys[i].step, st_errmsg());
-            continue;
-        }
-        if (v->consistent) {
-            e = ST_OK;
-            break;
-        }
-        st_stepview_free(v);
-    }
-    st_step_keys_free(keys, nkeys);
-    st_bytes_free(&buf);
+    st_err e = st_stepio_newest_consistent(s->backend, job, 0, below, warn_unreadable, s, v);
     if (e == ST_ERR_NOT_FOUND)
         st_seterr(e, "job %s has no consistent step%s", job,
                   below == UINT64_MAX ? "" : " before that");

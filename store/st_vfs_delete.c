@@ -264,30 +264,20 @@ static st_err judge_step(st_backend *b, const char *job, uint64_t step, vdel_sta
 {
     char key[ST_KEY_MAX];
     uint64_t size;
-    st_step_keys *steps = NULL;
-    size_t n = 0;
-    st_bytes buf = {0};
     *verdict = VDEL_PENDING;
     st_err e = st_key_pin(key, sizeof key, job, step);
     if (!e && (e = st_stat(b, key, &size)) == ST_OK)
         *verdict = VDEL_KEPT_PINNED;
     if (e != ST_ERR_NOT_FOUND)
         return e;
-    if ((e = st_stepio_list_steps(b, job, &steps, &n)))
-        return e;
-    for (size_t i = n; i-- > 0 && steps[i].step >= step;) {
-        st_stepview sv;
-        if ((e = st_stepio_load_view(b, job, &steps[i], &buf, &sv)))
-            break;
-        int consistent = sv.consistent;
+    st_stepview sv;
+    e = st_stepio_newest_consistent(b, job, step, UINT64_MAX, NULL, NULL, &sv);
+    if (e == ST_ERR_NOT_FOUND)
+        return ST_OK; /* nothing consistent from it up: it is not the newest */
+    if (!e) {
+        *verdict = sv.step == step ? VDEL_KEPT_NEWEST : VDEL_PENDING;
         st_stepview_free(&sv);
-        if (consistent) {
-            *verdict = steps[i].step == step ? VDEL_KEPT_NEWEST : VDEL_PENDING;
-            break;
-        }
     }
-    st_step_keys_free(steps, n);
-    st_bytes_free(&buf);
     return e;
 }
 
