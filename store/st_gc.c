@@ -174,23 +174,6 @@ st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
     return e;
 }
 
-/* ---- growing arrays ---- */
-
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*arr, n * elem);
-    if (!p)
-        return -1;
-    *arr = p;
-    *cap = n;
-    return 0;
-}
-
 /* ---- the listing of a job's steps ---- */
 
 typedef struct gc_obj {
@@ -213,7 +196,7 @@ typedef struct gc_step {
 /* Appends a copy of key to *v. 0, or -1 when out of memory. */
 static int obj_push(gc_obj **v, size_t *n, size_t *cap, const char *key, uint64_t size)
 {
-    if (grow((void **)v, cap, *n + 1, sizeof **v) || !((*v)[*n].key = strdup(key)))
+    if (st_array_grow((void **)v, cap, *n + 1, sizeof **v) || !((*v)[*n].key = strdup(key)))
         return -1;
     (*v)[(*n)++].size = size;
     return 0;
@@ -272,7 +255,7 @@ static int collect_step_obj(void *arg, const char *key, uint64_t size)
     if (st_key_parse_step(key, l->job, &step, &rest))
         return 0; /* not of a step's shape: not ours to judge */
     if (!l->n || l->steps[l->n - 1].step != step) {
-        if (grow((void **)&l->steps, &l->cap, l->n + 1, sizeof *l->steps))
+        if (st_array_grow((void **)&l->steps, &l->cap, l->n + 1, sizeof *l->steps))
             return l->oom = 1;
         memset(&l->steps[l->n], 0, sizeof *l->steps);
         l->steps[l->n].step = step;
@@ -284,7 +267,8 @@ static int collect_step_obj(void *arg, const char *key, uint64_t size)
         return l->oom = 1;
     char node[ST_NODE_MAX + 1];
     if (st_key_parse_part(rest, node)) {
-        if (grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1, sizeof *s->keys.nodes))
+        if (st_array_grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1,
+                          sizeof *s->keys.nodes))
             return l->oom = 1;
         memcpy(s->keys.nodes[s->keys.nnodes++], node, sizeof node);
     }
@@ -356,7 +340,7 @@ typedef struct gc_run {
 
 static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
 {
-    if (grow((void **)&r->deleted, &r->deleted_cap, r->ndeleted + 1, sizeof *r->deleted) ||
+    if (st_array_grow((void **)&r->deleted, &r->deleted_cap, r->ndeleted + 1, sizeof *r->deleted) ||
         !(r->deleted[r->ndeleted] = strdup(key)))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     r->ndeleted++;
@@ -445,7 +429,7 @@ static int collect_pin(void *arg, const char *key, uint64_t size)
     name = name ? name + 1 : key;
     if (strlen(name) != ST_STEP_DIGITS || strspn(name, "0123456789") != ST_STEP_DIGITS)
         return 0;
-    if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v))
+    if (st_array_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v))
         return l->oom = 1;
     l->v[l->n++] = strtoull(name, NULL, 10);
     return 0;
@@ -566,8 +550,8 @@ static st_err delete_step(gc_run *g, const gc_step *st)
 {
     st_gc_report *r = g->r;
     st_err e = delete_step_objects(g, st);
-    if (!e && !grow((void **)&r->deleted_steps, &r->deleted_steps_cap, r->steps_deleted + 1,
-                    sizeof *r->deleted_steps))
+    if (!e && !st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap,
+                             r->steps_deleted + 1, sizeof *r->deleted_steps))
         r->deleted_steps[r->steps_deleted++] = st->step;
     else if (!e)
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
@@ -620,7 +604,7 @@ static st_err intent_decode(const st_bytes *buf, int64_t *t0, u64_list *steps)
         uint64_t step = strtoull(p, &end, 10);
         if (end == p || *end != '\n')
             e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
-        else if (grow((void **)&steps->v, &steps->cap, steps->n + 1, sizeof *steps->v))
+        else if (st_array_grow((void **)&steps->v, &steps->cap, steps->n + 1, sizeof *steps->v))
             e = st_seterr(ST_ERR_NOMEM, "out of memory");
         else
             steps->v[steps->n++] = step;
@@ -732,7 +716,7 @@ static int collect_pack(void *arg, const char *key, uint64_t size)
     hex[ST_ID_HEX_LEN] = '\0';
     if (st_id_parse(hex, &id))
         return 0;
-    if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
+    if (st_array_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
         st_idmap_put(&l->index, &id, (uint32_t)l->n))
         return l->oom = 1;
     l->v[l->n++] = (pack_obj){.id = id, .size = size, .pending_size = -1, .retired_size = -1};
@@ -765,7 +749,7 @@ static st_err ref_pack(ref_set *s, const st_id *pack, uint32_t *at)
 {
     if (st_idmap_get(&s->index, pack, at))
         return ST_OK;
-    if (grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v))
+    if (st_array_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     *at = (uint32_t)s->n;
     s->v[s->n++] = (pack_ref){0, 0};
@@ -848,7 +832,7 @@ static st_err scan_references(gc_run *g, const step_list *l, const step_list *de
                     !parse_manifest_rest(rest, node, &rev) || strcmp(node, part.node) ||
                     rev >= part.revision)
                     continue;
-                if (grow((void **)old, &old_cap, *nold + 1, sizeof **old))
+                if (st_array_grow((void **)old, &old_cap, *nold + 1, sizeof **old))
                     e = st_seterr(ST_ERR_NOMEM, "out of memory");
                 else
                     (*old)[(*nold)++] = st->objs[o];

@@ -130,22 +130,6 @@ struct st_ingest {
     st_ingest_stats stats;
 };
 
-/* Grows *arr (element size elem) so that it holds at least need elements. */
-static st_err grow_array(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return ST_OK;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*arr, n * elem);
-    if (!p)
-        return st_seterr(ST_ERR_NOMEM, "out of memory");
-    *arr = p;
-    *cap = n;
-    return ST_OK;
-}
-
 st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
                      const st_chunker_params *chunker, st_ingest **out)
 {
@@ -184,7 +168,7 @@ static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
 {
     if (st_idmap_get(&g->pack_slots, pack, slot))
         return ST_OK;
-    st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    st_err e = st_array_grow((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
     if (e)
         return e;
     *slot = (uint32_t)g->npacks;
@@ -336,7 +320,7 @@ static st_err drain_uploads(st_ingest *g)
  * in flight) and reserves its slot in the pack table. */
 static st_err open_pack(st_ingest *g, int stream)
 {
-    st_err e = grow_array((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    st_err e = st_array_grow((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
     if (e)
         return e;
     /* One buffer of the nbufs is the other stream's: without it, this
@@ -376,7 +360,7 @@ static st_err open_pack(st_ingest *g, int stream)
 /* Appends a reference to the current file entry. */
 static st_err add_ref(st_ingest *g, st_file_entry *f, size_t *refs_cap, const st_chunk_ref *ref)
 {
-    st_err e = grow_array((void **)&f->chunks, refs_cap, f->nchunks + 1, sizeof *f->chunks);
+    st_err e = st_array_grow((void **)&f->chunks, refs_cap, f->nchunks + 1, sizeof *f->chunks);
     if (e)
         return e;
     f->chunks[f->nchunks++] = *ref;
@@ -451,8 +435,8 @@ static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
     if (!e)
-        e = grow_array((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
-                       sizeof *g->open_chunks);
+        e = st_array_grow((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
+                          sizeof *g->open_chunks);
     if (e)
         return e;
     ref->pack = b->slot;
@@ -518,7 +502,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     if (!st_path_is_clean(relpath, plen))
         return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored (not a clean relative path)",
                          relpath);
-    st_err e = grow_array((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    st_err e = st_array_grow((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
     if (e)
         return e;
     st_file_entry *f = &g->files[g->nfiles];
@@ -588,7 +572,7 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
 {
     if (!st_path_is_clean(relpath, strlen(relpath)))
         return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored", relpath);
-    st_err e = grow_array((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    st_err e = st_array_grow((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
     if (e)
         return e;
     st_file_entry *dst = &g->files[g->nfiles];
