@@ -316,13 +316,9 @@ static st_err plan_tasks(rjob *j)
             size_t count = 0;
             while (first + count < f->nchunks && (count == 0 || bytes < TASK_BYTES))
                 bytes += f->chunks[first + count++].raw_len;
-            if (j->ntasks == cap) {
-                cap = cap ? cap * 2 : 64;
-                rtask *p = realloc(j->tasks, cap * sizeof *p);
-                if (!p)
-                    return st_seterr(ST_ERR_NOMEM, "out of memory");
-                j->tasks = p;
-            }
+            st_err e = st_array_grow((void **)&j->tasks, &cap, j->ntasks + 1, sizeof *j->tasks);
+            if (e)
+                return e;
             j->tasks[j->ntasks++] = (rtask){i, first, count, bytes, 0};
             j->files[i].ntasks++;
             first += count;
