@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "st_chunker.h"
-#include "st_hash.h"
+#include "format/st_chunker.h"
+#include "util/st_hash.h"
 
 #define FEED       (1u << 20)
 #define HASH_PIECE (256u << 10)

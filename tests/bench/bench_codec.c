@@ -27,8 +27,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "st_codec.h"
-#include "st_shuffle.h"
+#include "format/st_codec.h"
+#include "format/st_shuffle.h"
 
 #define MIB (1u << 20)
 

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_chunker.h"
-#include "st_hash.h"
+#include "format/st_chunker.h"
+#include "util/st_hash.h"
 
 typedef struct chunk_ref {
     st_id id;

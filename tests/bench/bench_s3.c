@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "st_backend.h"
+#include "backend/st_backend.h"
 
 static st_backend *g_b;
 static uint8_t *g_data;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "st_chunker.h"
+#include "format/st_chunker.h"
 
 static size_t cuts_a[1 << 17], cuts_b[1 << 17];
 

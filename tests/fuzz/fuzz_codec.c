@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_codec.h"
+#include "format/st_codec.h"
 
 #define FUZZ_MAX_OUT (1u << 20)
 

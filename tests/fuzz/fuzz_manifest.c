@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_hash.h"
-#include "st_manifest.h"
-#include "st_wire.h"
+#include "util/st_hash.h"
+#include "format/st_manifest.h"
+#include "util/st_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

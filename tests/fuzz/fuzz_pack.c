@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_hash.h"
-#include "st_pack.h"
-#include "st_wire.h"
+#include "util/st_hash.h"
+#include "format/st_pack.h"
+#include "util/st_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

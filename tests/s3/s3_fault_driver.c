@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "backend_conformance.h"
-#include "st_backend.h"
-#include "st_backend_retry.h"
+#include "backend/st_backend.h"
+#include "backend/st_backend_retry.h"
 #include "ut.h"
 
 static double now_s(void)

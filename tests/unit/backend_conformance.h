@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_backend.h"
+#include "backend/st_backend.h"
 #include "ut.h"
 
 static st_backend *bc_b;     /* the backend under test */

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "backend_conformance.h"
-#include "st_backend.h"
+#include "backend/st_backend.h"
 #include "ut.h"
 
 static char tdir[64];

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "backend_conformance.h"
-#include "st_backend.h"
-#include "st_backend_retry.h"
+#include "backend/st_backend.h"
+#include "backend/st_backend_retry.h"
 #include "ut.h"
 
 /* ---- a backend that fails on purpose ---- */

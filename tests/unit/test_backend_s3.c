@@ -28,8 +28,8 @@
 
 #include "../s3/s3harness.h"
 #include "backend_conformance.h"
-#include "st_backend.h"
-#include "st_backend_retry.h"
+#include "backend/st_backend.h"
+#include "backend/st_backend_retry.h"
 #include "ut.h"
 
 #define BUCKET "ckpt-test"

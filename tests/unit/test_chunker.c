@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_chunker.h"
-#include "st_hash.h"
-#include "st_wire.h"
+#include "format/st_chunker.h"
+#include "util/st_hash.h"
+#include "util/st_wire.h"
 #include "ut.h"
 
 #define MAX_CUTS 200000

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_codec.h"
-#include "st_shuffle.h"
+#include "format/st_codec.h"
+#include "format/st_shuffle.h"
 #include "ut.h"
 
 #define MIB (1u << 20)

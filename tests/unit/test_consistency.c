@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_stepio.h"
+#include "engine/st_catalog.h"
 #include "ut.h"
 
 #define MAX_PARTS 4

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "st_fmtcheck.h"
-#include "st_wire.h"
+#include "format/st_fmtcheck.h"
+#include "util/st_wire.h"
 #include "ut.h"
 
 static char path[] = "/tmp/ckpt-test-fmtcheck-XXXXXX";

@@ -15,11 +15,11 @@
 #include <unistd.h>
 
 #include "ckptstore.h"
-#include "st_backend.h"
-#include "st_fsutil.h"
-#include "st_gc.h"
-#include "st_step.h"
-#include "st_stepio.h"
+#include "backend/st_backend.h"
+#include "util/st_fsutil.h"
+#include "engine/st_gc.h"
+#include "format/st_part.h"
+#include "engine/st_catalog.h"
 #include "ut.h"
 
 #define KIB 1024
@@ -281,8 +281,8 @@ static void load_manifest(st_backend *b, const char *job, uint64_t step, st_mani
 {
     st_bytes buf = {0};
     st_part part;
-    CHECK_OK(st_stepio_load_part(b, job, step, "test-node", &buf, &part));
-    CHECK_OK(st_stepio_load_manifest(b, &part, &buf, m));
+    CHECK_OK(st_catalog_load_part(b, job, step, "test-node", &buf, &part));
+    CHECK_OK(st_catalog_load_manifest(b, &part, &buf, m));
     st_part_free(&part);
     st_bytes_free(&buf);
 }

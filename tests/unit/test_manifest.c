@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_hash.h"
-#include "st_manifest.h"
-#include "st_wire.h"
+#include "util/st_hash.h"
+#include "format/st_manifest.h"
+#include "util/st_wire.h"
 #include "ut.h"
 
 /* ---- builders (heap-allocated, as st_manifest_free expects) ---- */

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "st_state.h"
-#include "st_step.h"
+#include "engine/st_state.h"
+#include "format/st_part.h"
 #include "ut.h"
 
 static char dir[] = "/tmp/ckpt-test-state-XXXXXX";

@@ -15,19 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "st_steps.h"
+#include "mount/st_steprules.h"
 #include "ut.h"
 
 #define I64MAX ((uint64_t)INT64_MAX)
 
 /* ---- helpers ---- */
 
-static st_step_rules *rules_or_die(const char *pattern)
+static st_steprules *rules_or_die(const char *pattern)
 {
-    st_step_rules *r = NULL;
-    st_err e = st_step_rules_new(pattern, &r);
+    st_steprules *r = NULL;
+    st_err e = st_steprules_new(pattern, &r);
     if (e != ST_OK || !r) {
-        fprintf(stderr, "st_step_rules_new(%s): %s\n", pattern ? pattern : "NULL", st_errmsg());
+        fprintf(stderr, "st_steprules_new(%s): %s\n", pattern ? pattern : "NULL", st_errmsg());
         exit(2);
     }
     return r;
@@ -52,12 +52,12 @@ struct path_case {
     int single_file;
 };
 
-static int check_path_case(const st_step_rules *r, const struct path_case *c)
+static int check_path_case(const st_steprules *r, const struct path_case *c)
 {
     char *p = exact_dup(c->path);
     st_step_match m;
     memset(&m, 0xAB, sizeof m);
-    st_steps_match(r, p, &m);
+    st_steprules_match(r, p, &m);
     int ok = m.matched == c->matched;
     if (ok && c->matched) {
         size_t pl = strlen(c->prefix);
@@ -200,16 +200,16 @@ static const struct path_case builtin_cases[] = {
 
 static void test_builtin_table(void)
 {
-    st_step_rules *r = rules_or_die(NULL);
+    st_steprules *r = rules_or_die(NULL);
     for (size_t i = 0; i < sizeof builtin_cases / sizeof builtin_cases[0]; i++)
         CHECK(check_path_case(r, &builtin_cases[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 /* Paths longer than any buffer the implementation might be tempted to use. */
 static void test_long_paths(void)
 {
-    st_step_rules *r = rules_or_die(NULL);
+    st_steprules *r = rules_or_die(NULL);
     st_step_match m;
 
     /* 2000 directory levels, then the step. */
@@ -223,7 +223,7 @@ static void test_long_paths(void)
     size_t step_end = off + strlen("iter_42");
     snprintf(p + off, n - off, "iter_42/model.pt");
     char *exact = exact_dup(p);
-    st_steps_match(r, exact, &m);
+    st_steprules_match(r, exact, &m);
     CHECK(m.matched && m.step == 42 && m.prefix_len == step_end && !m.single_file);
     free(exact);
     free(p);
@@ -234,7 +234,7 @@ static void test_long_paths(void)
     memcpy(p, "step-", 5);
     memset(p + 5, '0', zeros);
     memcpy(p + 5 + zeros, "5.pt", 5);
-    st_steps_match(r, p, &m);
+    st_steprules_match(r, p, &m);
     CHECK(m.matched && m.step == 5 && m.single_file && m.prefix_len == strlen(p));
     free(p);
 
@@ -242,10 +242,10 @@ static void test_long_paths(void)
     p = malloc(zeros + 32);
     memset(p, 'x', zeros);
     memcpy(p + zeros, "/ckpt-7.pt", 11);
-    st_steps_match(r, p, &m);
+    st_steprules_match(r, p, &m);
     CHECK(m.matched && m.step == 7 && m.single_file && m.prefix_len == zeros + 10);
     free(p);
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 /* Random paths whose step is known by construction: noise directories that
@@ -267,7 +267,7 @@ static void random_case(char *w, uint64_t *s)
 
 static void test_generated_paths(void)
 {
-    st_step_rules *r = rules_or_die(NULL);
+    st_steprules *r = rules_or_die(NULL);
     uint64_t s = 0x5EED0001;
     char buf[1024];
     int bad = 0;
@@ -299,7 +299,7 @@ static void test_generated_paths(void)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s", tail[ut_rand_next(&s) % 6]);
         }
         st_step_match m;
-        st_steps_match(r, buf, &m);
+        st_steprules_match(r, buf, &m);
         int ok = m.matched && m.step == step && m.prefix_len == prefix && m.single_file == final;
         if (!ok && bad++ < 5)
             fprintf(stderr, "  generated \"%s\": got %d %llu %zu %d want step %llu prefix %zu\n",
@@ -307,14 +307,14 @@ static void test_generated_paths(void)
                     (unsigned long long)step, prefix);
     }
     CHECK(bad == 0);
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 /* ---- user patterns ---- */
 
 static void test_pattern_model_bin(void)
 {
-    st_step_rules *r = rules_or_die("model_([0-9]+)\\.bin");
+    st_steprules *r = rules_or_die("model_([0-9]+)\\.bin");
     static const struct path_case cases[] = {
         YES("model_5.bin", 5, "model_5.bin", 1),
         YES("out/model_000123.bin", 123, "out/model_000123.bin", 1),
@@ -331,12 +331,12 @@ static void test_pattern_model_bin(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK(check_path_case(r, &cases[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 static void test_pattern_run(void)
 {
-    st_step_rules *r = rules_or_die("run([0-9]+)");
+    st_steprules *r = rules_or_die("run([0-9]+)");
     static const struct path_case cases[] = {
         YES("run7/ckpt.pt", 7, "run7", 0),
         YES("jobs/run0007", 7, "jobs/run0007", 1),
@@ -348,7 +348,7 @@ static void test_pattern_run(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK(check_path_case(r, &cases[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 
     /* Alternation is anchored as a whole, not just its first branch. */
     r = rules_or_die("a|b([0-9]+)");
@@ -360,7 +360,7 @@ static void test_pattern_run(void)
     };
     for (size_t i = 0; i < sizeof alt / sizeof alt[0]; i++)
         CHECK(check_path_case(r, &alt[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 
     /* A group that can capture non-digits only matches when it captured digits. */
     r = rules_or_die("run(.*)");
@@ -369,7 +369,7 @@ static void test_pattern_run(void)
     };
     for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
         CHECK(check_path_case(r, &any[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 
     /* Per-rank flat files, the case the built-in rule leaves out. */
     r = rules_or_die("ckpt_([0-9]+)_rank[0-9]+\\.pt");
@@ -379,7 +379,7 @@ static void test_pattern_run(void)
     };
     for (size_t i = 0; i < sizeof rank / sizeof rank[0]; i++)
         CHECK(check_path_case(r, &rank[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 
     /* Components longer than a file name can be never match a pattern. */
     r = rules_or_die("x*run([0-9]+)");
@@ -387,17 +387,17 @@ static void test_pattern_run(void)
     memset(name, 'x', sizeof name);
     memcpy(name + 250, "run5", 5); /* 254 bytes: fits */
     st_step_match m;
-    st_steps_match(r, name, &m);
+    st_steprules_match(r, name, &m);
     CHECK(m.matched && m.step == 5);
     memset(name, 'x', sizeof name);
     memcpy(name + 251, "run5", 5); /* 255 bytes: fits */
-    st_steps_match(r, name, &m);
+    st_steprules_match(r, name, &m);
     CHECK(m.matched && m.step == 5);
     memset(name, 'x', sizeof name);
     memcpy(name + 252, "run5", 5); /* 256 bytes: too long */
-    st_steps_match(r, name, &m);
+    st_steprules_match(r, name, &m);
     CHECK(!m.matched);
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 static void test_pattern_invalid(void)
@@ -417,38 +417,38 @@ static void test_pattern_invalid(void)
         "([0-9]+){2,1}",      /* bad interval */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        st_step_rules *r = (st_step_rules *)(uintptr_t)1;
+        st_steprules *r = (st_steprules *)(uintptr_t)1;
         st_clearerr();
-        st_err e = st_step_rules_new(bad[i], &r);
+        st_err e = st_steprules_new(bad[i], &r);
         CHECK(e == ST_ERR_INVALID);
         CHECK(r == NULL);
         CHECK(st_errmsg()[0] != '\0');
         if (e != ST_ERR_INVALID)
             fprintf(stderr, "  pattern \"%s\" was accepted\n", bad[i]);
         if (e == ST_OK)
-            st_step_rules_free(r);
+            st_steprules_free(r);
     }
     /* Too long a pattern. */
     char big[2100];
     memset(big, 'a', sizeof big);
     memcpy(big, "([0-9]+)", 8);
     big[sizeof big - 1] = '\0';
-    st_step_rules *r = NULL;
-    CHECK_ERR(st_step_rules_new(big, &r), ST_ERR_INVALID);
-    CHECK_ERR(st_step_rules_new(NULL, NULL), ST_ERR_INVALID);
+    st_steprules *r = NULL;
+    CHECK_ERR(st_steprules_new(big, &r), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_new(NULL, NULL), ST_ERR_INVALID);
     /* The wrap would renumber groups; the message says why it is refused. */
-    CHECK_ERR(st_step_rules_new("([0-9]+)x\\1", &r), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_new("([0-9]+)x\\1", &r), ST_ERR_INVALID);
     CHECK(strstr(st_errmsg(), "back-reference") != NULL);
-    st_step_rules_free(NULL); /* a no-op */
+    st_steprules_free(NULL); /* a no-op */
 
     /* Bracket and escaped parentheses are not groups. */
     r = NULL;
-    CHECK_OK(st_step_rules_new("\\(x\\)[(]run([0-9]+)", &r));
+    CHECK_OK(st_steprules_new("\\(x\\)[(]run([0-9]+)", &r));
     if (r) {
         st_step_match m;
-        st_steps_match(r, "(x)(run9/y", &m);
+        st_steprules_match(r, "(x)(run9/y", &m);
         CHECK(m.matched && m.step == 9 && m.prefix_len == 8);
-        st_step_rules_free(r);
+        st_steprules_free(r);
     }
 }
 
@@ -497,18 +497,18 @@ static void test_marker_kinds(void)
         {"", ST_MARKER_NONE},
         {"/", ST_MARKER_NONE},
     };
-    st_step_rules *r = rules_or_die(NULL);
+    st_steprules *r = rules_or_die(NULL);
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         char *p = exact_dup(builtin[i].path);
-        st_marker_kind k = st_steps_marker_kind(r, p);
+        st_marker_kind k = st_steprules_marker_kind(r, p);
         CHECK(k == builtin[i].kind);
         if (k != builtin[i].kind)
             fprintf(stderr, "  marker kind \"%s\": got %d want %d\n", p, k, builtin[i].kind);
         free(p);
     }
-    CHECK(st_steps_marker_kind(NULL, "latest") == ST_MARKER_NONE);
-    CHECK(st_steps_marker_kind(r, NULL) == ST_MARKER_NONE);
-    st_step_rules_free(r);
+    CHECK(st_steprules_marker_kind(NULL, "latest") == ST_MARKER_NONE);
+    CHECK(st_steprules_marker_kind(r, NULL) == ST_MARKER_NONE);
+    st_steprules_free(r);
 
     static const struct kind_case user[] = {
         {"run7/.metadata", ST_MARKER_IN_STEP},
@@ -519,13 +519,13 @@ static void test_marker_kinds(void)
     };
     r = rules_or_die("run([0-9]+)");
     for (size_t i = 0; i < sizeof user / sizeof user[0]; i++) {
-        st_marker_kind k = st_steps_marker_kind(r, user[i].path);
+        st_marker_kind k = st_steprules_marker_kind(r, user[i].path);
         CHECK(k == user[i].kind);
         if (k != user[i].kind)
             fprintf(stderr, "  marker kind (run) \"%s\": got %d want %d\n", user[i].path, k,
                     user[i].kind);
     }
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 struct content_case {
@@ -606,14 +606,14 @@ static const struct content_case builtin_contents[] = {
     {"checkpoint-500/latest", C("global_step500"), ST_ERR_INVALID, 0},
 };
 
-static int check_content_case(const st_step_rules *r, const struct content_case *c)
+static int check_content_case(const st_steprules *r, const struct content_case *c)
 {
     /* Exact-size heap copy; a zero-length case gets a 1-byte buffer it must not read. */
     uint8_t *buf = malloc(c->len ? c->len : 1);
     memcpy(buf, c->content, c->len);
     uint64_t step = 0xDEADBEEF;
     st_clearerr();
-    st_err e = st_steps_marker_step(r, c->path, buf, c->len, &step);
+    st_err e = st_steprules_marker_step(r, c->path, buf, c->len, &step);
     int ok = e == c->want && (e != ST_OK || step == c->step) && (e == ST_OK || st_errmsg()[0]);
     if (!ok)
         fprintf(stderr, "  marker \"%s\" content[%zu]: got %d step %llu, want %d step %llu\n",
@@ -625,7 +625,7 @@ static int check_content_case(const st_step_rules *r, const struct content_case 
 
 static void test_marker_content(void)
 {
-    st_step_rules *r = rules_or_die(NULL);
+    st_steprules *r = rules_or_die(NULL);
     for (size_t i = 0; i < sizeof builtin_contents / sizeof builtin_contents[0]; i++)
         CHECK(check_content_case(r, &builtin_contents[i]));
 
@@ -634,22 +634,22 @@ static void test_marker_content(void)
     memset(big, ' ', 4097);
     memcpy(big, "100", 3);
     uint64_t step = 0;
-    CHECK_OK(st_steps_marker_step(r, MEG, big, 4096, &step));
+    CHECK_OK(st_steprules_marker_step(r, MEG, big, 4096, &step));
     CHECK(step == 100);
-    CHECK_ERR(st_steps_marker_step(r, MEG, big, 4097, &step), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_steprules_marker_step(r, MEG, big, 4097, &step), ST_ERR_NOT_FOUND);
     memcpy(big + 4096 - 14, "global_step100", 14);
     memset(big, ' ', 3);
-    CHECK_OK(st_steps_marker_step(r, DS, big, 4096, &step));
+    CHECK_OK(st_steprules_marker_step(r, DS, big, 4096, &step));
     CHECK(step == 100);
     free(big);
 
     /* NULL arguments. */
-    CHECK_ERR(st_steps_marker_step(r, DS, NULL, 5, &step), ST_ERR_INVALID);
-    CHECK_ERR(st_steps_marker_step(r, DS, (const uint8_t *)"x", 1, NULL), ST_ERR_INVALID);
-    CHECK_ERR(st_steps_marker_step(NULL, DS, (const uint8_t *)"x", 1, &step), ST_ERR_INVALID);
-    CHECK_ERR(st_steps_marker_step(r, NULL, (const uint8_t *)"x", 1, &step), ST_ERR_INVALID);
-    CHECK_ERR(st_steps_marker_step(r, DS, NULL, 0, &step), ST_ERR_NOT_FOUND);
-    st_step_rules_free(r);
+    CHECK_ERR(st_steprules_marker_step(r, DS, NULL, 5, &step), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_marker_step(r, DS, (const uint8_t *)"x", 1, NULL), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_marker_step(NULL, DS, (const uint8_t *)"x", 1, &step), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_marker_step(r, NULL, (const uint8_t *)"x", 1, &step), ST_ERR_INVALID);
+    CHECK_ERR(st_steprules_marker_step(r, DS, NULL, 0, &step), ST_ERR_NOT_FOUND);
+    st_steprules_free(r);
 
     /* With a user pattern the DeepSpeed tag is matched by the pattern. */
     static const struct content_case user[] = {
@@ -666,7 +666,7 @@ static void test_marker_content(void)
     r = rules_or_die("run([0-9]+)");
     for (size_t i = 0; i < sizeof user / sizeof user[0]; i++)
         CHECK(check_content_case(r, &user[i]));
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 /* ---- robustness ---- */
@@ -699,10 +699,10 @@ static const char *const tokens[] = {
     "model_",
 };
 
-static void check_match_invariants(const st_step_rules *r, const char *p, int *bad)
+static void check_match_invariants(const st_steprules *r, const char *p, int *bad)
 {
     st_step_match m;
-    st_steps_match(r, p, &m);
+    st_steprules_match(r, p, &m);
     size_t n = strlen(p);
     if (!m.matched) {
         if (m.step || m.prefix_len || m.single_file)
@@ -723,7 +723,7 @@ static void check_match_invariants(const st_step_rules *r, const char *p, int *b
         memcpy(alone, p + cs, cl);
         memcpy(alone + cl, m.single_file ? "" : "/x", m.single_file ? 1 : 3);
         st_step_match m2;
-        st_steps_match(r, alone, &m2);
+        st_steprules_match(r, alone, &m2);
         ok = m2.matched && m2.step == m.step && m2.prefix_len == cl &&
              m2.single_file == m.single_file;
         free(alone);
@@ -734,7 +734,7 @@ static void check_match_invariants(const st_step_rules *r, const char *p, int *b
 
 static void random_robustness(const char *pattern, uint64_t seed)
 {
-    st_step_rules *r = rules_or_die(pattern);
+    st_steprules *r = rules_or_die(pattern);
     uint64_t s = seed;
     int bad = 0, matched = 0, markers = 0, named = 0;
     for (int iter = 0; iter < 30000; iter++) {
@@ -760,10 +760,10 @@ static void random_robustness(const char *pattern, uint64_t seed)
         p[n] = '\0';
         check_match_invariants(r, p, &bad);
         st_step_match m;
-        st_steps_match(r, p, &m);
+        st_steprules_match(r, p, &m);
         matched += m.matched;
 
-        st_marker_kind k = st_steps_marker_kind(r, p);
+        st_marker_kind k = st_steprules_marker_kind(r, p);
         if (k != ST_MARKER_NONE && k != ST_MARKER_IN_STEP && k != ST_MARKER_NAMES_STEP)
             bad++;
         markers += k != ST_MARKER_NONE;
@@ -771,13 +771,13 @@ static void random_robustness(const char *pattern, uint64_t seed)
         static const char *const trackers[] = {"latest", "latest_checkpointed_iteration.txt"};
         const char *tp = trackers[iter & 1];
         uint64_t step = 0;
-        st_err e = st_steps_marker_step(r, tp, (const uint8_t *)p, n, &step);
+        st_err e = st_steprules_marker_step(r, tp, (const uint8_t *)p, n, &step);
         if (e != ST_OK && e != ST_ERR_NOT_FOUND)
             bad++;
         if (e == ST_OK && step > I64MAX)
             bad++;
         named += e == ST_OK;
-        e = st_steps_marker_step(r, p, (const uint8_t *)p, n, &step);
+        e = st_steprules_marker_step(r, p, (const uint8_t *)p, n, &step);
         if (e != ST_OK && e != ST_ERR_NOT_FOUND && e != ST_ERR_INVALID)
             bad++;
         if ((e == ST_ERR_INVALID) != (k != ST_MARKER_NAMES_STEP))
@@ -792,7 +792,7 @@ static void random_robustness(const char *pattern, uint64_t seed)
     fprintf(stderr,
             "  %d random inputs: %d matched, %d markers, %d tracker contents named a step\n", 30000,
             matched, markers, named);
-    st_step_rules_free(r);
+    st_steprules_free(r);
 }
 
 static void test_random_builtin(void)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "ckptstore.h"
-#include "st_backend.h"
+#include "backend/st_backend.h"
 #include "ut.h"
 
 static char root[] = "/tmp/ckpt-test-store-XXXXXX";

@@ -1,0 +1,134 @@
+/*
+ * st_backend — the object store interface, and the registry of backends.
+ *
+ * A backend is a const ops table plus an instance context: {ops, ctx}.
+ * Features such as retry or fault injection are wrappers (a backend whose ctx
+ * holds another backend), never ifs inside a backend. Every backend passes
+ * the shared conformance suite (tests/unit/backend_conformance.h).
+ *
+ * Keys are '/'-separated relative names from [A-Za-z0-9._-] and '/', at most
+ * ST_KEY_MAX bytes, with no leading or trailing '/', no empty component and
+ * no component starting with '.' (which excludes "." and "..", and leaves
+ * dot-names free for a backend's own temp files) (st_key_is_valid()). Every
+ * operation refuses other keys with ST_ERR_INVALID, so no key can escape the
+ * store's root. A list prefix follows the same rules but may be "" or end
+ * in '/'. "a/b" and "a/b/c" may both exist, as in S3.
+ *
+ * Errors are classified: ST_ERR_NOT_FOUND (the object is not there),
+ * ST_ERR_TRANSIENT (retrying may help: timeouts, 5xx, resets),
+ * ST_ERR_PERMANENT (retrying will not help: auth, missing bucket, bad root),
+ * ST_ERR_INVALID (bad key or argument). The detail is in st_errmsg(); it
+ * never contains credentials.
+ *
+ * Threads: ops may be called concurrently from several threads on one
+ * instance; a backend that cannot do that serialises internally.
+ */
+#ifndef ST_BACKEND_H
+#define ST_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+#include "util/st_wire.h"
+
+#define ST_KEY_MAX    1024
+#define ST_GET_TO_END UINT64_MAX
+
+/*! Called once per listed key, in ascending byte order of key, on the
+ *  thread that called list; key is valid only during the call. Return 0 to
+ *  continue, non-zero to stop the listing (list then returns ST_OK). */
+typedef int (*st_list_cb)(void *arg, const char *key, uint64_t size);
+
+typedef struct st_backend_ops {
+    const char *scheme; /* "file", "s3" */
+
+    /*! Stores data[0..len) under key, atomically: readers see the old
+     *  object, or none, or all of the new one. Replaces an existing object. */
+    st_err (*put)(void *ctx, const char *key, const void *data, size_t len);
+
+    /*! Reads len bytes from offset (len ST_GET_TO_END: to the end) into out,
+     *  replacing its contents (its allocation is reused). A range reaching
+     *  past the end is truncated to the object; offset == size, or len == 0,
+     *  gives an empty result; an offset past the end gives ST_ERR_INVALID. */
+    st_err (*get)(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
+
+    /*! Size of the object, or ST_ERR_NOT_FOUND. */
+    st_err (*stat)(void *ctx, const char *key, uint64_t *size);
+
+    /*! Every key that starts with prefix (a plain string prefix, not only a
+     *  directory), ascending. Pages through large listings internally. */
+    st_err (*list)(void *ctx, const char *prefix, st_list_cb cb, void *arg);
+
+    /*! Removes key. ST_OK also when it did not exist (idempotent). */
+    st_err (*del)(void *ctx, const char *key);
+
+    /*! Releases ctx. */
+    void (*close)(void *ctx);
+} st_backend_ops;
+
+typedef struct st_backend {
+    const st_backend_ops *ops;
+    void *ctx;
+} st_backend;
+
+/*! 1 if key is acceptable to every backend, else 0. */
+int st_key_is_valid(const char *key);
+
+/*!
+ * Options for st_backend_open_opts(). Zero-initialise ({0}) and set only
+ * what you need: every 0 or NULL field means "the default", so fields can
+ * be added later without touching callers. Backends ignore what does not
+ * apply to them. The strings are copied; they need to live only during the
+ * open call.
+ */
+typedef struct st_backend_opts {
+    /* s3:// endpoint, a URL "http://host[:port]" or "https://host[:port]"
+     * (the scheme picks the protocol; path-style addressing). NULL: the
+     * CKPT_S3_ENDPOINT environment variable, else https://s3.amazonaws.com.
+     * This is what ckptctl/ckptfs --s3-endpoint passes. */
+    const char *s3_endpoint;
+    /* Deadline of one request: timeout_ms plus 1 s per MiB it carries
+     * (default 60000). */
+    unsigned timeout_ms;
+    /* Abort a request that moves no byte for this long (default 20000). */
+    unsigned stall_timeout_ms;
+    /* Retries of ST_ERR_TRANSIENT (st_backend_retry.h): tries in total
+     * (default 12; 1 disables retrying), first wait and cap of one wait
+     * before jitter (defaults 100 ms and 10000 ms). */
+    unsigned retry_attempts;
+    unsigned retry_base_ms;
+    unsigned retry_max_ms;
+} st_backend_opts;
+
+/*!
+ * Opens the store at url: "file:///absolute/dir" (created if missing) or
+ * "s3://bucket[/prefix]" (docs/S3.md). ST_ERR_INVALID for a malformed or
+ * unknown URL, ST_ERR_UNSUPPORTED for a known scheme not built in; the
+ * message says why. *out is a malloc'd st_backend; free it with
+ * st_backend_close(), which calls ops->close(ctx) and then frees it.
+ * The backend comes wrapped in the retry wrapper (st_backend_retry.h), so a
+ * ST_ERR_TRANSIENT from it means the retries are used up.
+ * st_backend_open(url, out) is st_backend_open_opts(url, NULL, out).
+ */
+st_err st_backend_open(const char *url, st_backend **out);
+st_err st_backend_open_opts(const char *url, const st_backend_opts *opts, st_backend **out);
+void st_backend_close(st_backend *b);
+
+/* Convenience wrappers that also validate the key. */
+st_err st_put(st_backend *b, const char *key, const void *data, size_t len);
+st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
+st_err st_stat(st_backend *b, const char *key, uint64_t *size);
+st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
+st_err st_del(st_backend *b, const char *key);
+
+/* The file:// backend (st_backend_file.c). root must be an absolute path;
+ * it is created (mkdir -p) if missing. */
+st_err st_backend_file_open(const char *root, st_backend **out);
+
+/* The s3:// backend (st_backend_s3.c), without the retry wrapper: url is
+ * "s3://bucket[/prefix]", opts may be NULL. Credentials come from the
+ * environment or the AWS credentials file only (docs/S3.md). */
+st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backend **out);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * st_backend_fault — fault-injecting wrapper (tests). See the header.
+ */
+#include "backend/st_backend_fault.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct fault_ctx {
+    st_backend *inner;
+    unsigned put_delay_ms;
+    char fail_key[256]; /* "" : none */
+} fault_ctx;
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    fault_ctx *f = ctx;
+    if (f->put_delay_ms)
+        sleep_ms(f->put_delay_ms);
+    if (f->fail_key[0] && strstr(key, f->fail_key))
+        return st_seterr(ST_ERR_TRANSIENT, "fault injected: PUT of %s refused", key);
+    return f->inner->ops->put(f->inner->ctx, key, data, len);
+}
+
+static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    fault_ctx *f = ctx;
+    return f->inner->ops->get(f->inner->ctx, key, off, len, out);
+}
+
+static st_err fault_stat(void *ctx, const char *key, uint64_t *size)
+{
+    fault_ctx *f = ctx;
+    return f->inner->ops->stat(f->inner->ctx, key, size);
+}
+
+static st_err fault_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    fault_ctx *f = ctx;
+    return f->inner->ops->list(f->inner->ctx, prefix, cb, arg);
+}
+
+static st_err fault_del(void *ctx, const char *key)
+{
+    fault_ctx *f = ctx;
+    return f->inner->ops->del(f->inner->ctx, key);
+}
+
+static void fault_close(void *ctx)
+{
+    fault_ctx *f = ctx;
+    st_backend_close(f->inner);
+    free(f);
+}
+
+static const st_backend_ops fault_ops = {
+    .scheme = "fault",
+    .put = fault_put,
+    .get = fault_get,
+    .stat = fault_stat,
+    .list = fault_list,
+    .del = fault_del,
+    .close = fault_close,
+};
+
+st_err st_backend_fault_wrap(st_backend **b, const char *spec)
+{
+    fault_ctx *f = calloc(1, sizeof *f);
+    st_backend *w = calloc(1, sizeof *w);
+    if (!f || !w) {
+        free(f);
+        free(w);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    char items[512];
+    snprintf(items, sizeof items, "%s", spec);
+    for (char *save = NULL, *it = strtok_r(items, ",", &save); it;
+         it = strtok_r(NULL, ",", &save)) {
+        if (!strncmp(it, "put_delay_ms=", 13)) {
+            f->put_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
+        } else if (!strncmp(it, "fail_key=", 9) && it[9]) {
+            snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
+        } else {
+            free(f);
+            free(w);
+            return st_seterr(ST_ERR_INVALID, "unknown fault spec '%.64s'", it);
+        }
+    }
+    f->inner = *b;
+    w->ops = &fault_ops;
+    w->ctx = f;
+    *b = w;
+    return ST_OK;
+}

@@ -1,0 +1,23 @@
+/*
+ * st_backend_fault — a backend wrapper that injects faults, for tests only:
+ * it widens the windows in which a crash can land (a delay before every
+ * PUT) so a test can kill the daemon in the middle of an upload on purpose.
+ *
+ * Configured by a spec string (in the daemon, from $CKPT_FAULT), items
+ * separated by ',':
+ *   "put_delay_ms=N"   sleep N ms before every PUT
+ *   "fail_key=S"       every PUT of a key containing S fails as transient (the
+ *                      caller retries forever: a node that cannot publish)
+ * Unknown keys are an error, so a typo does not silently test nothing.
+ *
+ * Threads: stateless after creation; sleeps on the calling thread.
+ */
+#ifndef ST_BACKEND_FAULT_H
+#define ST_BACKEND_FAULT_H
+
+#include "backend/st_backend.h"
+
+/*! Wraps *b per spec; on ST_OK *b is the wrapper and owns the old *b. */
+st_err st_backend_fault_wrap(st_backend **b, const char *spec);
+
+#endif

@@ -1,0 +1,274 @@
+/*
+ * st_backend_retry — retries ST_ERR_TRANSIENT from a wrapped backend with
+ * bounded, exponentially growing, jittered waits (st_backend_retry.h).
+ *
+ * Policy: try k (k = 1..attempts-1) that fails transiently is followed by a
+ * wait of d/2 + random(0, d/2) ms, d = min(max_ms, base_ms * 2^(k-1)).
+ * "Equal jitter" rather than "full jitter" (random(0, d)): it still spreads
+ * many clients that failed together, yet guarantees at least half of the
+ * nominal wait, so the time a policy rides out is predictable (the outage
+ * test relies on that: docs/S3.md).
+ *
+ * Why each op is safe to repeat:
+ *   put   replaces the whole object; a try that failed after the store took
+ *         it just stores the same bytes again.
+ *   get   the inner backend clears out on every error (st_backend.h), so a
+ *         retry starts from an empty buffer.
+ *   stat, del   idempotent.
+ *   list  a retry lists again from the start, and the wrapper's callback
+ *         drops every key <= the last one already delivered. Listings are
+ *         ascending, so the caller sees each key once, in order, as if the
+ *         listing never failed. A caller's stop (non-zero from cb) ends the
+ *         inner listing with ST_OK, so it is never retried.
+ *
+ * With CKPT_RETRY_TRACE set in the environment, every retry is told on
+ * stderr (op message, try number, wait): how an operator sees a flaky store.
+ *
+ * The final error keeps the inner backend's message and says how many tries
+ * and how long it took; messages never carry credentials because the inner
+ * backend's never do.
+ *
+ * Threads: no shared mutable state besides the atomic retry counter; the
+ * jitter generator is per thread. Sleeps happen on the calling thread.
+ */
+#include "backend/st_backend_retry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct retry_ctx {
+    st_backend_ops ops; /* our table, with the inner scheme; b->ops points here */
+    st_backend *inner;
+    st_retry_policy policy;   /* defaults applied */
+    _Atomic uint64_t retries; /* total waits taken, for st_backend_retry_count() */
+    int trace;                /* CKPT_RETRY_TRACE set: each retry is told on stderr */
+} retry_ctx;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* xorshift64* per thread, seeded from the clock and the thread's address:
+ * jitter only has to differ between threads and processes, not be secure. */
+static uint64_t jitter_rand(void)
+{
+    static _Thread_local uint64_t s;
+    if (!s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&s ^
+            (uint64_t)pthread_self();
+        if (!s)
+            s = 0x9e3779b97f4a7c15ull;
+    }
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1DULL;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The wait after the k-th failed try (k >= 1). */
+static uint64_t backoff_ms(const st_retry_policy *p, unsigned k)
+{
+    uint64_t d = p->base_ms;
+    for (unsigned i = 1; i < k && d < p->max_ms; i++)
+        d *= 2;
+    if (d > p->max_ms)
+        d = p->max_ms;
+    uint64_t half = d / 2;
+    return (d - half) + (half ? jitter_rand() % (half + 1) : 0);
+}
+
+/*
+ * Decides after a try: returns 1 to try again (having slept), 0 to return e.
+ * On giving up after retries, rewrites the message to say so.
+ */
+static int retry_again(retry_ctx *c, st_err e, unsigned tries, uint64_t t0)
+{
+    if (e != ST_ERR_TRANSIENT)
+        return 0;
+    if (tries >= c->policy.attempts) {
+        if (tries > 1) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", st_errmsg());
+            st_seterr(e, "%s (gave up after %u tries in %.1f s)", msg, tries,
+                      (double)(now_ms() - t0) / 1000.0);
+        }
+        return 0;
+    }
+    atomic_fetch_add_explicit(&c->retries, 1, memory_order_relaxed);
+    uint64_t wait = backoff_ms(&c->policy, tries);
+    if (c->trace) /* the message is secret-free (see the header comment) */
+        fprintf(stderr, "ckpt retry: try %u failed, next in %llu ms: %s\n", tries,
+                (unsigned long long)wait, st_errmsg());
+    sleep_ms(wait);
+    return 1;
+}
+
+static st_err retry_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        e = c->inner->ops->put(c->inner->ctx, key, data, len);
+    } while (retry_again(c, e, tries, t0));
+    return e;
+}
+
+static st_err retry_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        st_bytes_clear(out);
+        e = c->inner->ops->get(c->inner->ctx, key, off, len, out);
+    } while (retry_again(c, e, tries, t0));
+    if (e)
+        st_bytes_clear(out);
+    return e;
+}
+
+static st_err retry_stat(void *ctx, const char *key, uint64_t *size)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        e = c->inner->ops->stat(c->inner->ctx, key, size);
+    } while (retry_again(c, e, tries, t0));
+    return e;
+}
+
+/* Resumes a listing after a retry: see the header comment. */
+typedef struct list_resume {
+    st_list_cb cb;
+    void *arg;
+    int have_last;
+    char last[ST_KEY_MAX + 1];
+} list_resume;
+
+static int resume_cb(void *arg, const char *key, uint64_t size)
+{
+    list_resume *r = arg;
+    if (r->have_last && strcmp(key, r->last) <= 0)
+        return 0; /* delivered before the retry */
+    size_t n = strlen(key);
+    if (n > ST_KEY_MAX) /* cannot happen for a conforming backend; never overflow */
+        n = ST_KEY_MAX;
+    memcpy(r->last, key, n);
+    r->last[n] = '\0';
+    r->have_last = 1;
+    return r->cb(r->arg, key, size);
+}
+
+static st_err retry_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    list_resume r = {.cb = cb, .arg = arg};
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        e = c->inner->ops->list(c->inner->ctx, prefix, resume_cb, &r);
+    } while (retry_again(c, e, tries, t0));
+    return e;
+}
+
+static st_err retry_del(void *ctx, const char *key)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        e = c->inner->ops->del(c->inner->ctx, key);
+    } while (retry_again(c, e, tries, t0));
+    return e;
+}
+
+static void retry_close(void *ctx)
+{
+    retry_ctx *c = ctx;
+    if (!c)
+        return;
+    st_backend_close(c->inner);
+    free(c);
+}
+
+static const st_backend_ops retry_ops_template = {
+    .scheme = "retry", /* replaced by the inner scheme per instance */
+    .put = retry_put,
+    .get = retry_get,
+    .stat = retry_stat,
+    .list = retry_list,
+    .del = retry_del,
+    .close = retry_close,
+};
+
+st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, st_backend **out)
+{
+    if (!out)
+        return st_seterr(ST_ERR_INVALID, "st_backend_retry_wrap: out is NULL");
+    *out = NULL;
+    if (!inner || !inner->ops)
+        return st_seterr(ST_ERR_INVALID, "st_backend_retry_wrap: no backend to wrap");
+    retry_ctx *c = calloc(1, sizeof *c);
+    st_backend *b = malloc(sizeof *b);
+    if (!c || !b) {
+        free(c);
+        free(b);
+        return st_seterr(ST_ERR_NOMEM, "st_backend_retry_wrap: out of memory");
+    }
+    c->ops = retry_ops_template;
+    c->ops.scheme = inner->ops->scheme;
+    c->inner = inner;
+    c->policy = policy ? *policy : (st_retry_policy){0};
+    if (!c->policy.attempts)
+        c->policy.attempts = ST_RETRY_DEFAULT_ATTEMPTS;
+    if (!c->policy.base_ms)
+        c->policy.base_ms = ST_RETRY_DEFAULT_BASE_MS;
+    if (!c->policy.max_ms)
+        c->policy.max_ms = ST_RETRY_DEFAULT_MAX_MS;
+    if (c->policy.max_ms < c->policy.base_ms)
+        c->policy.max_ms = c->policy.base_ms;
+    atomic_init(&c->retries, 0);
+    c->trace = getenv("CKPT_RETRY_TRACE") != NULL;
+    b->ops = &c->ops;
+    b->ctx = c;
+    *out = b;
+    return ST_OK;
+}
+
+uint64_t st_backend_retry_count(const st_backend *b)
+{
+    if (!b || !b->ops || b->ops->put != retry_put)
+        return 0;
+    retry_ctx *c = b->ctx;
+    return atomic_load_explicit(&c->retries, memory_order_relaxed);
+}

@@ -1,0 +1,483 @@
+/*
+ * st_stepio — part records and manifests in and out of the store, and the
+ * consistency rule. See st_stepio.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
+ */
+#include "engine/st_catalog.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- listing ---- */
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+    int oom;
+} name_list;
+
+static int collect_job(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    name_list *l = arg;
+    const char *name = key + strlen(ST_KEY_JOBLIST);
+    if (!st_name_is_valid(name, ST_JOB_MAX))
+        return 0; /* garbage in the registry: not a job */
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **p = realloc(l->names, cap * sizeof *p);
+        if (!p)
+            return l->oom = 1;
+        l->names = p;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name)))
+        return l->oom = 1;
+    l->n++;
+    return 0;
+}
+
+st_err st_catalog_list_jobs(st_backend *b, char ***jobs, size_t *n)
+{
+    name_list l = {0};
+    st_err e = st_list(b, ST_KEY_JOBLIST, collect_job, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing jobs");
+    if (e) {
+        st_catalog_free_names(l.names, l.n);
+        return e;
+    }
+    *jobs = l.names;
+    *n = l.n;
+    return ST_OK;
+}
+
+void st_catalog_free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+typedef struct list_ctx {
+    const char *job;
+    st_step_keys *steps;
+    size_t n, cap;
+    int oom;
+} list_ctx;
+
+static int add_node(st_step_keys *k, const char *node)
+{
+    void *p = realloc(k->nodes, (k->nnodes + 1) * sizeof *k->nodes);
+    if (!p)
+        return -1;
+    k->nodes = p;
+    snprintf(k->nodes[k->nnodes++], ST_NODE_MAX + 1, "%s", node);
+    return 0;
+}
+
+static int collect_part(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    list_ctx *l = arg;
+    uint64_t step;
+    const char *rest;
+    char node[ST_NODE_MAX + 1];
+    if (st_key_parse_step(key, l->job, &step, &rest) != ST_OK || !st_key_parse_part(rest, node))
+        return 0;
+    /* The listing is in key order, so one step's parts arrive together. */
+    if (!l->n || l->steps[l->n - 1].step != step) {
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? l->cap * 2 : 64;
+            st_step_keys *p = realloc(l->steps, cap * sizeof *p);
+            if (!p)
+                return l->oom = 1;
+            l->steps = p;
+            l->cap = cap;
+        }
+        l->steps[l->n++] = (st_step_keys){step, 0, NULL};
+    }
+    if (add_node(&l->steps[l->n - 1], node))
+        return l->oom = 1;
+    return 0;
+}
+
+st_err st_catalog_list_steps(st_backend *b, const char *job, st_step_keys **steps, size_t *n)
+{
+    char prefix[ST_KEY_MAX];
+    list_ctx l = {.job = job};
+    *steps = NULL;
+    *n = 0;
+    st_err e = st_key_steps_prefix(prefix, sizeof prefix, job);
+    if (!e)
+        e = st_list(b, prefix, collect_part, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing steps");
+    if (e) {
+        st_step_keys_free(l.steps, l.n);
+        return e;
+    }
+    *steps = l.steps;
+    *n = l.n;
+    return ST_OK;
+}
+
+void st_step_keys_free(st_step_keys *steps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(steps[i].nodes);
+    free(steps);
+}
+
+/* ---- loading ---- */
+
+st_err st_catalog_load_part(st_backend *b, const char *job, uint64_t step, const char *node,
+                           st_bytes *buf, st_part *p)
+{
+    char key[ST_KEY_MAX];
+    memset(p, 0, sizeof *p);
+    st_err e = st_key_part(key, sizeof key, job, step, node);
+    if (!e)
+        e = st_get(b, key, 0, ST_GET_TO_END, buf);
+    if (e == ST_ERR_NOT_FOUND)
+        return st_seterr(e, "node %s has no part of step %" PRIu64 " of job %s", node, step, job);
+    if (e)
+        return e;
+    e = st_part_decode(buf->data, buf->len, p);
+    if (e)
+        return st_seterr(e, "%s: %s", key, st_errmsg());
+    if (p->step != step || strcmp(p->job, job) != 0 || strcmp(p->node, node) != 0) {
+        st_part_free(p);
+        return st_seterr(ST_ERR_CORRUPT, "part record %s names another step or node", key);
+    }
+    return ST_OK;
+}
+
+st_err st_catalog_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, st_manifest *m)
+{
+    char key[ST_KEY_MAX];
+    memset(m, 0, sizeof *m);
+    st_err e = st_key_manifest(key, sizeof key, p->job, p->step, p->node, p->revision);
+    if (!e)
+        e = st_get(b, key, 0, ST_GET_TO_END, buf);
+    if (e == ST_ERR_NOT_FOUND)
+        return st_seterr(ST_ERR_CORRUPT, "%s is named by a part record but missing", key);
+    if (e)
+        return e;
+    st_id digest = st_id_of(buf->data, buf->len);
+    if (buf->len != p->manifest_len || st_id_cmp(&digest, &p->manifest_digest) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "%s does not match its part record", key);
+    e = st_manifest_decode(buf->data, buf->len, m);
+    if (e)
+        return st_seterr(e, "%s: %s", key, st_errmsg());
+    if (m->step != p->step || strcmp(m->job, p->job) != 0) {
+        st_manifest_free(m);
+        return st_seterr(ST_ERR_CORRUPT, "%s describes another step", key);
+    }
+    return ST_OK;
+}
+
+st_err st_catalog_load_view(st_backend *b, const char *job, const st_step_keys *k, st_bytes *buf,
+                           st_stepview *v)
+{
+    memset(v, 0, sizeof *v);
+    v->step = k->step;
+    v->parts = calloc(k->nnodes ? k->nnodes : 1, sizeof *v->parts);
+    v->manifests = calloc(k->nnodes ? k->nnodes : 1, sizeof *v->manifests);
+    if (!v->parts || !v->manifests) {
+        st_stepview_free(v);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < k->nnodes; i++) {
+        st_err e = st_catalog_load_part(b, job, k->step, k->nodes[i], buf, &v->parts[i]);
+        if (!e) {
+            e = st_catalog_load_manifest(b, &v->parts[i], buf, &v->manifests[i]);
+            if (e)
+                st_part_free(&v->parts[i]);
+        }
+        if (e) {
+            st_stepview_free(v);
+            return e;
+        }
+        v->nparts++;
+    }
+    st_stepview_evaluate(v);
+    return ST_OK;
+}
+
+void st_stepview_free(st_stepview *v)
+{
+    for (size_t i = 0; i < v->nparts; i++) {
+        st_part_free(&v->parts[i]);
+        st_manifest_free(&v->manifests[i]);
+    }
+    free(v->parts);
+    free(v->manifests);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- the consistency rule ---- */
+
+/* 1 if some manifest of v holds path. */
+static int has_path(const st_stepview *v, const char *path)
+{
+    for (size_t i = 0; i < v->nparts; i++)
+        for (size_t k = 0; k < v->manifests[i].nfiles; k++)
+            if (!strcmp(v->manifests[i].files[k].path, path))
+                return 1;
+    return 0;
+}
+
+/* Appends "what r1,r2,..." for the ranks < world not set in seen to why. */
+static void describe_missing_ranks(char *why, size_t cap, const char *what, const uint8_t *seen,
+                                   uint32_t world)
+{
+    size_t len = strlen(why);
+    int shown = 0;
+    len += (size_t)snprintf(why + len, cap - len, "%s%s ", len ? "; " : "", what);
+    for (uint32_t r = 0; r < world && len < cap; r++) {
+        if (seen[r])
+            continue;
+        if (shown == 8) {
+            snprintf(why + len, cap - len, "...");
+            return;
+        }
+        len += (size_t)snprintf(why + len, cap - len, "%s%" PRIu32, shown ? "," : "", r);
+        shown++;
+    }
+}
+
+void st_stepview_evaluate(st_stepview *v)
+{
+    uint32_t world = 0, commit_world = 0;
+    int coverage = 0, any_commit = 0;
+    v->complete = 0;
+    v->files = v->bytes = 0;
+    v->why[0] = '\0';
+    for (size_t i = 0; i < v->nparts; i++) {
+        const st_part *p = &v->parts[i];
+        v->complete |= p->complete;
+        coverage |= p->rank_coverage;
+        if (p->world_size > world)
+            world = p->world_size;
+        if (p->created_ns > v->created_ns)
+            v->created_ns = p->created_ns;
+        for (size_t c = 0; c < p->ncommits; c++) {
+            any_commit = 1;
+            if (p->commits[c].world_size > commit_world)
+                commit_world = p->commits[c].world_size;
+        }
+        v->files += v->manifests[i].nfiles;
+        for (size_t k = 0; k < v->manifests[i].nfiles; k++)
+            v->bytes += v->manifests[i].files[k].size;
+    }
+    v->world_size = commit_world > world ? commit_world : world;
+
+    /* Writer ranks present among the files (bounded by the world size). */
+    uint32_t span = v->world_size ? v->world_size : 1;
+    uint8_t *seen = calloc(span, 1), *committed = calloc(span, 1);
+    if (!seen || !committed) {
+        snprintf(v->why, sizeof v->why, "out of memory evaluating the step");
+        v->consistent = 0;
+        goto out;
+    }
+    v->ranks = 0;
+    for (size_t i = 0; i < v->nparts; i++)
+        for (size_t k = 0; k < v->manifests[i].nfiles; k++) {
+            int32_t r = v->manifests[i].files[k].rank;
+            if (r >= 0 && (uint32_t)r < span && !seen[r]) {
+                seen[r] = 1;
+                v->ranks++;
+            }
+        }
+
+    int ok = 1;
+    if (any_commit) { /* rule 1: explicit per-rank commits decide */
+        for (size_t i = 0; i < v->nparts; i++)
+            for (size_t c = 0; c < v->parts[i].ncommits; c++)
+                if (v->parts[i].commits[c].rank < span)
+                    committed[v->parts[i].commits[c].rank] = 1;
+        for (uint32_t r = 0; r < commit_world; r++)
+            ok &= committed[r];
+        if (!ok)
+            describe_missing_ranks(v->why, sizeof v->why, "no commit from ranks", committed,
+                                   commit_world);
+        v->consistent = ok;
+        goto out;
+    }
+    if (!v->complete) { /* rule 2 */
+        snprintf(v->why, sizeof v->why, "not complete (no completion marker or rule yet)");
+        ok = 0;
+    }
+    for (size_t i = 0; i < v->nparts; i++) /* rule 3 */
+        for (size_t k = 0; k < v->parts[i].nexpected; k++)
+            if (!has_path(v, v->parts[i].expected[k])) {
+                if (ok || !strstr(v->why, "missing")) {
+                    size_t len = strlen(v->why);
+                    snprintf(v->why + len, sizeof v->why - len, "%smissing %s", len ? "; " : "",
+                             v->parts[i].expected[k]);
+                }
+                ok = 0;
+            }
+    if (coverage && world) { /* rule 4 */
+        int all = 1;
+        for (uint32_t r = 0; r < world; r++)
+            all &= seen[r];
+        if (!all)
+            describe_missing_ranks(v->why, sizeof v->why, "no files from ranks", seen, world);
+        ok &= all;
+    }
+    v->consistent = ok;
+out:
+    free(seen);
+    free(committed);
+}
+
+/* ---- publishing ---- */
+
+st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts)
+{
+    st_bytes buf = {0};
+    char key[ST_KEY_MAX];
+    /* The job registry entry first: idempotent, and it must exist before any
+     * step of the job can be found. */
+    snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", m->job);
+    st_err e = st_put(b, key, "", 0);
+    if (e)
+        goto out;
+    (*puts)++;
+    if ((e = st_manifest_encode(m, &buf)) ||
+        (e = st_key_manifest(key, sizeof key, m->job, m->step, m->node, part->revision)) ||
+        (e = st_put(b, key, buf.data, buf.len)))
+        goto out;
+    (*puts)++;
+    part->step = m->step;
+    part->created_ns = m->created_ns;
+    snprintf(part->job, sizeof part->job, "%s", m->job);
+    snprintf(part->node, sizeof part->node, "%s", m->node);
+    part->manifest_len = buf.len;
+    part->manifest_digest = st_id_of(buf.data, buf.len);
+    st_bytes_clear(&buf);
+    if ((e = st_part_encode(part, &buf)) ||
+        (e = st_key_part(key, sizeof key, m->job, m->step, m->node)) ||
+        (e = st_put(b, key, buf.data, buf.len)))
+        goto out;
+    (*puts)++;
+out:
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* ---- the dedup index learns what other writers stored ---- */
+
+static st_err index_manifest(st_state *state, const char *job, const st_manifest *m)
+{
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const st_file_entry *f = &m->files[i];
+        for (size_t k = 0; k < f->nchunks; k++) {
+            const st_chunk_ref *r = &f->chunks[k];
+            st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
+            st_err e = st_state_chunk_add(state, job, &r->id, &loc);
+            if (e)
+                return e;
+        }
+    }
+    return ST_OK;
+}
+
+static void warn_skip(void (*warn)(void *, const char *), void *arg, uint64_t step)
+{
+    char msg[700];
+    if (!warn)
+        return;
+    snprintf(msg, sizeof msg, "ignoring a part of step %" PRIu64 " for dedup: %s", step,
+             st_errmsg());
+    warn(arg, msg);
+}
+
+st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
+                            void (*warn)(void *arg, const char *msg), void *warn_arg)
+{
+    st_step_keys *steps;
+    size_t nsteps;
+    st_bytes buf = {0};
+    st_err e = st_catalog_list_steps(b, job, &steps, &nsteps);
+    for (size_t i = 0; !e && i < nsteps; i++) {
+        for (size_t k = 0; !e && k < steps[i].nnodes; k++) {
+            /* "seen" is per part version: a part stored again (a new
+             * revision) has a new record and is merged again. */
+            char key[ST_KEY_MAX + ST_ID_HEX_LEN + 2], hex[ST_ID_HEX_LEN + 1];
+            st_part p;
+            st_manifest m;
+            if (st_catalog_load_part(b, job, steps[i].step, steps[i].nodes[k], &buf, &p)) {
+                warn_skip(warn, warn_arg, steps[i].step);
+                continue;
+            }
+            st_id version = st_id_of(buf.data, buf.len);
+            if ((e = st_key_part(key, ST_KEY_MAX, job, steps[i].step, steps[i].nodes[k]))) {
+                st_part_free(&p);
+                break;
+            }
+            strcat(key, "@");
+            strcat(key, st_id_hex(&version, hex));
+            if (st_state_manifest_seen(state, key)) {
+                st_part_free(&p);
+                continue;
+            }
+            if (st_catalog_load_manifest(b, &p, &buf, &m)) {
+                warn_skip(warn, warn_arg, steps[i].step);
+                st_part_free(&p);
+                continue;
+            }
+            e = st_state_begin(state);
+            if (!e)
+                e = index_manifest(state, job, &m);
+            if (!e)
+                e = st_state_manifest_mark(state, key);
+            if (e)
+                st_state_rollback(state);
+            else
+                e = st_state_commit(state);
+            st_manifest_free(&m);
+            st_part_free(&p);
+        }
+    }
+    st_step_keys_free(steps, nsteps);
+    st_bytes_free(&buf);
+    return e;
+}
+
+st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
+                                   void (*skip)(void *arg, uint64_t step, const char *msg),
+                                   void *arg, st_stepview *v)
+{
+    st_step_keys *keys;
+    size_t nkeys;
+    st_bytes buf = {0};
+    st_err e = st_catalog_list_steps(b, job, &keys, &nkeys);
+    if (e)
+        return e;
+    e = ST_ERR_NOT_FOUND;
+    for (size_t i = nkeys; i-- > 0 && keys[i].step >= lowest;) {
+        if (keys[i].step >= below)
+            continue;
+        st_err le = st_catalog_load_view(b, job, &keys[i], &buf, v);
+        if (le && !skip) {
+            e = le;
+            break;
+        }
+        if (le) {
+            skip(arg, keys[i].step, st_errmsg());
+            continue;
+        }
+        if (v->consistent) {
+            e = ST_OK;
+            break;
+        }
+        st_stepview_free(v);
+    }
+    st_step_keys_free(keys, nkeys);
+    st_bytes_free(&buf);
+    return e;
+}

@@ -1,0 +1,102 @@
+/*
+ * st_stepio — reading and publishing steps in the store, following
+ * docs/PROTOCOL.md and docs/CONSISTENCY.md: a node's part of a step is
+ * visible only through its part record, written after the manifest it names,
+ * written after every pack it references; a step is consistent when its
+ * parts together satisfy the consistency rule.
+ *
+ * Shared by the one-shot put/restore of ckptctl (st_store.c) and the daemon's
+ * uploader and remote view (st_vfs). Threads: stateless; callers bring the
+ * backend (thread-safe) and their own buffers.
+ */
+#ifndef ST_CATALOG_H
+#define ST_CATALOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/st_backend.h"
+#include "format/st_manifest.h"
+#include "engine/st_state.h"
+#include "format/st_part.h"
+
+/*! Names of the jobs in the store, from the job registry (*jobs: malloc'd
+ *  array of malloc'd names; st_catalog_free_names()). */
+st_err st_catalog_list_jobs(st_backend *b, char ***jobs, size_t *n);
+void st_catalog_free_names(char **names, size_t n);
+
+/*! A step that has part records, and the nodes that wrote them. */
+typedef struct st_step_keys {
+    uint64_t step;
+    size_t nnodes;
+    char (*nodes)[ST_NODE_MAX + 1]; /* malloc'd */
+} st_step_keys;
+
+/*! Steps of job that have at least one part record, ascending, from one
+ *  listing (*steps malloc'd; st_step_keys_free()). */
+st_err st_catalog_list_steps(st_backend *b, const char *job, st_step_keys **steps, size_t *n);
+void st_step_keys_free(st_step_keys *steps, size_t n);
+
+/*! Fetches and decodes one node's part record (ST_ERR_NOT_FOUND if absent). */
+st_err st_catalog_load_part(st_backend *b, const char *job, uint64_t step, const char *node,
+                           st_bytes *buf, st_part *p);
+
+/*! Fetches the manifest a part record names and checks it against it. */
+st_err st_catalog_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, st_manifest *m);
+
+/*! One step with all its parts and manifests, and the verdict of the
+ *  consistency rule (docs/CONSISTENCY.md). */
+typedef struct st_stepview {
+    uint64_t step;
+    size_t nparts;
+    st_part *parts;         /* malloc'd */
+    st_manifest *manifests; /* parallel to parts */
+    int consistent;
+    int complete;
+    uint32_t world_size;
+    uint32_t ranks; /* distinct writer ranks among the files */
+    uint64_t files, bytes;
+    int64_t created_ns;
+    char why[160]; /* "" when consistent */
+} st_stepview;
+
+/*! Loads every part of k and evaluates it. A part that cannot be read makes
+ *  the whole load fail (a step is judged on all its parts or not at all). */
+st_err st_catalog_load_view(st_backend *b, const char *job, const st_step_keys *k, st_bytes *buf,
+                           st_stepview *v);
+void st_stepview_free(st_stepview *v);
+
+/*! Applies the consistency rule to the loaded parts (sets consistent,
+ *  complete, world_size, ranks, files, bytes, why). Pure. */
+void st_stepview_evaluate(st_stepview *v);
+
+/*!
+ * The newest consistent step of job among steps lowest <= step < below:
+ * lists the steps and loads them from the newest down until one is
+ * consistent (its view into *v, ST_OK; ST_ERR_NOT_FOUND if none). A step
+ * that cannot be read: with skip NULL, the search fails with its error (the
+ * answer is never guessed past it); otherwise skip(arg, step, message) hears
+ * of it and the search goes on below it.
+ */
+st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
+                                   void (*skip)(void *arg, uint64_t step, const char *msg),
+                                   void *arg, st_stepview *v);
+
+/*!
+ * Publishes this node's part of a step whose packs are all stored: the job
+ * registry entry, the manifest m (step, job, node, created_ns filled in) as
+ * revision part->revision, then the part record (its manifest fields are
+ * filled here from what was written). Adds the PUTs made to *puts.
+ */
+st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts);
+
+/*!
+ * Merges the chunk locations of every part record of job that the local
+ * index has not seen (in this exact version) into the dedup index, so a
+ * writer dedups against what every node stored. Unreadable parts are reported
+ * through warn (may be NULL) and skipped; store errors are returned.
+ */
+st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
+                            void (*warn)(void *arg, const char *msg), void *warn_arg);
+
+#endif

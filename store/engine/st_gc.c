@@ -1,0 +1,1132 @@
+/*
+ * st_gc — retention, the time-fenced sweep and repack by retirement
+ * (docs/GC.md; st_gc.h).
+ *
+ * One run, in this order (the order is the safety argument, docs/GC.md):
+ *   1. list every object under jobs/<job>/steps/ once; judge each step
+ *      (st_catalog_load_view) and pick the steps retention deletes; finish
+ *      the step deletions listed by stale intents of interrupted runs; PUT
+ *      this run's intent, delete each picked step's part records first (it
+ *      is then invisible), then the rest of its objects; delete the intent;
+ *   2. t0 = now; list the pending markers (reading each), the retire
+ *      markers and the packs;
+ *   3. list the steps again and load the manifest every part record names:
+ *      the referenced set, the live bytes of each referenced pack (distinct
+ *      chunk references) and the superseded manifest revisions;
+ *   4. per pack: referenced -> drop its pending marker, and retire it if it
+ *      is mostly dead; unreferenced without marker -> write one (t0,
+ *      grace); unreferenced with a marker at least `grace` older than t0 ->
+ *      delete the pack, then its markers.
+ * A dry run does 1-4 without writing or deleting anything and reports the
+ * same list of keys a real run would delete.
+ *
+ * Batches: deletions are counted; at the end of the unit that fills a batch
+ * (a whole step, a pack with its markers, one marker or manifest) the run
+ * reports progress and looks at policy.stop, so a stop never splits a unit.
+ *
+ * A part record or manifest that cannot be read makes the references
+ * unknown: the sweep (3-4) is skipped and said so, never guessed.
+ *
+ * Threads: one thread per run; nothing static but constants.
+ */
+#include "engine/st_gc.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/st_fsutil.h"
+#include "util/st_idmap.h"
+#include "facade/st_store_impl.h"
+#include "engine/st_catalog.h"
+
+#define MARKER_MAGIC  "ckptfs-gc-pending v1"
+#define RETIRED_MAGIC "ckptfs-gc-retired v1"
+#define INTENT_MAGIC  "ckptfs-gc-deleting v1"
+
+#define DEFAULT_BATCH       1000
+#define DEFAULT_REPACK_DEAD 0.5
+
+/* ---- keys and markers ---- */
+
+/* "jobs/<job>/<what>/" */
+static st_err key_job_prefix(char *out, size_t cap, const char *job, const char *what)
+{
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    int n = snprintf(out, cap, "jobs/%s/%s/", job, what);
+    return n < 0 || (size_t)n >= cap ? ST_ERR_INVALID : ST_OK;
+}
+
+/* "jobs/<job>/<what>/<packid>" */
+static st_err key_pack_marker(char *out, size_t cap, const char *job, const char *what,
+                              const st_id *pack)
+{
+    char hex[ST_ID_HEX_LEN + 1];
+    st_err e = key_job_prefix(out, cap, job, what);
+    if (e)
+        return e;
+    size_t len = strlen(out);
+    int n = snprintf(out + len, cap - len, "%s", st_id_hex(pack, hex));
+    return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
+}
+
+st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job)
+{
+    return key_job_prefix(out, cap, job, "gc/pending");
+}
+
+st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack)
+{
+    return key_pack_marker(out, cap, job, "gc/pending", pack);
+}
+
+st_err st_key_gc_retired_prefix(char *out, size_t cap, const char *job)
+{
+    return key_job_prefix(out, cap, job, "gc/retired");
+}
+
+st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pack)
+{
+    return key_pack_marker(out, cap, job, "gc/retired", pack);
+}
+
+st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step)
+{
+    st_err e = key_job_prefix(out, cap, job, "pins");
+    if (e)
+        return e;
+    size_t len = strlen(out);
+    int n = snprintf(out + len, cap - len, "%020" PRIu64, step);
+    return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
+}
+
+st_err st_gc_marker_decode(const void *buf, size_t len, int64_t *marked_ns, int64_t *grace_ns)
+{
+    char text[128];
+    if (len >= sizeof text)
+        return st_seterr(ST_ERR_CORRUPT, "GC marker too long");
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    long long m, g;
+    char magic[32], tail;
+    if (sscanf(text, "%31s v1 %lld %lld%c", magic, &m, &g, &tail) != 4 || tail != '\n' ||
+        strncmp(text, MARKER_MAGIC " ", sizeof MARKER_MAGIC) || m < 0 || g < 0)
+        return st_seterr(ST_ERR_CORRUPT, "not a GC marker");
+    *marked_ns = m;
+    *grace_ns = g;
+    return ST_OK;
+}
+
+static st_err marker_encode(char *out, size_t cap, int64_t marked_ns, int64_t grace_ns, size_t *len)
+{
+    int n =
+        snprintf(out, cap, MARKER_MAGIC " %lld %lld\n", (long long)marked_ns, (long long)grace_ns);
+    if (n < 0 || (size_t)n >= cap)
+        return st_seterr(ST_ERR_INVALID, "GC marker does not fit");
+    *len = (size_t)n;
+    return ST_OK;
+}
+
+st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
+                         int64_t *young_ok_until_ns)
+{
+    char key[ST_KEY_MAX], hex[ST_ID_HEX_LEN + 1];
+    uint64_t size;
+    st_err e = st_key_gc_pending(key, sizeof key, job, pack);
+    if (e)
+        return e;
+    /* The marker first: the GC deletes a pack before its marker, so "no
+     * marker, then the pack" cannot both hold for a pack being deleted. */
+    e = st_stat(b, key, &size);
+    if (e == ST_OK) {
+        if (!young_ok_until_ns)
+            return st_seterr(ST_ERR_BUSY, "pack %s is pending deletion by GC",
+                             st_id_hex(pack, hex));
+        st_bytes buf = {0};
+        int64_t marked, grace;
+        e = st_get(b, key, 0, ST_GET_TO_END, &buf);
+        if (!e)
+            e = st_gc_marker_decode(buf.data, buf.len, &marked, &grace);
+        st_bytes_free(&buf);
+        if (e == ST_ERR_NOT_FOUND)
+            e = ST_OK; /* unmarked meanwhile: look at the pack below */
+        else if (e)
+            return e;
+        else if (st_now_ns() >= marked + grace / 2)
+            return st_seterr(ST_ERR_BUSY,
+                             "pack %s was marked for GC %.1f s ago (grace %.1f s): too late "
+                             "to publish a reference to it",
+                             st_id_hex(pack, hex), (double)(st_now_ns() - marked) / 1e9,
+                             (double)grace / 1e9);
+        else if (marked + grace / 2 < *young_ok_until_ns)
+            *young_ok_until_ns = marked + grace / 2;
+    } else if (e != ST_ERR_NOT_FOUND) {
+        return e;
+    }
+    if ((e = st_key_pack(key, sizeof key, job, pack)))
+        return e;
+    e = st_stat(b, key, &size);
+    if (e == ST_ERR_NOT_FOUND)
+        return st_seterr(ST_ERR_BUSY, "pack %s is gone (deleted by GC)", st_id_hex(pack, hex));
+    return e;
+}
+
+/* ---- the listing of a job's steps ---- */
+
+typedef struct gc_obj {
+    char *key;
+    uint64_t size;
+} gc_obj;
+
+typedef struct gc_step {
+    uint64_t step;
+    st_step_keys keys; /* nodes with a part record */
+    size_t nodes_cap;
+    gc_obj *objs; /* every object under the step's prefix, ascending */
+    size_t nobjs, objs_cap;
+    int consistent;
+    int64_t created_ns;
+    int deleted;  /* retention (or the mount) deletes it */
+    int finished; /* a stale intent's deletion of it was finished */
+} gc_step;
+
+/* Appends a copy of key to *v. 0, or -1 when out of memory. */
+static int obj_push(gc_obj **v, size_t *n, size_t *cap, const char *key, uint64_t size)
+{
+    if (st_array_grow((void **)v, cap, *n + 1, sizeof **v) || !((*v)[*n].key = strdup(key)))
+        return -1;
+    (*v)[(*n)++].size = size;
+    return 0;
+}
+
+/* A listing: keys and sizes. */
+typedef struct obj_list {
+    gc_obj *v;
+    size_t n, cap;
+    size_t prefix_len;
+    int ids; /* keep only keys named <prefix><pack id> */
+    int oom;
+} obj_list;
+
+static int collect_obj(void *arg, const char *key, uint64_t size)
+{
+    obj_list *l = arg;
+    st_id id;
+    if (l->ids && st_id_parse(key + l->prefix_len, &id))
+        return 0; /* not a marker */
+    return l->oom = obj_push(&l->v, &l->n, &l->cap, key, size) != 0;
+}
+
+static void obj_list_free(obj_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].key);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+typedef struct step_list {
+    const char *job;
+    gc_step *steps;
+    size_t n, cap;
+    int oom;
+} step_list;
+
+static void step_list_free(step_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->steps[i].keys.nodes);
+        for (size_t j = 0; j < l->steps[i].nobjs; j++)
+            free(l->steps[i].objs[j].key);
+        free(l->steps[i].objs);
+    }
+    free(l->steps);
+    memset(l, 0, sizeof *l);
+}
+
+static int collect_step_obj(void *arg, const char *key, uint64_t size)
+{
+    step_list *l = arg;
+    uint64_t step;
+    const char *rest;
+    if (st_key_parse_step(key, l->job, &step, &rest))
+        return 0; /* not of a step's shape: not ours to judge */
+    if (!l->n || l->steps[l->n - 1].step != step) {
+        if (st_array_grow((void **)&l->steps, &l->cap, l->n + 1, sizeof *l->steps))
+            return l->oom = 1;
+        memset(&l->steps[l->n], 0, sizeof *l->steps);
+        l->steps[l->n].step = step;
+        l->steps[l->n].keys.step = step;
+        l->n++;
+    }
+    gc_step *s = &l->steps[l->n - 1];
+    if (obj_push(&s->objs, &s->nobjs, &s->objs_cap, key, size))
+        return l->oom = 1;
+    char node[ST_NODE_MAX + 1];
+    if (st_key_parse_part(rest, node)) {
+        if (st_array_grow((void **)&s->keys.nodes, &s->nodes_cap, s->keys.nnodes + 1,
+                          sizeof *s->keys.nodes))
+            return l->oom = 1;
+        memcpy(s->keys.nodes[s->keys.nnodes++], node, sizeof node);
+    }
+    return 0;
+}
+
+static st_err list_steps(st_backend *b, const char *job, step_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    memset(l, 0, sizeof *l);
+    l->job = job;
+    st_err e = st_key_steps_prefix(prefix, sizeof prefix, job);
+    if (!e)
+        e = st_list(b, prefix, collect_step_obj, l);
+    if (!e && l->oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing steps");
+    if (e)
+        step_list_free(l);
+    return e;
+}
+
+/* For "nodes/<node>.r<rev>.manifest": the node and revision, 1; else 0. */
+static int parse_manifest_rest(const char *rest, char *node, uint32_t *rev)
+{
+    static const char prefix[] = "nodes/", suffix[] = ".manifest";
+    size_t len = strlen(rest), pl = sizeof prefix - 1, sl = sizeof suffix - 1;
+    if (len <= pl + sl || strncmp(rest, prefix, pl) || strcmp(rest + len - sl, suffix))
+        return 0;
+    const char *end = rest + len - sl, *p = end;
+    while (p > rest + pl && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    if (p == end || p - 2 < rest + pl || p[-1] != 'r' || p[-2] != '.')
+        return 0;
+    uint64_t v = 0;
+    for (const char *q = p; q < end; q++)
+        if ((v = v * 10 + (uint64_t)(*q - '0')) > UINT32_MAX)
+            return 0;
+    size_t n = (size_t)(p - 2 - (rest + pl));
+    if (n == 0 || n > ST_NODE_MAX)
+        return 0;
+    memcpy(node, rest + pl, n);
+    node[n] = '\0';
+    *rev = (uint32_t)v;
+    return 1;
+}
+
+/* ---- the report, batches and stop ---- */
+
+typedef struct u64_list {
+    uint64_t *v;
+    size_t n, cap;
+    int oom;
+} u64_list;
+
+/* One run: what every phase needs. */
+typedef struct gc_run {
+    st_backend *b;
+    const char *job;
+    const st_gc_policy *p;
+    int dry_run;
+    int64_t grace;
+    st_gc_report *r;
+    uint32_t batch;    /* objects per batch */
+    uint32_t in_batch; /* objects deleted since the last progress report */
+    u64_list pins;
+    st_gc_warn_fn warn;
+    void *warn_arg;
+} gc_run;
+
+static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
+{
+    if (st_array_grow((void **)&r->deleted, &r->deleted_cap, r->ndeleted + 1, sizeof *r->deleted) ||
+        !(r->deleted[r->ndeleted] = strdup(key)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    r->ndeleted++;
+    r->objects_deleted++;
+    r->bytes_freed += size;
+    return ST_OK;
+}
+
+/* Deletes key (unless a dry run) and reports it. */
+static st_err delete_key(gc_run *g, const char *key, uint64_t size)
+{
+    st_err e = g->dry_run ? ST_OK : st_del(g->b, key);
+    if (e)
+        return e;
+    g->in_batch++;
+    return report_key(g->r, key, size);
+}
+
+/* 1 (and r->stopped) if the caller asked the run to stop. */
+static int stop_requested(gc_run *g)
+{
+    if (g->p->stop && *g->p->stop)
+        g->r->stopped = 1;
+    return g->r->stopped;
+}
+
+/* Called at the end of every unit a stop must not split: once a batch is
+ * full, reports progress and looks at stop. 1: stop here. */
+static int unit_done(gc_run *g)
+{
+    if (g->in_batch < g->batch)
+        return 0;
+    g->in_batch = 0;
+    if (g->p->progress)
+        g->p->progress(g->p->progress_arg, g->r);
+    return stop_requested(g);
+}
+
+static void gc_warn(gc_run *g, const char *msg)
+{
+    if (g->warn)
+        g->warn(g->warn_arg, msg);
+}
+
+void st_gc_report_free(st_gc_report *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ndeleted; i++)
+        free(r->deleted[i]);
+    free(r->deleted);
+    free(r->deleted_steps);
+    memset(r, 0, sizeof *r);
+}
+
+/* Lists the objects under jobs/<job>/<what>/ into l; with ids, only those
+ * whose name is a pack id (markers). */
+static st_err list_objs(gc_run *g, const char *what, int ids, obj_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    st_err e = key_job_prefix(prefix, sizeof prefix, g->job, what);
+    l->prefix_len = strlen(prefix);
+    l->ids = ids;
+    if (!e)
+        e = st_list(g->b, prefix, collect_obj, l);
+    if (!e && l->oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing %s", prefix);
+    return e;
+}
+
+/* The pack id a marker of l is named by. */
+static st_id marker_id(const obj_list *l, size_t i)
+{
+    st_id id = {{0}};
+    st_id_parse(l->v[i].key + l->prefix_len, &id); /* checked by collect_obj */
+    return id;
+}
+
+/* ---- pins ---- */
+
+static int collect_pin(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    u64_list *l = arg;
+    const char *name = strrchr(key, '/');
+    name = name ? name + 1 : key;
+    if (strlen(name) != ST_STEP_DIGITS || strspn(name, "0123456789") != ST_STEP_DIGITS)
+        return 0;
+    if (st_array_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return l->oom = 1;
+    l->v[l->n++] = strtoull(name, NULL, 10);
+    return 0;
+}
+
+static st_err list_pins(st_backend *b, const char *job, u64_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    memset(l, 0, sizeof *l);
+    st_err e = key_job_prefix(prefix, sizeof prefix, job, "pins");
+    if (!e)
+        e = st_list(b, prefix, collect_pin, l);
+    if (!e && l->oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing pins");
+    return e;
+}
+
+static int u64_in(const u64_list *l, uint64_t v)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i] == v)
+            return 1;
+    return 0;
+}
+
+st_err st_store_pin(st_store *s, const char *job, uint64_t step, int pin)
+{
+    char key[ST_KEY_MAX];
+    uint64_t size;
+    st_err e = st_key_pin(key, sizeof key, job, step);
+    if (e)
+        return e;
+    if (!pin) {
+        e = st_stat(s->backend, key, &size);
+        if (e == ST_ERR_NOT_FOUND)
+            return st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " of job %s is not pinned", step,
+                             job);
+        return e ? e : st_del(s->backend, key);
+    }
+    step_list l;
+    if ((e = list_steps(s->backend, job, &l)))
+        return e;
+    int found = 0;
+    for (size_t i = 0; i < l.n; i++)
+        found |= l.steps[i].step == step && l.steps[i].keys.nnodes > 0;
+    step_list_free(&l);
+    if (!found)
+        return st_seterr(ST_ERR_NOT_FOUND, "job %s has no step %" PRIu64, job, step);
+    return st_put(s->backend, key, "", 0);
+}
+
+st_err st_store_pins(st_store *s, const char *job, uint64_t **steps, size_t *n)
+{
+    u64_list l;
+    st_err e = list_pins(s->backend, job, &l);
+    if (e) {
+        free(l.v);
+        return e;
+    }
+    *steps = l.v;
+    *n = l.n;
+    return ST_OK;
+}
+
+/* ---- retention ---- */
+
+/* Decides which steps go (sets deleted) under policy p. */
+static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p, int64_t grace,
+                       int64_t now)
+{
+    size_t newest = SIZE_MAX; /* index of the newest consistent step */
+    for (size_t i = l->n; i-- > 0 && newest == SIZE_MAX;)
+        if (l->steps[i].keys.nnodes && l->steps[i].consistent)
+            newest = i;
+    if (newest == SIZE_MAX || (!p->keep_last && !p->keep_every))
+        return; /* nothing consistent yet, or no policy: every step stays */
+    uint64_t consistent_seen = 0;
+    for (size_t i = newest + 1; i-- > 0;) {
+        gc_step *s = &l->steps[i];
+        if (!s->keys.nnodes)
+            continue; /* no part record: not a step (an in-flight first publish) */
+        int keep = i == newest || u64_in(pins, s->step);
+        if (s->consistent) {
+            consistent_seen++;
+            keep |= p->keep_last && consistent_seen <= p->keep_last;
+            keep |= p->keep_every && s->step % p->keep_every == 0;
+        } else {
+            keep |= now - s->created_ns < grace; /* a partial step may still be filling */
+        }
+        s->deleted = !keep;
+    }
+}
+
+/* Deletes every object of a step: its part records first (it is then
+ * invisible), then every other object under its prefix. */
+static st_err delete_step_objects(gc_run *g, const gc_step *st)
+{
+    static const char suffix[] = ".commit";
+    st_err e = ST_OK;
+    for (int parts = 1; parts >= 0 && !e; parts--)
+        for (size_t i = 0; i < st->nobjs && !e; i++) {
+            size_t len = strlen(st->objs[i].key);
+            int is_part = len > sizeof suffix - 1 &&
+                          !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
+            if (is_part == parts) {
+                e = delete_key(g, st->objs[i].key, st->objs[i].size);
+                if (!e && is_part)
+                    g->r->parts_deleted++;
+                else if (!e)
+                    g->r->manifests_deleted++;
+            }
+        }
+    return e;
+}
+
+/* Deletes one step retention picked (or the mount asked for) and records it. */
+static st_err delete_step(gc_run *g, const gc_step *st)
+{
+    st_gc_report *r = g->r;
+    st_err e = delete_step_objects(g, st);
+    if (!e && !st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap,
+                             r->steps_deleted + 1, sizeof *r->deleted_steps))
+        r->deleted_steps[r->steps_deleted++] = st->step;
+    else if (!e)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    return e;
+}
+
+/* ---- intents: the steps a run is about to delete (docs/GC.md) ---- */
+
+/* PUTs "ckptfs-gc-deleting v1 <t0>\n<step>\n..." for the steps of l marked
+ * deleted under a key of this run's own (key, cap bytes). */
+static st_err intent_put(gc_run *g, const step_list *l, char *key, size_t cap)
+{
+    const int64_t t0 = st_now_ns();
+    st_err e = key_job_prefix(key, cap, g->job, "gc/deleting");
+    if (e)
+        return e;
+    size_t len = strlen(key);
+    int n = snprintf(key + len, cap - len, "%020lld.%ld", (long long)t0, (long)getpid());
+    if (n < 0 || (size_t)n >= cap - len)
+        return st_seterr(ST_ERR_INVALID, "intent key too long");
+    size_t text_cap = sizeof INTENT_MAGIC + 24; /* " <t0>\n" */
+    for (size_t i = 0; i < l->n; i++)
+        text_cap += l->steps[i].deleted ? 22 : 0; /* "<step>\n" */
+    char *text = malloc(text_cap);
+    if (!text)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    len = (size_t)snprintf(text, text_cap, INTENT_MAGIC " %lld\n", (long long)t0);
+    for (size_t i = 0; i < l->n; i++)
+        if (l->steps[i].deleted)
+            len += (size_t)snprintf(text + len, text_cap - len, "%" PRIu64 "\n", l->steps[i].step);
+    e = st_put(g->b, key, text, len);
+    free(text);
+    return e;
+}
+
+/* Decodes an intent: its stamp and its steps (steps->v malloc'd). */
+static st_err intent_decode(const st_bytes *buf, int64_t *t0, u64_list *steps)
+{
+    char *text = malloc(buf->len + 1), *p, *end;
+    if (!text)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    memcpy(text, buf->data, buf->len);
+    text[buf->len] = '\0';
+    end = text;
+    st_err e = ST_OK;
+    if (strncmp(text, INTENT_MAGIC " ", sizeof INTENT_MAGIC) ||
+        (*t0 = strtoll(text + sizeof INTENT_MAGIC, &end, 10)) < 0 || *end != '\n')
+        e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
+    for (p = end + 1; !e && *p; p = end + 1) {
+        uint64_t step = strtoull(p, &end, 10);
+        if (end == p || *end != '\n')
+            e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
+        else if (st_array_grow((void **)&steps->v, &steps->cap, steps->n + 1, sizeof *steps->v))
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        else
+            steps->v[steps->n++] = step;
+    }
+    free(text);
+    return e;
+}
+
+/* Finishes the step deletions of interrupted runs: for every intent older
+ * than grace, each step it lists that has objects and no part record loses
+ * those objects; then the intent goes. */
+static st_err finish_intents(gc_run *g, step_list *l)
+{
+    obj_list intents = {0};
+    st_bytes buf = {0};
+    st_err e = list_objs(g, "gc/deleting", 0, &intents);
+    const int64_t now = st_now_ns();
+    for (size_t i = 0; i < intents.n && !e && !g->r->stopped; i++) {
+        u64_list steps = {0};
+        int64_t t0 = 0;
+        e = st_get(g->b, intents.v[i].key, 0, ST_GET_TO_END, &buf);
+        if (e == ST_ERR_NOT_FOUND) {
+            e = ST_OK; /* another run finished it */
+            continue;
+        }
+        if (!e && (e = intent_decode(&buf, &t0, &steps)) == ST_ERR_CORRUPT) {
+            char msg[ST_KEY_MAX + 64];
+            snprintf(msg, sizeof msg, "gc: %s is not a GC intent; deleting it", intents.v[i].key);
+            gc_warn(g, msg);
+            e = ST_OK;
+            t0 = 0; /* nothing to finish: just delete it */
+            steps.n = 0;
+        }
+        if (!e && now - t0 < g->grace) {
+            free(steps.v);
+            continue; /* its run may still be at work */
+        }
+        for (size_t k = 0; k < steps.n && !e && !g->r->stopped; k++)
+            for (size_t j = 0; j < l->n && !e; j++) {
+                gc_step *st = &l->steps[j];
+                if (st->step != steps.v[k] || st->keys.nnodes || !st->nobjs || st->finished)
+                    continue;
+                st->finished = 1; /* once, even if two intents list it */
+                if (!(e = delete_step_objects(g, st)))
+                    unit_done(g);
+            }
+        free(steps.v);
+        if (!e && !g->r->stopped && !(e = delete_key(g, intents.v[i].key, intents.v[i].size))) {
+            g->r->markers_deleted++;
+            unit_done(g);
+        }
+    }
+    obj_list_free(&intents);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* Deletes the steps of l marked deleted, under an intent of this run. */
+static st_err delete_picked(gc_run *g, step_list *l)
+{
+    char intent[ST_KEY_MAX];
+    int any = 0;
+    st_err e = ST_OK;
+    for (size_t i = 0; i < l->n; i++)
+        any |= l->steps[i].deleted;
+    if (!any)
+        return ST_OK;
+    if (!g->dry_run && (e = intent_put(g, l, intent, sizeof intent)))
+        return e;
+    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++)
+        if (l->steps[i].deleted && !(e = delete_step(g, &l->steps[i])))
+            unit_done(g);
+    /* Every step it names is whole again (deleted, or not touched). Not
+     * reported: the run made it itself. Left behind on an error, for the
+     * next run to finish. */
+    if (!e && !g->dry_run)
+        e = st_del(g->b, intent);
+    return e;
+}
+
+/* ---- the sweep ---- */
+
+typedef struct pack_obj {
+    st_id id;
+    uint64_t size;
+    int marked; /* a pending marker exists (readable, or treated as new) */
+    int64_t marked_ns, grace_ns;
+    int64_t pending_size, retired_size; /* of its markers; -1: none */
+} pack_obj;
+
+typedef struct pack_list {
+    size_t prefix_len;
+    pack_obj *v;
+    size_t n, cap;
+    st_idmap index; /* id -> position in v */
+    int oom;
+} pack_list;
+
+static int collect_pack(void *arg, const char *key, uint64_t size)
+{
+    pack_list *l = arg;
+    /* jobs/<job>/packs/<hh>/<hex>.pack */
+    const char *p = key + l->prefix_len;
+    char hex[ST_ID_HEX_LEN + 1];
+    st_id id;
+    if (strlen(p) != 3 + ST_ID_HEX_LEN + 5 || p[2] != '/' || strcmp(p + 3 + ST_ID_HEX_LEN, ".pack"))
+        return 0;
+    memcpy(hex, p + 3, ST_ID_HEX_LEN);
+    hex[ST_ID_HEX_LEN] = '\0';
+    if (st_id_parse(hex, &id))
+        return 0;
+    if (st_array_grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
+        st_idmap_put(&l->index, &id, (uint32_t)l->n))
+        return l->oom = 1;
+    l->v[l->n++] = (pack_obj){.id = id, .size = size, .pending_size = -1, .retired_size = -1};
+    return 0;
+}
+
+/* What the referenced set knows of one pack. */
+typedef struct pack_ref {
+    uint64_t live; /* bytes of its distinct referenced chunks */
+    int held;      /* referenced by a pinned or keep_every step */
+} pack_ref;
+
+typedef struct ref_set {
+    st_idmap index; /* pack id -> position in v */
+    pack_ref *v;
+    size_t n, cap;
+    int count_live;
+    st_idmap counted; /* (pack, offset) ids of the chunks counted in live */
+} ref_set;
+
+static void ref_set_free(ref_set *s)
+{
+    st_idmap_free(&s->index);
+    st_idmap_free(&s->counted);
+    free(s->v);
+}
+
+/* Position of pack in s, added on first sight. */
+static st_err ref_pack(ref_set *s, const st_id *pack, uint32_t *at)
+{
+    if (st_idmap_get(&s->index, pack, at))
+        return ST_OK;
+    if (st_array_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    *at = (uint32_t)s->n;
+    s->v[s->n++] = (pack_ref){0, 0};
+    return st_idmap_put(&s->index, pack, *at);
+}
+
+/* Adds the packs m references to s, and with count_live the bytes of its
+ * chunks that no manifest counted yet. */
+static st_err ref_manifest(ref_set *s, const st_manifest *m, int held)
+{
+    uint32_t *at = malloc((m->npacks ? m->npacks : 1) * sizeof *at);
+    st_err e = at ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t p = 0; !e && p < m->npacks; p++)
+        if (!(e = ref_pack(s, &m->packs[p], &at[p])))
+            s->v[at[p]].held |= held;
+    for (size_t f = 0; !e && s->count_live && f < m->nfiles; f++)
+        for (size_t k = 0; !e && k < m->files[f].nchunks; k++) {
+            const st_chunk_ref *c = &m->files[f].chunks[k];
+            uint8_t where[ST_ID_LEN + 8];
+            uint32_t one;
+            memcpy(where, m->packs[c->pack].b, ST_ID_LEN);
+            for (int i = 0; i < 8; i++)
+                where[ST_ID_LEN + i] = (uint8_t)(c->offset >> (8 * i));
+            st_id id = st_id_of(where, sizeof where);
+            if (st_idmap_get(&s->counted, &id, &one))
+                continue;
+            if (!(e = st_idmap_put(&s->counted, &id, 1)))
+                s->v[at[c->pack]].live += c->stored_len;
+        }
+    free(at);
+    return e;
+}
+
+/* 1 if retention keeps step for good (pinned, or a multiple of keep_every). */
+static int step_held(const gc_run *g, uint64_t step)
+{
+    return u64_in(&g->pins, step) || (g->p->keep_every && step % g->p->keep_every == 0);
+}
+
+/* Adds what the manifest named by each part record of the (not deleted)
+ * steps of l references to refs; reports superseded manifest revisions
+ * older than grace as deletable (keys into *old). Stops early, leaving the
+ * set incomplete, if the caller asks the run to stop. */
+static st_err scan_references(gc_run *g, const step_list *l, const step_list *deleted_from,
+                              ref_set *refs, gc_obj **old, size_t *nold, int64_t now)
+{
+    st_bytes buf = {0};
+    size_t old_cap = 0;
+    st_err e = ST_OK;
+    for (size_t i = 0; i < l->n && !e && !stop_requested(g); i++) {
+        const gc_step *st = &l->steps[i];
+        int gone = 0;
+        for (size_t j = 0; deleted_from && j < deleted_from->n; j++)
+            gone |= deleted_from->steps[j].step == st->step && deleted_from->steps[j].deleted;
+        if (gone)
+            continue; /* a dry run: this step would be deleted by now */
+        for (size_t k = 0; k < st->keys.nnodes && !e; k++) {
+            st_part part;
+            st_manifest m;
+            e = st_catalog_load_part(g->b, g->job, st->step, st->keys.nodes[k], &buf, &part);
+            if (e == ST_ERR_NOT_FOUND) {
+                e = ST_OK; /* deleted since the listing: it references nothing now */
+                continue;
+            }
+            if (e)
+                break;
+            e = st_catalog_load_manifest(g->b, &part, &buf, &m);
+            if (!e) {
+                e = ref_manifest(refs, &m, step_held(g, st->step));
+                st_manifest_free(&m);
+            }
+            /* Revisions this part record superseded, once it is older than
+             * grace (a reader that fetched the older record is done). */
+            for (size_t o = 0; !e && o < st->nobjs && now - part.created_ns >= g->grace; o++) {
+                uint64_t step;
+                const char *rest;
+                char node[ST_NODE_MAX + 1];
+                uint32_t rev;
+                if (st_key_parse_step(st->objs[o].key, g->job, &step, &rest) ||
+                    !parse_manifest_rest(rest, node, &rev) || strcmp(node, part.node) ||
+                    rev >= part.revision)
+                    continue;
+                if (st_array_grow((void **)old, &old_cap, *nold + 1, sizeof **old))
+                    e = st_seterr(ST_ERR_NOMEM, "out of memory");
+                else
+                    (*old)[(*nold)++] = st->objs[o];
+            }
+            st_part_free(&part);
+        }
+        if (e)
+            st_seterr(e, "step %" PRIu64 ": %s", st->step, st_errmsg());
+    }
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* The retirement threshold of policy p, or a value >= 1 for "never". */
+static double repack_threshold(const st_gc_policy *p)
+{
+    return p->repack_dead > 0 ? p->repack_dead : DEFAULT_REPACK_DEAD;
+}
+
+/* Writes pack's retire marker if it is mostly dead and may be retired. */
+static st_err maybe_retire(gc_run *g, const pack_obj *p, const pack_ref *ref, int64_t t0)
+{
+    char key[ST_KEY_MAX], text[160];
+    const double threshold = repack_threshold(g->p);
+    if (threshold >= 1 || ref->held || p->retired_size >= 0 || !p->size || ref->live >= p->size ||
+        1.0 - (double)ref->live / (double)p->size < threshold)
+        return ST_OK;
+    g->r->packs_retired++;
+    g->r->retired_live_bytes += ref->live;
+    if (g->dry_run)
+        return ST_OK;
+    int n = snprintf(text, sizeof text, RETIRED_MAGIC " %lld %" PRIu64 " %" PRIu64 "\n",
+                     (long long)t0, ref->live, p->size);
+    st_err e = st_key_gc_retired(key, sizeof key, g->job, &p->id);
+    return e ? e : st_put(g->b, key, text, (size_t)n);
+}
+
+/* Deletes an unreferenced pack whose grace is over: the pack first, then
+ * its pending marker, then its retire marker (writers look at the pending
+ * marker before the pack, docs/GC.md). */
+static st_err delete_pack(gc_run *g, const pack_obj *p)
+{
+    char key[ST_KEY_MAX];
+    st_err e = st_key_pack(key, sizeof key, g->job, &p->id);
+    if (e || (e = delete_key(g, key, p->size)))
+        return e;
+    g->r->packs_deleted++;
+    if (p->pending_size >= 0) {
+        st_key_gc_pending(key, sizeof key, g->job, &p->id);
+        if ((e = delete_key(g, key, (uint64_t)p->pending_size)))
+            return e;
+        g->r->markers_deleted++;
+    }
+    if (p->retired_size >= 0) {
+        st_key_gc_retired(key, sizeof key, g->job, &p->id);
+        if ((e = delete_key(g, key, (uint64_t)p->retired_size)))
+            return e;
+        g->r->markers_deleted++;
+    }
+    return ST_OK;
+}
+
+/* Reads the pending markers of packs that exist and are unreferenced into
+ * packs; deletes the other pending markers and the retire markers whose
+ * pack is gone. */
+static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
+                           const obj_list *retired, const ref_set *refs, int64_t t0)
+{
+    st_bytes buf = {0};
+    st_err e = ST_OK;
+    for (size_t i = 0; i < pending->n && !e && !g->r->stopped; i++) {
+        uint32_t at, ref;
+        const gc_obj *m = &pending->v[i];
+        const st_id id = marker_id(pending, i);
+        int exists = st_idmap_get(&packs->index, &id, &at);
+        int referenced = st_idmap_get(&refs->index, &id, &ref);
+        if (!exists || referenced) {
+            if (!(e = delete_key(g, m->key, m->size))) {
+                g->r->markers_deleted++;
+                g->r->packs_unmarked += exists && referenced;
+                unit_done(g);
+            }
+            continue;
+        }
+        pack_obj *p = &packs->v[at];
+        e = st_get(g->b, m->key, 0, ST_GET_TO_END, &buf);
+        if (e == ST_ERR_NOT_FOUND) {
+            e = ST_OK; /* another GC run dropped it */
+            continue;
+        }
+        p->pending_size = (int64_t)m->size;
+        p->marked = !e;
+        /* An unreadable marker counts as written now: it ages from here. */
+        if (!e && st_gc_marker_decode(buf.data, buf.len, &p->marked_ns, &p->grace_ns) != ST_OK) {
+            p->marked_ns = t0;
+            p->grace_ns = g->grace;
+        }
+    }
+    for (size_t i = 0; i < retired->n && !e && !g->r->stopped; i++) {
+        uint32_t at;
+        const st_id id = marker_id(retired, i);
+        if (st_idmap_get(&packs->index, &id, &at)) {
+            packs->v[at].retired_size = (int64_t)retired->v[i].size;
+            continue;
+        }
+        if (!(e = delete_key(g, retired->v[i].key, retired->v[i].size))) {
+            g->r->markers_deleted++;
+            unit_done(g);
+        }
+    }
+    st_bytes_free(&buf);
+    return e;
+}
+
+static st_err sweep(gc_run *g, const step_list *first)
+{
+    char prefix[ST_KEY_MAX], key[ST_KEY_MAX], text[128];
+    st_gc_report *r = g->r;
+    pack_list packs = {0};
+    obj_list pending = {0}, retired = {0};
+    step_list now_steps = {0};
+    ref_set refs = {.count_live = repack_threshold(g->p) < 1};
+    gc_obj *old = NULL;
+    size_t nold = 0;
+
+    /* 2. t0, then markers and packs: every age below is measured at t0,
+     *    before the reference scan starts. */
+    const int64_t t0 = st_now_ns();
+    st_err e = list_objs(g, "gc/pending", 1, &pending);
+    if (!e)
+        e = list_objs(g, "gc/retired", 1, &retired);
+    if (!e) {
+        snprintf(prefix, sizeof prefix, "jobs/%s/packs/", g->job);
+        packs.prefix_len = strlen(prefix);
+        e = st_list(g->b, prefix, collect_pack, &packs);
+    }
+    if (!e && packs.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing packs");
+    if (e)
+        goto out;
+    r->packs = packs.n;
+
+    /* 3. the references, from a fresh listing (a real run: after the
+     *    deletions; a dry run: the same steps minus those it would delete). */
+    if ((e = list_steps(g->b, g->job, &now_steps)))
+        goto out;
+    e = scan_references(g, &now_steps, g->dry_run ? first : NULL, &refs, &old, &nold, t0);
+    if (e) {
+        r->sweep_skipped = 1;
+        snprintf(r->why, sizeof r->why, "references unknown, nothing swept: %s", st_errmsg());
+        e = ST_OK;
+        goto out;
+    }
+    if (r->stopped)
+        goto out; /* the references are incomplete: nothing may be judged */
+
+    /* 4a. superseded manifest revisions. */
+    for (size_t i = 0; i < nold && !e && !r->stopped; i++)
+        if (!(e = delete_key(g, old[i].key, old[i].size))) {
+            r->manifests_deleted++;
+            unit_done(g);
+        }
+
+    /* 4b. markers. */
+    if (!e && !r->stopped)
+        e = sort_markers(g, &packs, &pending, &retired, &refs, t0);
+
+    /* 4c. packs. */
+    for (size_t i = 0; i < packs.n && !e && !r->stopped; i++) {
+        pack_obj *p = &packs.v[i];
+        uint32_t at;
+        if (st_idmap_get(&refs.index, &p->id, &at)) {
+            r->packs_referenced++;
+            e = maybe_retire(g, p, &refs.v[at], t0);
+            continue;
+        }
+        if (!p->marked) {
+            size_t len;
+            r->packs_marked++;
+            st_key_gc_pending(key, sizeof key, g->job, &p->id);
+            if (!g->dry_run && !(e = marker_encode(text, sizeof text, t0, g->grace, &len)))
+                e = st_put(g->b, key, text, len);
+            continue;
+        }
+        int64_t need = p->grace_ns > g->grace ? p->grace_ns : g->grace;
+        if (t0 - p->marked_ns < need) {
+            r->packs_pending++;
+            continue;
+        }
+        if (!(e = delete_pack(g, p)))
+            unit_done(g);
+    }
+out:
+    free(packs.v);
+    st_idmap_free(&packs.index);
+    obj_list_free(&pending);
+    obj_list_free(&retired);
+    step_list_free(&now_steps);
+    ref_set_free(&refs);
+    free(old);
+    return e;
+}
+
+st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int dry_run,
+                 st_gc_report *r, st_gc_warn_fn warn, void *warn_arg)
+{
+    static const st_gc_policy none = {0};
+    const st_gc_policy *p = policy ? policy : &none;
+    gc_run g = {
+        .b = b,
+        .job = job,
+        .p = p,
+        .dry_run = dry_run,
+        .grace = p->grace_ns > 0 ? p->grace_ns : ST_GC_DEFAULT_GRACE_NS,
+        .r = r,
+        .batch = p->batch ? p->batch : DEFAULT_BATCH,
+        .warn = warn,
+        .warn_arg = warn_arg,
+    };
+    memset(r, 0, sizeof *r);
+    r->dry_run = dry_run;
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+
+    step_list l;
+    st_bytes buf = {0};
+    st_err e = list_steps(b, job, &l);
+    if (e)
+        return e;
+    if ((e = list_pins(b, job, &g.pins)))
+        goto out;
+
+    /* 1. judge every step; an unreadable one is kept, and its references
+     *    are unknown, so the sweep will be skipped by scan_references. */
+    for (size_t i = 0; i < l.n; i++) {
+        gc_step *st = &l.steps[i];
+        if (!st->keys.nnodes)
+            continue;
+        st_stepview v;
+        if (st_catalog_load_view(b, job, &st->keys, &buf, &v)) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
+            gc_warn(&g, msg);
+            st->created_ns = st_now_ns(); /* treated as young and partial */
+            continue;
+        }
+        st->consistent = v.consistent;
+        st->created_ns = v.created_ns;
+        st_stepview_free(&v);
+    }
+    e = finish_intents(&g, &l);
+    pick_steps(&l, &g.pins, p, g.grace, st_now_ns());
+    for (size_t i = 0; i < l.n; i++)
+        r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
+    if (!e && !r->stopped)
+        e = delete_picked(&g, &l);
+    if (!e && !stop_requested(&g))
+        e = sweep(&g, &l);
+out:
+    step_list_free(&l);
+    free(g.pins.v);
+    st_bytes_free(&buf);
+    return e;
+}
+
+st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_report *r)
+{
+    static const st_gc_policy none = {0};
+    char prefix[ST_KEY_MAX];
+    step_list l = {.job = job};
+    gc_run g = {.b = b, .job = job, .p = &none, .r = r, .batch = DEFAULT_BATCH};
+    memset(r, 0, sizeof *r);
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_err e = st_key_step_prefix(prefix, sizeof prefix, job, step);
+    if (!e)
+        e = st_list(b, prefix, collect_step_obj, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing step %" PRIu64, step);
+    for (size_t i = 0; i < l.n; i++)
+        l.steps[i].deleted = l.steps[i].step == step; /* even without a part record */
+    if (!e)
+        e = delete_picked(&g, &l);
+    step_list_free(&l);
+    return e;
+}
+
+static void store_warn(void *arg, const char *msg)
+{
+    st_store_warnf(arg, "%s", msg);
+}
+
+st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
+                   st_gc_report *r)
+{
+    return st_gc_run(s->backend, job, policy, dry_run, r, store_warn, s);
+}

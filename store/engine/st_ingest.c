@@ -1,0 +1,672 @@
+/*
+ * st_ingest — chunk, dedup, encode, pack, upload. See st_ingest.h.
+ *
+ * Pack table: the manifest under construction lists every pack its chunk
+ * references name, each by index. The open pack gets its slot when it is
+ * opened; its id (the hash of its bytes) is only known when it is finished,
+ * so the slot is filled in then. Old packs found through the index get a
+ * slot on first use (pack_slots maps id -> slot).
+ *
+ * Parallel uploads: a finished pack is handed to a small pool of upload
+ * threads (st_ingest_set_parallel, default 4) while the ingest thread goes on
+ * chunking into the next pack buffer. At most `parallel` packs are in flight,
+ * plus the one being filled, so memory stays bounded by (parallel + 1) pack
+ * buffers. The ingest thread alone touches the index: a pack's chunks enter
+ * it when the ingest thread sees that pack's PUT succeed. Chunks of packs
+ * still in flight dedup through new_ids (every chunk this ingest stored).
+ *
+ * GC (docs/GC.md): an old pack found through the index is looked at once
+ * per ingest (st_gc_pack_usable: its pending marker, then the pack); one
+ * that is pending deletion or gone is forgotten by the index and its chunks
+ * are stored again. st_ingest_finish looks at every pack of the manifest
+ * once more, right before the caller publishes, so that the time between
+ * the last look and the publish is one publish, not a whole ingest.
+ *
+ * Repack (docs/GC.md, Repack by retirement): at the first chunk the index
+ * finds in an old pack, the ingest lists the job's retire markers once. A
+ * chunk whose indexed pack is retired is stored again, in the "rehome"
+ * stream: a second open pack, uploaded by the same workers, that holds only
+ * such long-lived chunks (never the step's new ones); once its pack is
+ * stored, the chunk's new location replaces the old one in the index.
+ *
+ * Streams and buffers: each stream (new, rehome) fills at most one buffer
+ * at a time; upload threads are `parallel`, buffers (parallel + 2), of
+ * which a stream uses at most (parallel + 1) plus the other stream's one
+ * being filled: with one stream, memory is what it was before.
+ */
+#include "engine/st_ingest.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/st_codec.h"
+#include "engine/st_gc.h"
+#include "util/st_hash.h"
+#include "util/st_idmap.h"
+#include "format/st_pack.h"
+#include "format/st_part.h"
+
+#define READ_BUF_SIZE (1u << 20)
+
+#define DEFAULT_PARALLEL 4
+#define MAX_PARALLEL     32
+
+/* The pack streams of an ingest: the step's new chunks, and chunks stored
+ * again because their pack was retired. */
+enum { STREAM_NEW, STREAM_REHOME, NSTREAMS };
+
+/* A chunk this ingest stored: its id, its pack's slot and where it sits. */
+typedef struct open_chunk {
+    st_id id;
+    uint32_t slot;
+    uint64_t offset;
+    uint32_t stored_len;
+    uint32_t raw_len;
+} open_chunk;
+
+/* One pack buffer: being filled, waiting, being PUT, or PUT and not yet
+ * indexed. Guarded by st_ingest.lock once handed to the pool. */
+typedef enum { BUF_FREE, BUF_FILLING, BUF_QUEUED, BUF_RUNNING, BUF_DONE } buf_state;
+
+typedef struct pack_buf {
+    st_pack_writer w;
+    buf_state state;
+    int stream; /* STREAM_NEW or STREAM_REHOME */
+    st_id id;
+    uint32_t slot;
+    /* Its chunks are those of open_chunks[first_chunk, end_chunk) whose slot
+     * is its own (the other stream's chunks interleave). */
+    size_t first_chunk, end_chunk;
+    st_err err;
+    char msg[512];
+} pack_buf;
+
+struct st_ingest {
+    st_backend *backend;
+    st_state *state;
+    char job[ST_JOB_MAX + 1];
+    st_chunker *chunker;
+    size_t max_chunk;
+
+    uint8_t *read_buf;
+    uint8_t *chunk_buf;
+    size_t chunk_len;
+    uint8_t *scratch;
+
+    /* Pack buffers: one being filled per open stream, the rest free or with
+     * the upload pool. */
+    pack_buf bufs[MAX_PARALLEL + NSTREAMS];
+    int nbufs;
+    struct {
+        int open;
+        int cur; /* the buffer being filled, when open */
+    } streams[NSTREAMS];
+    st_idmap new_ids; /* id -> index into open_chunks: every chunk stored here */
+    open_chunk *open_chunks;
+    size_t nopen, open_cap;
+
+    /* The upload pool. */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    pthread_t workers[MAX_PARALLEL];
+    int nworkers, stopping;
+    st_err upload_err;
+    char upload_msg[512];
+
+    /* The manifest under construction. */
+    st_id *packs;
+    size_t npacks, packs_cap;
+    st_idmap pack_slots;
+    st_idmap gc_checked; /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
+    int retired_listed;  /* the retire markers were listed (once per ingest); -1 while failing */
+    st_idmap retired;    /* retired pack id -> 1 */
+    st_file_entry *files;
+    size_t nfiles, files_cap;
+
+    st_ingest_stats stats;
+};
+
+st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
+                     const st_chunker_params *chunker, st_ingest **out)
+{
+    *out = NULL;
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_ingest *g = calloc(1, sizeof *g);
+    if (!g)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    g->backend = backend;
+    g->state = state;
+    strcpy(g->job, job);
+    g->nbufs = DEFAULT_PARALLEL + NSTREAMS;
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->changed, NULL);
+    st_err e = st_chunker_new(chunker, &g->chunker);
+    if (e)
+        goto fail;
+    g->max_chunk = st_chunker_max_chunk(chunker ? chunker : &st_chunker_default_params);
+    g->read_buf = malloc(READ_BUF_SIZE);
+    g->chunk_buf = malloc(g->max_chunk);
+    g->scratch = malloc(st_codec_scratch_bound(g->max_chunk));
+    if (!g->read_buf || !g->chunk_buf || !g->scratch) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory allocating ingest buffers");
+        goto fail;
+    }
+    *out = g;
+    return ST_OK;
+fail:
+    st_ingest_free(g);
+    return e;
+}
+
+/* Slot of a pack in the manifest's pack table, adding it on first use. */
+static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
+{
+    if (st_idmap_get(&g->pack_slots, pack, slot))
+        return ST_OK;
+    st_err e = st_array_grow((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    if (e)
+        return e;
+    *slot = (uint32_t)g->npacks;
+    g->packs[g->npacks++] = *pack;
+    return st_idmap_put(&g->pack_slots, pack, *slot);
+}
+
+void st_ingest_set_parallel(st_ingest *g, unsigned n)
+{
+    if (g->nworkers || g->streams[STREAM_NEW].open || g->streams[STREAM_REHOME].open)
+        return; /* only before the first pack */
+    if (n < 1)
+        n = 1;
+    if (n > MAX_PARALLEL)
+        n = MAX_PARALLEL;
+    g->nbufs = (int)n + NSTREAMS;
+}
+
+/* An upload thread: PUTs queued pack buffers until told to stop. */
+static void *upload_main(void *arg)
+{
+    st_ingest *g = arg;
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        pack_buf *b = NULL;
+        for (int i = 0; i < g->nbufs && !b; i++)
+            if (g->bufs[i].state == BUF_QUEUED)
+                b = &g->bufs[i];
+        if (!b) {
+            if (g->stopping)
+                break;
+            pthread_cond_wait(&g->changed, &g->lock);
+            continue;
+        }
+        b->state = BUF_RUNNING;
+        pthread_mutex_unlock(&g->lock);
+        char key[ST_KEY_MAX];
+        st_err e = st_key_pack(key, sizeof key, g->job, &b->id);
+        if (!e)
+            e = st_put(g->backend, key, b->w.data.data, b->w.data.len);
+        pthread_mutex_lock(&g->lock);
+        b->err = e;
+        if (e)
+            snprintf(b->msg, sizeof b->msg, "%s", st_errmsg());
+        b->state = BUF_DONE;
+        pthread_cond_broadcast(&g->changed);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+static st_err start_workers(st_ingest *g)
+{
+    for (int i = g->nworkers; i < g->nbufs - NSTREAMS; i++) {
+        if (pthread_create(&g->workers[i], NULL, upload_main, g) != 0)
+            break;
+        g->nworkers++;
+    }
+    return g->nworkers ? ST_OK : st_seterr(ST_ERR_NOMEM, "cannot start upload threads");
+}
+
+/* Indexes the chunks of PUT packs and frees their buffers (ingest thread,
+ * lock held). The first upload error is kept in upload_err. */
+static st_err collect_done(st_ingest *g)
+{
+    st_err e = ST_OK;
+    for (int i = 0; i < g->nbufs; i++) {
+        pack_buf *b = &g->bufs[i];
+        if (b->state != BUF_DONE)
+            continue;
+        b->state = BUF_FREE;
+        if (b->err) {
+            if (!g->upload_err) {
+                g->upload_err = b->err;
+                snprintf(g->upload_msg, sizeof g->upload_msg, "%s", b->msg);
+            }
+            continue;
+        }
+        g->stats.packs++;
+        g->stats.stored_bytes += b->w.data.len;
+        if (!e)
+            e = st_state_begin(g->state);
+        uint32_t nchunks = 0;
+        for (size_t k = b->first_chunk; !e && k < b->end_chunk; k++) {
+            const open_chunk *c = &g->open_chunks[k];
+            st_chunk_loc loc = {b->id, c->offset, c->stored_len, c->raw_len};
+            if (c->slot != b->slot)
+                continue;
+            nchunks++;
+            /* A re-homed chunk's old location is in a retired pack. */
+            e = b->stream == STREAM_REHOME ? st_state_chunk_move(g->state, g->job, &c->id, &loc)
+                                           : st_state_chunk_add(g->state, g->job, &c->id, &loc);
+        }
+        if (!e)
+            e = st_state_pack_add(g->state, g->job, &b->id, b->w.data.len, nchunks);
+        if (e)
+            st_state_rollback(g->state);
+        else
+            e = st_state_commit(g->state);
+    }
+    if (!e && g->upload_err)
+        e = st_seterr(g->upload_err, "%s", g->upload_msg);
+    return e;
+}
+
+/* Hands the open pack of stream to the upload pool. */
+static st_err flush_pack(st_ingest *g, int stream)
+{
+    if (!g->streams[stream].open)
+        return ST_OK;
+    pack_buf *b = &g->bufs[g->streams[stream].cur];
+    st_err e = st_pack_finish(&b->w, &b->id);
+    if (e)
+        return e;
+    /* The slot was reserved when the pack opened; now it has its name. */
+    g->packs[b->slot] = b->id;
+    if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))
+        return e;
+    b->end_chunk = g->nopen;
+    if (!g->nworkers && (e = start_workers(g)))
+        return e;
+    pthread_mutex_lock(&g->lock);
+    b->state = BUF_QUEUED;
+    pthread_cond_broadcast(&g->changed);
+    e = collect_done(g);
+    pthread_mutex_unlock(&g->lock);
+    g->streams[stream].open = 0;
+    return e;
+}
+
+/* Waits until every queued pack is PUT and indexed. */
+static st_err drain_uploads(st_ingest *g)
+{
+    pthread_mutex_lock(&g->lock);
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < g->nbufs; i++)
+            busy |= g->bufs[i].state == BUF_QUEUED || g->bufs[i].state == BUF_RUNNING;
+        if (!busy)
+            break;
+        pthread_cond_wait(&g->changed, &g->lock);
+    }
+    st_err e = collect_done(g);
+    pthread_mutex_unlock(&g->lock);
+    return e;
+}
+
+/* Opens a new pack of stream in a free buffer (waiting for one if all are
+ * in flight) and reserves its slot in the pack table. */
+static st_err open_pack(st_ingest *g, int stream)
+{
+    st_err e = st_array_grow((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
+    if (e)
+        return e;
+    /* One buffer of the nbufs is the other stream's: without it, this
+     * stream has (parallel + 1) buffers, as with a single stream. */
+    const int mine = g->nbufs - 1 + g->streams[!stream].open;
+    pthread_mutex_lock(&g->lock);
+    int free_buf = -1;
+    while (free_buf < 0) {
+        int busy = 0;
+        e = collect_done(g);
+        for (int i = 0; i < g->nbufs; i++) {
+            busy += g->bufs[i].state != BUF_FREE;
+            if (g->bufs[i].state == BUF_FREE && free_buf < 0)
+                free_buf = i;
+        }
+        if (busy >= mine)
+            free_buf = -1; /* wait for one of this stream's uploads */
+        if (e || free_buf >= 0)
+            break;
+        pthread_cond_wait(&g->changed, &g->lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (e)
+        return e;
+    pack_buf *b = &g->bufs[free_buf];
+    st_pack_writer_reset(&b->w);
+    b->state = BUF_FILLING;
+    b->stream = stream;
+    b->first_chunk = g->nopen;
+    b->slot = (uint32_t)g->npacks;
+    memset(&g->packs[g->npacks++], 0, sizeof(st_id));
+    g->streams[stream].cur = free_buf;
+    g->streams[stream].open = 1;
+    return ST_OK;
+}
+
+/* Appends a reference to the current file entry. */
+static st_err add_ref(st_ingest *g, st_file_entry *f, size_t *refs_cap, const st_chunk_ref *ref)
+{
+    st_err e = st_array_grow((void **)&f->chunks, refs_cap, f->nchunks + 1, sizeof *f->chunks);
+    if (e)
+        return e;
+    f->chunks[f->nchunks++] = *ref;
+    g->stats.chunks++;
+    return ST_OK;
+}
+
+/* Sets *usable to 1 if the old pack may be referenced, 0 if it is pending
+ * GC or gone (the index then forgets it, so its chunks are stored again). */
+static st_err old_pack_usable(st_ingest *g, const st_id *pack, int *usable)
+{
+    uint32_t v;
+    if (st_idmap_get(&g->gc_checked, pack, &v)) {
+        *usable = v == 1;
+        return ST_OK;
+    }
+    st_err e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
+    *usable = e == ST_OK;
+    if (e == ST_ERR_BUSY)
+        e = st_state_pack_forget(g->state, g->job, pack);
+    return e ? e : st_idmap_put(&g->gc_checked, pack, *usable ? 1 : 2);
+}
+
+static int collect_retired(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    st_ingest *g = arg;
+    st_id id;
+    const char *name = strrchr(key, '/');
+    if (name && !st_id_parse(name + 1, &id) && st_idmap_put(&g->retired, &id, 1))
+        return g->retired_listed = -1; /* out of memory: stop listing */
+    return 0;
+}
+
+/* Sets *retired to 1 if GC retired the old pack (docs/GC.md): its chunks
+ * are then stored again instead of referenced. Lists the retire markers at
+ * the first call of the ingest. */
+static st_err old_pack_retired(st_ingest *g, const st_id *pack, int *retired)
+{
+    char prefix[ST_KEY_MAX];
+    uint32_t one;
+    if (!g->retired_listed) {
+        st_err e = st_key_gc_retired_prefix(prefix, sizeof prefix, g->job);
+        if (!e)
+            e = st_list(g->backend, prefix, collect_retired, g);
+        if (!e && g->retired_listed < 0)
+            e = st_seterr(ST_ERR_NOMEM, "out of memory listing retired packs");
+        if (e) {
+            g->retired_listed = 0;
+            return e;
+        }
+        g->retired_listed = 1;
+    }
+    *retired = st_idmap_get(&g->retired, pack, &one);
+    return ST_OK;
+}
+
+/* Encodes the chunk in chunk_buf into the open pack of stream (opening one
+ * if needed) and fills ref's location. */
+static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
+{
+    const size_t len = ref->raw_len;
+    st_err e = ST_OK;
+    if (!g->streams[stream].open && (e = open_pack(g, stream)))
+        return e;
+    pack_buf *b = &g->bufs[g->streams[stream].cur];
+    size_t bound = st_codec_bound(len), enc_len;
+    uint8_t *dst = st_pack_append_begin(&b->w, bound);
+    if (!dst)
+        return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
+    e = st_codec_encode(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch, NULL);
+    if (!e)
+        e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
+    if (!e)
+        e = st_array_grow((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
+                          sizeof *g->open_chunks);
+    if (e)
+        return e;
+    ref->pack = b->slot;
+    ref->stored_len = (uint32_t)enc_len;
+    g->open_chunks[g->nopen] =
+        (open_chunk){ref->id, b->slot, ref->offset, ref->stored_len, ref->raw_len};
+    if ((e = st_idmap_put(&g->new_ids, &ref->id, (uint32_t)g->nopen)))
+        return e;
+    g->nopen++;
+    g->stats.new_chunks++;
+    g->stats.new_raw_bytes += len;
+    if (stream == STREAM_REHOME) {
+        g->stats.rehomed_chunks++;
+        g->stats.rehomed_raw_bytes += len;
+    }
+    return ST_OK;
+}
+
+/* Stores (or dedups) the chunk in chunk_buf and appends its reference. */
+static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
+{
+    const size_t len = g->chunk_len;
+    st_chunk_ref ref = {.id = st_id_of(g->chunk_buf, len), .raw_len = (uint32_t)len};
+    g->chunk_len = 0;
+
+    uint32_t idx;
+    if (st_idmap_get(&g->new_ids, &ref.id, &idx)) {
+        ref.pack = g->open_chunks[idx].slot;
+        ref.offset = g->open_chunks[idx].offset;
+        ref.stored_len = g->open_chunks[idx].stored_len;
+        return add_ref(g, f, refs_cap, &ref);
+    }
+    st_chunk_loc loc;
+    int stream = STREAM_NEW, retired = 0, usable = 0;
+    st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
+    if (e == ST_OK && (e = old_pack_retired(g, &loc.pack, &retired)))
+        return e;
+    if (e == ST_OK && !retired && (e = old_pack_usable(g, &loc.pack, &usable)))
+        return e;
+    if (e == ST_OK && usable) {
+        e = pack_slot(g, &loc.pack, &ref.pack);
+        ref.offset = loc.offset;
+        ref.stored_len = loc.stored_len;
+        return e ? e : add_ref(g, f, refs_cap, &ref);
+    }
+    if (e != ST_OK && e != ST_ERR_NOT_FOUND)
+        return e;
+    /* New, in a pack pending GC (forgotten by the index), or in a retired
+     * pack: store it (the last into the rehome stream). */
+    if (retired)
+        stream = STREAM_REHOME;
+    if ((e = store_chunk(g, stream, &ref)) || (e = add_ref(g, f, refs_cap, &ref)))
+        return e;
+    if (st_pack_writer_size(&g->bufs[g->streams[stream].cur].w) >= ST_PACK_TARGET_SIZE)
+        e = flush_pack(g, stream);
+    return e;
+}
+
+st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
+                      int32_t rank)
+{
+    size_t plen = strlen(relpath);
+    if (!st_path_is_clean(relpath, plen))
+        return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored (not a clean relative path)",
+                         relpath);
+    st_err e = st_array_grow((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    if (e)
+        return e;
+    st_file_entry *f = &g->files[g->nfiles];
+    memset(f, 0, sizeof *f);
+    f->path = strdup(relpath);
+    if (!f->path)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    f->mode = st->st_mode & 07777;
+    f->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    f->rank = rank;
+
+    st_hasher digest;
+    if (st_hasher_init(&digest)) {
+        free(f->path);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    size_t refs_cap = 0;
+    st_chunker_reset(g->chunker);
+    g->chunk_len = 0;
+    for (;;) {
+        ssize_t n = read(fd, g->read_buf, READ_BUF_SIZE);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            e = st_seterr(ST_ERR_IO, "read %s: %s", relpath, strerror(errno));
+            goto fail;
+        }
+        if (n == 0)
+            break;
+        st_hasher_update(&digest, g->read_buf, (size_t)n);
+        f->size += (uint64_t)n;
+        const uint8_t *p = g->read_buf;
+        size_t left = (size_t)n;
+        while (left) {
+            int cut = 0;
+            size_t used = st_chunker_next(g->chunker, p, left, &cut);
+            if (g->chunk_len + used > g->max_chunk) {
+                e = st_seterr(ST_ERR_CORRUPT, "chunker exceeded its maximum chunk size");
+                goto fail;
+            }
+            memcpy(g->chunk_buf + g->chunk_len, p, used);
+            g->chunk_len += used;
+            p += used;
+            left -= used;
+            if (cut && (e = emit_chunk(g, f, &refs_cap)))
+                goto fail;
+        }
+    }
+    if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
+        goto fail;
+    f->digest = st_hasher_final(&digest);
+    st_hasher_free(&digest);
+    g->nfiles++;
+    g->stats.files++;
+    g->stats.logical_bytes += f->size;
+    return ST_OK;
+fail:
+    st_hasher_free(&digest);
+    free(f->path);
+    free(f->chunks);
+    memset(f, 0, sizeof *f);
+    return e;
+}
+
+st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_entry *f,
+                            const char *relpath)
+{
+    if (!st_path_is_clean(relpath, strlen(relpath)))
+        return st_seterr(ST_ERR_INVALID, "path '%s' cannot be stored", relpath);
+    st_err e = st_array_grow((void **)&g->files, &g->files_cap, g->nfiles + 1, sizeof *g->files);
+    if (e)
+        return e;
+    st_file_entry *dst = &g->files[g->nfiles];
+    *dst = *f;
+    dst->path = strdup(relpath);
+    dst->chunks = f->nchunks ? malloc(f->nchunks * sizeof *dst->chunks) : NULL;
+    if (!dst->path || (f->nchunks && !dst->chunks)) {
+        free(dst->path);
+        free(dst->chunks);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < f->nchunks && !e; i++) {
+        dst->chunks[i] = f->chunks[i];
+        e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
+    }
+    if (e) {
+        free(dst->path);
+        free(dst->chunks);
+        return e;
+    }
+    g->nfiles++;
+    g->stats.files++;
+    g->stats.logical_bytes += f->size;
+    g->stats.chunks += f->nchunks;
+    return ST_OK;
+}
+
+st_err st_ingest_finish(st_ingest *g, st_manifest *m)
+{
+    st_err e = flush_pack(g, STREAM_NEW);
+    if (!e)
+        e = flush_pack(g, STREAM_REHOME);
+    st_err e2 = drain_uploads(g);
+    if (e || (e = e2))
+        return e;
+    /* The last look before the caller publishes (docs/GC.md). A young
+     * marker is accepted: the GC's next scan, no earlier than grace after
+     * the marking, will find this publish. */
+    for (size_t i = 0; i < g->npacks; i++) {
+        int64_t deadline = INT64_MAX;
+        e = st_gc_pack_usable(g->backend, g->job, &g->packs[i], &deadline);
+        if (e == ST_ERR_BUSY) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", st_errmsg());
+            st_state_pack_forget(g->state, g->job, &g->packs[i]);
+            return st_seterr(ST_ERR_TRANSIENT,
+                             "not publishing: %s; its chunks will be stored again on retry", msg);
+        }
+        if (e)
+            return e;
+    }
+    m->packs = g->packs;
+    m->npacks = g->npacks;
+    m->files = g->files;
+    m->nfiles = g->nfiles;
+    g->packs = NULL;
+    g->files = NULL;
+    g->npacks = g->nfiles = 0;
+    return ST_OK;
+}
+
+const st_ingest_stats *st_ingest_get_stats(const st_ingest *g)
+{
+    return &g->stats;
+}
+
+void st_ingest_free(st_ingest *g)
+{
+    if (!g)
+        return;
+    st_chunker_free(g->chunker);
+    free(g->read_buf);
+    free(g->chunk_buf);
+    free(g->scratch);
+    pthread_mutex_lock(&g->lock);
+    g->stopping = 1;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < g->nworkers; i++)
+        pthread_join(g->workers[i], NULL);
+    for (int i = 0; i < MAX_PARALLEL + NSTREAMS; i++)
+        st_pack_writer_free(&g->bufs[i].w);
+    pthread_cond_destroy(&g->changed);
+    pthread_mutex_destroy(&g->lock);
+    st_idmap_free(&g->new_ids);
+    st_idmap_free(&g->pack_slots);
+    st_idmap_free(&g->gc_checked);
+    st_idmap_free(&g->retired);
+    free(g->open_chunks);
+    free(g->packs);
+    for (size_t i = 0; i < g->nfiles; i++) {
+        free(g->files[i].path);
+        free(g->files[i].chunks);
+    }
+    free(g->files);
+    free(g);
+}

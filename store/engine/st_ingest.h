@@ -1,0 +1,90 @@
+/*
+ * st_ingest — turns files into stored chunks and a manifest's file entries.
+ *
+ * For each file: chunk (st_chunker) → id (XXH3-128) → dedup (the chunks of
+ * the open pack, then the persistent index in st_state) → encode (st_codec)
+ * into the open pack → PUT the pack once it reaches ST_PACK_TARGET_SIZE, and
+ * only then record its chunks in the index. A chunk the index places in a
+ * pack GC retired (docs/GC.md) is stored again, into a pack of its own
+ * stream. The result is a list of file
+ * entries whose chunk references all name packs that are stored — once
+ * st_ingest_finish() has returned, which PUTs the last partial pack.
+ *
+ * Memory is bounded whatever the input size: one read buffer, one chunk
+ * buffer (the chunker's max size), one codec scratch, and the pack buffers
+ * (one being filled per stream, up to `parallel` being PUT by upload
+ * threads).
+ *
+ * Threads: an st_ingest belongs to one thread; it runs its own upload
+ * threads, which only PUT finished packs.
+ */
+#ifndef ST_INGEST_H
+#define ST_INGEST_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "backend/st_backend.h"
+#include "format/st_chunker.h"
+#include "st_error.h"
+#include "format/st_manifest.h"
+#include "engine/st_state.h"
+
+typedef struct st_ingest_stats {
+    uint64_t files;
+    uint64_t logical_bytes;     /* bytes of all files ingested */
+    uint64_t chunks;            /* chunk references produced */
+    uint64_t new_chunks;        /* chunks that had to be stored */
+    uint64_t new_raw_bytes;     /* raw bytes of those */
+    uint64_t stored_bytes;      /* bytes of packs PUT */
+    uint64_t packs;             /* pack PUTs */
+    uint64_t rehomed_chunks;    /* of new_chunks: stored again because GC retired their pack */
+    uint64_t rehomed_raw_bytes; /* raw bytes of those */
+} st_ingest_stats;
+
+typedef struct st_ingest st_ingest;
+
+/*!
+ * Starts an ingest for `job`. backend and state are borrowed and must outlive
+ * the ingest. chunker params NULL means the defaults.
+ */
+st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
+                     const st_chunker_params *chunker, st_ingest **out);
+
+/*!
+ * How many pack PUTs may be in flight at once (1..32, default 4); memory is
+ * (n + 1) pack buffers, one more while the ingest also re-homes chunks of a
+ * pack GC retired. Only before the first file is ingested.
+ */
+void st_ingest_set_parallel(st_ingest *g, unsigned n);
+
+/*!
+ * Reads fd to its end and appends a file entry for relpath (a clean path)
+ * with st's mode and mtime and `rank` (-1 unknown). The file must not
+ * change while it is read: its size and digest are what was read.
+ */
+st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
+                      int32_t rank);
+
+/*!
+ * Appends a file entry that is already in the store — f of manifest src —
+ * under relpath (its current name), without reading any data: its chunk
+ * references are re-pointed into this manifest's pack table. Used when a
+ * step is published again and some of its files did not change.
+ */
+st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_entry *f,
+                            const char *relpath);
+
+/*!
+ * Stores the last open pack and moves the file entries and pack table into
+ * m (whose other fields the caller fills: step, node, job, created_ns).
+ * After ST_OK every chunk m references is in the store. The ingest can then
+ * only be freed.
+ */
+st_err st_ingest_finish(st_ingest *g, st_manifest *m);
+
+const st_ingest_stats *st_ingest_get_stats(const st_ingest *g);
+
+void st_ingest_free(st_ingest *g);
+
+#endif

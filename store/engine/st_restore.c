@@ -1,0 +1,244 @@
+/*
+ * st_restore — manifest file entry -> verified bytes in a local fd.
+ * See st_restore.h.
+ */
+#include "engine/st_restore.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/st_codec.h"
+#include "util/st_fsutil.h"
+#include "util/st_hash.h"
+#include "format/st_part.h"
+
+struct st_restorer {
+    st_backend *backend;
+    char job[ST_JOB_MAX + 1];
+    st_bytes fetched; /* one coalesced GET */
+    uint8_t *raw;     /* one decoded chunk */
+    size_t raw_cap;
+    uint8_t *scratch;
+    size_t scratch_cap;
+    st_restore_stats stats;
+};
+
+st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out)
+{
+    *out = NULL;
+    if (!st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
+    st_restorer *r = calloc(1, sizeof *r);
+    if (!r)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    r->backend = backend;
+    strcpy(r->job, job);
+    *out = r;
+    return ST_OK;
+}
+
+/* Makes sure the decode buffers hold a chunk of raw_len bytes. */
+static st_err reserve_decode(st_restorer *r, size_t raw_len)
+{
+    if (raw_len > r->raw_cap) {
+        uint8_t *p = realloc(r->raw, raw_len);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        r->raw = p;
+        r->raw_cap = raw_len;
+    }
+    size_t need = st_codec_scratch_bound(raw_len);
+    if (need > r->scratch_cap) {
+        uint8_t *p = realloc(r->scratch, need);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        r->scratch = p;
+        r->scratch_cap = need;
+    }
+    return ST_OK;
+}
+
+/* How many refs from `first` can be fetched with one contiguous ranged GET. */
+static size_t coalesce(const st_file_entry *f, size_t first)
+{
+    const st_chunk_ref *a = &f->chunks[first];
+    uint64_t end = a->offset + a->stored_len;
+    size_t n = 1;
+    while (first + n < f->nchunks) {
+        const st_chunk_ref *b = &f->chunks[first + n];
+        if (b->pack != a->pack || b->offset != end ||
+            end + b->stored_len - a->offset > ST_RESTORE_MAX_GET)
+            break;
+        end += b->stored_len;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * Fetches, decodes and verifies chunks [first, first + count) of f and hands
+ * each chunk's bytes to the sink: written sequentially to fd and hashed into
+ * digest (whole-file restore), or written with pwrite at their offset in the
+ * file (digest NULL: a range restored by one of several workers), holding
+ * write_lock (if not NULL) for each write.
+ */
+static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                           size_t first_chunk, size_t count, uint64_t file_off, int fd,
+                           st_hasher *digest, pthread_mutex_t *write_lock)
+{
+    const size_t end_chunk = first_chunk + count;
+    uint64_t pos = file_off;
+    for (size_t i = first_chunk; i < end_chunk;) {
+        size_t n = coalesce(f, i);
+        if (i + n > end_chunk)
+            n = end_chunk - i;
+        const st_chunk_ref *first = &f->chunks[i];
+        const st_chunk_ref *last = &f->chunks[i + n - 1];
+        uint64_t span = last->offset + last->stored_len - first->offset;
+        char key[ST_KEY_MAX];
+        st_err e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
+        if (!e)
+            e = st_get(r->backend, key, first->offset, span, &r->fetched);
+        if (e)
+            return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
+        r->stats.gets++;
+        r->stats.fetched_bytes += r->fetched.len;
+        if (r->fetched.len != span)
+            return st_seterr(ST_ERR_CORRUPT,
+                             "restoring %s: pack %s is shorter than the manifest says", f->path,
+                             key);
+        const uint8_t *p = r->fetched.data;
+        for (size_t k = 0; k < n; k++) {
+            const st_chunk_ref *ref = &f->chunks[i + k];
+            size_t raw_len;
+            e = reserve_decode(r, ref->raw_len);
+            if (!e)
+                e = st_codec_decode(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
+                                    r->scratch);
+            if (!e && raw_len != ref->raw_len)
+                e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
+            if (e)
+                return st_seterr(e, "restoring %s at byte %llu: %s", f->path,
+                                 (unsigned long long)pos, st_errmsg());
+            if (digest) {
+                st_hasher_update(digest, r->raw, raw_len);
+                e = st_write_all(fd, r->raw, raw_len, f->path);
+            } else {
+                if (write_lock)
+                    pthread_mutex_lock(write_lock);
+                e = st_pwrite_all(fd, r->raw, raw_len, pos, f->path);
+                if (write_lock)
+                    pthread_mutex_unlock(write_lock);
+            }
+            if (e)
+                return e;
+            pos += raw_len;
+            p += ref->stored_len;
+        }
+        i += n;
+    }
+    r->stats.bytes += pos - file_off;
+    return ST_OK;
+}
+
+st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint64_t before = r->stats.bytes;
+    st_err e = restore_span(r, m, f, 0, f->nchunks, 0, fd, &digest, NULL);
+    uint64_t written = r->stats.bytes - before;
+    if (!e && written != f->size)
+        e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
+                      (unsigned long long)written, (unsigned long long)f->size);
+    if (!e) {
+        st_id got = st_hasher_final(&digest);
+        if (st_id_cmp(&got, &f->digest) != 0)
+            e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
+    }
+    if (!e)
+        r->stats.files++;
+    st_hasher_free(&digest);
+    return e;
+}
+
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
+                         size_t count, int fd)
+{
+    return st_restore_chunks_locked(r, m, f, first, count, fd, NULL);
+}
+
+st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock)
+{
+    if (first > f->nchunks || count > f->nchunks - first)
+        return st_seterr(ST_ERR_INVALID, "chunk range outside %s", f->path);
+    uint64_t off = 0;
+    for (size_t i = 0; i < first; i++)
+        off += f->chunks[i].raw_len;
+    return restore_span(r, m, f, first, count, off, fd, NULL, write_lock);
+}
+
+st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                               uint64_t len)
+{
+    uint8_t *buf = malloc(1 << 20);
+    if (!buf)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = ST_OK;
+    uint64_t pos = off, end = off + len;
+    while (pos < end) {
+        size_t want = end - pos < (1u << 20) ? (size_t)(end - pos) : (1u << 20);
+        ssize_t n = pread(fd, buf, want, (off_t)pos);
+        if (n <= 0) {
+            e = st_seterr(ST_ERR_IO, "reading back %s: %s", f->path,
+                          n < 0 ? strerror(errno) : "short file");
+            break;
+        }
+        st_hasher_update(digest, buf, (size_t)n);
+        pos += (uint64_t)n;
+    }
+    free(buf);
+    return e;
+}
+
+st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f)
+{
+    if (hashed != f->size)
+        return st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu",
+                         f->path, (unsigned long long)hashed, (unsigned long long)f->size);
+    st_id got = st_hasher_final(digest);
+    if (st_id_cmp(&got, &f->digest) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
+    return ST_OK;
+}
+
+st_err st_restore_verify_file(int fd, const st_file_entry *f)
+{
+    st_hasher digest;
+    if (st_hasher_init(&digest))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = st_restore_digest_range(fd, f, &digest, 0, f->size);
+    if (!e)
+        e = st_restore_digest_check(&digest, f->size, f);
+    st_hasher_free(&digest);
+    return e;
+}
+
+const st_restore_stats *st_restorer_stats(const st_restorer *r)
+{
+    return &r->stats;
+}
+
+void st_restorer_free(st_restorer *r)
+{
+    if (!r)
+        return;
+    st_bytes_free(&r->fetched);
+    free(r->raw);
+    free(r->scratch);
+    free(r);
+}

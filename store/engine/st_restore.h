@@ -1,0 +1,89 @@
+/*
+ * st_restore — rebuilds files from a manifest: ranged GETs of pack regions,
+ * decode and verify every chunk, verify the whole-file digest.
+ *
+ * Adjacent chunks of one pack (the common case: a file's new chunks are
+ * written to a pack in order) are fetched with a single ranged GET of up to
+ * ST_RESTORE_MAX_GET bytes, so a restore costs about one GET per 16 MiB
+ * rather than one per chunk.
+ *
+ * Threads: an st_restorer belongs to one thread; its buffers are reused
+ * across files so steady-state restore does not allocate.
+ */
+#ifndef ST_RESTORE_H
+#define ST_RESTORE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "backend/st_backend.h"
+#include "st_error.h"
+#include "util/st_hash.h"
+#include "format/st_manifest.h"
+
+#define ST_RESTORE_MAX_GET (16u << 20)
+
+typedef struct st_restorer st_restorer;
+
+typedef struct st_restore_stats {
+    uint64_t files;
+    uint64_t bytes; /* raw bytes written */
+    uint64_t gets;  /* object GETs issued */
+    uint64_t fetched_bytes;
+} st_restore_stats;
+
+/*! backend is borrowed and must outlive the restorer. */
+st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
+
+/*!
+ * Writes file f of manifest m to fd (from its current position, sequential
+ * writes), verifying every chunk and then the file's digest. On
+ * ST_ERR_CORRUPT the message names the file; what was written to fd must
+ * then be discarded by the caller.
+ */
+st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd);
+
+/*!
+ * Restores chunks [first, first + count) of f into fd with pwrite at their
+ * offsets in the file, verifying each chunk (several restorers on several
+ * threads can fill one file in parallel). The whole-file digest is then
+ * checked once with st_restore_verify_file().
+ */
+st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
+                         size_t count, int fd);
+
+/*!
+ * st_restore_chunks(), with every pwrite to fd made while holding write_lock
+ * (NULL: no lock), a mutex shared by all restorers writing into that fd.
+ * Why: the kernel takes a file's inode lock exclusively for every buffered
+ * write, and its waiters spin on it while the holder copies (rwsem
+ * optimistic spinning), burning a CPU per waiting worker. Queueing on a
+ * mutex of ours instead puts them to sleep and leaves the CPUs to the
+ * transfer, decoding and verification (docs/BENCHMARKS.md, restore).
+ */
+st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock);
+
+/*! Reads fd back and checks f's size and whole-file digest. */
+st_err st_restore_verify_file(int fd, const st_file_entry *f);
+
+/*!
+ * The same check in steps, so that a file restored by several workers can be
+ * verified while its later parts are still being fetched: reads bytes
+ * [off, off + len) of fd back and adds them to digest (an initialised
+ * st_hasher, fed consecutive ranges from 0 by one thread at a time).
+ * ST_ERR_IO if fd is shorter. f names the file in messages.
+ */
+st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                               uint64_t len);
+
+/*!
+ * Checks that `hashed` (the bytes fed to digest) is f's size and that
+ * digest equals f's whole-file digest; ST_ERR_CORRUPT otherwise.
+ */
+st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f);
+
+const st_restore_stats *st_restorer_stats(const st_restorer *r);
+void st_restorer_free(st_restorer *r);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * st_state — the writer's local state in SQLite (WAL): the dedup index of
+ * chunks known to be in the store, and the steps and files pending upload.
+ * The schema and its rules are in docs/STATE.md.
+ *
+ * Rule that keeps the index honest: a chunk is added only after the PUT of
+ * the pack that holds it succeeded (or it was read from a committed
+ * manifest), so every location the index hands out names a stored pack.
+ *
+ * Threads: one st_state per thread (SQLite connections are not shared);
+ * several connections may open the same file (WAL, busy timeout).
+ */
+#ifndef ST_STATE_H
+#define ST_STATE_H
+
+#include <stdint.h>
+
+#include "st_error.h"
+#include "util/st_hash.h"
+
+typedef struct st_state st_state;
+
+/*! Where a stored chunk lives. */
+typedef struct st_chunk_loc {
+    st_id pack;
+    uint64_t offset;
+    uint32_t stored_len;
+    uint32_t raw_len;
+} st_chunk_loc;
+
+/*! Step and file states, in the order a step goes through them. */
+typedef enum st_pending_state {
+    ST_PENDING_WRITING = 0,  /* being written / not yet sealed */
+    ST_PENDING_SEALED = 1,   /* content final, chunks not all stored */
+    ST_PENDING_UPLOADED = 2, /* packs and manifest stored, commit not yet */
+    ST_PENDING_DURABLE = 3,  /* commit record stored */
+} st_pending_state;
+
+/*! Opens (creating, and migrating the schema) the database at path. */
+st_err st_state_open(const char *path, st_state **out);
+void st_state_close(st_state *s);
+
+/*! Group many changes in one transaction (much faster, and atomic). */
+st_err st_state_begin(st_state *s);
+st_err st_state_commit(st_state *s);
+st_err st_state_rollback(st_state *s);
+
+/*! ST_OK and *loc if the job's index knows the chunk, else ST_ERR_NOT_FOUND. */
+st_err st_state_chunk_lookup(st_state *s, const char *job, const st_id *id, st_chunk_loc *loc);
+/*! Records a stored chunk (first location wins; re-adding is a no-op). */
+st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
+/*! Records a chunk stored again (re-homed out of a retired pack, docs/GC.md):
+ *  this location replaces the one the index had. */
+st_err st_state_chunk_move(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
+/*! Records a stored pack. */
+st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64_t size,
+                         uint32_t nchunks);
+/*! Forgets a pack and every chunk location in it: the pack is pending
+ *  deletion by GC or gone (docs/GC.md), so its chunks must be stored again. */
+st_err st_state_pack_forget(st_state *s, const char *job, const st_id *pack);
+/*! Number of chunks and packs the index holds for a job (stats, tests). */
+st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t *packs);
+
+/*! 1 if this manifest key was already merged into the index, else 0. */
+int st_state_manifest_seen(st_state *s, const char *key);
+st_err st_state_manifest_mark(st_state *s, const char *key);
+
+/*! Upsert of a step's / a file's pending state. */
+st_err st_state_step_set(st_state *s, const char *job, uint64_t step, st_pending_state state);
+st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending_state *state);
+st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char *path,
+                         uint64_t size, st_pending_state state);
+/*! Sets every file of a step to `state`. */
+st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state);
+/*! Counts a step's files in `state`. */
+st_err st_state_files_count(st_state *s, const char *job, uint64_t step, st_pending_state state,
+                            uint64_t *count);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * st_store — the facade (ckptstore.h), writing side: opening a store (the
+ * backend wrapped in a request counter, the local state), put of a whole
+ * directory as a step, the job list. Reading (list, latest, restore,
+ * verify, stats) is st_store_read.c.
+ *
+ * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
+ * st_ingest), then the job registry entry, this node's manifest and, last,
+ * the commit record (st_catalog_publish).
+ */
+#include "facade/st_store_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend/st_backend_count.h"
+#include "util/st_fsutil.h"
+#include "engine/st_ingest.h"
+#include "format/st_manifest.h"
+#include "engine/st_restore.h"
+#include "engine/st_state.h"
+#include "format/st_part.h"
+#include "engine/st_catalog.h"
+
+void st_store_warnf(st_store *s, const char *fmt, ...)
+{
+    if (!s->warn)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->warn(s->warn_arg, msg);
+}
+
+/* $env/suffix, or $HOME/fallback/suffix. */
+static char *xdg_path(char *buf, size_t cap, const char *env, const char *fallback,
+                      const char *suffix)
+{
+    const char *base = getenv(env);
+    int n;
+    if (base && base[0] == '/')
+        n = snprintf(buf, cap, "%s/%s", base, suffix);
+    else {
+        const char *home = getenv("HOME");
+        n = snprintf(buf, cap, "%s/%s/%s", home && home[0] == '/' ? home : "/tmp", fallback,
+                     suffix);
+    }
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+char *st_default_store_url(char *buf, size_t cap)
+{
+    char path[PATH_MAX];
+    if (!xdg_path(path, sizeof path, "XDG_DATA_HOME", ".local/share", "ckptfs/store"))
+        return NULL;
+    int n = snprintf(buf, cap, "file://%s", path);
+    return n < 0 || (size_t)n >= cap ? NULL : buf;
+}
+
+char *st_default_state_dir(char *buf, size_t cap)
+{
+    return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
+}
+
+st_err st_store_open(const st_store_options *opts, st_store **out)
+{
+    *out = NULL;
+    st_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    s->warn = opts->warn;
+    s->warn_arg = opts->warn_arg;
+    s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
+    if (opts->node) {
+        if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
+            free(s);
+            return st_seterr(ST_ERR_INVALID, "invalid node name '%.64s': use A-Z a-z 0-9 . _ -",
+                             opts->node);
+        }
+        strcpy(s->node, opts->node);
+    } else {
+        st_default_node_name(s->node);
+    }
+
+    char state_dir[PATH_MAX], db[PATH_MAX + 64];
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    st_err e = st_backend_open_opts(opts->url, &bo, &s->backend);
+    if (!e)
+        e = st_backend_count_wrap(&s->backend, &s->requests);
+    if (e)
+        goto fail;
+    if (opts->state_dir)
+        snprintf(state_dir, sizeof state_dir, "%s", opts->state_dir);
+    else if (!st_default_state_dir(state_dir, sizeof state_dir)) {
+        e = st_seterr(ST_ERR_INVALID, "cannot derive the local state directory");
+        goto fail;
+    }
+    if ((e = st_mkdir_p(state_dir)))
+        goto fail;
+    /* One index per store: its content describes that store only. */
+    snprintf(db, sizeof db, "%s/index-%016" PRIx64 ".db", state_dir,
+             st_hash64(opts->url, strlen(opts->url)));
+    if ((e = st_state_open(db, &s->state)))
+        goto fail;
+    *out = s;
+    return ST_OK;
+fail:
+    st_store_close(s);
+    return e;
+}
+
+void st_store_close(st_store *s)
+{
+    if (!s)
+        return;
+    st_state_close(s->state);
+    st_backend_close(s->backend);
+    free(s);
+}
+
+/* ---- the dedup index learns what other writers stored ---- */
+
+/* ---- put ---- */
+
+typedef struct walk_ctx {
+    st_store *s;
+    st_ingest *ingest;
+    uint64_t skipped;
+} walk_ctx;
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted entry names of a directory (without . and ..). */
+static st_err read_dir_sorted(const char *path, char ***names, size_t *n)
+{
+    DIR *d = opendir(path);
+    *names = NULL;
+    *n = 0;
+    if (!d)
+        return st_seterr(ST_ERR_IO, "open directory %s: %s", path, strerror(errno));
+    size_t cap = 0;
+    st_err e = ST_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **p = realloc(*names, cap * sizeof *p);
+            if (!p) {
+                e = st_seterr(ST_ERR_NOMEM, "out of memory");
+                break;
+            }
+            *names = p;
+        }
+        if (!((*names)[*n] = strdup(de->d_name))) {
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (*n)
+        qsort(*names, *n, sizeof **names, cmp_names);
+    return e;
+}
+
+/* Stores everything under root/rel (rel "" for the root itself). */
+static st_err walk_put(walk_ctx *w, const char *root, const char *rel)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s%s", root, rel[0] ? "/" : "", rel);
+    char **names;
+    size_t n;
+    st_err e = read_dir_sorted(path, &names, &n);
+    for (size_t i = 0; !e && i < n; i++) {
+        char child_rel[PATH_MAX], child[PATH_MAX];
+        if (snprintf(child_rel, sizeof child_rel, "%s%s%s", rel, rel[0] ? "/" : "", names[i]) >=
+                (int)sizeof child_rel ||
+            snprintf(child, sizeof child, "%s/%s", root, child_rel) >= (int)sizeof child) {
+            e = st_seterr(ST_ERR_INVALID, "path too long under %s", root);
+            break;
+        }
+        struct stat st;
+        if (lstat(child, &st) < 0) {
+            e = st_seterr(ST_ERR_IO, "stat %s: %s", child, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            e = walk_put(w, root, child_rel);
+        } else if (S_ISREG(st.st_mode)) {
+            int fd = open(child, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0)
+                e = st_seterr(ST_ERR_IO, "open %s: %s", child, strerror(errno));
+            else if (fstat(fd, &st) < 0)
+                e = st_seterr(ST_ERR_IO, "stat %s: %s", child, strerror(errno));
+            else
+                e = st_ingest_file(w->ingest, fd, child_rel, &st, -1);
+            if (fd >= 0)
+                close(fd);
+        } else {
+            w->skipped++;
+            st_store_warnf(w->s, "skipping %s: not a regular file or directory", child);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return e;
+}
+
+st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
+                        st_put_result *res)
+{
+    char key[ST_KEY_MAX];
+    uint64_t size;
+    st_put_result r = {0};
+    st_ingest *ingest = NULL;
+    st_manifest m = {0};
+    st_err e = st_key_part(key, sizeof key, job, step, s->node);
+    if (e)
+        return e;
+    e = st_stat(s->backend, key, &size);
+    if (e == ST_OK)
+        return st_seterr(ST_ERR_EXISTS, "step %" PRIu64 " of job %s already exists in the store",
+                         step, job);
+    if (e != ST_ERR_NOT_FOUND)
+        return e;
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return st_seterr(ST_ERR_INVALID, "%s is not a directory", dir);
+
+    if ((e = st_catalog_sync_index(s->backend, s->state, job, s->warn, s->warn_arg)))
+        return e;
+    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_WRITING)))
+        return e;
+
+    walk_ctx w = {.s = s};
+    if ((e = st_ingest_new(s->backend, s->state, job, &s->chunker, &ingest)))
+        goto out;
+    w.ingest = ingest;
+    if ((e = walk_put(&w, dir, "")))
+        goto out;
+    if ((e = st_ingest_finish(ingest, &m)))
+        goto out;
+    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_UPLOADED)))
+        goto out;
+    m.step = step;
+    m.created_ns = st_now_ns();
+    m.node = s->node;
+    m.job = (char *)job;
+    st_part part = {.revision = 1, .complete = 1}; /* ckptctl put: one writer, whole step */
+    e = st_catalog_publish(s->backend, &m, &part, &r.puts);
+    m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
+    if (!e)
+        e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
+    if (e)
+        goto out;
+
+    const st_ingest_stats *is = st_ingest_get_stats(ingest);
+    r.files = is->files;
+    r.skipped = w.skipped;
+    r.logical_bytes = is->logical_bytes;
+    r.chunks = is->chunks;
+    r.new_chunks = is->new_chunks;
+    r.new_raw_bytes = is->new_raw_bytes;
+    r.stored_bytes = is->stored_bytes;
+    r.packs = is->packs;
+    r.puts += is->packs;
+    if (res)
+        *res = r;
+out:
+    st_manifest_free(&m);
+    st_ingest_free(ingest);
+    return e;
+}
+
+/* ---- listings ---- */
+
+st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n)
+{
+    return st_catalog_list_jobs(s->backend, jobs, n);
+}
+
+void st_store_free_names(char **names, size_t n)
+{
+    st_catalog_free_names(names, n);
+}

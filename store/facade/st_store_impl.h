@@ -1,0 +1,28 @@
+/*
+ * st_store_impl — the facade's internals shared by st_store.c (open, put,
+ * jobs) and st_store_read.c (list, latest, restore, verify, stats).
+ * Threads: an st_store is used by one thread at a time (ckptstore.h); the
+ * restore workers it starts touch only the backend and their own buffers.
+ */
+#ifndef ST_STORE_IMPL_H
+#define ST_STORE_IMPL_H
+
+#include "ckptstore.h"
+#include "backend/st_backend.h"
+#include "backend/st_backend_count.h"
+#include "engine/st_state.h"
+#include "format/st_part.h"
+
+struct st_store {
+    st_backend *backend; /* wrapped in the request counter */
+    st_state *state;
+    char node[ST_NODE_MAX + 1];
+    st_chunker_params chunker;
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
+    st_backend_counts requests;
+};
+
+void st_store_warnf(st_store *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * st_codec — how one chunk is stored: a fixed 32-byte header, then the payload.
+ *
+ *   offset size field
+ *        0    4 magic "CKc1"  (the '1' is the format version)
+ *        4    1 codec: 0 raw, 1 LZ4, 2 LZ4 over a 2-byte-plane shuffle,
+ *                      3 LZ4 over a 4-byte-plane shuffle
+ *        5    3 reserved, zero
+ *        8    4 raw length (LE)
+ *       12    4 payload length (LE)
+ *       16   16 chunk id = XXH3-128 of the raw bytes (st_id byte order)
+ *
+ * The id doubles as the raw checksum: every decode recomputes it and reports
+ * ST_ERR_CORRUPT on a mismatch, so no chunk is ever returned unverified.
+ *
+ * Encoding tries LZ4 and LZ4 over a 2- or 4-byte-plane shuffle (float
+ * tensors compress only once their exponent bytes sit together; layout in
+ * st_shuffle.h: whole elements by plane, the len % size tail bytes last and
+ * unchanged, so chunks cut anywhere can be shuffled), keeps the smallest, and
+ * stores raw unless the result saves at least ST_CODEC_MIN_GAIN_PCT percent.
+ * Which filter is used is decided on a sample so the common incompressible
+ * case costs a fraction of one LZ4 pass (docs/CODEC.md). An encoding is never
+ * larger than ST_CODEC_HEADER_LEN + raw_len.
+ *
+ * Pure functions over caller-owned buffers; the scratch buffer is the only
+ * working memory. Thread-safe given distinct buffers.
+ */
+#ifndef ST_CODEC_H
+#define ST_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+#include "util/st_hash.h"
+
+#define ST_CODEC_HEADER_LEN   32
+#define ST_CODEC_MIN_GAIN_PCT 3
+#define ST_CODEC_MAX_RAW      (64u << 20) /* largest chunk a header may describe */
+
+typedef enum st_codec_id {
+    ST_CODEC_RAW = 0,
+    ST_CODEC_LZ4 = 1,
+    ST_CODEC_LZ4_SHUF2 = 2,
+    ST_CODEC_LZ4_SHUF4 = 3,
+} st_codec_id;
+
+/*! Worst-case size of st_codec_encode() output for raw_len bytes. */
+size_t st_codec_bound(size_t raw_len);
+
+/*! Size of the scratch buffer st_codec_encode/decode need for raw_len bytes. */
+size_t st_codec_scratch_bound(size_t raw_len);
+
+/*!
+ * Encodes raw[0..raw_len) whose id is `id` (the caller has it already: it
+ * looked it up for dedup) into out (capacity out_cap >= st_codec_bound()).
+ * scratch must hold st_codec_scratch_bound(raw_len) bytes.
+ * Sets *out_len to header + payload. *codec_used (may be NULL) says what won.
+ */
+st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
+                       size_t out_cap, size_t *out_len, uint8_t *scratch, st_codec_id *codec_used);
+
+/*! Parsed header of a stored chunk. */
+typedef struct st_chunk_header {
+    st_codec_id codec;
+    uint32_t raw_len;
+    uint32_t payload_len;
+    st_id id;
+} st_chunk_header;
+
+/*!
+ * Parses and sanity-checks the header at the start of enc[0..enc_len): magic,
+ * version, codec, lengths within ST_CODEC_MAX_RAW and within enc_len.
+ * ST_ERR_CORRUPT or ST_ERR_UNSUPPORTED (newer version / unknown codec).
+ */
+st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h);
+
+/*!
+ * Decodes a stored chunk into out (capacity out_cap >= raw_len) and verifies
+ * its id. If expect_id is not NULL it must also equal the header's id.
+ * scratch must hold st_codec_scratch_bound(raw_len) bytes.
+ * ST_ERR_CORRUPT on any mismatch or malformed payload; the message says what.
+ * A header raw length above out_cap is also ST_ERR_CORRUPT (the chunk
+ * disagrees with the index the caller sized out from); nothing is written
+ * past out_cap. Bytes after the payload within enc_len are ignored.
+ */
+st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_id, uint8_t *out,
+                       size_t out_cap, size_t *raw_len, uint8_t *scratch);
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * st_pack — writes pack objects and decodes their trailers (layout in st_pack.h,
+ * byte tables in docs/FORMATS.md).
+ *
+ * Writer invariants:
+ *   - w->data holds only complete, header-checked chunk encodings laid end to
+ *     end from offset 0 until st_pack_finish(); then trailer and footer follow.
+ *   - w->trailer holds exactly w->count entries, in the order of w->data.
+ *   - A pack never exceeds ST_PACK_MAX_SIZE, the limit every decoder enforces,
+ *     so a writer can never produce a pack its own readers refuse.
+ *   - After finish, only reset or free is legal (append/finish say INVALID).
+ *
+ * Decoder invariants: st_pack_trailer_decode() accepts any bytes; it checks the
+ * footer and checksum before parsing, bounds the entry count by the trailer
+ * length before allocating, and returns entries that lie inside the chunk
+ * area in ascending, non-overlapping order — or ST_ERR_CORRUPT.
+ *
+ * This module deliberately does not call the codec: it reads the 32-byte chunk
+ * header itself (layout in st_codec.h) so packs can be written and tested
+ * without the codec implementation.
+ *
+ * Threads: a writer belongs to one thread at a time; the decoders are pure.
+ */
+#include "format/st_pack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const uint8_t pack_magic[4] = {'C', 'K', 'p', '1'};
+static const uint8_t chunk_magic[4] = {'C', 'K', 'c', '1'};
+
+/* Smallest possible trailer entry: id + three 1-byte varints + codec. Used to
+ * bound a claimed count by the bytes that could actually hold it. */
+#define PACK_MIN_ENTRY_LEN (ST_ID_LEN + 1 + 1 + 1 + 1)
+/* Largest trailer entry: id + offset (10-byte varint) + two u32 varints (5) + codec. */
+#define PACK_MAX_ENTRY_LEN (ST_ID_LEN + 10 + 5 + 5 + 1)
+
+void st_pack_writer_init(st_pack_writer *w)
+{
+    memset(w, 0, sizeof *w);
+}
+
+uint8_t *st_pack_append_begin(st_pack_writer *w, size_t max_len)
+{
+    if (w->finished) {
+        st_seterr(ST_ERR_INVALID, "pack writer: append after finish (reset it first)");
+        return NULL;
+    }
+    if (st_bytes_reserve(&w->data, max_len))
+        return NULL;
+    return w->data.data + w->data.len;
+}
+
+/*
+ * Reads the st_codec header at the start of enc[0..enc_len) into *e (id,
+ * raw_len, codec, stored_len) and checks it describes exactly enc_len bytes.
+ */
+static st_err parse_chunk_header(const uint8_t *enc, size_t enc_len, st_pack_entry *e)
+{
+    if (enc_len < ST_CODEC_HEADER_LEN)
+        return st_seterr(ST_ERR_INVALID, "pack append: %zu bytes is shorter than a chunk header",
+                         enc_len);
+    if (memcmp(enc, chunk_magic, sizeof chunk_magic) != 0)
+        return st_seterr(ST_ERR_INVALID, "pack append: not a chunk encoding (bad magic)");
+    uint8_t codec = enc[4];
+    if (codec > ST_CODEC_LZ4_SHUF4)
+        return st_seterr(ST_ERR_INVALID, "pack append: unknown codec %u", codec);
+    if (enc[5] || enc[6] || enc[7])
+        return st_seterr(ST_ERR_INVALID, "pack append: chunk header reserved bytes not zero");
+    uint32_t raw_len = st_le32_get(enc + 8);
+    uint32_t payload_len = st_le32_get(enc + 12);
+    if (raw_len > ST_CODEC_MAX_RAW)
+        return st_seterr(ST_ERR_INVALID, "pack append: raw length %u above limit", raw_len);
+    if ((uint64_t)enc_len != (uint64_t)ST_CODEC_HEADER_LEN + payload_len)
+        return st_seterr(ST_ERR_INVALID,
+                         "pack append: %zu bytes given, header says %u + payload %u", enc_len,
+                         (unsigned)ST_CODEC_HEADER_LEN, payload_len);
+    memcpy(e->id.b, enc + 16, ST_ID_LEN);
+    e->stored_len = (uint32_t)enc_len;
+    e->raw_len = raw_len;
+    e->codec = codec;
+    return ST_OK;
+}
+
+static st_err trailer_put_entry(st_bytes *t, const st_pack_entry *e)
+{
+    st_err err = st_bytes_append(t, e->id.b, ST_ID_LEN);
+    if (!err)
+        err = st_bytes_put_varint(t, e->offset);
+    if (!err)
+        err = st_bytes_put_varint(t, e->stored_len);
+    if (!err)
+        err = st_bytes_put_varint(t, e->raw_len);
+    if (!err)
+        err = st_bytes_put_u8(t, e->codec);
+    return err;
+}
+
+st_err st_pack_append_commit(st_pack_writer *w, size_t enc_len, uint64_t *offset)
+{
+    if (w->finished)
+        return st_seterr(ST_ERR_INVALID, "pack writer: append after finish (reset it first)");
+    /* The bytes must have been written into space st_pack_append_begin reserved. */
+    if (!w->data.data || enc_len > w->data.cap - w->data.len)
+        return st_seterr(ST_ERR_INVALID, "pack append: %zu bytes exceed the space reserved",
+                         enc_len);
+    if (w->count == UINT32_MAX)
+        return st_seterr(ST_ERR_NOSPACE, "pack append: chunk count limit reached");
+    /* The finished pack (with this entry's trailer line and the footer) must stay
+     * within the limit decoders enforce. */
+    if ((uint64_t)w->data.len + enc_len + w->trailer.len + PACK_MAX_ENTRY_LEN + ST_PACK_FOOTER_LEN >
+        ST_PACK_MAX_SIZE)
+        return st_seterr(ST_ERR_NOSPACE, "pack append: pack would exceed %u bytes",
+                         (unsigned)ST_PACK_MAX_SIZE);
+
+    st_pack_entry e;
+    st_err err = parse_chunk_header(w->data.data + w->data.len, enc_len, &e);
+    if (err)
+        return err;
+    e.offset = w->data.len;
+    size_t trailer_len = w->trailer.len;
+    err = trailer_put_entry(&w->trailer, &e);
+    if (err) {
+        w->trailer.len = trailer_len; /* keep trailer and data in step */
+        return err;
+    }
+    w->data.len += enc_len;
+    w->count++;
+    if (offset)
+        *offset = e.offset;
+    return ST_OK;
+}
+
+st_err st_pack_finish(st_pack_writer *w, st_id *pack_id)
+{
+    if (w->finished)
+        return st_seterr(ST_ERR_INVALID, "pack writer: finished twice");
+    if ((uint64_t)w->data.len + w->trailer.len + ST_PACK_FOOTER_LEN > ST_PACK_MAX_SIZE)
+        return st_seterr(ST_ERR_NOSPACE, "pack finish: pack would exceed %u bytes",
+                         (unsigned)ST_PACK_MAX_SIZE);
+
+    uint8_t footer[ST_PACK_FOOTER_LEN];
+    st_le32_put(footer, (uint32_t)w->trailer.len);
+    st_le32_put(footer + 4, w->count);
+    st_le64_put(footer + 8, st_hash64(w->trailer.data, w->trailer.len));
+    st_le32_put(footer + 16, 0);
+    memcpy(footer + 20, pack_magic, sizeof pack_magic);
+
+    st_err err = st_bytes_reserve(&w->data, w->trailer.len + ST_PACK_FOOTER_LEN);
+    if (err)
+        return err;
+    /* Cannot fail now that the space is reserved. */
+    st_bytes_append(&w->data, w->trailer.data, w->trailer.len);
+    st_bytes_append(&w->data, footer, sizeof footer);
+    w->finished = 1;
+    if (pack_id)
+        *pack_id = st_id_of(w->data.data, w->data.len);
+    return ST_OK;
+}
+
+void st_pack_writer_reset(st_pack_writer *w)
+{
+    st_bytes_clear(&w->data);
+    st_bytes_clear(&w->trailer);
+    w->count = 0;
+    w->finished = 0;
+}
+
+void st_pack_writer_free(st_pack_writer *w)
+{
+    st_bytes_free(&w->data);
+    st_bytes_free(&w->trailer);
+    w->count = 0;
+    w->finished = 0;
+}
+
+st_err st_pack_footer_decode(const uint8_t *footer, uint32_t *trailer_len, uint32_t *count)
+{
+    if (memcmp(footer + 20, pack_magic, sizeof pack_magic) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "pack footer: bad magic");
+    if (st_le32_get(footer + 16) != 0)
+        return st_seterr(ST_ERR_CORRUPT, "pack footer: reserved field not zero");
+    uint32_t tlen = st_le32_get(footer);
+    uint32_t n = st_le32_get(footer + 4);
+    if ((uint64_t)tlen + ST_PACK_FOOTER_LEN > ST_PACK_MAX_SIZE)
+        return st_seterr(ST_ERR_CORRUPT, "pack footer: trailer length %u too large", tlen);
+    if ((uint64_t)n * PACK_MIN_ENTRY_LEN > tlen)
+        return st_seterr(ST_ERR_CORRUPT, "pack footer: %u chunks cannot fit in %u trailer bytes", n,
+                         tlen);
+    *trailer_len = tlen;
+    *count = n;
+    return ST_OK;
+}
+
+/* Parses one trailer entry and checks it against the chunk area and the end of
+ * the previous entry (*next_free), which it advances. */
+static st_err trailer_get_entry(st_reader *r, uint64_t chunk_area, uint64_t *next_free,
+                                size_t index, st_pack_entry *e)
+{
+    const uint8_t *id;
+    uint64_t offset, stored_len, raw_len;
+    uint8_t codec;
+    st_get_bytes(r, ST_ID_LEN, &id);
+    st_get_varint(r, &offset);
+    st_get_varint(r, &stored_len);
+    st_get_varint(r, &raw_len);
+    st_get_u8(r, &codec);
+    if (r->err)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu truncated or malformed", index);
+    if (codec > ST_CODEC_LZ4_SHUF4)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu has unknown codec %u", index,
+                         codec);
+    if (stored_len < ST_CODEC_HEADER_LEN || stored_len > UINT32_MAX)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu stored length %llu invalid",
+                         index, (unsigned long long)stored_len);
+    if (raw_len > ST_CODEC_MAX_RAW)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu raw length %llu too large", index,
+                         (unsigned long long)raw_len);
+    if (offset < *next_free)
+        return st_seterr(ST_ERR_CORRUPT,
+                         "pack trailer: entry %zu at %llu overlaps or precedes the previous one",
+                         index, (unsigned long long)offset);
+    /* offset <= chunk_area <= 2^30 here would not overflow, but check first anyway. */
+    if (offset > chunk_area || stored_len > chunk_area - offset)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu [%llu,+%llu) outside chunk area",
+                         index, (unsigned long long)offset, (unsigned long long)stored_len);
+    memcpy(e->id.b, id, ST_ID_LEN);
+    e->offset = offset;
+    e->stored_len = (uint32_t)stored_len;
+    e->raw_len = (uint32_t)raw_len;
+    e->codec = codec;
+    *next_free = offset + stored_len;
+    return ST_OK;
+}
+
+st_err st_pack_trailer_decode(const uint8_t *tail, size_t tail_len, uint64_t pack_size,
+                              st_pack_entry **entries, size_t *n)
+{
+    st_pack_entry *out = NULL;
+    uint32_t trailer_len, count;
+    st_err err;
+
+    *entries = NULL;
+    *n = 0;
+    if (pack_size > ST_PACK_MAX_SIZE)
+        return st_seterr(ST_ERR_CORRUPT, "pack: size %llu above limit",
+                         (unsigned long long)pack_size);
+    if (tail_len < ST_PACK_FOOTER_LEN || tail_len > pack_size)
+        return st_seterr(ST_ERR_CORRUPT, "pack: tail of %zu bytes impossible for a %llu-byte pack",
+                         tail_len, (unsigned long long)pack_size);
+    err = st_pack_footer_decode(tail + tail_len - ST_PACK_FOOTER_LEN, &trailer_len, &count);
+    if (err)
+        return err;
+    if ((uint64_t)trailer_len + ST_PACK_FOOTER_LEN != tail_len)
+        return st_seterr(ST_ERR_CORRUPT, "pack: footer says trailer is %u bytes, tail holds %zu",
+                         trailer_len, tail_len - ST_PACK_FOOTER_LEN);
+    uint64_t want_sum = st_le64_get(tail + tail_len - ST_PACK_FOOTER_LEN + 8);
+    if (st_hash64(tail, trailer_len) != want_sum)
+        return st_seterr(ST_ERR_CORRUPT, "pack trailer: checksum mismatch");
+    if (count == 0) {
+        if (trailer_len != 0)
+            return st_seterr(ST_ERR_CORRUPT, "pack trailer: %u bytes for zero chunks", trailer_len);
+        return ST_OK;
+    }
+
+    /* count * PACK_MIN_ENTRY_LEN <= trailer_len (footer check): bounded by input. */
+    out = calloc(count, sizeof *out);
+    if (!out)
+        return st_seterr(ST_ERR_NOMEM, "pack trailer: out of memory for %u entries", count);
+
+    uint64_t chunk_area = pack_size - tail_len;
+    uint64_t next_free = 0;
+    st_reader r;
+    st_reader_init(&r, tail, trailer_len);
+    for (size_t i = 0; i < count; i++) {
+        err = trailer_get_entry(&r, chunk_area, &next_free, i, &out[i]);
+        if (err)
+            goto out;
+    }
+    if (st_reader_left(&r) != 0) {
+        err = st_seterr(ST_ERR_CORRUPT, "pack trailer: %zu bytes after the last entry",
+                        st_reader_left(&r));
+        goto out;
+    }
+    *entries = out;
+    *n = count;
+    out = NULL;
+    err = ST_OK;
+out:
+    free(out);
+    return err;
+}

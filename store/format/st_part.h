@@ -1,0 +1,103 @@
+/*
+ * st_step — where a job's objects live in the store, and the part record
+ * with which a node makes its part of a step durable (docs/PROTOCOL.md,
+ * docs/CONSISTENCY.md).
+ *
+ * Key names:
+ *   joblist/<job>
+ *   jobs/<job>/packs/<hh>/<packid>.pack
+ *   jobs/<job>/steps/<step:020>/nodes/<node>.r<revision>.manifest
+ *   jobs/<job>/steps/<step:020>/nodes/<node>.commit        (the part record)
+ *
+ * Part record encoding (all integers varints unless said otherwise):
+ *   magic "CKs2", version (LE u16 = 2), flags (LE u16: bit 0 complete,
+ *   bit 1 rank_coverage), step, created_ns, job (str), node (str),
+ *   revision, manifest length, manifest digest (16 bytes),
+ *   world_size, expected count + each path (str),
+ *   commit count + each (rank, world_size);
+ *   XXH3-64 of everything above (LE u64).
+ * The decoder accepts any byte string and either returns a valid record or
+ * ST_ERR_CORRUPT / ST_ERR_UNSUPPORTED.
+ */
+#ifndef ST_PART_H
+#define ST_PART_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+#include "util/st_hash.h"
+#include "util/st_wire.h"
+
+/* The job registry: an empty object joblist/<job> per job, so the list of
+ * jobs is one short listing, not a walk over every pack. */
+#define ST_KEY_JOBLIST "joblist/"
+
+#define ST_JOB_MAX        128
+#define ST_NODE_MAX       128
+#define ST_STEP_DIGITS    20
+#define ST_STEP_MAX_NODES 65536
+
+/*! 1 if name is a valid job or node name: 1..max bytes of [A-Za-z0-9._-],
+ *  not starting with '.'. */
+int st_name_is_valid(const char *name, size_t max);
+
+/*! This host's name squeezed into a valid node name (invalid characters
+ *  become '-'), or "node". out holds ST_NODE_MAX + 1 bytes. */
+void st_default_node_name(char *out);
+
+/* Each key builder writes a NUL-terminated key into out (cap bytes) and
+ * returns ST_OK, or ST_ERR_INVALID for a bad name or a too-small buffer. */
+st_err st_key_pack(char *out, size_t cap, const char *job, const st_id *pack);
+st_err st_key_steps_prefix(char *out, size_t cap, const char *job);
+st_err st_key_step_prefix(char *out, size_t cap, const char *job, uint64_t step);
+/* A node that stores a step again (files added or changed after its part
+ * was first made durable) writes its manifest under a new revision, then a
+ * part record naming that revision: readers never pair a part record with a
+ * manifest it does not describe. */
+st_err st_key_manifest(char *out, size_t cap, const char *job, uint64_t step, const char *node,
+                       uint32_t revision);
+st_err st_key_part(char *out, size_t cap, const char *job, uint64_t step, const char *node);
+
+/*!
+ * Parses a key under jobs/<job>/steps/: sets *step and returns the rest
+ * after "<step20>/" in *rest. ST_ERR_INVALID if the key is not of that shape.
+ */
+st_err st_key_parse_step(const char *key, const char *job, uint64_t *step, const char **rest);
+
+/*! For a rest of "nodes/<node>.commit" (see st_key_parse_step) copies the
+ *  node name into node (ST_NODE_MAX + 1 bytes) and returns 1, else 0. */
+int st_key_parse_part(const char *rest, char *node);
+
+#define ST_PART_MAX_EXPECTED 65536
+#define ST_PART_MAX_COMMITS  65536
+
+typedef struct st_rank_commit {
+    uint32_t rank;
+    uint32_t world_size;
+} st_rank_commit;
+
+/*! One node's part of a step (docs/CONSISTENCY.md). */
+typedef struct st_part {
+    uint64_t step;
+    int64_t created_ns;
+    char job[ST_JOB_MAX + 1];
+    char node[ST_NODE_MAX + 1];
+    uint32_t revision;
+    uint64_t manifest_len;
+    st_id manifest_digest;
+    int complete;        /* this node saw the step complete */
+    int rank_coverage;   /* a layout where every rank writes */
+    uint32_t world_size; /* 0: unknown */
+    size_t nexpected;
+    char **expected; /* paths that must be in the step (malloc'd) */
+    size_t ncommits;
+    st_rank_commit *commits; /* explicit per-rank commits (malloc'd) */
+} st_part;
+
+st_err st_part_encode(const st_part *p, st_bytes *out);
+/*! On success *p owns its arrays (st_part_free); on failure *p is empty. */
+st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p);
+void st_part_free(st_part *p);
+
+#endif

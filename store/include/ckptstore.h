@@ -1,0 +1,194 @@
+/*
+ * ckptstore.h — the store engine's facade: the only header fs/ and tools/
+ * include. It opens a store (object backend + local state) and offers the
+ * whole-step operations: store a directory as a step, restore a step into a
+ * directory, list jobs and committed steps.
+ *
+ * Ownership: every pointer returned through an out-parameter is owned by the
+ * caller and released with the matching *_free function. Errors: st_err codes
+ * (st_error.h) with the detail in st_errmsg() on the calling thread.
+ *
+ * Threads: an st_store is used by one thread at a time.
+ */
+#ifndef CKPTSTORE_H
+#define CKPTSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/st_chunker.h"
+#include "st_error.h"
+#include "engine/st_gc.h"
+
+typedef struct st_store st_store;
+
+typedef struct st_store_options {
+    const char *url;                  /* "file:///abs/dir" or "s3://bucket/prefix" */
+    const char *s3_endpoint;          /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
+    const char *state_dir;            /* local state (dedup index); NULL: st_default_state_dir() */
+    const char *node;                 /* this writer's name; NULL: derived from the host name */
+    const st_chunker_params *chunker; /* NULL: defaults */
+    /* Called for non-fatal problems (a skipped symlink); may be NULL. */
+    void (*warn)(void *arg, const char *msg);
+    void *warn_arg;
+} st_store_options;
+
+/*! Default store URL: file://$XDG_DATA_HOME/ckptfs/store (or ~/.local/share/...).
+ *  Writes into buf (cap bytes); returns buf, or NULL if it does not fit. */
+char *st_default_store_url(char *buf, size_t cap);
+/*! Default local state dir: $XDG_CACHE_HOME/ckptfs (or ~/.cache/ckptfs). */
+char *st_default_state_dir(char *buf, size_t cap);
+
+st_err st_store_open(const st_store_options *opts, st_store **out);
+void st_store_close(st_store *s);
+
+/*! What a put did. */
+typedef struct st_put_result {
+    uint64_t files;
+    uint64_t skipped;       /* entries that are not regular files or dirs */
+    uint64_t logical_bytes; /* bytes of the files */
+    uint64_t chunks;
+    uint64_t new_chunks;
+    uint64_t new_raw_bytes; /* bytes that did not dedup */
+    uint64_t stored_bytes;  /* pack bytes uploaded */
+    uint64_t packs;
+    uint64_t puts; /* object PUTs: packs + manifest + commit */
+} st_put_result;
+
+/*!
+ * Stores every regular file under dir (recursively; symlinks and special
+ * files are skipped with a warning) as step `step` of `job`, then writes the
+ * manifest and, last, the commit record. ST_ERR_EXISTS if the step is
+ * already committed. res may be NULL.
+ */
+st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
+                        st_put_result *res);
+
+typedef struct st_get_result {
+    uint64_t files;
+    uint64_t bytes;
+    uint64_t gets;
+} st_get_result;
+
+/*!
+ * Restores committed step `step` of `job` into dest (created if missing).
+ * Each file is written to a temporary name, verified chunk by chunk and by
+ * whole-file digest, fsynced, and only then renamed to its real name.
+ * ST_ERR_NOT_FOUND if the step has no commit record.
+ */
+st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
+                        st_get_result *res);
+
+/*! One step as readers see it (docs/CONSISTENCY.md). */
+typedef struct st_step_info {
+    uint64_t step;
+    int64_t created_ns; /* the newest part record's time */
+    uint64_t files;
+    uint64_t bytes;      /* logical bytes of its files */
+    uint64_t nodes;      /* part records (one per node that wrote it) */
+    int consistent;      /* complete on every rank and durable: restorable */
+    int complete;        /* some node saw its completion */
+    uint32_t world_size; /* 0: unknown */
+    uint32_t ranks;      /* distinct writer ranks among its files */
+    char why[160];       /* "" when consistent, else why not ("missing ranks 2,3") */
+} st_step_info;
+
+/*!
+ * Every step of job that has at least one part record, consistent or not, in
+ * ascending order (*steps malloc'd, free()). Steps whose records cannot be
+ * read are reported through warn and left out.
+ */
+st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n);
+
+/*! The latest consistent step of job, or ST_ERR_NOT_FOUND (message says so). */
+st_err st_store_latest(st_store *s, const char *job, uint64_t *step);
+
+typedef struct st_restore_opts {
+    int rank;         /* -1: every file; else only the files written by this rank */
+    int latest;       /* ignore `step`: take the latest consistent step */
+    int no_fallback;  /* with latest: fail rather than fall back to an older step */
+    unsigned threads; /* parallel downloads; 0: 4 */
+    /* Called from the restoring threads (serialised) as bytes arrive; may be NULL. */
+    void (*progress)(void *arg, uint64_t done_bytes, uint64_t total_bytes);
+    void *progress_arg;
+} st_restore_opts;
+
+typedef struct st_restore_result {
+    uint64_t step; /* the step restored */
+    uint64_t files, bytes;
+    uint64_t gets;        /* object GETs issued */
+    int fell_back;        /* the latest step failed verification; an older one was restored
+                             (the caller reports it: the store does not warn) */
+    uint64_t failed_step; /* when fell_back: the step that failed */
+    char failure[256];    /* when fell_back: why */
+} st_restore_result;
+
+/*!
+ * Restores a consistent step (or with opts->latest the latest one) into dest
+ * (created if missing): parallel ranged GETs, every chunk and every file
+ * verified, each file renamed into place only once whole. A step that is not
+ * consistent is refused (ST_ERR_NOT_FOUND, message says why). opts NULL:
+ * all files, 4 threads, fallback on.
+ */
+st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char *dest,
+                        const st_restore_opts *opts, st_restore_result *res);
+
+typedef struct st_verify_result {
+    uint64_t files, chunks, bytes;
+    uint64_t bad_files; /* files with a chunk or digest that failed */
+} st_verify_result;
+
+/*! Reads and checks every chunk and file digest of a step (no local writes).
+ *  ST_ERR_CORRUPT if anything failed (the message names the first file). */
+st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_result *res);
+
+typedef struct st_store_stats {
+    uint64_t steps, consistent_steps;
+    uint64_t logical_bytes; /* sum over steps of their files' sizes */
+    uint64_t stored_bytes;  /* sum of the job's object sizes: packs, manifests, part records */
+    uint64_t packs, manifests, part_records;
+} st_store_stats;
+
+/*! Space accounting of a job: logical vs stored bytes, object counts. */
+st_err st_store_stats_job(st_store *s, const char *job, st_store_stats *out);
+
+/*! Object requests this st_store made so far, by kind. */
+typedef struct st_request_counts {
+    uint64_t put, get, stat, list, del;
+} st_request_counts;
+void st_store_requests(const st_store *s, st_request_counts *out);
+
+/*! Names of the jobs in the store (malloc'd array of malloc'd strings;
+ *  st_store_free_names()). */
+st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n);
+void st_store_free_names(char **names, size_t n);
+
+/* The mount's file system model, for the FUSE daemon (fs/). */
+#include "st_vfs.h"
+
+/* ---- retention and garbage collection (docs/GC.md; st_gc.c) ---- */
+
+/*!
+ * One GC run over job: retention (policy) deletes steps, part records first;
+ * then the time-fenced sweep marks unreferenced packs, and deletes packs
+ * whose marker is older than the grace period and that a fresh scan still
+ * finds unreferenced; referenced packs that are mostly dead are retired
+ * (writers store their live chunks anew; policy->repack_dead). dry_run:
+ * nothing is written or deleted, and r lists exactly what a real run at
+ * this moment would delete. Deletions go in batches (policy->batch); after
+ * each, policy->progress hears r on this thread and *policy->stop can end
+ * the run between whole units (r->stopped). r is filled also on error (what
+ * was done before it); release it with st_gc_report_free(). Safe while
+ * writers on other nodes publish (docs/GC.md).
+ */
+st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
+                   st_gc_report *r);
+
+/*! Pins (pin 1) or unpins (pin 0) a step: a pinned step is never deleted by
+ *  retention. Pinning a step that has no part record, or unpinning one that
+ *  is not pinned, gives ST_ERR_NOT_FOUND. */
+st_err st_store_pin(st_store *s, const char *job, uint64_t step, int pin);
+/*! The pinned steps of job, ascending (*steps malloc'd, free()). */
+st_err st_store_pins(st_store *s, const char *job, uint64_t **steps, size_t *n);
+
+#endif

@@ -1,0 +1,1737 @@
+/*
+ * st_vfs — the mount's namespace, open handles, step tracking and status
+ * file. See st_vfs.h for the contract and st_vfs_impl.h for the shared state,
+ * the file and step life cycles and the locking rule.
+ *
+ * Step completion follows the numbered rules of docs/STEPS.md; the functions
+ * below cite them as (R1)...(R6).
+ */
+#define _GNU_SOURCE /* sync_file_range */
+#include "mount/st_vfs_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "backend/st_backend_fault.h"
+#include "format/st_fmtcheck.h"
+#include "util/st_fsutil.h"
+#include "engine/st_gc.h"
+#include "format/st_manifest.h"
+
+#define CTL_DIR_NAME ".ckptfs"
+#define STATUS_NAME  "status"
+#define COMMIT_NAME  "commit"
+
+struct st_vfs_handle {
+    vnode *node; /* NULL for the status file */
+    int fd;
+    int writable;
+    int dirty;     /* written since the last flush */
+    uint64_t step; /* the step whose writer count this handle holds */
+    uint64_t start_version;
+    uint64_t writeback_from; /* start of the range not yet handed to writeback */
+    st_bytes virt;           /* a virtual file's content */
+};
+
+/* Sequential writes hand every WRITEBACK_CHUNK to the disk right away
+ * (sync_file_range, asynchronous), so the fdatasync that close() needs finds
+ * little left to write: the trainer pays for the tail, not the whole file. */
+#define WRITEBACK_CHUNK (8u << 20)
+
+/* ---- logging ---- */
+
+void vfs_log(st_vfs *v, int level, const char *fmt, ...)
+{
+    if (!v->opts.log)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    v->opts.log(v->opts.log_arg, level, msg);
+}
+
+/* ---- nodes and the tree (all under v->lock) ---- */
+
+vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
+{
+    if (v->ninodes >= v->inodes_cap) {
+        uint64_t cap = v->inodes_cap ? v->inodes_cap * 2 : 1024;
+        while (cap <= v->ninodes)
+            cap *= 2;
+        vnode **p = realloc(v->inodes, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        memset(p + v->inodes_cap, 0, (cap - v->inodes_cap) * sizeof *p);
+        v->inodes = p;
+        v->inodes_cap = cap;
+    }
+    vnode *n = calloc(1, sizeof *n);
+    if (!n || !(n->name = strdup(name))) {
+        free(n);
+        return NULL;
+    }
+    n->ino = v->ninodes++;
+    v->inodes[n->ino] = n;
+    n->mode = mode;
+    n->mtime_ns = n->ctime_ns = st_now_ns();
+    n->step = VFS_NO_STEP;
+    n->rank = -1;
+    if (parent && vfs_link(parent, n) != ST_OK) {
+        v->inodes[n->ino] = NULL;
+        free(n->name);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* Index of name among dir's sorted children, or where it would go. */
+static size_t kid_index(const vnode *dir, const char *name, int *found)
+{
+    size_t lo = 0, hi = dir->nkids;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(dir->kids[mid]->name, name);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+vnode *vfs_child(const vnode *dir, const char *name)
+{
+    int found;
+    size_t i = kid_index(dir, name, &found);
+    return found ? dir->kids[i] : NULL;
+}
+
+st_err vfs_link(vnode *dir, vnode *child)
+{
+    int found;
+    size_t i = kid_index(dir, child->name, &found);
+    if (found)
+        return st_seterr(ST_ERR_EXISTS, "%s exists", child->name);
+    if (dir->nkids == dir->kids_cap) {
+        size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
+        vnode **p = realloc(dir->kids, cap * sizeof *p);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        dir->kids = p;
+        dir->kids_cap = cap;
+    }
+    memmove(dir->kids + i + 1, dir->kids + i, (dir->nkids - i) * sizeof *dir->kids);
+    dir->kids[i] = child;
+    dir->nkids++;
+    child->parent = dir;
+    return ST_OK;
+}
+
+static void node_free(st_vfs *v, vnode *n)
+{
+    v->inodes[n->ino] = NULL;
+    if (n->remote)
+        free(n->remote->path);
+    free(n->remote);
+    free(n->kids);
+    free(n->name);
+    free(n);
+}
+
+void vfs_maybe_free(st_vfs *v, vnode *n)
+{
+    if (!n->parent && n != v->root && n->nlookup == 0 && n->opens == 0 && !n->fetching)
+        node_free(v, n);
+}
+
+void vfs_unlink_node(st_vfs *v, vnode *child)
+{
+    (void)v;
+    vnode *dir = child->parent;
+    if (!dir)
+        return;
+    int found;
+    size_t i = kid_index(dir, child->name, &found);
+    if (found && dir->kids[i] == child) {
+        memmove(dir->kids + i, dir->kids + i + 1, (dir->nkids - i - 1) * sizeof *dir->kids);
+        dir->nkids--;
+    }
+    child->parent = NULL;
+}
+
+vnode *vfs_job_dir(const vnode *n)
+{
+    while (n && n->parent && n->parent->parent)
+        n = n->parent;
+    return n && n->parent ? (vnode *)n : NULL;
+}
+
+char *vfs_job_path(const vnode *n, char *buf, size_t cap)
+{
+    const vnode *chain[ST_MANIFEST_MAX_PATH / 2];
+    size_t depth = 0;
+    for (const vnode *p = n; p && p->parent && p->parent->parent; p = p->parent) {
+        if (depth == sizeof chain / sizeof chain[0])
+            return NULL;
+        chain[depth++] = p;
+    }
+    size_t len = 0;
+    buf[0] = '\0';
+    while (depth--) {
+        size_t nl = strlen(chain[depth]->name);
+        if (len + nl + 2 > cap)
+            return NULL;
+        if (len)
+            buf[len++] = '/';
+        memcpy(buf + len, chain[depth]->name, nl + 1);
+        len += nl;
+    }
+    return buf;
+}
+
+vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base)
+{
+    vnode *dir = jobdir;
+    const char *p = path;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        if (!slash) {
+            *base = p;
+            return dir;
+        }
+        char comp[NAME_MAX + 1];
+        size_t len = (size_t)(slash - p);
+        if (len == 0 || len > NAME_MAX)
+            return NULL;
+        memcpy(comp, p, len);
+        comp[len] = '\0';
+        vnode *next = vfs_child(dir, comp);
+        if (!next) {
+            if (!create || !(next = vfs_node_new(v, dir, comp, S_IFDIR | 0755)))
+                return NULL;
+        } else if (!S_ISDIR(next->mode)) {
+            return NULL;
+        }
+        dir = next;
+        p = slash + 1;
+    }
+}
+
+void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/data/%" PRIu64, v->staging, sid);
+}
+
+/* ---- jobs and steps (under v->lock) ---- */
+
+vjob *vfs_job(st_vfs *v, const char *name, int create)
+{
+    for (size_t i = 0; i < v->njobs; i++)
+        if (!strcmp(v->jobs[i].name, name))
+            return &v->jobs[i];
+    if (!create)
+        return NULL;
+    if (v->njobs == v->jobs_cap) {
+        size_t cap = v->jobs_cap ? v->jobs_cap * 2 : 8;
+        vjob *p = realloc(v->jobs, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        v->jobs = p;
+        v->jobs_cap = cap;
+    }
+    vjob *j = &v->jobs[v->njobs++];
+    memset(j, 0, sizeof *j);
+    snprintf(j->name, sizeof j->name, "%s", name);
+    return j;
+}
+
+vstep *vfs_step(vjob *j, uint64_t step, int create)
+{
+    size_t lo = 0, hi = j->nsteps;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (j->steps[mid].step == step)
+            return &j->steps[mid];
+        if (j->steps[mid].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!create)
+        return NULL;
+    if (j->nsteps == j->steps_cap) {
+        size_t cap = j->steps_cap ? j->steps_cap * 2 : 16;
+        vstep *p = realloc(j->steps, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        j->steps = p;
+        j->steps_cap = cap;
+    }
+    memmove(j->steps + lo + 1, j->steps + lo, (j->nsteps - lo) * sizeof *j->steps);
+    j->nsteps++;
+    memset(&j->steps[lo], 0, sizeof j->steps[lo]);
+    j->steps[lo].step = step;
+    return &j->steps[lo];
+}
+
+void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
+{
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j ? vfs_step(j, step, 0) : NULL;
+    if (!s || s->queued || vfs_deletion_find(j, step))
+        return; /* a step removed through the mount is never published again */
+    if (v->nqueue == v->queue_cap) {
+        size_t cap = v->queue_cap ? v->queue_cap * 2 : 16;
+        upload_item *p = realloc(v->queue, cap * sizeof *p);
+        if (!p) {
+            vfs_log(v, 2, "out of memory queueing step %" PRIu64 " of %s", step, job);
+            return;
+        }
+        v->queue = p;
+        v->queue_cap = cap;
+    }
+    upload_item *it = &v->queue[v->nqueue++];
+    snprintf(it->job, sizeof it->job, "%s", job);
+    it->step = step;
+    s->queued = 1;
+    s->dirty = 0; /* the upload takes every closed change made so far */
+    pthread_cond_broadcast(&v->changed);
+}
+
+/* A completion rule fired for step s: remember it, and upload once no file
+ * of the step is open for writing. */
+static void step_complete(st_vfs *v, vjob *j, vstep *s)
+{
+    if (vfs_deletion_find(j, s->step))
+        return; /* removed through the mount */
+    if (!s->complete) {
+        s->complete = 1;
+        vfs_journal_put_step(v, j->name, s);
+        vfs_log(v, 0, "step %" PRIu64 " of job %s is complete", s->step, j->name);
+    }
+    if (s->writers == 0)
+        vfs_enqueue(v, j->name, s->step);
+    else
+        s->upload_waits = 1;
+}
+
+static void remember_writer(vstep *s, pid_t pid)
+{
+    for (int i = 0; i < s->nwriter_pids; i++)
+        if (s->writer_pids[i] == pid)
+            return;
+    if (s->nwriter_pids < VFS_JOB_MAX_STEPS_WRITERS)
+        s->writer_pids[s->nwriter_pids++] = pid;
+}
+
+static int wrote_step(const vstep *s, pid_t pid)
+{
+    for (int i = 0; i < s->nwriter_pids; i++)
+        if (s->writer_pids[i] == pid)
+            return 1;
+    return 0;
+}
+
+/* The step a path belongs to by name (R1), or VFS_NO_STEP. */
+static uint64_t step_of_path(const st_vfs *v, const char *path, int *single_file)
+{
+    st_step_match m;
+    st_steprules_match(v->rules, path, &m);
+    if (single_file)
+        *single_file = m.matched && m.single_file;
+    return m.matched ? m.step : VFS_NO_STEP;
+}
+
+/* A writable handle opens on n (in job j), by pid. */
+static void step_writer_open(st_vfs *v, vjob *j, vnode *n, pid_t pid, st_vfs_handle *h)
+{
+    h->step = n->step;
+    if (n->step == VFS_NO_STEP)
+        return;
+    vstep *s = vfs_step(j, n->step, 1);
+    if (!s)
+        return;
+    s->writers++;
+    s->last_activity_ns = st_mono_ns();
+    remember_writer(s, pid);
+    /* (R4) The same writer moving on to a newer step completes the older
+     * steps it wrote that have nothing open. */
+    for (size_t i = 0; i < j->nsteps; i++) {
+        vstep *old = &j->steps[i];
+        if (old->step >= n->step)
+            break;
+        if (!old->complete && old->writers == 0 && wrote_step(old, pid))
+            step_complete(v, j, old);
+    }
+}
+
+/* RANK and WORLD_SIZE of a writer process, from its environment (torchrun
+ * and every launcher set them). Unknown stays -1 / 0. */
+static void writer_rank(pid_t pid, int32_t *rank, uint32_t *world)
+{
+    char path[64], buf[65536];
+    *rank = -1;
+    *world = 0;
+    if (pid <= 0)
+        return;
+    snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t got = 0;
+    st_read_full(fd, buf, sizeof buf - 1, &got, path);
+    close(fd);
+    buf[got] = '\0';
+    for (size_t i = 0; i < got; i += strlen(buf + i) + 1) {
+        const char *kv = buf + i;
+        char *end;
+        if (!strncmp(kv, "RANK=", 5)) {
+            long r = strtol(kv + 5, &end, 10);
+            if (*end == '\0' && kv[5] && r >= 0 && r < INT32_MAX)
+                *rank = (int32_t)r;
+        } else if (!strncmp(kv, "WORLD_SIZE=", 11)) {
+            unsigned long w = strtoul(kv + 11, &end, 10);
+            if (*end == '\0' && kv[11] && w > 0 && w < (1ul << 24))
+                *world = (uint32_t)w;
+        }
+    }
+    if (*rank >= 0 && *world && (uint32_t)*rank >= *world)
+        *rank = -1; /* inconsistent: trust neither */
+}
+
+uint64_t vfs_newest_step(const vjob *j)
+{
+    for (size_t i = j->nsteps; i-- > 0;)
+        if (!vfs_deletion_find(j, j->steps[i].step))
+            return j->steps[i].step;
+    return VFS_NO_STEP;
+}
+
+/* Reads up to cap bytes of a closed file's content (markers are tiny). */
+static size_t read_small(st_vfs *v, vnode *n, uint8_t *buf, size_t cap)
+{
+    char path[PATH_MAX];
+    vfs_staging_path(v, n->sid, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t got = 0;
+    st_read_full(fd, buf, cap, &got, path);
+    close(fd);
+    return got;
+}
+
+/* 1 unless n is a checkpoint format whose end is missing (st_fmtcheck). */
+static int file_whole(st_vfs *v, vnode *n)
+{
+    if (!n->sid)
+        return 1;
+    char path[PATH_MAX];
+    vfs_staging_path(v, n->sid, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int whole = st_file_looks_complete(fd, n->size);
+    close(fd);
+    return whole;
+}
+
+/* After n's content or name changed and nothing has it open for writing:
+ * apply the completion rules that look at a closed file. */
+static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
+{
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    if (!vfs_job_path(n, path, sizeof path))
+        return;
+    st_marker_kind mk = st_steprules_marker_kind(v->rules, path);
+    if (mk == ST_MARKER_NAMES_STEP && n->sid) {
+        /* (R2) latest / latest_checkpointed_iteration.txt name their step. */
+        uint8_t content[4096];
+        size_t len = read_small(v, n, content, sizeof content);
+        uint64_t named;
+        if (st_steprules_marker_step(v->rules, path, content, len, &named) == ST_OK) {
+            n->step = named;
+            vfs_journal_put_file(v, n);
+            vstep *s = vfs_step(j, named, 1);
+            if (s)
+                step_complete(v, j, s);
+            return;
+        }
+    }
+    if (n->step == VFS_NO_STEP) {
+        /* (R6) A file outside any step belongs to the newest step. */
+        n->step = vfs_newest_step(j);
+        if (n->step == VFS_NO_STEP)
+            return;
+        vfs_journal_put_file(v, n);
+    }
+    vstep *s = vfs_step(j, n->step, 1);
+    if (!s)
+        return;
+    int single_file = 0;
+    step_of_path(v, path, &single_file);
+    if (single_file && s->writers == 0 && !file_whole(v, n)) {
+        /* A writer killed in the middle of torch.save closes its file too. */
+        vfs_log(v, 1, "%s/%s looks cut short; step %" PRIu64 " stays incomplete", j->name, path,
+                s->step);
+        return;
+    }
+    if (mk == ST_MARKER_IN_STEP || (single_file && s->writers == 0))
+        step_complete(v, j, s); /* (R1 markers, R3 single-file steps) */
+    else if (s->complete && modified && s->writers == 0)
+        vfs_enqueue(v, j->name, s->step); /* (R5) a change after completion */
+}
+
+/* ---- virtual entries ---- */
+
+static void virt_attr(uint64_t ino, st_vfs_attr *a)
+{
+    memset(a, 0, sizeof *a);
+    a->ino = ino;
+    a->mode = ino == ST_VFS_CTL_DIR_INO  ? (S_IFDIR | 0555)
+              : ino == ST_VFS_COMMIT_INO ? (S_IFREG | 0222)
+                                         : (S_IFREG | 0444);
+    a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
+    a->mtime_ns = a->ctime_ns = st_now_ns();
+}
+
+static void node_attr(const vnode *n, st_vfs_attr *a)
+{
+    a->ino = n->ino;
+    a->mode = n->mode;
+    a->nlink = S_ISDIR(n->mode) ? 2 : 1;
+    a->size = S_ISDIR(n->mode) ? 4096 : n->size;
+    a->mtime_ns = n->mtime_ns;
+    a->ctime_ns = n->ctime_ns;
+}
+
+static vnode *get_node(st_vfs *v, uint64_t ino)
+{
+    return ino < v->ninodes ? v->inodes[ino] : NULL;
+}
+
+/* ---- status ---- */
+
+static const char *step_state_name(const vstep *s)
+{
+    if (s->uploading)
+        return "uploading";
+    if (s->queued)
+        return "queued";
+    if (s->durable_ns && !s->writers)
+        return "durable";
+    if (s->complete)
+        return "complete";
+    return "writing";
+}
+
+void vfs_json_str(st_bytes *b, const char *s)
+{
+    st_bytes_put_u8(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            st_bytes_append(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            st_bytes_append(b, esc, 6);
+        } else {
+            st_bytes_put_u8(b, c);
+        }
+    }
+    st_bytes_put_u8(b, '"');
+}
+
+void vfs_bprintf(st_bytes *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        st_bytes_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Bytes of local files not yet durable. */
+static uint64_t pending_bytes(st_vfs *v)
+{
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        if (n && n->parent && S_ISREG(n->mode) && n->sid && n->state != VFILE_DURABLE)
+            total += n->size;
+    }
+    return total;
+}
+
+/* The status file: one JSON object (docs/MOUNT.md describes the fields). */
+static void build_status(st_vfs *v, st_bytes *b)
+{
+    double secs = (double)v->upload_ns / 1e9;
+    vfs_bprintf(b, "{\"node\":");
+    vfs_json_str(b, v->node);
+    vfs_bprintf(b,
+                ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
+                ",\"staging_cap\":%" PRIu64 ",\"uploaded_bytes\":%" PRIu64
+                ",\"stored_bytes\":%" PRIu64 ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
+                "\"last_error\":",
+                pending_bytes(v), v->staged_bytes, v->opts.staging_cap, v->uploaded_bytes,
+                v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0,
+                v->nqueue);
+    vfs_json_str(b, v->last_error);
+    vfs_bprintf(b, ",\"steps\":[");
+    int first = 1;
+    for (size_t i = 0; i < v->njobs; i++) {
+        vjob *j = &v->jobs[i];
+        for (size_t k = 0; k < j->nsteps; k++) {
+            vstep *s = &j->steps[k];
+            if (vfs_deletion_find(j, s->step))
+                continue; /* listed with the deletions */
+            vfs_bprintf(b, "%s{\"job\":", first ? "" : ",");
+            vfs_json_str(b, j->name);
+            vfs_bprintf(b,
+                        ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
+                        ",\"writers\":%d}",
+                        s->step, step_state_name(s), s->revision, s->writers);
+            first = 0;
+        }
+    }
+    vfs_bprintf(b, "]");
+    vfs_deletions_status(v, b);
+    vfs_gc_status(v, b);
+    vfs_bprintf(b, "}\n");
+}
+
+/* ---- namespace operations ---- */
+
+static st_err check_name(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len > NAME_MAX)
+        return st_seterr(ST_ERR_NAME, "name too long");
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+        return st_seterr(ST_ERR_NAME, "reserved name");
+    return ST_OK;
+}
+
+/* Checks that a new entry `name` may be made in dir: job directories only at
+ * the root, no files at the root, and the path fits a manifest. */
+static st_err check_new_entry(st_vfs *v, vnode *dir, const char *name, int is_dir)
+{
+    st_err e = check_name(name);
+    if (e)
+        return e;
+    if (dir == v->root) {
+        if (!is_dir)
+            return st_seterr(ST_ERR_NAME, "only job directories live at the mount's root");
+        if (!st_name_is_valid(name, ST_JOB_MAX))
+            return st_seterr(ST_ERR_NAME, "invalid job name");
+        return ST_OK;
+    }
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    if (!vfs_job_path(dir, path, sizeof path) ||
+        strlen(path) + 1 + strlen(name) > ST_MANIFEST_MAX_PATH)
+        return st_seterr(ST_ERR_NAME, "path too long");
+    return ST_OK;
+}
+
+st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *out)
+{
+    if (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)) {
+        virt_attr(ST_VFS_CTL_DIR_INO, out);
+        return ST_OK;
+    }
+    if (parent == ST_VFS_CTL_DIR_INO) {
+        if (!strcmp(name, STATUS_NAME))
+            virt_attr(ST_VFS_STATUS_INO, out);
+        else if (!strcmp(name, COMMIT_NAME))
+            virt_attr(ST_VFS_COMMIT_INO, out);
+        else
+            return ST_ERR_NOT_FOUND;
+        return ST_OK;
+    }
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *dir = get_node(v, parent);
+    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
+    if (!dir)
+        e = ST_ERR_NOT_FOUND;
+    else if (!S_ISDIR(dir->mode))
+        e = ST_ERR_NOT_DIR;
+    else if (!n)
+        e = ST_ERR_NOT_FOUND;
+    else {
+        n->nlookup++;
+        node_attr(n, out);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
+{
+    if (ino <= ST_VFS_COMMIT_INO)
+        return;
+    pthread_mutex_lock(&v->lock);
+    vnode *n = get_node(v, ino);
+    if (n) {
+        n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+        vfs_maybe_free(v, n);
+    }
+    pthread_mutex_unlock(&v->lock);
+}
+
+st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
+{
+    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO) {
+        virt_attr(ino, out);
+        return ST_OK;
+    }
+    pthread_mutex_lock(&v->lock);
+    vnode *n = get_node(v, ino);
+    if (n)
+        node_attr(n, out);
+    pthread_mutex_unlock(&v->lock);
+    return n ? ST_OK : ST_ERR_NOT_FOUND;
+}
+
+/* Gives n a staging file of its own (empty, or with its fetched content). */
+static st_err make_local(st_vfs *v, vnode *n, int empty)
+{
+    if (n->sid && !empty)
+        return ST_OK;
+    if (!n->sid && !empty) {
+        st_err e = vfs_fetch(v, n);
+        if (e)
+            return e;
+        return ST_OK;
+    }
+    char path[PATH_MAX];
+    if (n->sid) {
+        vfs_staging_path(v, n->sid, path, sizeof path);
+        if (truncate(path, 0) < 0)
+            return st_seterr(ST_ERR_IO, "truncate staging file: %s", strerror(errno));
+        v->staged_bytes -= n->size;
+    } else {
+        uint64_t sid = v->next_sid++;
+        vfs_staging_path(v, sid, path, sizeof path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                             "create staging file: %s", strerror(errno));
+        close(fd);
+        n->sid = sid;
+    }
+    n->size = 0;
+    n->version++;
+    n->state = VFILE_WRITING;
+    n->from_remote = 0;
+    n->mtime_ns = st_now_ns();
+    return vfs_journal_put_file(v, n);
+}
+
+st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
+                      int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
+{
+    if (ino <= ST_VFS_COMMIT_INO && ino != ST_VFS_ROOT_INO) {
+        if (ino == ST_VFS_COMMIT_INO && which == ST_VFS_SET_SIZE && size == 0) {
+            virt_attr(ino, out); /* O_TRUNC of the commit file: nothing to do */
+            return ST_OK;
+        }
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    }
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *n = get_node(v, ino);
+    if (!n) {
+        e = ST_ERR_NOT_FOUND;
+        goto out;
+    }
+    if ((which & ST_VFS_SET_SIZE) && S_ISDIR(n->mode)) {
+        e = ST_ERR_IS_DIR;
+        goto out;
+    }
+    if ((which & ST_VFS_SET_SIZE) && size != n->size) {
+        if (size == 0)
+            e = make_local(v, n, 1);
+        else if (!n->sid)
+            e = make_local(v, n, 0);
+        if (e)
+            goto out;
+        if (n->size != 0 || size != 0) {
+            int rc;
+            if (h && h->fd >= 0) {
+                rc = ftruncate(h->fd, (off_t)size);
+            } else {
+                char path[PATH_MAX];
+                vfs_staging_path(v, n->sid, path, sizeof path);
+                rc = truncate(path, (off_t)size);
+            }
+            if (rc < 0) {
+                e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "truncate: %s",
+                              strerror(errno));
+                goto out;
+            }
+            v->staged_bytes = v->staged_bytes - n->size + size;
+            n->size = size;
+            n->version++;
+            n->from_remote = 0;
+            if (n->state == VFILE_DURABLE)
+                n->state = VFILE_CLOSED;
+        }
+    }
+    if (which & ST_VFS_SET_MODE)
+        n->mode = (n->mode & S_IFMT) | (mode & 07777);
+    if (which & ST_VFS_SET_MTIME)
+        n->mtime_ns = mtime_ns;
+    n->ctime_ns = st_now_ns();
+    if (n != v->root && n->parent)
+        e = S_ISDIR(n->mode) ? vfs_journal_put_dir(v, n) : vfs_journal_put_file(v, n);
+    node_attr(n, out);
+out:
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out)
+{
+    if (parent == ST_VFS_CTL_DIR_INO || parent == ST_VFS_STATUS_INO ||
+        (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)))
+        return st_seterr(ST_ERR_READ_ONLY, "reserved");
+    pthread_mutex_lock(&v->lock);
+    st_err e;
+    vnode *dir = get_node(v, parent), *n;
+    if (!dir)
+        e = ST_ERR_NOT_FOUND;
+    else if (!S_ISDIR(dir->mode))
+        e = ST_ERR_NOT_DIR;
+    else if ((e = check_new_entry(v, dir, name, 1)))
+        ;
+    else if (vfs_child(dir, name))
+        e = ST_ERR_EXISTS;
+    else if (!(n = vfs_node_new(v, dir, name, S_IFDIR | (mode & 07777))))
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    else {
+        if (dir == v->root)
+            vfs_job(v, name, 1);
+        vfs_deletion_cancel(v, n);
+        e = vfs_journal_put_dir(v, n);
+        n->nlookup++;
+        node_attr(n, out);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
+{
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    vnode *jd = vfs_job_dir(n);
+    if (jd && vfs_job_path(n, path, sizeof path)) {
+        if (tombstone && (n->remote || n->from_remote))
+            vfs_journal_tombstone(v, jd->name, path);
+        else
+            vfs_journal_delete(v, jd->name, path);
+    }
+    if (n->sid) {
+        char sp[PATH_MAX];
+        vfs_staging_path(v, n->sid, sp, sizeof sp);
+        unlink(sp);
+        v->staged_bytes -= n->size;
+        n->sid = 0;
+    }
+    vfs_unlink_node(v, n);
+    vfs_maybe_free(v, n);
+}
+
+st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
+{
+    if (parent == ST_VFS_CTL_DIR_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *dir = get_node(v, parent);
+    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
+    vfs_removal rm;
+    if (!n)
+        e = ST_ERR_NOT_FOUND;
+    else if (S_ISDIR(n->mode))
+        e = ST_ERR_IS_DIR;
+    else if (!(e = vfs_removal_begin(v, n, &rm))) {
+        vfs_drop_file(v, n, 1);
+        e = vfs_removal_commit(v, &rm);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
+{
+    if (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME))
+        return st_seterr(ST_ERR_READ_ONLY, "reserved");
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *dir = get_node(v, parent);
+    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
+    vfs_removal rm;
+    if (!n)
+        e = ST_ERR_NOT_FOUND;
+    else if (!S_ISDIR(n->mode))
+        e = ST_ERR_NOT_DIR;
+    else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
+        e = ST_ERR_NOT_EMPTY;
+    else if (!(e = vfs_removal_begin(v, n, &rm))) {
+        if (rm.jd)
+            vfs_journal_delete(v, rm.jd->name, rm.path); /* "" for a job: all of it */
+        if (!(e = vfs_removal_commit(v, &rm))) {
+            vfs_unlink_node(v, n);
+            vfs_maybe_free(v, n);
+        }
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+/* 1 if n or anything under it lives only in the store. */
+static int has_remote_only(const vnode *n)
+{
+    if (S_ISREG(n->mode))
+        return !n->sid;
+    for (size_t i = 0; i < n->nkids; i++)
+        if (has_remote_only(n->kids[i]))
+            return 1;
+    return 0;
+}
+
+/* After a rename: files under n get their step from their new path, count
+ * as changed (their path is part of the step), and settle. */
+static void renamed_subtree(st_vfs *v, vjob *j, vnode *n)
+{
+    if (S_ISDIR(n->mode)) {
+        for (size_t i = 0; i < n->nkids; i++)
+            renamed_subtree(v, j, n->kids[i]);
+        return;
+    }
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    if (!vfs_job_path(n, path, sizeof path))
+        return;
+    vfs_deletion_cancel(v, n);
+    uint64_t step = step_of_path(v, path, NULL);
+    if (step != VFS_NO_STEP)
+        n->step = step;
+    n->version++;
+    n->from_remote = 0;
+    if (n->state == VFILE_DURABLE)
+        n->state = VFILE_CLOSED;
+    vfs_journal_put_file(v, n);
+    if (n->writers == 0 && n->state != VFILE_WRITING)
+        step_file_settled(v, j, n, 1);
+}
+
+st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newparent,
+                     const char *newname)
+{
+    if (parent <= ST_VFS_STATUS_INO && parent != ST_VFS_ROOT_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    if (newparent <= ST_VFS_STATUS_INO && newparent != ST_VFS_ROOT_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *dir = get_node(v, parent), *ndir = get_node(v, newparent);
+    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
+    vnode *target = ndir && S_ISDIR(ndir->mode) ? vfs_child(ndir, newname) : NULL;
+    char from[ST_MANIFEST_MAX_PATH + 1], to[ST_MANIFEST_MAX_PATH + 1];
+    if (!n || !ndir) {
+        e = ST_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (!S_ISDIR(ndir->mode)) {
+        e = ST_ERR_NOT_DIR;
+        goto out;
+    }
+    if (target == n)
+        goto out;
+    if (dir == v->root || ndir == v->root || vfs_job_dir(dir) != vfs_job_dir(ndir)) {
+        e = st_seterr(ST_ERR_CROSS, "rename across jobs or of a job directory");
+        goto out;
+    }
+    if ((e = check_new_entry(v, ndir, newname, S_ISDIR(n->mode))))
+        goto out;
+    for (vnode *p = ndir; p; p = p->parent)
+        if (p == n) {
+            e = st_seterr(ST_ERR_INVALID, "cannot move a directory into itself");
+            goto out;
+        }
+    if (has_remote_only(n)) {
+        e = st_seterr(ST_ERR_CROSS, "%s lives only in the store", name);
+        goto out;
+    }
+    if (target) {
+        if (S_ISDIR(target->mode) && !S_ISDIR(n->mode)) {
+            e = ST_ERR_IS_DIR;
+            goto out;
+        }
+        if (!S_ISDIR(target->mode) && S_ISDIR(n->mode)) {
+            e = ST_ERR_NOT_DIR;
+            goto out;
+        }
+        if (S_ISDIR(target->mode) && target->nkids) {
+            e = ST_ERR_NOT_EMPTY;
+            goto out;
+        }
+    }
+    vnode *jd = vfs_job_dir(n);
+    vjob *j = vfs_job(v, jd->name, 1);
+    if (!vfs_job_path(n, from, sizeof from)) {
+        e = st_seterr(ST_ERR_NAME, "path too long");
+        goto out;
+    }
+    if (target) {
+        if (S_ISDIR(target->mode)) {
+            char tp[ST_MANIFEST_MAX_PATH + 1];
+            if (vfs_job_path(target, tp, sizeof tp))
+                vfs_journal_delete(v, jd->name, tp);
+            vfs_unlink_node(v, target);
+            vfs_maybe_free(v, target);
+        } else {
+            vfs_drop_file(v, target, 1);
+        }
+    }
+    char *nm = strdup(newname);
+    if (!nm) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    vfs_unlink_node(v, n);
+    free(n->name);
+    n->name = nm;
+    if ((e = vfs_link(ndir, n)))
+        goto out;
+    n->ctime_ns = st_now_ns();
+    if (vfs_job_path(n, to, sizeof to))
+        e = vfs_journal_rename(v, jd->name, from, to);
+    vfs_deletion_cancel(v, n); /* the step its new name names is written again */
+    if (j)
+        renamed_subtree(v, j, n);
+out:
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
+{
+    *ents = NULL;
+    *n = 0;
+    st_vfs_dirent *out = NULL;
+    size_t count = 0;
+    if (ino == ST_VFS_CTL_DIR_INO) {
+        out = calloc(4, sizeof *out);
+        if (!out)
+            return ST_ERR_NOMEM;
+        out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
+        out[1] = (st_vfs_dirent){ST_VFS_ROOT_INO, S_IFDIR, strdup("..")};
+        out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
+        out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
+        *ents = out;
+        *n = 4;
+        return ST_OK;
+    }
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *d = get_node(v, ino);
+    if (!d) {
+        e = ST_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (!S_ISDIR(d->mode)) {
+        e = ST_ERR_NOT_DIR;
+        goto out;
+    }
+    size_t extra = d == v->root ? 3 : 2;
+    out = calloc(d->nkids + extra, sizeof *out);
+    if (!out) {
+        e = ST_ERR_NOMEM;
+        goto out;
+    }
+    d->listed_ns = st_mono_ns();
+    out[count++] = (st_vfs_dirent){d->ino, S_IFDIR, strdup(".")};
+    out[count++] = (st_vfs_dirent){d->parent ? d->parent->ino : d->ino, S_IFDIR, strdup("..")};
+    if (d == v->root)
+        out[count++] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(CTL_DIR_NAME)};
+    for (size_t i = 0; i < d->nkids; i++)
+        out[count++] = (st_vfs_dirent){d->kids[i]->ino, d->kids[i]->mode, strdup(d->kids[i]->name)};
+    for (size_t i = 0; i < count; i++)
+        if (!out[i].name)
+            e = ST_ERR_NOMEM;
+out:
+    pthread_mutex_unlock(&v->lock);
+    if (e) {
+        st_vfs_dirents_free(out, count);
+        return e;
+    }
+    *ents = out;
+    *n = count;
+    return ST_OK;
+}
+
+void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ents[i].name);
+    free(ents);
+}
+
+/* ---- files ---- */
+
+static st_err open_staging_fd(st_vfs *v, vnode *n, int writable, int *fd)
+{
+    char path[PATH_MAX];
+    vfs_staging_path(v, n->sid, path, sizeof path);
+    *fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (*fd < 0)
+        return st_seterr(ST_ERR_IO, "open staging file %s: %s", path, strerror(errno));
+    return ST_OK;
+}
+
+/* Opens n (lock held; may drop it to fetch). */
+static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle **out)
+{
+    int writable = (flags & O_ACCMODE) != O_RDONLY;
+    st_err e = ST_OK;
+    if (S_ISDIR(n->mode))
+        return ST_ERR_IS_DIR;
+    n->opens++; /* pins n while a fetch drops the lock */
+    if (writable && (flags & O_TRUNC))
+        e = make_local(v, n, 1);
+    else if (!n->sid)
+        e = make_local(v, n, 0);
+    st_vfs_handle *h = NULL;
+    if (!e && !(h = calloc(1, sizeof *h)))
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    if (!e)
+        e = open_staging_fd(v, n, writable, &h->fd);
+    if (e) {
+        free(h);
+        n->opens--;
+        vfs_maybe_free(v, n);
+        return e;
+    }
+    h->node = n;
+    h->writable = writable;
+    h->step = VFS_NO_STEP;
+    h->start_version = n->version;
+    if (writable) {
+        int32_t rank;
+        uint32_t world;
+        writer_rank(pid, &rank, &world);
+        if (rank >= 0 || world) {
+            n->rank = rank;
+            n->world = world;
+        }
+        n->writers++;
+        vnode *jd = vfs_job_dir(n);
+        vjob *j = jd ? vfs_job(v, jd->name, 1) : NULL;
+        if (j)
+            step_writer_open(v, j, n, pid, h);
+    }
+    *out = h;
+    return ST_OK;
+}
+
+st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
+                     pid_t pid, st_vfs_attr *out, st_vfs_handle **h)
+{
+    *h = NULL;
+    if (parent == ST_VFS_CTL_DIR_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_OK;
+    vnode *dir = get_node(v, parent);
+    vnode *n = NULL;
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    if (!dir) {
+        e = ST_ERR_NOT_FOUND;
+        goto out;
+    }
+    if (!S_ISDIR(dir->mode)) {
+        e = ST_ERR_NOT_DIR;
+        goto out;
+    }
+    n = vfs_child(dir, name);
+    if (n) {
+        if (flags & O_EXCL)
+            e = ST_ERR_EXISTS;
+        else
+            e = open_node(v, n, flags, pid, h);
+        if (!e) {
+            n->nlookup++;
+            node_attr(n, out);
+        }
+        goto out;
+    }
+    if ((e = check_new_entry(v, dir, name, 0)))
+        goto out;
+    if (!(n = vfs_node_new(v, dir, name, S_IFREG | (mode & 07777)))) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if (vfs_job_path(n, path, sizeof path))
+        n->step = step_of_path(v, path, NULL);
+    vfs_deletion_cancel(v, n);
+    if ((e = make_local(v, n, 1)) || (e = open_node(v, n, flags | O_RDWR, pid, h))) {
+        vfs_drop_file(v, n, 1);
+        goto out;
+    }
+    n->nlookup++;
+    node_attr(n, out);
+out:
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h)
+{
+    *h = NULL;
+    if (ino == ST_VFS_STATUS_INO) {
+        if ((flags & O_ACCMODE) != O_RDONLY)
+            return st_seterr(ST_ERR_READ_ONLY, "status is read-only");
+        st_vfs_handle *sh = calloc(1, sizeof *sh);
+        if (!sh)
+            return ST_ERR_NOMEM;
+        sh->fd = -1;
+        pthread_mutex_lock(&v->lock);
+        build_status(v, &sh->virt);
+        pthread_mutex_unlock(&v->lock);
+        *h = sh;
+        return ST_OK;
+    }
+    if (ino == ST_VFS_COMMIT_INO) {
+        if ((flags & O_ACCMODE) == O_RDONLY)
+            return st_seterr(ST_ERR_READ_ONLY, "commit is write-only");
+        st_vfs_handle *ch = calloc(1, sizeof *ch);
+        if (!ch)
+            return ST_ERR_NOMEM;
+        ch->fd = -1;
+        ch->writable = 1;
+        *h = ch;
+        return ST_OK;
+    }
+    if (ino == ST_VFS_CTL_DIR_INO)
+        return ST_ERR_IS_DIR;
+    pthread_mutex_lock(&v->lock);
+    vnode *n = get_node(v, ino);
+    st_err e = n ? open_node(v, n, flags, pid, h) : ST_ERR_NOT_FOUND;
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+int st_vfs_handle_fd(const st_vfs_handle *h)
+{
+    return h->fd;
+}
+
+/* Records an explicit commit of (job, step) by rank (lock held). */
+static st_err record_commit(st_vfs *v, const char *job, uint64_t step, uint32_t rank,
+                            uint32_t world)
+{
+    vnode *jd = vfs_child(v->root, job);
+    vjob *j = jd ? vfs_job(v, job, 1) : NULL;
+    vstep *s = j ? vfs_step(j, step, 1) : NULL;
+    if (!s)
+        return st_seterr(ST_ERR_NOT_FOUND, "no job directory %s in the mount", job);
+    for (size_t i = 0; i < s->ncommits; i++)
+        if (s->commits[i].rank == rank) {
+            s->commits[i].world_size = world;
+            goto queue;
+        }
+    st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    s->commits = p;
+    s->commits[s->ncommits++] = (st_rank_commit){rank, world};
+queue:
+    vfs_journal_put_step(v, job, s);
+    vfs_log(v, 0, "rank %u of %u committed step %" PRIu64 " of %s", rank, world, step, job);
+    /* Published with this node's files of the step, once none is open. */
+    s->dirty = 1;
+    if (!s->writers)
+        vfs_enqueue(v, job, step);
+    return ST_OK;
+}
+
+st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len)
+{
+    if (h->node || !h->writable)
+        return st_seterr(ST_ERR_READ_ONLY, "not a control file open for writing");
+    char text[4096];
+    if (len >= sizeof text)
+        return st_seterr(ST_ERR_INVALID, "commit lines are short: at most %zu bytes",
+                         sizeof text - 1);
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    /* Parse every line first: a malformed write records nothing. */
+    typedef struct {
+        char job[ST_JOB_MAX + 1];
+        unsigned long long step;
+        unsigned rank, world;
+    } line;
+    line lines[64];
+    size_t nlines = 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        char job[256], extra;
+        line *x = &lines[nlines];
+        if (nlines == 64 ||
+            sscanf(l, "%255s %llu %u %u %c", job, &x->step, &x->rank, &x->world, &extra) != 4 ||
+            !st_name_is_valid(job, ST_JOB_MAX) || x->world == 0 || x->rank >= x->world)
+            return st_seterr(ST_ERR_INVALID, "expected lines \"JOB STEP RANK WORLD_SIZE\"");
+        memcpy(x->job, job, strlen(job) + 1); /* valid: at most ST_JOB_MAX bytes */
+        nlines++;
+    }
+    st_err e = nlines ? ST_OK : st_seterr(ST_ERR_INVALID, "empty commit");
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; !e && i < nlines; i++)
+        e = record_commit(v, lines[i].job, lines[i].step, lines[i].rank, lines[i].world);
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void vfs_publish_quiet_steps(st_vfs *v)
+{
+    int64_t now = st_mono_ns();
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->njobs; i++)
+        for (size_t k = 0; k < v->jobs[i].nsteps; k++) {
+            vstep *s = &v->jobs[i].steps[k];
+            if (s->dirty && !s->writers && now - s->last_activity_ns >= EAGER_QUIET_NS) {
+                s->dirty = 0;
+                vfs_enqueue(v, v->jobs[i].name, s->step);
+            }
+        }
+    pthread_mutex_unlock(&v->lock);
+}
+
+size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len)
+{
+    if (off >= h->virt.len)
+        return 0;
+    size_t n = h->virt.len - off < len ? h->virt.len - off : len;
+    memcpy(buf, h->virt.data + off, n);
+    return n;
+}
+
+/* Frees staging space by dropping local copies of durable, unopened files
+ * (their content is in the store; they become remote again). */
+void vfs_evict_durable(st_vfs *v, uint64_t need)
+{
+    if (!v->opts.staging_cap)
+        return;
+    for (uint64_t i = 0; i < v->ninodes && v->staged_bytes + need > v->opts.staging_cap; i++) {
+        vnode *n = v->inodes[i];
+        if (!n || !S_ISREG(n->mode) || !n->sid || n->opens || !n->remote ||
+            n->state != VFILE_DURABLE)
+            continue;
+        char sp[PATH_MAX];
+        vfs_staging_path(v, n->sid, sp, sizeof sp);
+        unlink(sp);
+        v->staged_bytes -= n->size;
+        n->sid = 0;
+        vfs_journal_put_file(v, n);
+    }
+}
+
+st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len)
+{
+    if (!h->node || !h->writable)
+        return st_seterr(ST_ERR_READ_ONLY, "not open for writing");
+    if (!v->opts.staging_cap)
+        return ST_OK;
+    st_err e = ST_OK;
+    pthread_mutex_lock(&v->lock);
+    vnode *n = h->node;
+    uint64_t end = off + len;
+    if (end > n->size) {
+        uint64_t growth = end - n->size;
+        if (v->staged_bytes + growth > v->opts.staging_cap)
+            vfs_evict_durable(v, growth);
+        if (v->staged_bytes + growth > v->opts.staging_cap) {
+            e = st_seterr(ST_ERR_NOSPACE, "staging cap of %" PRIu64 " bytes reached",
+                          v->opts.staging_cap);
+            snprintf(v->last_error, sizeof v->last_error,
+                     "staging full: a write was refused with ENOSPC");
+        }
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written)
+{
+    if (!written)
+        return;
+    uint64_t end = off + written;
+    if (off < h->writeback_from)
+        h->writeback_from = off;
+    if (end - h->writeback_from >= WRITEBACK_CHUNK) {
+        sync_file_range(h->fd, (off_t)h->writeback_from, (off_t)(end - h->writeback_from),
+                        SYNC_FILE_RANGE_WRITE);
+        h->writeback_from = end;
+    }
+    pthread_mutex_lock(&v->lock);
+    vnode *n = h->node;
+    if (end > n->size) {
+        v->staged_bytes += end - n->size;
+        n->size = end;
+    }
+    n->version++;
+    n->from_remote = 0;
+    if (n->state == VFILE_DURABLE)
+        n->state = VFILE_CLOSED;
+    n->mtime_ns = st_now_ns();
+    h->dirty = 1;
+    pthread_mutex_unlock(&v->lock);
+}
+
+st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
+{
+    if (!h->node || !h->writable)
+        return ST_OK;
+    /* The data must be on the staging disk before close() returns: that is
+     * the acknowledgement the trainer gets (DESIGN: close is durable locally). */
+    if (h->dirty && fdatasync(h->fd) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
+                         strerror(errno));
+    pthread_mutex_lock(&v->lock);
+    vnode *n = h->node;
+    st_err e = ST_OK;
+    if (h->dirty || n->state == VFILE_WRITING) {
+        if (n->state == VFILE_WRITING)
+            n->state = VFILE_CLOSED;
+        if (n->parent)
+            e = vfs_journal_put_file(v, n);
+    }
+    h->dirty = 0;
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+void st_vfs_release(st_vfs *v, st_vfs_handle *h)
+{
+    if (!h->node) {
+        st_bytes_free(&h->virt);
+        free(h);
+        return;
+    }
+    pthread_mutex_lock(&v->lock);
+    vnode *n = h->node;
+    if (h->fd >= 0)
+        close(h->fd);
+    n->opens--;
+    if (h->writable) {
+        n->writers--;
+        vnode *jd = vfs_job_dir(n);
+        vjob *j = jd ? vfs_job(v, jd->name, 1) : NULL;
+        vstep *s = j && h->step != VFS_NO_STEP ? vfs_step(j, h->step, 0) : NULL;
+        if (s && s->writers > 0)
+            s->writers--;
+        if (s)
+            s->last_activity_ns = st_mono_ns();
+        if (n->state == VFILE_WRITING && n->parent) {
+            /* Released without a flush (the kernel always flushes first;
+             * this is the belt to its braces). */
+            n->state = VFILE_CLOSED;
+            vfs_journal_put_file(v, n);
+        }
+        if (j && n->parent && n->writers == 0)
+            step_file_settled(v, j, n, n->version != h->start_version);
+        /* The step the file belongs to now (a naming marker such as `latest`
+         * moves to the step its new content names) has closed changes; the
+         * step it was opened under keeps its published version of it. */
+        vstep *now = j && n->step != VFS_NO_STEP ? vfs_step(j, n->step, 0) : NULL;
+        if (now && n->version != h->start_version && !now->queued) {
+            /* not queued by the rules just now: publish eagerly once quiet */
+            now->dirty = 1;
+            now->last_activity_ns = st_mono_ns();
+        }
+        if (now && now->complete && now->writers == 0 && n->version != h->start_version)
+            vfs_enqueue(v, j->name, now->step);
+        if (s && s->upload_waits && s->writers == 0) {
+            s->upload_waits = 0;
+            vfs_enqueue(v, j->name, s->step);
+        }
+    }
+    vfs_maybe_free(v, n);
+    pthread_mutex_unlock(&v->lock);
+    free(h);
+}
+
+st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out)
+{
+    struct statvfs sv;
+    if (statvfs(v->staging, &sv) < 0)
+        return st_seterr(ST_ERR_IO, "statfs staging: %s", strerror(errno));
+    out->block_size = sv.f_frsize;
+    out->blocks = sv.f_blocks;
+    out->blocks_free = sv.f_bfree;
+    out->blocks_avail = sv.f_bavail;
+    out->files = sv.f_files;
+    out->files_free = sv.f_ffree;
+    if (v->opts.staging_cap) {
+        pthread_mutex_lock(&v->lock);
+        uint64_t cap_blocks = v->opts.staging_cap / sv.f_frsize;
+        uint64_t used = v->staged_bytes / sv.f_frsize;
+        pthread_mutex_unlock(&v->lock);
+        uint64_t left = cap_blocks > used ? cap_blocks - used : 0;
+        out->blocks = cap_blocks < out->blocks ? cap_blocks : out->blocks;
+        out->blocks_avail = left < out->blocks_avail ? left : out->blocks_avail;
+        out->blocks_free = left < out->blocks_free ? left : out->blocks_free;
+    }
+    return ST_OK;
+}
+
+/* (R8) At unmount a step is completed only if nothing says it is unfinished:
+ * no single-file checkpoint cut short, and not a layout whose framework
+ * writes its own marker last (DCP shards, HF checkpoint-N, DeepSpeed
+ * global_stepN, Megatron iter_N): those wait for the marker. */
+static int unmount_may_complete(st_vfs *v, vnode *jd, uint64_t step)
+{
+    static const char *const marker_layouts[] = {"checkpoint", "global_step", "iter"};
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!n || !n->parent || !S_ISREG(n->mode) || n->step != step || vfs_job_dir(n) != jd ||
+            !n->sid || n->from_remote || !vfs_job_path(n, path, sizeof path))
+            continue;
+        st_step_match m;
+        st_steprules_match(v->rules, path, &m);
+        if (m.matched && m.single_file && !file_whole(v, n))
+            return 0;
+        size_t len = strlen(path);
+        if (len > 7 && !strcmp(path + len - 7, ".distcp"))
+            return 0;
+        if (m.matched && !m.single_file) {
+            const char *comp = path + m.prefix_len;
+            while (comp > path && comp[-1] != '/')
+                comp--;
+            for (size_t k = 0; k < sizeof marker_layouts / sizeof *marker_layouts; k++)
+                if (!strncasecmp(comp, marker_layouts[k], strlen(marker_layouts[k])))
+                    return 0;
+        }
+    }
+    return 1;
+}
+
+void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount)
+{
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->njobs; i++) {
+        vjob *j = &v->jobs[i];
+        vnode *jd = vfs_child(v->root, j->name);
+        if (!jd || (job && strcmp(job, j->name)))
+            continue;
+        for (size_t k = 0; k < j->nsteps; k++) {
+            vstep *s = &j->steps[k];
+            if (s->writers || s->complete)
+                continue;
+            if (at_unmount && !unmount_may_complete(v, jd, s->step))
+                continue;
+            step_complete(v, j, s);
+        }
+    }
+    pthread_mutex_unlock(&v->lock);
+}
+
+void vfs_timedwait(st_vfs *v, int64_t due)
+{
+    if (due == INT64_MAX) {
+        pthread_cond_wait(&v->changed, &v->lock);
+        return;
+    }
+    int64_t ns = due - st_mono_ns();
+    if (ns <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec += ns % 1000000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+}
+
+st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
+{
+    int64_t deadline = st_mono_ns() + (int64_t)(timeout_s * 1e9);
+    pthread_mutex_lock(&v->lock);
+    while ((v->nqueue || v->uploader_busy) && st_mono_ns() < deadline)
+        vfs_timedwait(v, st_mono_ns() + 100 * 1000000);
+    int idle = !v->nqueue && !v->uploader_busy;
+    pthread_mutex_unlock(&v->lock);
+    return idle ? ST_OK : ST_ERR_BUSY;
+}
+
+/* ---- open / close ---- */
+
+st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
+{
+    *out = NULL;
+    st_vfs *v = calloc(1, sizeof *v);
+    if (!v)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    v->opts = *opts;
+    if (v->opts.refresh_seconds <= 0)
+        v->opts.refresh_seconds = 5;
+    if (v->opts.drain_seconds <= 0)
+        v->opts.drain_seconds = 60;
+    if (v->opts.gc_grace_seconds <= 0)
+        v->opts.gc_grace_seconds = (double)ST_GC_DEFAULT_GRACE_NS / 1e9;
+    if (v->opts.gc_interval_seconds <= 0)
+        v->opts.gc_interval_seconds = 600;
+    pthread_mutex_init(&v->lock, NULL);
+    pthread_cond_init(&v->changed, NULL);
+    v->next_sid = 1;
+    st_err e = ST_OK;
+    char path[PATH_MAX];
+    v->store_url = strdup(opts->store_url);
+    v->staging = strdup(opts->staging_dir);
+    if (!v->store_url || !v->staging) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (opts->node) {
+        if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
+            e = st_seterr(ST_ERR_INVALID, "invalid node name '%.64s'", opts->node);
+            goto fail;
+        }
+        snprintf(v->node, sizeof v->node, "%s", opts->node);
+    } else {
+        st_default_node_name(v->node);
+    }
+    if ((e = st_steprules_new(opts->step_pattern, &v->rules)))
+        goto fail;
+    snprintf(path, sizeof path, "%s/data", v->staging);
+    if ((e = st_mkdir_p(path)))
+        goto fail;
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
+        goto fail;
+    const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
+    if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+        goto fail;
+    /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
+    v->ninodes = 1;
+    if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    v->ninodes = ST_VFS_COMMIT_INO + 1;
+    pthread_mutex_lock(&v->lock);
+    e = vfs_journal_open(v);
+    if (!e)
+        e = vfs_journal_recover(v);
+    pthread_mutex_unlock(&v->lock);
+    if (e)
+        goto fail;
+    if (vfs_remote_refresh(v) != ST_OK)
+        vfs_log(v, 1, "cannot load the store's steps yet: %s", st_errmsg());
+    *out = v;
+    return ST_OK;
+fail:
+    st_vfs_close(v);
+    return e;
+}
+
+static st_err start_thread(pthread_t *t, int *started, void *(*body)(void *), st_vfs *v,
+                           const char *what)
+{
+    if (pthread_create(t, NULL, body, v) != 0)
+        return st_seterr(ST_ERR_NOMEM, "cannot start the %s thread", what);
+    *started = 1;
+    return ST_OK;
+}
+
+/* Tells every background thread to stop (they all watch v->stopping) and
+ * joins this one. */
+static void stop_thread(st_vfs *v, pthread_t t, int *started)
+{
+    if (!*started)
+        return;
+    pthread_mutex_lock(&v->lock);
+    v->stopping = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+    pthread_join(t, NULL);
+    *started = 0;
+}
+
+st_err st_vfs_start(st_vfs *v)
+{
+    st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
+    if (!e)
+        e = start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v, "refresher");
+    if (!e && v->opts.gc_enabled)
+        e = start_thread(&v->gc, &v->gc_started, vfs_gc_main, v, "gc");
+    return e;
+}
+
+void st_vfs_close(st_vfs *v)
+{
+    if (!v)
+        return;
+    v->gc_stop = 1; /* a GC run under way ends after its current batch */
+    if (v->uploader_started) {
+        st_vfs_complete_all(v, NULL, 1);
+        if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
+            vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
+    }
+    stop_thread(v, v->gc, &v->gc_started);
+    stop_thread(v, v->refresher, &v->refresher_started);
+    stop_thread(v, v->uploader, &v->uploader_started);
+    pthread_mutex_lock(&v->lock);
+    vfs_journal_close(v);
+    pthread_mutex_unlock(&v->lock);
+    for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
+        if (v->inodes[i])
+            node_free(v, v->inodes[i]);
+    free(v->inodes);
+    for (size_t i = 0; i < v->njobs; i++) {
+        for (size_t k = 0; k < v->jobs[i].nsteps; k++)
+            free(v->jobs[i].steps[k].commits);
+        free(v->jobs[i].steps);
+        for (size_t k = 0; k < v->jobs[i].ndels; k++)
+            free(v->jobs[i].dels[k].path);
+        free(v->jobs[i].dels);
+    }
+    free(v->jobs);
+    free(v->queue);
+    st_steprules_free(v->rules);
+    st_backend_close(v->backend);
+    free(v->store_url);
+    free(v->staging);
+    pthread_cond_destroy(&v->changed);
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}

@@ -1,0 +1,309 @@
+/*
+ * st_vfs_impl — the internals shared by the st_vfs modules:
+ *   st_vfs.c          namespace, handles, step tracking, status
+ *   st_vfs_journal.c  the SQLite journal of the namespace
+ *   st_vfs_upload.c   the uploader thread (seal → ingest → publish)
+ *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
+ *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
+ *   st_vfs_gc.c       the background GC thread (--gc-* options)
+ *
+ * Locking: v->lock guards every vnode, vjob and vstep field and the journal
+ * connection; it is never held across store I/O or bulk file I/O. The
+ * uploader and the refresher take it only to snapshot and to merge results.
+ *
+ * A file's life (vnode.state), drawn once:
+ *
+ *   state        meaning                                   next
+ *   WRITING      created or truncated, not closed since    CLOSED on last close
+ *   CLOSED       content acknowledged (close returned),     DURABLE when its step's
+ *                in staging and journal, not yet durable    upload took this version
+ *   DURABLE      this version is in the store              CLOSED on the next change
+ *
+ * A step's life (vstep): open → complete (a rule of docs/STEPS.md fired) →
+ * queued → uploading → durable (all its local files DURABLE); any change to
+ * a file of a complete step queues it again (a new manifest revision).
+ */
+#ifndef ST_VFS_IMPL_H
+#define ST_VFS_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend/st_backend.h"
+#include "format/st_manifest.h"
+#include "engine/st_state.h"
+#include "format/st_part.h"
+#include "mount/st_steprules.h"
+#include "st_vfs.h"
+
+#define VFS_JOB_MAX_STEPS_WRITERS 8
+#define VFS_NO_STEP               UINT64_MAX
+
+typedef enum vfile_state { VFILE_WRITING = 0, VFILE_CLOSED = 1, VFILE_DURABLE = 2 } vfile_state;
+
+/* Where a file's content lives in the store (a committed manifest entry). */
+typedef struct vremote {
+    uint64_t step;
+    char node[ST_NODE_MAX + 1];
+    uint32_t revision;
+    char *path; /* the path inside the job in that manifest */
+} vremote;
+
+typedef struct vnode vnode;
+struct vnode {
+    uint64_t ino;
+    vnode *parent; /* NULL when unlinked (or the root) */
+    char *name;
+    uint32_t mode;
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint64_t nlookup; /* kernel references */
+
+    /* directories: children sorted by name */
+    vnode **kids;
+    size_t nkids, kids_cap;
+
+    /* files */
+    uint64_t sid;             /* staging file STAGING/data/<sid>; 0: none */
+    int writers;              /* open handles with write access */
+    int opens;                /* all open handles */
+    uint64_t version;         /* bumped by every change of content or path */
+    uint64_t durable_version; /* the version that is in the store, 0: none */
+    vfile_state state;
+    int from_remote; /* content fetched from the store, unchanged since */
+    uint64_t step;   /* the step the file belongs to, VFS_NO_STEP: none yet */
+    int32_t rank;    /* RANK of the process that created it, -1: unknown */
+    uint32_t world;  /* its WORLD_SIZE, 0: unknown */
+    vremote *remote; /* where its durable content lives, NULL: nowhere */
+    int fetching;    /* a fetch of the remote content is under way */
+    /* When the remote view added this node (st_mono_ns; 0: made here), and,
+     * for a directory, when it was last listed: a remote file added after
+     * the listing was never seen by whoever empties the directory. */
+    int64_t merged_ns, listed_ns;
+};
+
+typedef struct vstep {
+    uint64_t step;
+    int complete; /* a completion rule fired */
+    int queued;   /* waiting in the upload queue */
+    int uploading;
+    int writers;       /* open writable handles on files of this step */
+    uint32_t revision; /* last manifest revision this node published */
+    int remote_loaded; /* the store's durable version was merged into the view */
+    int64_t durable_ns;
+    pid_t writer_pids[VFS_JOB_MAX_STEPS_WRITERS];
+    int nwriter_pids;
+    int64_t last_activity_ns; /* last writer open or close (eager publishing) */
+    int dirty;                /* closed changes not yet queued (eager publishing) */
+    int upload_waits;         /* completed while writers were open: queue at the last close */
+    st_rank_commit *commits;  /* explicit per-rank commits made on this node */
+    size_t ncommits;
+} vstep;
+
+/* A request to delete a step from the store (st_vfs_delete.c draws its life). */
+typedef enum vdel_state {
+    VDEL_PENDING = 0,     /* not tried yet, or deletable at the next try */
+    VDEL_KEPT_NEWEST = 1, /* the job's newest consistent step: waits for a newer one */
+    VDEL_KEPT_PINNED = 2, /* pinned in the store */
+    VDEL_MOVING = 3       /* files that stay visible are being stored with another step */
+} vdel_state;
+
+typedef struct vdeletion {
+    uint64_t step;
+    char *path;           /* the removed step directory or file (job-relative) */
+    int64_t requested_ns; /* wall clock */
+    uint64_t id;          /* tells a request from a later one for the same step */
+    vdel_state state;
+    int64_t next_try_ns; /* monotonic */
+    char error[256];     /* the last try's store error, "" if none */
+} vdeletion;
+
+typedef struct vjob {
+    char name[ST_JOB_MAX + 1];
+    vstep *steps; /* sorted by step */
+    size_t nsteps, steps_cap;
+    vdeletion *dels; /* pending deletion requests */
+    size_t ndels, dels_cap;
+    uint64_t steps_deleted, objects_deleted, bytes_freed; /* by requests, since start */
+} vjob;
+
+/* What the background GC thread reports (status file). */
+typedef struct vgc_status {
+    uint64_t runs;
+    int running;
+    int64_t last_start_ns; /* wall clock, 0: no run yet */
+    int64_t last_duration_ns;
+    uint64_t last_steps, last_objects, last_bytes;
+    uint64_t total_steps, total_objects, total_bytes;
+    char last_error[256];
+} vgc_status;
+
+typedef struct upload_item {
+    char job[ST_JOB_MAX + 1];
+    uint64_t step;
+} upload_item;
+
+struct st_vfs {
+    st_vfs_options opts;
+    char *store_url;
+    char *staging;
+    char node[ST_NODE_MAX + 1];
+    st_backend *backend;
+    st_steprules *rules;
+
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* fetch finished, upload queue changed, idle */
+
+    /* namespace (lock) */
+    vnode **inodes; /* indexed by ino; NULL once freed */
+    uint64_t ninodes, inodes_cap;
+    vnode *root;
+    void *journal; /* sqlite3*, used under lock */
+    uint64_t next_sid;
+    uint64_t staged_bytes; /* bytes of staging files */
+    vjob *jobs;
+    size_t njobs, jobs_cap;
+
+    /* upload queue (lock) */
+    upload_item *queue;
+    size_t nqueue, queue_cap;
+    int stopping;
+    int uploader_busy;
+    char last_error[512];
+    uint64_t uploaded_bytes; /* logical bytes made durable */
+    uint64_t stored_bytes;   /* pack bytes PUT */
+    int64_t upload_ns;       /* time spent uploading */
+    pthread_t uploader;
+    int uploader_started;
+    pthread_t refresher;
+    int refresher_started;
+
+    uint64_t next_deletion_id; /* (lock) */
+
+    /* background GC (st_vfs_gc.c); gc_status under lock */
+    pthread_t gc;
+    int gc_started;
+    volatile int gc_stop; /* set at close: a run ends after its current batch */
+    vgc_status gc_status;
+};
+
+/* st_vfs.c */
+void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
+vnode *vfs_child(const vnode *dir, const char *name);
+/* Frees n once nothing refers to it: out of the tree, no kernel reference,
+ * no open handle, no fetch. */
+void vfs_maybe_free(st_vfs *v, vnode *n);
+st_err vfs_link(vnode *dir, vnode *child);
+void vfs_unlink_node(st_vfs *v, vnode *child);
+/* Removes file n from the namespace and frees its staging data; with
+ * tombstone, a file whose content is in the store stays hidden here (the
+ * journal keeps a tombstone), else its journal row just goes. */
+void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+/* Waits on v->changed (lock held) until a signal or the monotonic time due
+ * (INT64_MAX: no limit). */
+void vfs_timedwait(st_vfs *v, int64_t due);
+/* The job a node belongs to (the root's child above it), or NULL. */
+vnode *vfs_job_dir(const vnode *n);
+/* Path of n relative to its job directory into buf; returns buf or NULL. */
+char *vfs_job_path(const vnode *n, char *buf, size_t cap);
+/* Walks/creates directories for a job-relative path; returns the parent dir
+ * of the final component and sets *base to it. create: mkdir missing dirs. */
+vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base);
+vjob *vfs_job(st_vfs *v, const char *name, int create);
+vstep *vfs_step(vjob *j, uint64_t step, int create);
+void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap);
+void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
+/* The newest step this node knows of in job j that has no deletion request
+ * (rule R6 gives loose files to it), or VFS_NO_STEP. */
+uint64_t vfs_newest_step(const vjob *j);
+/* Status-file helpers: printf into b, and a JSON string literal. */
+void vfs_bprintf(st_bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void vfs_json_str(st_bytes *b, const char *s);
+/* Drops local copies of durable, unopened files until `need` more bytes fit
+ * under the staging cap (they become remote again). */
+void vfs_evict_durable(st_vfs *v, uint64_t need);
+
+/* Queues the steps that are quiet (no writer for EAGER_QUIET_NS) and have
+ * closed changes, complete or not: a rank's part must become durable even
+ * when the marker completing the step lives on another node. */
+#define EAGER_QUIET_NS (2ll * 1000000000)
+void vfs_publish_quiet_steps(st_vfs *v);
+
+/* st_vfs_journal.c — every call under v->lock */
+st_err vfs_journal_open(st_vfs *v);
+void vfs_journal_close(st_vfs *v);
+st_err vfs_journal_recover(st_vfs *v);
+st_err vfs_journal_put_file(st_vfs *v, vnode *n);
+st_err vfs_journal_put_dir(st_vfs *v, vnode *n);
+st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path);
+st_err vfs_journal_tombstone(st_vfs *v, const char *job, const char *path);
+int vfs_journal_is_tombstone(st_vfs *v, const char *job, const char *path);
+st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const char *to);
+st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s);
+st_err vfs_journal_drop_step(st_vfs *v, const char *job, uint64_t step);
+/* One transaction around several writes (commit makes them durable at once). */
+st_err vfs_journal_begin(st_vfs *v);
+st_err vfs_journal_commit(st_vfs *v);
+void vfs_journal_rollback(st_vfs *v);
+/* Deletion requests: the deletions table. */
+st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d);
+st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step);
+/* Drops the tombstones at path and below it. */
+st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path);
+
+/* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT.md). Every
+ * call under v->lock. */
+typedef struct vfs_removal {
+    vnode *jd;                           /* the job directory, NULL: none */
+    char path[ST_MANIFEST_MAX_PATH + 1]; /* the removed entry, "" for a job dir */
+    uint64_t step;                       /* the step it is the last name of, or VFS_NO_STEP */
+} vfs_removal;
+/* Before rmdir/unlink removes n: finds whether n is the last name of a step
+ * (n itself not counted) and opens the journal transaction that the removal's
+ * own journal writes and the request share. */
+st_err vfs_removal_begin(st_vfs *v, vnode *n, vfs_removal *rm);
+/* rmdir of a step directory that still holds files: drops the files the
+ * remote view added after the directory was last listed (the remover never
+ * saw them; they go with the step), if that is all it holds. Returns 1 when
+ * n is empty now. */
+int vfs_rmdir_drop_unseen(st_vfs *v, vnode *n);
+/* After the removal's journal writes: adds the request if rm names a step,
+ * commits (rolls back on error), then drops the step from this mount. */
+st_err vfs_removal_commit(st_vfs *v, vfs_removal *rm);
+/* n was created or renamed: a request for the step its path names is
+ * cancelled (the step is being written again). */
+void vfs_deletion_cancel(st_vfs *v, vnode *n);
+vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
+/* Adds a request read back from the journal (recovery). */
+st_err vfs_deletion_restore(st_vfs *v, const char *job, uint64_t step, const char *path,
+                            int64_t requested_ns);
+/* The uploader's turn: carries out one request that is due (may drop the
+ * lock). Returns 1 if it tried one, 0 if none was due. */
+int vfs_deletions_run(st_vfs *v);
+/* Monotonic time the next request is due, INT64_MAX if none. */
+int64_t vfs_deletions_next_due(const st_vfs *v);
+/* The store no longer holds step of job j: unchanged durable files of it leave
+ * the namespace (with the step directories they leave empty), and the step's
+ * local state goes once no file belongs to it. */
+void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
+/* Status: the "jobs" array (deletions and their totals). */
+void vfs_deletions_status(st_vfs *v, st_bytes *b);
+
+/* st_vfs_gc.c: the background GC thread's body (started by st_vfs_start
+ * when opts.gc_enabled), and the status file's "gc" object (lock held). */
+void *vfs_gc_main(void *arg);
+void vfs_gc_status(st_vfs *v, st_bytes *b);
+
+/* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
+void *vfs_uploader_main(void *arg);
+
+/* st_vfs_remote.c */
+st_err vfs_remote_refresh(st_vfs *v);
+/* The refresher thread's body (started by st_vfs_start). */
+void *vfs_refresher_main(void *arg);
+/* Makes n's content local (fetch and verify); called and returns with lock held. */
+st_err vfs_fetch(st_vfs *v, vnode *n);
+
+#endif

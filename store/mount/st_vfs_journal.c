@@ -1,0 +1,421 @@
+/*
+ * st_vfs_journal — the mount's namespace on disk, so that a restarted daemon
+ * finds every file whose close() returned (DESIGN invariant 1).
+ *
+ * STAGING/journal.db (SQLite, WAL, synchronous=FULL):
+ *   entries(job, path, kind, sid, size, mode, mtime_ns, state, step,
+ *           remote_step, remote_node, remote_rev, remote_path, rank, world)
+ *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
+ *       state as vfile_state; step -1 for none.
+ *   steps(job, step, complete, revision, commits "rank:world,...")
+ *   deletions(job, step, path, requested_ns)
+ *       steps removed through the mount, not yet deleted from the store
+ *       (st_vfs_delete.c); written in the same transaction as the removal.
+ *
+ * Rows are written when the state changes (create, flush/close, rename,
+ * unlink, upload finished), never per write(): the size is re-read from the
+ * staging file at recovery. Recovery drops files still WRITING — no close()
+ * of theirs returned, so no writer was told they were safe — and queues
+ * every complete step that still has files to upload.
+ *
+ * Threads: every function runs under v->lock (one connection, serialised).
+ */
+#include "mount/st_vfs_impl.h"
+
+#include "util/st_fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char journal_schema[] =
+    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+    "CREATE TABLE IF NOT EXISTS entries ("
+    "  job TEXT NOT NULL, path TEXT NOT NULL, kind INTEGER NOT NULL,"
+    "  sid INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL DEFAULT 0,"
+    "  mode INTEGER NOT NULL DEFAULT 0, mtime_ns INTEGER NOT NULL DEFAULT 0,"
+    "  state INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL DEFAULT -1,"
+    "  remote_step INTEGER NOT NULL DEFAULT -1, remote_node TEXT, remote_rev INTEGER,"
+    "  remote_path TEXT, rank INTEGER NOT NULL DEFAULT -1, world INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (job, path)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS steps ("
+    "  job TEXT NOT NULL, step INTEGER NOT NULL, complete INTEGER NOT NULL,"
+    "  revision INTEGER NOT NULL, commits TEXT NOT NULL DEFAULT '',"
+    "  PRIMARY KEY (job, step)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS deletions ("
+    "  job TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL,"
+    "  requested_ns INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;";
+
+#define DB(v) ((sqlite3 *)(v)->journal)
+
+static st_err jerr(st_vfs *v, const char *what)
+{
+    st_err e = st_seterr(ST_ERR_IO, "journal: %s: %s", what, sqlite3_errmsg(DB(v)));
+    snprintf(v->last_error, sizeof v->last_error, "%s", st_errmsg());
+    vfs_log(v, 2, "%s", st_errmsg());
+    return e;
+}
+
+/* Prepares, binds with a printf-like type string, steps once. Types:
+ * 't' text, 'i' int64, 'n' null-or-text. */
+static st_err exec(st_vfs *v, const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(DB(v), sql, -1, &q, NULL) != SQLITE_OK)
+        return jerr(v, "prepare");
+    va_list ap;
+    va_start(ap, types);
+    for (int i = 0; types[i]; i++) {
+        if (types[i] == 't')
+            sqlite3_bind_text(q, i + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
+        else if (types[i] == 'n') {
+            const char *s = va_arg(ap, const char *);
+            if (s)
+                sqlite3_bind_text(q, i + 1, s, -1, SQLITE_TRANSIENT);
+            else
+                sqlite3_bind_null(q, i + 1);
+        } else
+            sqlite3_bind_int64(q, i + 1, va_arg(ap, int64_t));
+    }
+    va_end(ap);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? ST_OK : jerr(v, "write");
+}
+
+st_err vfs_journal_open(st_vfs *v)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/journal.db", v->staging);
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        st_err e = st_seterr(ST_ERR_IO, "open journal %s: %s", path,
+                             db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return e;
+    }
+    v->journal = db;
+    sqlite3_busy_timeout(db, 10000);
+    char *msg = NULL;
+    if (sqlite3_exec(db, journal_schema, NULL, NULL, &msg) != SQLITE_OK) {
+        st_err e = st_seterr(ST_ERR_IO, "journal schema: %s", msg ? msg : "error");
+        sqlite3_free(msg);
+        return e;
+    }
+    return ST_OK;
+}
+
+void vfs_journal_close(st_vfs *v)
+{
+    sqlite3_close(DB(v));
+    v->journal = NULL;
+}
+
+st_err vfs_journal_put_file(st_vfs *v, vnode *n)
+{
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    vnode *jd = vfs_job_dir(n);
+    if (!jd || !vfs_job_path(n, path, sizeof path))
+        return ST_OK;
+    const vremote *r = n->remote;
+    return exec(v,
+                "INSERT OR REPLACE INTO entries VALUES"
+                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                "ttiiiiiiininii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
+                (int64_t)n->mode, n->mtime_ns, (int64_t)n->state,
+                n->step == VFS_NO_STEP ? (int64_t)-1 : (int64_t)n->step,
+                r ? (int64_t)r->step : (int64_t)-1, r ? r->node : NULL,
+                r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL, (int64_t)n->rank,
+                (int64_t)n->world);
+}
+
+st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
+{
+    char path[ST_MANIFEST_MAX_PATH + 1];
+    vnode *jd = vfs_job_dir(n);
+    if (!jd)
+        return ST_OK;
+    if (jd == n)
+        path[0] = '\0';
+    else if (!vfs_job_path(n, path, sizeof path))
+        return ST_OK;
+    return exec(v,
+                "INSERT OR REPLACE INTO entries (job, path, kind, mode, mtime_ns)"
+                " VALUES (?1, ?2, 0, ?3, ?4)",
+                "ttii", jd->name, path, (int64_t)n->mode, n->mtime_ns);
+}
+
+st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path)
+{
+    if (!path[0]) /* a job directory: everything of the job */
+        return exec(v, "DELETE FROM entries WHERE job=?1", "t", job);
+    return exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
+}
+
+st_err vfs_journal_tombstone(st_vfs *v, const char *job, const char *path)
+{
+    return exec(v, "INSERT OR REPLACE INTO entries (job, path, kind) VALUES (?1, ?2, 2)", "tt", job,
+                path);
+}
+
+int vfs_journal_is_tombstone(st_vfs *v, const char *job, const char *path)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(DB(v), "SELECT 1 FROM entries WHERE job=?1 AND path=?2 AND kind=2", -1,
+                           &q, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, path, -1, SQLITE_STATIC);
+    int found = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return found;
+}
+
+st_err vfs_journal_rename(st_vfs *v, const char *job, const char *from, const char *to)
+{
+    /* The entry itself, and for a directory everything below it. A target
+     * row (replaced file, tombstone) was removed by the caller or is
+     * replaced here; so are tombstones below the target (an empty directory
+     * whose stored files were unlinked) where the moved tree brings a file. */
+    st_err e = exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, to);
+    if (!e)
+        e = exec(
+            v,
+            "DELETE FROM entries WHERE job=?1 AND kind=2"
+            " AND substr(path, 1, length(?3) + 1) = ?3 || '/'"
+            " AND ?2 || substr(path, length(?3) + 1) IN (SELECT path FROM entries WHERE job=?1)",
+            "ttt", job, from, to);
+    if (!e)
+        e = exec(v, "UPDATE entries SET path=?3 WHERE job=?1 AND path=?2", "ttt", job, from, to);
+    if (!e)
+        e = exec(v,
+                 "UPDATE entries SET path = ?3 || substr(path, length(?2) + 1)"
+                 " WHERE job=?1 AND substr(path, 1, length(?2) + 1) = ?2 || '/'",
+                 "ttt", job, from, to);
+    return e;
+}
+
+st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s)
+{
+    char commits[4096] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < s->ncommits && len < sizeof commits - 24; i++)
+        len += (size_t)snprintf(commits + len, sizeof commits - len, "%s%u:%u", i ? "," : "",
+                                s->commits[i].rank, s->commits[i].world_size);
+    return exec(v, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5)", "tiiit", job,
+                (int64_t)s->step, (int64_t)s->complete, (int64_t)s->revision, commits);
+}
+
+st_err vfs_journal_drop_step(st_vfs *v, const char *job, uint64_t step)
+{
+    return exec(v, "DELETE FROM steps WHERE job=?1 AND step=?2", "ti", job, (int64_t)step);
+}
+
+st_err vfs_journal_begin(st_vfs *v)
+{
+    return exec(v, "BEGIN IMMEDIATE", "");
+}
+
+st_err vfs_journal_commit(st_vfs *v)
+{
+    st_err e = exec(v, "COMMIT", "");
+    if (e)
+        vfs_journal_rollback(v);
+    return e;
+}
+
+void vfs_journal_rollback(st_vfs *v)
+{
+    if (!sqlite3_get_autocommit(DB(v)))
+        sqlite3_exec(DB(v), "ROLLBACK", NULL, NULL, NULL);
+}
+
+st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d)
+{
+    return exec(v, "INSERT OR REPLACE INTO deletions VALUES (?1, ?2, ?3, ?4)", "titi", job,
+                (int64_t)d->step, d->path, d->requested_ns);
+}
+
+st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step)
+{
+    return exec(v, "DELETE FROM deletions WHERE job=?1 AND step=?2", "ti", job, (int64_t)step);
+}
+
+st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path)
+{
+    return exec(v,
+                "DELETE FROM entries WHERE job=?1 AND kind=2"
+                " AND (path=?2 OR substr(path, 1, length(?2) + 1) = ?2 || '/')",
+                "tt", job, path);
+}
+
+/* Parses "rank:world,..." back into s->commits. */
+static void parse_commits(vstep *s, const char *text)
+{
+    while (text && *text) {
+        unsigned rank, world;
+        int used;
+        if (sscanf(text, "%u:%u%n", &rank, &world, &used) != 2 || rank >= world)
+            return;
+        st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
+        if (!p)
+            return;
+        s->commits = p;
+        s->commits[s->ncommits++] = (st_rank_commit){rank, world};
+        text += used;
+        if (*text == ',')
+            text++;
+    }
+}
+
+/* Recreates one journal row in the tree. */
+static void recover_entry(st_vfs *v, sqlite3_stmt *q)
+{
+    const char *job = (const char *)sqlite3_column_text(q, 0);
+    const char *path = (const char *)sqlite3_column_text(q, 1);
+    int kind = sqlite3_column_int(q, 2);
+    if (!job || !path || kind == 2 || !st_name_is_valid(job, ST_JOB_MAX))
+        return;
+    vjob *j = vfs_job(v, job, 1);
+    vnode *jd = vfs_child(v->root, job);
+    if (!jd && !(jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
+        return;
+    (void)j;
+    if (!path[0]) {
+        jd->mode = S_IFDIR | ((uint32_t)sqlite3_column_int64(q, 5) & 07777);
+        return;
+    }
+    if (!st_path_is_clean(path, strlen(path)))
+        return;
+    const char *base;
+    vnode *dir = vfs_walk(v, jd, path, 1, &base);
+    if (!dir || vfs_child(dir, base))
+        return;
+    uint32_t mode = (uint32_t)sqlite3_column_int64(q, 5);
+    if (kind == 0) {
+        vnode *d = vfs_node_new(v, dir, base, S_IFDIR | (mode & 07777));
+        if (d)
+            d->mtime_ns = sqlite3_column_int64(q, 6);
+        return;
+    }
+    uint64_t sid = (uint64_t)sqlite3_column_int64(q, 3);
+    vfile_state state = (vfile_state)sqlite3_column_int(q, 7);
+    char sp[PATH_MAX];
+    struct stat st;
+    if (sid) {
+        vfs_staging_path(v, sid, sp, sizeof sp);
+        if (state == VFILE_WRITING) {
+            /* never acknowledged: not kept (see the file comment) */
+            unlink(sp);
+            exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
+            return;
+        }
+        if (stat(sp, &st) < 0) {
+            vfs_log(v, 2, "journal names %s/%s but its staging file is gone", job, path);
+            sid = 0;
+        }
+    }
+    int64_t rstep = sqlite3_column_int64(q, 9);
+    const char *rnode = (const char *)sqlite3_column_text(q, 10);
+    const char *rpath = (const char *)sqlite3_column_text(q, 12);
+    if (!sid && (rstep < 0 || !rnode || !rpath))
+        return; /* nothing left to serve it from */
+    vnode *n = vfs_node_new(v, dir, base, S_IFREG | (mode & 07777));
+    if (!n)
+        return;
+    n->sid = sid;
+    if (sid) {
+        n->size = (uint64_t)st.st_size;
+        v->staged_bytes += n->size;
+        if (sid >= v->next_sid)
+            v->next_sid = sid + 1;
+    } else {
+        n->size = (uint64_t)sqlite3_column_int64(q, 4);
+    }
+    n->mtime_ns = sqlite3_column_int64(q, 6);
+    n->state = state;
+    n->version = 1;
+    n->durable_version = state == VFILE_DURABLE ? 1 : 0;
+    int64_t step = sqlite3_column_int64(q, 8);
+    n->step = step < 0 ? VFS_NO_STEP : (uint64_t)step;
+    n->rank = (int32_t)sqlite3_column_int64(q, 13);
+    n->world = (uint32_t)sqlite3_column_int64(q, 14);
+    if (rstep >= 0 && rnode && rpath && (n->remote = calloc(1, sizeof *n->remote))) {
+        n->remote->step = (uint64_t)rstep;
+        snprintf(n->remote->node, sizeof n->remote->node, "%s", rnode);
+        n->remote->revision = (uint32_t)sqlite3_column_int64(q, 11);
+        n->remote->path = strdup(rpath);
+        n->from_remote = state == VFILE_DURABLE;
+    }
+    if (n->step != VFS_NO_STEP)
+        vfs_step(j, n->step, 1);
+}
+
+st_err vfs_journal_recover(st_vfs *v)
+{
+    sqlite3_stmt *q;
+    /* Shorter paths first, so parents come before children. */
+    if (sqlite3_prepare_v2(DB(v), "SELECT * FROM entries ORDER BY job, length(path), path", -1, &q,
+                           NULL) != SQLITE_OK)
+        return jerr(v, "recover");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        recover_entry(v, q);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover");
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, complete, revision, commits FROM steps", -1,
+                           &q, NULL) != SQLITE_OK)
+        return jerr(v, "recover steps");
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(q, 0);
+        vjob *j = job ? vfs_job(v, job, 1) : NULL;
+        vstep *s = j ? vfs_step(j, (uint64_t)sqlite3_column_int64(q, 1), 1) : NULL;
+        if (!s)
+            continue;
+        s->complete = sqlite3_column_int(q, 2);
+        s->revision = (uint32_t)sqlite3_column_int64(q, 3);
+        if (!s->ncommits)
+            parse_commits(s, (const char *)sqlite3_column_text(q, 4));
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover steps");
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, path, requested_ns FROM deletions", -1, &q,
+                           NULL) != SQLITE_OK)
+        return jerr(v, "recover deletions");
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(q, 0);
+        const char *path = (const char *)sqlite3_column_text(q, 2);
+        if (job && path && st_name_is_valid(job, ST_JOB_MAX))
+            vfs_deletion_restore(v, job, (uint64_t)sqlite3_column_int64(q, 1), path,
+                                 sqlite3_column_int64(q, 3));
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover deletions");
+    /* Queue complete steps that still have files to upload. */
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        if (!n || !S_ISREG(n->mode) || !n->sid || n->state == VFILE_DURABLE ||
+            n->step == VFS_NO_STEP)
+            continue;
+        vnode *jd = vfs_job_dir(n);
+        vjob *j = jd ? vfs_job(v, jd->name, 0) : NULL;
+        vstep *s = j ? vfs_step(j, n->step, 0) : NULL;
+        if (s && s->complete)
+            vfs_enqueue(v, j->name, s->step);
+        else if (s) { /* published eagerly once quiet */
+            s->dirty = 1;
+            s->last_activity_ns = st_mono_ns();
+        }
+    }
+    return ST_OK;
+}

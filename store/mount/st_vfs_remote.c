@@ -1,0 +1,363 @@
+/*
+ * st_vfs_remote — what other nodes (and this node's earlier lives) made
+ * durable: committed steps appear in the namespace as remote files, and a
+ * remote file's content is fetched, verified and kept in staging on first
+ * open.
+ *
+ * Only committed steps are ever shown (the commit record is written last),
+ * so a reader on another node never sees half a checkpoint. A local file
+ * always wins over a remote one at the same path; among remote files the
+ * newest step wins (files such as DeepSpeed's `latest` are in many steps);
+ * a path deleted on this node (a journal tombstone) stays hidden, and so
+ * does a step whose deletion was requested here (st_vfs_delete.c). A step the
+ * store no longer holds (deleted by GC or by another mount) leaves the view
+ * at the next refresh.
+ *
+ * The refresher thread re-lists the store every refresh_seconds. Store I/O
+ * happens without v->lock; results are merged under it.
+ */
+#include "mount/st_vfs_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/st_fsutil.h"
+#include "engine/st_restore.h"
+#include "engine/st_catalog.h"
+
+/* Adds (or re-points) the remote file f of a step to the tree (lock held). */
+static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
+                       const st_file_entry *f)
+{
+    if (vfs_journal_is_tombstone(v, jd->name, f->path))
+        return;
+    const char *base;
+    vnode *dir = vfs_walk(v, jd, f->path, 1, &base);
+    if (!dir)
+        return;
+    vnode *n = vfs_child(dir, base);
+    if (n) {
+        if (!S_ISREG(n->mode) || n->opens || n->fetching)
+            return;
+        if (n->sid && !n->from_remote)
+            return; /* written here: the local file wins */
+        if (n->remote && n->remote->step > step)
+            return;   /* a newer step already provides this path */
+        if (n->sid) { /* a cached copy of an older step's content */
+            char sp[PATH_MAX];
+            vfs_staging_path(v, n->sid, sp, sizeof sp);
+            unlink(sp);
+            v->staged_bytes -= n->size;
+            n->sid = 0;
+        }
+    } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
+        return;
+    } else {
+        n->merged_ns = st_mono_ns();
+    }
+    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
+    char *p = strdup(f->path);
+    if (!r || !p) {
+        free(p);
+        if (!n->remote)
+            free(r);
+        return;
+    }
+    free(r->path);
+    r->path = p;
+    r->step = step;
+    r->revision = part->revision;
+    snprintf(r->node, sizeof r->node, "%s", part->node);
+    n->remote = r;
+    n->mode = S_IFREG | (f->mode & 07777);
+    n->size = f->size;
+    n->mtime_ns = f->mtime_ns;
+    n->state = VFILE_DURABLE;
+    n->step = step;
+    n->version = n->durable_version = n->version + 1;
+}
+
+/* Loads one step into the view if it is consistent (no lock held on entry):
+ * a step that is not is never shown (docs/CONSISTENCY.md). */
+static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_bytes *buf)
+{
+    st_stepview sv;
+    if (st_catalog_load_view(v->backend, job, k, buf, &sv)) {
+        vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", k->step, job, st_errmsg());
+        return;
+    }
+    if (!sv.consistent) {
+        st_stepview_free(&sv);
+        return;
+    }
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 1);
+    vnode *jd = vfs_child(v->root, job);
+    if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
+        vfs_journal_put_dir(v, jd);
+    vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
+    if (jd && s && !s->remote_loaded) {
+        for (size_t i = 0; i < sv.nparts; i++)
+            for (size_t f = 0; f < sv.manifests[i].nfiles; f++)
+                merge_file(v, jd, &sv.parts[i], k->step, &sv.manifests[i].files[f]);
+        s->remote_loaded = 1;
+        if (!s->durable_ns)
+            s->durable_ns = sv.created_ns;
+    }
+    pthread_mutex_unlock(&v->lock);
+    st_stepview_free(&sv);
+}
+
+/* 1 if the view already holds this step as the store has it, or must not
+ * show it (its deletion was requested here). */
+static int step_loaded(st_vfs *v, const char *job, uint64_t step)
+{
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j ? vfs_step(j, step, 0) : NULL;
+    int loaded = (s && s->remote_loaded) || vfs_deletion_find(j, step);
+    pthread_mutex_unlock(&v->lock);
+    return loaded;
+}
+
+/* Steps of job that were durable before listed_ns (loaded from the store, or
+ * published by this node) and that the listing no longer has were deleted
+ * from the store: they leave the view. */
+static void forget_vanished(st_vfs *v, const char *job, const st_step_keys *steps, size_t n,
+                            int64_t listed_ns)
+{
+    pthread_mutex_lock(&v->lock);
+    vjob *j = vfs_job(v, job, 0);
+    for (size_t k = 0, at = 0; j && k < j->nsteps;) {
+        vstep *s = &j->steps[k];
+        while (at < n && steps[at].step < s->step)
+            at++;
+        uint64_t step = s->step;
+        size_t before = j->nsteps;
+        if ((at == n || steps[at].step != step) && s->durable_ns && s->durable_ns < listed_ns &&
+            !s->queued && !s->uploading && !vfs_deletion_find(j, step)) {
+            vfs_log(v, 0, "step %" PRIu64 " of %s is no longer in the store", step, job);
+            vfs_forget_step(v, j, step);
+            if (j->nsteps < before)
+                continue; /* removed: the next one moved to k */
+            s->durable_ns = 0;
+            s->remote_loaded = 0;
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&v->lock);
+}
+
+st_err vfs_remote_refresh(st_vfs *v)
+{
+    char **jobs = NULL;
+    size_t njobs = 0;
+    st_bytes buf = {0};
+    st_err e = st_catalog_list_jobs(v->backend, &jobs, &njobs);
+    for (size_t i = 0; !e && i < njobs; i++) {
+        st_step_keys *steps;
+        size_t n;
+        int64_t listed_ns = st_now_ns();
+        if ((e = st_catalog_list_steps(v->backend, jobs[i], &steps, &n)))
+            break;
+        forget_vanished(v, jobs[i], steps, n, listed_ns);
+        for (size_t k = 0; k < n; k++)
+            if (!step_loaded(v, jobs[i], steps[k].step))
+                load_step(v, jobs[i], &steps[k], &buf);
+        st_step_keys_free(steps, n);
+    }
+    st_catalog_free_names(jobs, njobs);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* Wakes every TICK_NS (or the refresh interval if shorter) to queue quiet
+ * steps for eager publishing, and re-lists the store every refresh_seconds. */
+#define TICK_NS (500ll * 1000000)
+
+void *vfs_refresher_main(void *arg)
+{
+    st_vfs *v = arg;
+    int64_t next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
+    pthread_mutex_lock(&v->lock);
+    while (!v->stopping) {
+        int64_t ns = (int64_t)(v->opts.refresh_seconds * 1e9);
+        int64_t until = st_mono_ns() + (ns < TICK_NS ? ns : TICK_NS);
+        while (!v->stopping && st_mono_ns() < until)
+            vfs_timedwait(v, until);
+        if (v->stopping)
+            break;
+        pthread_mutex_unlock(&v->lock);
+        vfs_publish_quiet_steps(v);
+        if (st_mono_ns() >= next_refresh) {
+            if (vfs_remote_refresh(v) != ST_OK)
+                vfs_log(v, 1, "refreshing the store's steps: %s", st_errmsg());
+            next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
+        }
+        pthread_mutex_lock(&v->lock);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return NULL;
+}
+
+/* Files at least this large are fetched by FETCH_WORKERS threads in parallel,
+ * each restoring a contiguous run of chunks (one ranged GET per 16 MiB of a
+ * pack), so one big checkpoint uses the store's parallel GET throughput. */
+#define FETCH_PARALLEL_MIN (32ull << 20)
+#define FETCH_WORKERS      4
+
+typedef struct fetch_part {
+    st_backend *backend;
+    const char *job;
+    const st_manifest *m;
+    const st_file_entry *f;
+    size_t first, count;
+    int fd;
+    st_err err;
+    char msg[512];
+} fetch_part;
+
+static void *fetch_part_main(void *arg)
+{
+    fetch_part *p = arg;
+    st_restorer *rs = NULL;
+    p->err = st_restorer_new(p->backend, p->job, &rs);
+    if (!p->err)
+        p->err = st_restore_chunks(rs, p->m, p->f, p->first, p->count, p->fd);
+    if (p->err)
+        snprintf(p->msg, sizeof p->msg, "%s", st_errmsg());
+    st_restorer_free(rs);
+    return NULL;
+}
+
+/* Restores f into fd with several workers, then checks the whole file. */
+static st_err fetch_parallel(st_vfs *v, const char *job, const st_manifest *m,
+                             const st_file_entry *f, int fd)
+{
+    if (ftruncate(fd, (off_t)f->size) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "size cache file: %s",
+                         strerror(errno));
+    fetch_part parts[FETCH_WORKERS];
+    pthread_t threads[FETCH_WORKERS];
+    int started[FETCH_WORKERS] = {0};
+    size_t next = 0;
+    uint64_t share = f->size / FETCH_WORKERS + 1, acc = 0;
+    for (int w = 0; w < FETCH_WORKERS; w++) {
+        size_t first = next;
+        uint64_t goal = (uint64_t)(w + 1) * share;
+        while (next < f->nchunks && (acc < goal || w == FETCH_WORKERS - 1))
+            acc += f->chunks[next++].raw_len;
+        parts[w] = (fetch_part){v->backend, job, m, f, first, next - first, fd, ST_OK, ""};
+        if (parts[w].count && pthread_create(&threads[w], NULL, fetch_part_main, &parts[w]) == 0)
+            started[w] = 1;
+        else if (parts[w].count)
+            fetch_part_main(&parts[w]); /* no thread: do this part here */
+    }
+    st_err e = ST_OK;
+    for (int w = 0; w < FETCH_WORKERS; w++) {
+        if (started[w])
+            pthread_join(threads[w], NULL);
+        if (parts[w].err && !e)
+            e = st_seterr(parts[w].err, "%s", parts[w].msg);
+    }
+    return e ? e : st_restore_verify_file(fd, f);
+}
+
+/* The store side of a fetch: no lock held. */
+static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd, uint64_t *size)
+{
+    st_bytes buf = {0};
+    st_part part;
+    st_manifest m = {0};
+    st_restorer *rs = NULL;
+    st_err e = st_catalog_load_part(v->backend, job, r->step, r->node, &buf, &part);
+    if (e)
+        goto out_nopart;
+    if ((e = st_catalog_load_manifest(v->backend, &part, &buf, &m)))
+        goto out;
+    const st_file_entry *f = NULL;
+    for (size_t i = 0; i < m.nfiles; i++)
+        if (!strcmp(m.files[i].path, r->path))
+            f = &m.files[i];
+    if (!f) {
+        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
+        goto out;
+    }
+    if (f->size >= FETCH_PARALLEL_MIN && f->nchunks >= FETCH_WORKERS)
+        e = fetch_parallel(v, job, &m, f, fd);
+    else if (!(e = st_restorer_new(v->backend, job, &rs)))
+        e = st_restore_file(rs, &m, f, fd);
+    if (!e)
+        *size = f->size;
+out:
+    st_restorer_free(rs);
+    st_manifest_free(&m);
+    st_part_free(&part);
+out_nopart:
+    st_bytes_free(&buf);
+    return e;
+}
+
+st_err vfs_fetch(st_vfs *v, vnode *n)
+{
+    while (n->fetching)
+        pthread_cond_wait(&v->changed, &v->lock);
+    if (n->sid)
+        return ST_OK;
+    if (!n->remote)
+        return st_seterr(ST_ERR_IO, "%s has no content", n->name);
+    vnode *jd = vfs_job_dir(n);
+    if (!jd)
+        return ST_ERR_NOT_FOUND;
+    char job[ST_JOB_MAX + 1];
+    snprintf(job, sizeof job, "%s", jd->name);
+    vremote r = *n->remote;
+    if (!(r.path = strdup(n->remote->path)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    vfs_evict_durable(v, n->size); /* the cache lives under the staging cap too */
+    uint64_t sid = v->next_sid++;
+    n->fetching = 1;
+    pthread_mutex_unlock(&v->lock);
+
+    char sp[PATH_MAX];
+    vfs_staging_path(v, sid, sp, sizeof sp);
+    uint64_t size = 0;
+    st_err e;
+    int fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* read back to verify */
+    if (fd < 0) {
+        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
+                      strerror(errno));
+    } else {
+        e = fetch_content(v, job, &r, fd, &size);
+        close(fd);
+        if (e)
+            unlink(sp);
+    }
+    free(r.path);
+
+    pthread_mutex_lock(&v->lock);
+    n->fetching = 0;
+    if (!e) {
+        n->sid = sid;
+        n->size = size;
+        n->state = VFILE_DURABLE;
+        n->from_remote = 1;
+        n->durable_version = n->version;
+        v->staged_bytes += size;
+        if (n->parent)
+            vfs_journal_put_file(v, n);
+    } else {
+        snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
+        vfs_log(v, 2, "%s", v->last_error);
+    }
+    pthread_cond_broadcast(&v->changed);
+    return e;
+}

@@ -1,0 +1,479 @@
+/*
+ * st_vfs_upload — the uploader thread: takes complete steps from the queue,
+ * snapshots their files, stores them (st_ingest: chunk, dedup, pack, PUT),
+ * publishes a new manifest revision and the commit record (st_stepio), and
+ * marks exactly the file versions it stored as DURABLE.
+ *
+ * Writers never wait for it: it holds v->lock only to snapshot and to merge
+ * the result. A store failure keeps the step queued and retries with
+ * exponential backoff (1 s doubling to 30 s); the failure shows in the status
+ * file's last_error. A file changed while its step was uploading stays
+ * CLOSED and its step is queued again by the change (rule R5).
+ *
+ * Files published unchanged since this node's previous revision of the step
+ * are carried over from that manifest without re-reading them, which also
+ * covers files whose local copy was evicted.
+ *
+ * Between two uploads, or when the queue is empty, the thread carries out
+ * the deletion requests that are due (st_vfs_delete.c): being this thread,
+ * a deletion never runs while this node publishes a part of the same step.
+ *
+ * Threads: one uploader thread, with its own SQLite connection to the dedup
+ * index (STAGING/index.db).
+ */
+#include "mount/st_vfs_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/st_fsutil.h"
+#include "engine/st_ingest.h"
+#include "engine/st_catalog.h"
+
+#define BACKOFF_MAX_S 30
+
+/* One file of the step, as it was when the upload started. */
+typedef struct snap_file {
+    uint64_t ino;
+    uint64_t sid;
+    uint64_t version;
+    uint32_t mode;
+    int64_t mtime_ns;
+    char *path;
+    int32_t rank; /* the writer's RANK, -1 unknown */
+    int carry;    /* unchanged since our previous revision: reuse its entry */
+    uint32_t prev_revision;
+    char *prev_path;
+} snap_file;
+
+typedef struct snapshot {
+    char job[ST_JOB_MAX + 1];
+    uint64_t step;
+    snap_file *files;
+    size_t n, cap;
+    st_part part;          /* what this node's part record will say, minus the manifest */
+    uint64_t metadata_sid; /* a DCP .metadata among the files: its staging id */
+    char **keep;           /* naming markers now in another step (see carry_moved) */
+    size_t nkeep;
+    char metadata_dir[ST_MANIFEST_MAX_PATH + 1];
+} snapshot;
+
+static void snapshot_free(snapshot *s)
+{
+    st_part_free(&s->part);
+    for (size_t i = 0; i < s->nkeep; i++)
+        free(s->keep[i]);
+    free(s->keep);
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->files[i].path);
+        free(s->files[i].prev_path);
+    }
+    free(s->files);
+    memset(s, 0, sizeof *s);
+}
+
+/* Collects the step's files (lock held). Files of no step yet are adopted by
+ * this step (rule R6). */
+static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->job, sizeof s->job, "%s", it->job);
+    s->step = it->step;
+    vjob *vj = vfs_job(v, it->job, 0);
+    vstep *vs = vj ? vfs_step(vj, it->step, 0) : NULL;
+    if (vs) {
+        s->part.complete = vs->complete;
+        if (vs->ncommits) {
+            s->part.commits = malloc(vs->ncommits * sizeof *s->part.commits);
+            if (!s->part.commits)
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            memcpy(s->part.commits, vs->commits, vs->ncommits * sizeof *vs->commits);
+            s->part.ncommits = vs->ncommits;
+        }
+    }
+    vnode *jd = vfs_child(v->root, it->job);
+    for (uint64_t i = 0; jd && i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        if (!n || !n->parent || !S_ISREG(n->mode) || vfs_job_dir(n) != jd)
+            continue;
+        if (n->step == VFS_NO_STEP && n->sid && n->state != VFILE_WRITING && !n->writers) {
+            n->step = it->step;
+            vfs_journal_put_file(v, n);
+        }
+        if (n->step != it->step && n->step != VFS_NO_STEP) {
+            /* A naming marker (`latest`) that moved on to a newer step: the
+             * version this step published stays in it. */
+            char mp[ST_MANIFEST_MAX_PATH + 1];
+            char **k;
+            if (vfs_job_path(n, mp, sizeof mp) &&
+                st_steprules_marker_kind(v->rules, mp) == ST_MARKER_NAMES_STEP &&
+                (k = realloc(s->keep, (s->nkeep + 1) * sizeof *k))) {
+                s->keep = k;
+                if ((k[s->nkeep] = strdup(mp)))
+                    s->nkeep++;
+            }
+            continue;
+        }
+        if (n->writers || n->state == VFILE_WRITING)
+            continue;
+        int ours = n->remote && !strcmp(n->remote->node, v->node) && n->remote->step == it->step;
+        int carry = ours && (!n->sid || n->version == n->durable_version);
+        if (!carry && (!n->sid || n->from_remote))
+            continue; /* another node's file: in its own manifest */
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!vfs_job_path(n, path, sizeof path))
+            continue;
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 16;
+            snap_file *p = realloc(s->files, cap * sizeof *p);
+            if (!p)
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            s->files = p;
+            s->cap = cap;
+        }
+        snap_file *f = &s->files[s->n];
+        memset(f, 0, sizeof *f);
+        f->ino = n->ino;
+        f->sid = n->sid;
+        f->version = n->version;
+        f->mode = n->mode;
+        f->mtime_ns = n->mtime_ns;
+        f->path = strdup(path);
+        f->rank = n->rank;
+        f->carry = carry;
+        /* What the part record will say about the step's layout
+         * (docs/CONSISTENCY.md): the writers' world size, whether every rank
+         * writes, and the shard list a DCP .metadata promises. */
+        if (n->world > s->part.world_size)
+            s->part.world_size = n->world;
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t plen = strlen(path);
+        if ((plen > 7 && !strcmp(path + plen - 7, ".distcp")) ||
+            !strncmp(base, "zero_pp_rank_", 13))
+            s->part.rank_coverage = 1;
+        if (!strcmp(base, ".metadata") && n->sid) {
+            s->metadata_sid = n->sid;
+            snprintf(s->metadata_dir, sizeof s->metadata_dir, "%.*s", (int)(base - path), path);
+        }
+        if (carry) {
+            f->prev_revision = n->remote->revision;
+            f->prev_path = strdup(n->remote->path);
+        }
+        if (!f->path || (carry && !f->prev_path)) {
+            free(f->path);
+            free(f->prev_path);
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        }
+        s->n++;
+    }
+    return ST_OK;
+}
+
+/* DCP's .metadata names every shard file "__R_I.distcp": collect those names
+ * as paths the step must contain (rule 3 of docs/CONSISTENCY.md). The file is
+ * a pickle; the names appear in it as plain strings, so a scan finds them
+ * without unpickling anything. */
+static void expect_dcp_shards(st_vfs *v, snapshot *s)
+{
+    if (!s->metadata_sid)
+        return;
+    char sp[PATH_MAX];
+    vfs_staging_path(v, s->metadata_sid, sp, sizeof sp);
+    int fd = open(sp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t cap = 16u << 20, got = 0;
+    uint8_t *buf = malloc(cap);
+    if (buf)
+        st_read_full(fd, buf, cap, &got, sp);
+    close(fd);
+    for (size_t i = 0; buf && i + 10 < got; i++) {
+        if (buf[i] != '_' || buf[i + 1] != '_')
+            continue;
+        size_t k = i + 2, digits1 = 0, digits2 = 0;
+        while (k < got && buf[k] >= '0' && buf[k] <= '9' && digits1 < 10)
+            k++, digits1++;
+        if (!digits1 || k >= got || buf[k] != '_')
+            continue;
+        k++;
+        while (k < got && buf[k] >= '0' && buf[k] <= '9' && digits2 < 10)
+            k++, digits2++;
+        if (!digits2 || k + 7 > got || memcmp(buf + k, ".distcp", 7))
+            continue;
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        int n = snprintf(path, sizeof path, "%s%.*s", s->metadata_dir, (int)(k + 7 - i),
+                         (const char *)buf + i);
+        int dup = 0;
+        for (size_t e = 0; e < s->part.nexpected; e++)
+            dup |= !strcmp(s->part.expected[e], path);
+        if (dup || n <= 0 || (size_t)n >= sizeof path || s->part.nexpected >= ST_PART_MAX_EXPECTED)
+            continue;
+        char **p = realloc(s->part.expected, (s->part.nexpected + 1) * sizeof *p);
+        if (!p)
+            break;
+        s->part.expected = p;
+        if ((p[s->part.nexpected] = strdup(path)))
+            s->part.nexpected++;
+        i = k + 6;
+    }
+    free(buf);
+}
+
+/* Stores one staged file through the ingest. */
+static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
+{
+    char sp[PATH_MAX];
+    vfs_staging_path(v, f->sid, sp, sizeof sp);
+    int fd = open(sp, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return st_seterr(ST_ERR_IO, "open staged %s: %s", f->path, strerror(errno));
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    st.st_mode = f->mode;
+    st.st_mtim.tv_sec = f->mtime_ns / 1000000000;
+    st.st_mtim.tv_nsec = f->mtime_ns % 1000000000;
+    st_err e = st_ingest_file(g, fd, f->path, &st, f->rank);
+    close(fd);
+    return e;
+}
+
+/* Carries an unchanged file over from our previous manifest of the step. */
+static st_err carry_over(st_ingest *g, const st_manifest *prev, const snap_file *f)
+{
+    for (size_t i = 0; prev && i < prev->nfiles; i++)
+        if (!strcmp(prev->files[i].path, f->prev_path))
+            return st_ingest_add_stored(g, prev, &prev->files[i], f->path);
+    return st_seterr(ST_ERR_CORRUPT, "%s is missing from this node's previous manifest",
+                     f->prev_path);
+}
+
+/* Carries over, from this node's previous revision of the step, the naming
+ * markers that moved on to a newer step: each step keeps the `latest` that
+ * named it. */
+static st_err carry_moved(st_ingest *g, const st_manifest *prev, const snapshot *s)
+{
+    for (size_t i = 0; prev && i < prev->nfiles; i++) {
+        const st_file_entry *f = &prev->files[i];
+        int keep = 0, present = 0;
+        for (size_t k = 0; k < s->nkeep; k++)
+            keep |= !strcmp(s->keep[k], f->path);
+        for (size_t k = 0; k < s->n; k++)
+            present |= !strcmp(s->files[k].path, f->path);
+        if (keep && !present) {
+            st_err e = st_ingest_add_stored(g, prev, f, f->path);
+            if (e)
+                return e;
+        }
+    }
+    return ST_OK;
+}
+
+/* The store side of one upload: no lock held. */
+static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revision,
+                         uint64_t *logical, uint64_t *stored)
+{
+    st_bytes buf = {0};
+    st_part mine = {0};
+    st_manifest prev = {0}, m = {0};
+    st_ingest *g = NULL;
+    int have_mine = 0, have_prev = 0;
+    st_err e = st_catalog_sync_index(v->backend, index, s->job, NULL, NULL);
+    if (e)
+        goto out;
+    /* Our current part, if any: its revision is the floor for the next one
+     * (staging may have been lost), and unchanged files are carried over. */
+    e = st_catalog_load_part(v->backend, s->job, s->step, v->node, &buf, &mine);
+    if (e == ST_OK)
+        have_mine = 1;
+    else if (e != ST_ERR_NOT_FOUND)
+        goto out;
+    uint32_t base = have_mine && mine.revision > *revision ? mine.revision : *revision;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->files[i].carry)
+            continue;
+        if (!have_mine || mine.revision != s->files[i].prev_revision) {
+            /* The revision it was stored in is not the current one: store the
+             * local copy again if there is one, else it cannot be carried. */
+            if (!s->files[i].sid) {
+                e = st_seterr(ST_ERR_CORRUPT, "%s: stored revision %u is no longer current",
+                              s->files[i].path, s->files[i].prev_revision);
+                goto out;
+            }
+            s->files[i].carry = 0;
+            continue;
+        }
+        if (!have_prev) {
+            if ((e = st_catalog_load_manifest(v->backend, &mine, &buf, &prev)))
+                goto out;
+            have_prev = 1;
+        }
+    }
+    if (have_mine && s->nkeep && !have_prev) {
+        if ((e = st_catalog_load_manifest(v->backend, &mine, &buf, &prev)))
+            goto out;
+        have_prev = 1;
+    }
+    expect_dcp_shards(v, s);
+    if ((e = st_ingest_new(v->backend, index, s->job, NULL, &g)))
+        goto out;
+    if (v->opts.upload_threads)
+        st_ingest_set_parallel(g, v->opts.upload_threads);
+    for (size_t i = 0; !e && i < s->n; i++)
+        e = s->files[i].carry ? carry_over(g, &prev, &s->files[i])
+                              : ingest_staged(v, g, &s->files[i]);
+    if (!e && have_prev)
+        e = carry_moved(g, &prev, s);
+    if (e || (e = st_ingest_finish(g, &m)))
+        goto out;
+    m.step = s->step;
+    m.created_ns = st_now_ns();
+    m.node = v->node;
+    m.job = s->job;
+    uint64_t puts = 0;
+    s->part.revision = base + 1;
+    e = st_catalog_publish(v->backend, &m, &s->part, &puts);
+    m.node = m.job = NULL; /* borrowed */
+    if (!e) {
+        *revision = base + 1;
+        *logical = st_ingest_get_stats(g)->logical_bytes;
+        *stored = st_ingest_get_stats(g)->stored_bytes;
+    }
+out:
+    st_manifest_free(&m);
+    st_manifest_free(&prev);
+    st_ingest_free(g);
+    if (have_mine)
+        st_part_free(&mine);
+    st_bytes_free(&buf);
+    return e;
+}
+
+/* Marks the snapshot's file versions durable (lock held). */
+static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        const snap_file *f = &s->files[i];
+        vnode *n = f->ino < v->ninodes ? v->inodes[f->ino] : NULL;
+        if (!n || !n->parent || n->version != f->version)
+            continue; /* gone or changed: a later revision handles it */
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!vfs_job_path(n, path, sizeof path) || strcmp(path, f->path))
+            continue;
+        vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
+        char *p = strdup(f->path);
+        if (!r || !p) {
+            free(p);
+            if (!n->remote)
+                free(r);
+            continue;
+        }
+        free(r->path);
+        r->path = p;
+        r->step = s->step;
+        r->revision = revision;
+        snprintf(r->node, sizeof r->node, "%s", v->node);
+        n->remote = r;
+        n->state = VFILE_DURABLE;
+        n->durable_version = n->version;
+        vfs_journal_put_file(v, n);
+    }
+}
+
+/* Waits (lock held) for the given seconds, or until stopping. */
+static void wait_seconds(st_vfs *v, int seconds)
+{
+    int64_t until = st_mono_ns() + (int64_t)seconds * 1000000000;
+    while (!v->stopping && st_mono_ns() < until)
+        vfs_timedwait(v, until);
+}
+
+void *vfs_uploader_main(void *arg)
+{
+    st_vfs *v = arg;
+    st_state *index = NULL;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/index.db", v->staging);
+    st_err oe = st_state_open(path, &index);
+    pthread_mutex_lock(&v->lock);
+    if (oe) {
+        snprintf(v->last_error, sizeof v->last_error, "dedup index: %s", st_errmsg());
+        vfs_log(v, 2, "uploader cannot start: %s", v->last_error);
+    }
+    int backoff = 1;
+    while (!v->stopping && index) {
+        if (vfs_deletions_run(v))
+            continue;
+        if (!v->nqueue) {
+            vfs_timedwait(v, vfs_deletions_next_due(v));
+            continue;
+        }
+        upload_item it = v->queue[0];
+        memmove(v->queue, v->queue + 1, (v->nqueue - 1) * sizeof *v->queue);
+        v->nqueue--;
+        vjob *j = vfs_job(v, it.job, 0);
+        vstep *s = j ? vfs_step(j, it.step, 0) : NULL;
+        if (!s)
+            continue;
+        s->queued = 0;
+        if (s->writers) {
+            s->upload_waits = 1; /* re-queued by the last writer's close */
+            continue;
+        }
+        snapshot snap;
+        if (take_snapshot(v, &it, &snap) || (!snap.n && !snap.part.ncommits)) {
+            snapshot_free(&snap);
+            continue;
+        }
+        s->uploading = 1;
+        v->uploader_busy = 1;
+        uint32_t revision = s->revision;
+        pthread_mutex_unlock(&v->lock);
+
+        int64_t t0 = st_mono_ns();
+        uint64_t logical = 0, stored = 0;
+        st_err e = store_step(v, index, &snap, &revision, &logical, &stored);
+        int64_t took = st_mono_ns() - t0;
+
+        pthread_mutex_lock(&v->lock);
+        v->uploader_busy = 0;
+        j = vfs_job(v, it.job, 0);
+        s = j ? vfs_step(j, it.step, 0) : NULL;
+        if (s)
+            s->uploading = 0;
+        if (e) {
+            snprintf(v->last_error, sizeof v->last_error, "uploading step %" PRIu64 " of %s: %s",
+                     it.step, it.job, st_errmsg());
+            vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);
+            vfs_enqueue(v, it.job, it.step);
+            wait_seconds(v, backoff);
+            backoff = backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : backoff * 2;
+        } else {
+            backoff = 1;
+            v->last_error[0] = '\0';
+            v->uploaded_bytes += logical;
+            v->stored_bytes += stored;
+            v->upload_ns += took;
+            merge_result(v, &snap, revision);
+            if (s) {
+                s->revision = revision;
+                s->durable_ns = st_now_ns();
+                vfs_journal_put_step(v, it.job, s);
+            }
+            vfs_log(v, 0, "step %" PRIu64 " of %s is durable (revision %u, %zu files)", it.step,
+                    it.job, revision, snap.n);
+        }
+        snapshot_free(&snap);
+        pthread_cond_broadcast(&v->changed);
+    }
+    pthread_mutex_unlock(&v->lock);
+    st_state_close(index);
+    return NULL;
+}
