@@ -76,7 +76,8 @@ typedef struct st_backend {
 int st_key_is_valid(const char *key);
 
 /*!
- * Options for st_backend_open_opts(). Zero-initialise ({0}) and set only
+ * Options for st_backend_open_opts() (st_backend_open.h), handed on to
+ * the backend that the URL names. Zero-initialise ({0}) and set only
  * what you need: every 0 or NULL field means "the default", so fields can
  * be added later without touching callers. Backends ignore what does not
  * apply to them. The strings are copied; they need to live only during the
@@ -101,18 +102,7 @@ typedef struct st_backend_opts {
     unsigned retry_max_ms;
 } st_backend_opts;
 
-/*!
- * Opens the store at url: "file:///absolute/dir" (created if missing) or
- * "s3://bucket[/prefix]" (docs/S3.md). ST_ERR_INVALID for a malformed or
- * unknown URL, ST_ERR_UNSUPPORTED for a known scheme not built in; the
- * message says why. *out is a malloc'd st_backend; free it with
- * st_backend_close(), which calls ops->close(ctx) and then frees it.
- * The backend comes wrapped in the retry wrapper (st_backend_retry.h), so a
- * ST_ERR_TRANSIENT from it means the retries are used up.
- * st_backend_open(url, out) is st_backend_open_opts(url, NULL, out).
- */
-st_err st_backend_open(const char *url, st_backend **out);
-st_err st_backend_open_opts(const char *url, const st_backend_opts *opts, st_backend **out);
+/*! Closes b: calls ops->close(ctx), then frees b. NULL is a no-op. */
 void st_backend_close(st_backend *b);
 
 /* Convenience wrappers that also validate the key. */

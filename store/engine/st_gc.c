@@ -29,6 +29,7 @@
  *
  * Threads: one thread per run; nothing static but constants.
  */
+#include "util/st_array.h"
 #include "engine/st_gc.h"
 
 #include <inttypes.h>
@@ -39,96 +40,12 @@
 
 #include "util/st_fsutil.h"
 #include "util/st_idmap.h"
-#include "facade/st_store_impl.h"
 #include "engine/st_catalog.h"
-
-#define MARKER_MAGIC  "ckptfs-gc-pending v1"
-#define RETIRED_MAGIC "ckptfs-gc-retired v1"
-#define INTENT_MAGIC  "ckptfs-gc-deleting v1"
+#include "format/st_gcmark.h"
+#include "format/st_part.h"
 
 #define DEFAULT_BATCH       1000
 #define DEFAULT_REPACK_DEAD 0.5
-
-/* ---- keys and markers ---- */
-
-/* "jobs/<job>/<what>/" */
-static st_err key_job_prefix(char *out, size_t cap, const char *job, const char *what)
-{
-    if (!st_name_is_valid(job, ST_JOB_MAX))
-        return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
-    int n = snprintf(out, cap, "jobs/%s/%s/", job, what);
-    return n < 0 || (size_t)n >= cap ? ST_ERR_INVALID : ST_OK;
-}
-
-/* "jobs/<job>/<what>/<packid>" */
-static st_err key_pack_marker(char *out, size_t cap, const char *job, const char *what,
-                              const st_id *pack)
-{
-    char hex[ST_ID_HEX_LEN + 1];
-    st_err e = key_job_prefix(out, cap, job, what);
-    if (e)
-        return e;
-    size_t len = strlen(out);
-    int n = snprintf(out + len, cap - len, "%s", st_id_hex(pack, hex));
-    return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
-}
-
-st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job)
-{
-    return key_job_prefix(out, cap, job, "gc/pending");
-}
-
-st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack)
-{
-    return key_pack_marker(out, cap, job, "gc/pending", pack);
-}
-
-st_err st_key_gc_retired_prefix(char *out, size_t cap, const char *job)
-{
-    return key_job_prefix(out, cap, job, "gc/retired");
-}
-
-st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pack)
-{
-    return key_pack_marker(out, cap, job, "gc/retired", pack);
-}
-
-st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step)
-{
-    st_err e = key_job_prefix(out, cap, job, "pins");
-    if (e)
-        return e;
-    size_t len = strlen(out);
-    int n = snprintf(out + len, cap - len, "%020" PRIu64, step);
-    return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
-}
-
-st_err st_gc_marker_decode(const void *buf, size_t len, int64_t *marked_ns, int64_t *grace_ns)
-{
-    char text[128];
-    if (len >= sizeof text)
-        return st_seterr(ST_ERR_CORRUPT, "GC marker too long");
-    memcpy(text, buf, len);
-    text[len] = '\0';
-    long long m, g;
-    char magic[32], tail;
-    if (sscanf(text, "%31s v1 %lld %lld%c", magic, &m, &g, &tail) != 4 || tail != '\n' ||
-        strncmp(text, MARKER_MAGIC " ", sizeof MARKER_MAGIC) || m < 0 || g < 0)
-        return st_seterr(ST_ERR_CORRUPT, "not a GC marker");
-    *marked_ns = m;
-    *grace_ns = g;
-    return ST_OK;
-}
-
-static st_err marker_encode(char *out, size_t cap, int64_t marked_ns, int64_t grace_ns, size_t *len)
-{
-    int n =
-        snprintf(out, cap, MARKER_MAGIC " %lld %lld\n", (long long)marked_ns, (long long)grace_ns);
-    if (n < 0 || (size_t)n >= cap)
-        return st_seterr(ST_ERR_INVALID, "GC marker does not fit");
-    *len = (size_t)n;
-    return ST_OK;
-}
 
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns)
@@ -149,7 +66,7 @@ st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
         int64_t marked, grace;
         e = st_get(b, key, 0, ST_GET_TO_END, &buf);
         if (!e)
-            e = st_gc_marker_decode(buf.data, buf.len, &marked, &grace);
+            e = st_gcmark_pending_decode(buf.data, buf.len, &marked, &grace);
         st_bytes_free(&buf);
         if (e == ST_ERR_NOT_FOUND)
             e = ST_OK; /* unmarked meanwhile: look at the pack below */
@@ -401,7 +318,7 @@ void st_gc_report_free(st_gc_report *r)
 static st_err list_objs(gc_run *g, const char *what, int ids, obj_list *l)
 {
     char prefix[ST_KEY_MAX];
-    st_err e = key_job_prefix(prefix, sizeof prefix, g->job, what);
+    st_err e = st_key_job_dir(prefix, sizeof prefix, g->job, what);
     l->prefix_len = strlen(prefix);
     l->ids = ids;
     if (!e)
@@ -439,7 +356,7 @@ static st_err list_pins(st_backend *b, const char *job, u64_list *l)
 {
     char prefix[ST_KEY_MAX];
     memset(l, 0, sizeof *l);
-    st_err e = key_job_prefix(prefix, sizeof prefix, job, "pins");
+    st_err e = st_key_job_dir(prefix, sizeof prefix, job, "pins");
     if (!e)
         e = st_list(b, prefix, collect_pin, l);
     if (!e && l->oom)
@@ -453,45 +370,6 @@ static int u64_in(const u64_list *l, uint64_t v)
         if (l->v[i] == v)
             return 1;
     return 0;
-}
-
-st_err st_store_pin(st_store *s, const char *job, uint64_t step, int pin)
-{
-    char key[ST_KEY_MAX];
-    uint64_t size;
-    st_err e = st_key_pin(key, sizeof key, job, step);
-    if (e)
-        return e;
-    if (!pin) {
-        e = st_stat(s->backend, key, &size);
-        if (e == ST_ERR_NOT_FOUND)
-            return st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " of job %s is not pinned", step,
-                             job);
-        return e ? e : st_del(s->backend, key);
-    }
-    step_list l;
-    if ((e = list_steps(s->backend, job, &l)))
-        return e;
-    int found = 0;
-    for (size_t i = 0; i < l.n; i++)
-        found |= l.steps[i].step == step && l.steps[i].keys.nnodes > 0;
-    step_list_free(&l);
-    if (!found)
-        return st_seterr(ST_ERR_NOT_FOUND, "job %s has no step %" PRIu64, job, step);
-    return st_put(s->backend, key, "", 0);
-}
-
-st_err st_store_pins(st_store *s, const char *job, uint64_t **steps, size_t *n)
-{
-    u64_list l;
-    st_err e = list_pins(s->backend, job, &l);
-    if (e) {
-        free(l.v);
-        return e;
-    }
-    *steps = l.v;
-    *n = l.n;
-    return ST_OK;
 }
 
 /* ---- retention ---- */
@@ -565,51 +443,26 @@ static st_err delete_step(gc_run *g, const gc_step *st)
 static st_err intent_put(gc_run *g, const step_list *l, char *key, size_t cap)
 {
     const int64_t t0 = st_now_ns();
-    st_err e = key_job_prefix(key, cap, g->job, "gc/deleting");
+    st_err e = st_key_job_dir(key, cap, g->job, "gc/deleting");
     if (e)
         return e;
     size_t len = strlen(key);
     int n = snprintf(key + len, cap - len, "%020lld.%ld", (long long)t0, (long)getpid());
     if (n < 0 || (size_t)n >= cap - len)
         return st_seterr(ST_ERR_INVALID, "intent key too long");
-    size_t text_cap = sizeof INTENT_MAGIC + 24; /* " <t0>\n" */
-    for (size_t i = 0; i < l->n; i++)
-        text_cap += l->steps[i].deleted ? 22 : 0; /* "<step>\n" */
-    char *text = malloc(text_cap);
-    if (!text)
+    uint64_t *steps = malloc((l->n ? l->n : 1) * sizeof *steps);
+    size_t nsteps = 0;
+    if (!steps)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
-    len = (size_t)snprintf(text, text_cap, INTENT_MAGIC " %lld\n", (long long)t0);
     for (size_t i = 0; i < l->n; i++)
         if (l->steps[i].deleted)
-            len += (size_t)snprintf(text + len, text_cap - len, "%" PRIu64 "\n", l->steps[i].step);
-    e = st_put(g->b, key, text, len);
-    free(text);
-    return e;
-}
-
-/* Decodes an intent: its stamp and its steps (steps->v malloc'd). */
-static st_err intent_decode(const st_bytes *buf, int64_t *t0, u64_list *steps)
-{
-    char *text = malloc(buf->len + 1), *p, *end;
-    if (!text)
-        return st_seterr(ST_ERR_NOMEM, "out of memory");
-    memcpy(text, buf->data, buf->len);
-    text[buf->len] = '\0';
-    end = text;
-    st_err e = ST_OK;
-    if (strncmp(text, INTENT_MAGIC " ", sizeof INTENT_MAGIC) ||
-        (*t0 = strtoll(text + sizeof INTENT_MAGIC, &end, 10)) < 0 || *end != '\n')
-        e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
-    for (p = end + 1; !e && *p; p = end + 1) {
-        uint64_t step = strtoull(p, &end, 10);
-        if (end == p || *end != '\n')
-            e = st_seterr(ST_ERR_CORRUPT, "not a GC intent");
-        else if (st_array_grow((void **)&steps->v, &steps->cap, steps->n + 1, sizeof *steps->v))
-            e = st_seterr(ST_ERR_NOMEM, "out of memory");
-        else
-            steps->v[steps->n++] = step;
-    }
-    free(text);
+            steps[nsteps++] = l->steps[i].step;
+    st_bytes text = {0};
+    e = st_gcmark_intent_encode(t0, steps, nsteps, &text);
+    if (!e)
+        e = st_put(g->b, key, text.data, text.len);
+    st_bytes_free(&text);
+    free(steps);
     return e;
 }
 
@@ -630,7 +483,8 @@ static st_err finish_intents(gc_run *g, step_list *l)
             e = ST_OK; /* another run finished it */
             continue;
         }
-        if (!e && (e = intent_decode(&buf, &t0, &steps)) == ST_ERR_CORRUPT) {
+        if (!e && (e = st_gcmark_intent_decode(buf.data, buf.len, &t0, &steps.v, &steps.n)) ==
+                      ST_ERR_CORRUPT) {
             char msg[ST_KEY_MAX + 64];
             snprintf(msg, sizeof msg, "gc: %s is not a GC intent; deleting it", intents.v[i].key);
             gc_warn(g, msg);
@@ -864,10 +718,11 @@ static st_err maybe_retire(gc_run *g, const pack_obj *p, const pack_ref *ref, in
     g->r->retired_live_bytes += ref->live;
     if (g->dry_run)
         return ST_OK;
-    int n = snprintf(text, sizeof text, RETIRED_MAGIC " %lld %" PRIu64 " %" PRIu64 "\n",
-                     (long long)t0, ref->live, p->size);
-    st_err e = st_key_gc_retired(key, sizeof key, g->job, &p->id);
-    return e ? e : st_put(g->b, key, text, (size_t)n);
+    size_t len;
+    st_err e = st_gcmark_retired_encode(text, sizeof text, t0, ref->live, p->size, &len);
+    if (!e)
+        e = st_key_gc_retired(key, sizeof key, g->job, &p->id);
+    return e ? e : st_put(g->b, key, text, len);
 }
 
 /* Deletes an unreferenced pack whose grace is over: the pack first, then
@@ -926,7 +781,8 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
         p->pending_size = (int64_t)m->size;
         p->marked = !e;
         /* An unreadable marker counts as written now: it ages from here. */
-        if (!e && st_gc_marker_decode(buf.data, buf.len, &p->marked_ns, &p->grace_ns) != ST_OK) {
+        if (!e &&
+            st_gcmark_pending_decode(buf.data, buf.len, &p->marked_ns, &p->grace_ns) != ST_OK) {
             p->marked_ns = t0;
             p->grace_ns = g->grace;
         }
@@ -1013,7 +869,8 @@ static st_err sweep(gc_run *g, const step_list *first)
             size_t len;
             r->packs_marked++;
             st_key_gc_pending(key, sizeof key, g->job, &p->id);
-            if (!g->dry_run && !(e = marker_encode(text, sizeof text, t0, g->grace, &len)))
+            if (!g->dry_run &&
+                !(e = st_gcmark_pending_encode(text, sizeof text, t0, g->grace, &len)))
                 e = st_put(g->b, key, text, len);
             continue;
         }
@@ -1118,15 +975,4 @@ st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_re
         e = delete_picked(&g, &l);
     step_list_free(&l);
     return e;
-}
-
-static void store_warn(void *arg, const char *msg)
-{
-    st_store_warnf(arg, "%s", msg);
-}
-
-st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int dry_run,
-                   st_gc_report *r)
-{
-    return st_gc_run(s->backend, job, policy, dry_run, r, store_warn, s);
 }

@@ -34,6 +34,7 @@
  * which a stream uses at most (parallel + 1) plus the other stream's one
  * being filled: with one stream, memory is what it was before.
  */
+#include "util/st_array.h"
 #include "engine/st_ingest.h"
 
 #include <errno.h>
@@ -45,6 +46,7 @@
 
 #include "format/st_codec.h"
 #include "engine/st_gc.h"
+#include "format/st_gcmark.h"
 #include "util/st_hash.h"
 #include "util/st_idmap.h"
 #include "format/st_pack.h"

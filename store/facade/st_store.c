@@ -9,6 +9,7 @@
  * the commit record (st_catalog_publish).
  */
 #include "facade/st_store_impl.h"
+#include "backend/st_backend_open.h"
 
 #include <dirent.h>
 #include <errno.h>

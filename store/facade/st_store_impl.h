@@ -8,6 +8,7 @@
 #define ST_STORE_IMPL_H
 
 #include "ckptstore.h"
+#include "format/st_chunker.h"
 #include "backend/st_backend.h"
 #include "backend/st_backend_count.h"
 #include "engine/st_state.h"

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 #include "engine/st_restore.h"
 #include "engine/st_catalog.h"

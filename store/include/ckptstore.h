@@ -16,9 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "format/st_chunker.h"
 #include "st_error.h"
-#include "engine/st_gc.h"
+#include "st_gc_policy.h"
+
+/* Chunker parameters (tests and benchmarks set them; NULL is the default). */
+typedef struct st_chunker_params st_chunker_params;
 
 typedef struct st_store st_store;
 
@@ -188,7 +190,4 @@ st_err st_store_gc(st_store *s, const char *job, const st_gc_policy *policy, int
  *  retention. Pinning a step that has no part record, or unpinning one that
  *  is not pinned, gives ST_ERR_NOT_FOUND. */
 st_err st_store_pin(st_store *s, const char *job, uint64_t step, int pin);
-/*! The pinned steps of job, ascending (*steps malloc'd, free()). */
-st_err st_store_pins(st_store *s, const char *job, uint64_t **steps, size_t *n);
-
 #endif

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE /* sync_file_range */
 #include "mount/st_vfs_impl.h"
+#include "backend/st_backend_open.h"
 
 #include <errno.h>
 #include <fcntl.h>

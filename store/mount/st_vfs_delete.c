@@ -39,6 +39,7 @@
 
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
+#include "format/st_gcmark.h"
 #include "engine/st_catalog.h"
 
 static const char *const del_state_names[] = {"pending", "kept_newest_durable", "kept_pinned",

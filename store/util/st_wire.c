@@ -23,23 +23,6 @@ st_err st_bytes_reserve(st_bytes *b, size_t extra)
     return ST_OK;
 }
 
-st_err st_array_grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return ST_OK;
-    size_t n = *cap ? *cap : 16;
-    while (n < need && n <= SIZE_MAX / 2)
-        n *= 2;
-    if (n < need || n > SIZE_MAX / elem)
-        return st_seterr(ST_ERR_NOMEM, "array size overflow");
-    void *p = realloc(*arr, n * elem);
-    if (!p)
-        return st_seterr(ST_ERR_NOMEM, "out of memory");
-    *arr = p;
-    *cap = n;
-    return ST_OK;
-}
-
 st_err st_bytes_append(st_bytes *b, const void *p, size_t n)
 {
     st_err e = st_bytes_reserve(b, n);

@@ -61,10 +61,6 @@ typedef struct st_bytes {
 
 /*! Ensures cap >= len + extra. ST_OK or ST_ERR_NOMEM. */
 st_err st_bytes_reserve(st_bytes *b, size_t extra);
-/*! Grows the malloc'd array *arr (elements of elem bytes, *cap of them) so
- *  that it holds at least need elements, doubling; ST_ERR_NOMEM on failure
- *  (the array is then unchanged). */
-st_err st_array_grow(void **arr, size_t *cap, size_t need, size_t elem);
 /*! Appends n bytes. ST_OK or ST_ERR_NOMEM. */
 st_err st_bytes_append(st_bytes *b, const void *p, size_t n);
 st_err st_bytes_put_u8(st_bytes *b, uint8_t v);

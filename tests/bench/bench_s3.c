@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "backend/st_backend.h"
+#include "backend/st_backend_open.h"
 
 static st_backend *g_b;
 static uint8_t *g_data;

@@ -22,6 +22,7 @@
 
 #include "backend_conformance.h"
 #include "backend/st_backend.h"
+#include "backend/st_backend_open.h"
 #include "ut.h"
 
 static char tdir[64];

@@ -18,6 +18,7 @@
 
 #include "backend_conformance.h"
 #include "backend/st_backend.h"
+#include "backend/st_backend_open.h"
 #include "backend/st_backend_retry.h"
 #include "ut.h"
 

@@ -29,6 +29,7 @@
 #include "../s3/s3harness.h"
 #include "backend_conformance.h"
 #include "backend/st_backend.h"
+#include "backend/st_backend_open.h"
 #include "backend/st_backend_retry.h"
 #include "ut.h"
 

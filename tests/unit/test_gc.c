@@ -18,6 +18,7 @@
 #include "backend/st_backend.h"
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
+#include "format/st_gcmark.h"
 #include "format/st_part.h"
 #include "engine/st_catalog.h"
 #include "ut.h"
@@ -612,7 +613,7 @@ static void test_pack_usable(void)
     CHECK_OK(st_put(b, key, text, (size_t)n));
     CHECK_ERR(st_gc_pack_usable(b, "u", &id, &deadline), ST_ERR_BUSY);
     int64_t m, g;
-    CHECK_ERR(st_gc_marker_decode("garbage", 7, &m, &g), ST_ERR_CORRUPT);
+    CHECK_ERR(st_gcmark_pending_decode("garbage", 7, &m, &g), ST_ERR_CORRUPT);
     st_backend_close(b);
 }
 

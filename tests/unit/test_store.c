@@ -11,6 +11,7 @@
 
 #include "ckptstore.h"
 #include "backend/st_backend.h"
+#include "backend/st_backend_open.h"
 #include "ut.h"
 
 static char root[] = "/tmp/ckpt-test-store-XXXXXX";

@@ -1,0 +1,24 @@
+/*
+ * st_array — growing malloc'd arrays by doubling (st_array.h).
+ */
+#include "util/st_array.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+st_err st_array_grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return ST_OK;
+    size_t n = *cap ? *cap : 16;
+    while (n < need && n <= SIZE_MAX / 2)
+        n *= 2;
+    if (n < need || n > SIZE_MAX / elem)
+        return st_seterr(ST_ERR_NOMEM, "array size overflow");
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    *arr = p;
+    *cap = n;
+    return ST_OK;
+}
