@@ -133,7 +133,7 @@ void st_step_keys_free(st_step_keys *steps, size_t n)
 /* ---- loading ---- */
 
 st_err st_catalog_load_part(st_backend *b, const char *job, uint64_t step, const char *node,
-                           st_bytes *buf, st_part *p)
+                            st_bytes *buf, st_part *p)
 {
     char key[ST_KEY_MAX];
     memset(p, 0, sizeof *p);
@@ -179,7 +179,7 @@ st_err st_catalog_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, 
 }
 
 st_err st_catalog_load_view(st_backend *b, const char *job, const st_step_keys *k, st_bytes *buf,
-                           st_stepview *v)
+                            st_stepview *v)
 {
     memset(v, 0, sizeof *v);
     v->step = k->step;
@@ -397,7 +397,7 @@ static void warn_skip(void (*warn)(void *, const char *), void *arg, uint64_t st
 }
 
 st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
-                            void (*warn)(void *arg, const char *msg), void *warn_arg)
+                             void (*warn)(void *arg, const char *msg), void *warn_arg)
 {
     st_step_keys *steps;
     size_t nsteps;
@@ -449,8 +449,8 @@ st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
 }
 
 st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
-                                   void (*skip)(void *arg, uint64_t step, const char *msg),
-                                   void *arg, st_stepview *v)
+                                    void (*skip)(void *arg, uint64_t step, const char *msg),
+                                    void *arg, st_stepview *v)
 {
     st_step_keys *keys;
     size_t nkeys;

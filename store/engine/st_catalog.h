@@ -39,7 +39,7 @@ void st_step_keys_free(st_step_keys *steps, size_t n);
 
 /*! Fetches and decodes one node's part record (ST_ERR_NOT_FOUND if absent). */
 st_err st_catalog_load_part(st_backend *b, const char *job, uint64_t step, const char *node,
-                           st_bytes *buf, st_part *p);
+                            st_bytes *buf, st_part *p);
 
 /*! Fetches the manifest a part record names and checks it against it. */
 st_err st_catalog_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, st_manifest *m);
@@ -63,7 +63,7 @@ typedef struct st_stepview {
 /*! Loads every part of k and evaluates it. A part that cannot be read makes
  *  the whole load fail (a step is judged on all its parts or not at all). */
 st_err st_catalog_load_view(st_backend *b, const char *job, const st_step_keys *k, st_bytes *buf,
-                           st_stepview *v);
+                            st_stepview *v);
 void st_stepview_free(st_stepview *v);
 
 /*! Applies the consistency rule to the loaded parts (sets consistent,
@@ -79,8 +79,8 @@ void st_stepview_evaluate(st_stepview *v);
  * of it and the search goes on below it.
  */
 st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t lowest, uint64_t below,
-                                   void (*skip)(void *arg, uint64_t step, const char *msg),
-                                   void *arg, st_stepview *v);
+                                    void (*skip)(void *arg, uint64_t step, const char *msg),
+                                    void *arg, st_stepview *v);
 
 /*!
  * Publishes this node's part of a step whose packs are all stored: the job
@@ -97,6 +97,6 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, ui
  * through warn (may be NULL) and skipped; store errors are returned.
  */
 st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
-                            void (*warn)(void *arg, const char *msg), void *warn_arg);
+                             void (*warn)(void *arg, const char *msg), void *warn_arg);
 
 #endif

@@ -368,7 +368,7 @@ st_marker_kind st_steprules_marker_kind(const st_steprules *r, const char *path)
 }
 
 st_err st_steprules_marker_step(const st_steprules *r, const char *path, const uint8_t *content,
-                            size_t len, uint64_t *step)
+                                size_t len, uint64_t *step)
 {
     if (!r || !path || !step || (!content && len > 0))
         return st_seterr(ST_ERR_INVALID, "st_steprules_marker_step: NULL argument");

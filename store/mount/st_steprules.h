@@ -76,6 +76,6 @@ st_marker_kind st_steprules_marker_kind(const st_steprules *r, const char *path)
  * "release", garbage, empty).
  */
 st_err st_steprules_marker_step(const st_steprules *r, const char *path, const uint8_t *content,
-                            size_t len, uint64_t *step);
+                                size_t len, uint64_t *step);
 
 #endif
