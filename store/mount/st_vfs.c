@@ -49,273 +49,7 @@ struct st_vfs_handle {
  * little left to write: the trainer pays for the tail, not the whole file. */
 #define WRITEBACK_CHUNK (8u << 20)
 
-/* ---- logging ---- */
-
-void vfs_log(st_vfs *v, int level, const char *fmt, ...)
-{
-    if (!v->opts.log)
-        return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    v->opts.log(v->opts.log_arg, level, msg);
-}
-
-/* ---- nodes and the tree (all under v->lock) ---- */
-
-vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
-{
-    if (v->ninodes >= v->inodes_cap) {
-        uint64_t cap = v->inodes_cap ? v->inodes_cap * 2 : 1024;
-        while (cap <= v->ninodes)
-            cap *= 2;
-        vnode **p = realloc(v->inodes, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        memset(p + v->inodes_cap, 0, (cap - v->inodes_cap) * sizeof *p);
-        v->inodes = p;
-        v->inodes_cap = cap;
-    }
-    vnode *n = calloc(1, sizeof *n);
-    if (!n || !(n->name = strdup(name))) {
-        free(n);
-        return NULL;
-    }
-    n->ino = v->ninodes++;
-    v->inodes[n->ino] = n;
-    n->mode = mode;
-    n->mtime_ns = n->ctime_ns = st_now_ns();
-    n->step = VFS_NO_STEP;
-    n->rank = -1;
-    if (parent && vfs_link(parent, n) != ST_OK) {
-        v->inodes[n->ino] = NULL;
-        free(n->name);
-        free(n);
-        return NULL;
-    }
-    return n;
-}
-
-/* Index of name among dir's sorted children, or where it would go. */
-static size_t kid_index(const vnode *dir, const char *name, int *found)
-{
-    size_t lo = 0, hi = dir->nkids;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = strcmp(dir->kids[mid]->name, name);
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
-}
-
-vnode *vfs_child(const vnode *dir, const char *name)
-{
-    int found;
-    size_t i = kid_index(dir, name, &found);
-    return found ? dir->kids[i] : NULL;
-}
-
-st_err vfs_link(vnode *dir, vnode *child)
-{
-    int found;
-    size_t i = kid_index(dir, child->name, &found);
-    if (found)
-        return st_seterr(ST_ERR_EXISTS, "%s exists", child->name);
-    if (dir->nkids == dir->kids_cap) {
-        size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
-        vnode **p = realloc(dir->kids, cap * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        dir->kids = p;
-        dir->kids_cap = cap;
-    }
-    memmove(dir->kids + i + 1, dir->kids + i, (dir->nkids - i) * sizeof *dir->kids);
-    dir->kids[i] = child;
-    dir->nkids++;
-    child->parent = dir;
-    return ST_OK;
-}
-
-static void node_free(st_vfs *v, vnode *n)
-{
-    v->inodes[n->ino] = NULL;
-    if (n->remote)
-        free(n->remote->path);
-    free(n->remote);
-    free(n->kids);
-    free(n->name);
-    free(n);
-}
-
-void vfs_maybe_free(st_vfs *v, vnode *n)
-{
-    if (!n->parent && n != v->root && n->nlookup == 0 && n->opens == 0 && !n->fetching)
-        node_free(v, n);
-}
-
-void vfs_unlink_node(st_vfs *v, vnode *child)
-{
-    (void)v;
-    vnode *dir = child->parent;
-    if (!dir)
-        return;
-    int found;
-    size_t i = kid_index(dir, child->name, &found);
-    if (found && dir->kids[i] == child) {
-        memmove(dir->kids + i, dir->kids + i + 1, (dir->nkids - i - 1) * sizeof *dir->kids);
-        dir->nkids--;
-    }
-    child->parent = NULL;
-}
-
-vnode *vfs_job_dir(const vnode *n)
-{
-    while (n && n->parent && n->parent->parent)
-        n = n->parent;
-    return n && n->parent ? (vnode *)n : NULL;
-}
-
-char *vfs_job_path(const vnode *n, char *buf, size_t cap)
-{
-    const vnode *chain[ST_MANIFEST_MAX_PATH / 2];
-    size_t depth = 0;
-    for (const vnode *p = n; p && p->parent && p->parent->parent; p = p->parent) {
-        if (depth == sizeof chain / sizeof chain[0])
-            return NULL;
-        chain[depth++] = p;
-    }
-    size_t len = 0;
-    buf[0] = '\0';
-    while (depth--) {
-        size_t nl = strlen(chain[depth]->name);
-        if (len + nl + 2 > cap)
-            return NULL;
-        if (len)
-            buf[len++] = '/';
-        memcpy(buf + len, chain[depth]->name, nl + 1);
-        len += nl;
-    }
-    return buf;
-}
-
-vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base)
-{
-    vnode *dir = jobdir;
-    const char *p = path;
-    for (;;) {
-        const char *slash = strchr(p, '/');
-        if (!slash) {
-            *base = p;
-            return dir;
-        }
-        char comp[NAME_MAX + 1];
-        size_t len = (size_t)(slash - p);
-        if (len == 0 || len > NAME_MAX)
-            return NULL;
-        memcpy(comp, p, len);
-        comp[len] = '\0';
-        vnode *next = vfs_child(dir, comp);
-        if (!next) {
-            if (!create || !(next = vfs_node_new(v, dir, comp, S_IFDIR | 0755)))
-                return NULL;
-        } else if (!S_ISDIR(next->mode)) {
-            return NULL;
-        }
-        dir = next;
-        p = slash + 1;
-    }
-}
-
-void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s/data/%" PRIu64, v->staging, sid);
-}
-
-/* ---- jobs and steps (under v->lock) ---- */
-
-vjob *vfs_job(st_vfs *v, const char *name, int create)
-{
-    for (size_t i = 0; i < v->njobs; i++)
-        if (!strcmp(v->jobs[i].name, name))
-            return &v->jobs[i];
-    if (!create)
-        return NULL;
-    if (v->njobs == v->jobs_cap) {
-        size_t cap = v->jobs_cap ? v->jobs_cap * 2 : 8;
-        vjob *p = realloc(v->jobs, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        v->jobs = p;
-        v->jobs_cap = cap;
-    }
-    vjob *j = &v->jobs[v->njobs++];
-    memset(j, 0, sizeof *j);
-    snprintf(j->name, sizeof j->name, "%s", name);
-    return j;
-}
-
-vstep *vfs_step(vjob *j, uint64_t step, int create)
-{
-    size_t lo = 0, hi = j->nsteps;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (j->steps[mid].step == step)
-            return &j->steps[mid];
-        if (j->steps[mid].step < step)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (!create)
-        return NULL;
-    if (j->nsteps == j->steps_cap) {
-        size_t cap = j->steps_cap ? j->steps_cap * 2 : 16;
-        vstep *p = realloc(j->steps, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        j->steps = p;
-        j->steps_cap = cap;
-    }
-    memmove(j->steps + lo + 1, j->steps + lo, (j->nsteps - lo) * sizeof *j->steps);
-    j->nsteps++;
-    memset(&j->steps[lo], 0, sizeof j->steps[lo]);
-    j->steps[lo].step = step;
-    return &j->steps[lo];
-}
-
-void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
-{
-    vjob *j = vfs_job(v, job, 0);
-    vstep *s = j ? vfs_step(j, step, 0) : NULL;
-    if (!s || s->queued || vfs_deletion_find(j, step))
-        return; /* a step removed through the mount is never published again */
-    if (v->nqueue == v->queue_cap) {
-        size_t cap = v->queue_cap ? v->queue_cap * 2 : 16;
-        upload_item *p = realloc(v->queue, cap * sizeof *p);
-        if (!p) {
-            vfs_log(v, 2, "out of memory queueing step %" PRIu64 " of %s", step, job);
-            return;
-        }
-        v->queue = p;
-        v->queue_cap = cap;
-    }
-    upload_item *it = &v->queue[v->nqueue++];
-    snprintf(it->job, sizeof it->job, "%s", job);
-    it->step = step;
-    s->queued = 1;
-    s->dirty = 0; /* the upload takes every closed change made so far */
-    pthread_cond_broadcast(&v->changed);
-}
+/* ---- steps and completion (under v->lock) ---- */
 
 /* A completion rule fired for step s: remember it, and upload once no file
  * of the step is open for writing. */
@@ -416,14 +150,6 @@ static void writer_rank(pid_t pid, int32_t *rank, uint32_t *world)
     }
     if (*rank >= 0 && *world && (uint32_t)*rank >= *world)
         *rank = -1; /* inconsistent: trust neither */
-}
-
-uint64_t vfs_newest_step(const vjob *j)
-{
-    for (size_t i = j->nsteps; i-- > 0;)
-        if (!vfs_deletion_find(j, j->steps[i].step))
-            return j->steps[i].step;
-    return VFS_NO_STEP;
 }
 
 /* Reads up to cap bytes of a closed file's content (markers are tiny). */
@@ -542,37 +268,6 @@ static const char *step_state_name(const vstep *s)
     if (s->complete)
         return "complete";
     return "writing";
-}
-
-void vfs_json_str(st_bytes *b, const char *s)
-{
-    st_bytes_put_u8(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            st_bytes_append(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            st_bytes_append(b, esc, 6);
-        } else {
-            st_bytes_put_u8(b, c);
-        }
-    }
-    st_bytes_put_u8(b, '"');
-}
-
-void vfs_bprintf(st_bytes *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        st_bytes_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 /* Bytes of local files not yet durable. */
@@ -844,27 +539,6 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     }
     pthread_mutex_unlock(&v->lock);
     return e;
-}
-
-void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
-{
-    char path[ST_MANIFEST_MAX_PATH + 1];
-    vnode *jd = vfs_job_dir(n);
-    if (jd && vfs_job_path(n, path, sizeof path)) {
-        if (tombstone && (n->remote || n->from_remote))
-            vfs_journal_tombstone(v, jd->name, path);
-        else
-            vfs_journal_delete(v, jd->name, path);
-    }
-    if (n->sid) {
-        char sp[PATH_MAX];
-        vfs_staging_path(v, n->sid, sp, sizeof sp);
-        unlink(sp);
-        v->staged_bytes -= n->size;
-        n->sid = 0;
-    }
-    vfs_unlink_node(v, n);
-    vfs_maybe_free(v, n);
 }
 
 st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
@@ -1318,21 +992,6 @@ st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t 
     return e;
 }
 
-void vfs_publish_quiet_steps(st_vfs *v)
-{
-    int64_t now = st_mono_ns();
-    pthread_mutex_lock(&v->lock);
-    for (size_t i = 0; i < v->njobs; i++)
-        for (size_t k = 0; k < v->jobs[i].nsteps; k++) {
-            vstep *s = &v->jobs[i].steps[k];
-            if (s->dirty && !s->writers && now - s->last_activity_ns >= EAGER_QUIET_NS) {
-                s->dirty = 0;
-                vfs_enqueue(v, v->jobs[i].name, s->step);
-            }
-        }
-    pthread_mutex_unlock(&v->lock);
-}
-
 size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len)
 {
     if (off >= h->virt.len)
@@ -1340,26 +999,6 @@ size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_
     size_t n = h->virt.len - off < len ? h->virt.len - off : len;
     memcpy(buf, h->virt.data + off, n);
     return n;
-}
-
-/* Frees staging space by dropping local copies of durable, unopened files
- * (their content is in the store; they become remote again). */
-void vfs_evict_durable(st_vfs *v, uint64_t need)
-{
-    if (!v->opts.staging_cap)
-        return;
-    for (uint64_t i = 0; i < v->ninodes && v->staged_bytes + need > v->opts.staging_cap; i++) {
-        vnode *n = v->inodes[i];
-        if (!n || !S_ISREG(n->mode) || !n->sid || n->opens || !n->remote ||
-            n->state != VFILE_DURABLE)
-            continue;
-        char sp[PATH_MAX];
-        vfs_staging_path(v, n->sid, sp, sizeof sp);
-        unlink(sp);
-        v->staged_bytes -= n->size;
-        n->sid = 0;
-        vfs_journal_put_file(v, n);
-    }
 }
 
 st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len)
@@ -1563,26 +1202,6 @@ void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount)
     pthread_mutex_unlock(&v->lock);
 }
 
-void vfs_timedwait(st_vfs *v, int64_t due)
-{
-    if (due == INT64_MAX) {
-        pthread_cond_wait(&v->changed, &v->lock);
-        return;
-    }
-    int64_t ns = due - st_mono_ns();
-    if (ns <= 0)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ns / 1000000000;
-    ts.tv_nsec += ns % 1000000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&v->changed, &v->lock, &ts);
-}
-
 st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 {
     int64_t deadline = st_mono_ns() + (int64_t)(timeout_s * 1e9);
@@ -1595,6 +1214,38 @@ st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 }
 
 /* ---- open / close ---- */
+
+/* A restart: the namespace and steps from the journal, then the deletion
+ * requests it holds (before anything is queued: a step whose deletion was
+ * requested is never published again), then the upload queue. Lock held. */
+static st_err recover(st_vfs *v)
+{
+    vfs_recovered_deletion *dels = NULL;
+    size_t ndels = 0;
+    st_err e = vfs_journal_recover(v, &dels, &ndels);
+    for (size_t i = 0; !e && i < ndels; i++)
+        e = vfs_deletion_restore(v, dels[i].job, dels[i].step, dels[i].path, dels[i].requested_ns);
+    vfs_recovered_deletions_free(dels, ndels);
+    if (e)
+        return e;
+    /* Queue the complete steps that still have files to upload. */
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        if (!n || !S_ISREG(n->mode) || !n->sid || n->state == VFILE_DURABLE ||
+            n->step == VFS_NO_STEP)
+            continue;
+        vnode *jd = vfs_job_dir(n);
+        vjob *j = jd ? vfs_job(v, jd->name, 0) : NULL;
+        vstep *s = j ? vfs_step(j, n->step, 0) : NULL;
+        if (s && s->complete)
+            vfs_enqueue(v, j->name, s->step);
+        else if (s) { /* published eagerly once quiet */
+            s->dirty = 1;
+            s->last_activity_ns = st_mono_ns();
+        }
+    }
+    return ST_OK;
+}
 
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {
@@ -1652,7 +1303,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);
     if (!e)
-        e = vfs_journal_recover(v);
+        e = recover(v);
     pthread_mutex_unlock(&v->lock);
     if (e)
         goto fail;
@@ -1716,7 +1367,7 @@ void st_vfs_close(st_vfs *v)
     pthread_mutex_unlock(&v->lock);
     for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
         if (v->inodes[i])
-            node_free(v, v->inodes[i]);
+            vfs_node_free(v, v->inodes[i]);
     free(v->inodes);
     for (size_t i = 0; i < v->njobs; i++) {
         for (size_t k = 0; k < v->jobs[i].nsteps; k++)

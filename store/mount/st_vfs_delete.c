@@ -45,27 +45,6 @@
 static const char *const del_state_names[] = {"pending", "kept_newest_durable", "kept_pinned",
                                               "moving_files"};
 
-/* ---- which step a path names ---- */
-
-/* The step n's own path names (a file by its path, a directory as if it held
- * a file), or VFS_NO_STEP; *last is set when n is exactly the step's
- * directory or single file. path: n's job path. */
-static uint64_t named_step(const st_vfs *v, const vnode *n, const char *path, int *last)
-{
-    st_step_match m;
-    *last = 0;
-    if (S_ISDIR(n->mode)) {
-        char probe[ST_MANIFEST_MAX_PATH + 3];
-        snprintf(probe, sizeof probe, "%s/x", path);
-        st_steprules_match(v->rules, probe, &m);
-        *last = m.matched && !m.single_file && m.prefix_len == strlen(path);
-    } else {
-        st_steprules_match(v->rules, path, &m);
-        *last = m.matched && m.single_file;
-    }
-    return m.matched ? m.step : VFS_NO_STEP;
-}
-
 /* 1 if a file or directory of job jd other than skip names step by its path. */
 static int step_still_named(st_vfs *v, const vnode *jd, uint64_t step, const vnode *skip)
 {
@@ -76,21 +55,13 @@ static int step_still_named(st_vfs *v, const vnode *jd, uint64_t step, const vno
         if (!n || n == skip || n == jd || !n->parent || vfs_job_dir(n) != jd ||
             !vfs_job_path(n, path, sizeof path))
             continue;
-        if (named_step(v, n, path, &last) == step)
+        if (vfs_named_step(v, n, path, &last) == step)
             return 1;
     }
     return 0;
 }
 
 /* ---- requests ---- */
-
-vdeletion *vfs_deletion_find(const vjob *j, uint64_t step)
-{
-    for (size_t i = 0; j && i < j->ndels; i++)
-        if (j->dels[i].step == step)
-            return &j->dels[i];
-    return NULL;
-}
 
 static vdeletion *deletion_add(st_vfs *v, vjob *j, uint64_t step, const char *path,
                                int64_t requested_ns)
@@ -178,7 +149,7 @@ int vfs_rmdir_drop_unseen(st_vfs *v, vnode *n)
     int last;
     vnode *jd = vfs_job_dir(n);
     if (!jd || jd == n || !vfs_job_path(n, path, sizeof path) ||
-        named_step(v, n, path, &last) == VFS_NO_STEP || !last)
+        vfs_named_step(v, n, path, &last) == VFS_NO_STEP || !last)
         return 0;
     for (size_t i = 0; i < n->nkids; i++)
         if (!unseen_remote_file(n, n->kids[i]))
@@ -197,7 +168,7 @@ st_err vfs_removal_begin(st_vfs *v, vnode *n, vfs_removal *rm)
         int last;
         if (!vfs_job_path(n, rm->path, sizeof rm->path))
             return st_seterr(ST_ERR_NAME, "path too long");
-        uint64_t step = named_step(v, n, rm->path, &last);
+        uint64_t step = vfs_named_step(v, n, rm->path, &last);
         if (last && !step_still_named(v, rm->jd, step, n))
             rm->step = step;
     }
@@ -241,7 +212,7 @@ void vfs_deletion_cancel(st_vfs *v, vnode *n)
     int last;
     if (!j || !j->ndels || !vfs_job_path(n, path, sizeof path))
         return;
-    vdeletion *d = vfs_deletion_find(j, named_step(v, n, path, &last));
+    vdeletion *d = vfs_deletion_find(j, vfs_named_step(v, n, path, &last));
     if (!d)
         return;
     uint64_t step = d->step;
@@ -439,51 +410,6 @@ int vfs_deletions_run(st_vfs *v)
             return 1;
         }
     return 0;
-}
-
-/* ---- forgetting a step the store no longer holds ---- */
-
-/* Drops an unchanged durable file of a deleted step, and the step's
- * directories that this leaves empty. */
-static void forget_file(st_vfs *v, vnode *jd, vnode *n, uint64_t step)
-{
-    char path[ST_MANIFEST_MAX_PATH + 1];
-    vnode *dir = n->parent;
-    vfs_drop_file(v, n, 0);
-    while (dir && dir != jd && !dir->nkids && vfs_job_path(dir, path, sizeof path)) {
-        int last;
-        vnode *up = dir->parent;
-        if (named_step(v, dir, path, &last) != step)
-            break;
-        vfs_journal_delete(v, jd->name, path);
-        vfs_unlink_node(v, dir);
-        vfs_maybe_free(v, dir);
-        dir = up;
-    }
-}
-
-void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step)
-{
-    vnode *jd = vfs_child(v->root, j->name);
-    int left = 0;
-    for (uint64_t i = 0; jd && i < v->ninodes; i++) {
-        vnode *n = v->inodes[i];
-        if (!n || !n->parent || !S_ISREG(n->mode) || n->step != step || vfs_job_dir(n) != jd)
-            continue;
-        if (n->state == VFILE_DURABLE && n->remote && n->remote->step == step && !n->opens &&
-            !n->fetching)
-            forget_file(v, jd, n, step);
-        else
-            left = 1; /* changed here, or open: stays, and is uploaded again */
-    }
-    vstep *s = vfs_step(j, step, 0);
-    if (left || !s || s->writers || s->uploading || s->queued)
-        return;
-    free(s->commits);
-    size_t i = (size_t)(s - j->steps);
-    memmove(j->steps + i, j->steps + i + 1, (j->nsteps - i - 1) * sizeof *j->steps);
-    j->nsteps--;
-    vfs_journal_drop_step(v, j->name, step);
 }
 
 /* ---- status ---- */

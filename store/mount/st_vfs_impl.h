@@ -188,7 +188,19 @@ struct st_vfs {
     vgc_status gc_status;
 };
 
-/* st_vfs.c */
+/* The modules, bottom to top; each calls only those above it in this list
+ * (tests/lint/check_cycles.py):
+ *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
+ *   st_vfs_journal.c  the SQLite journal of the namespace
+ *   st_vfs_drop.c     files leaving the namespace or staging
+ *   st_vfs_remote.c   the remote view and fetch
+ *   st_vfs_delete.c   steps deleted through the mount
+ *   st_vfs_upload.c   the uploader thread
+ *   st_vfs_gc.c       the background GC thread
+ *   st_vfs.c          the st_vfs.h API: namespace operations, handles,
+ *                     completion rules, status, open/close */
+
+/* st_vfs_tree.c — every call under v->lock unless it says otherwise */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
@@ -197,10 +209,8 @@ vnode *vfs_child(const vnode *dir, const char *name);
 void vfs_maybe_free(st_vfs *v, vnode *n);
 st_err vfs_link(vnode *dir, vnode *child);
 void vfs_unlink_node(st_vfs *v, vnode *child);
-/* Removes file n from the namespace and frees its staging data; with
- * tombstone, a file whose content is in the store stays hidden here (the
- * journal keeps a tombstone), else its journal row just goes. */
-void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+/* Frees n now, whatever refers to it (st_vfs_close). */
+void vfs_node_free(st_vfs *v, vnode *n);
 /* Waits on v->changed (lock held) until a signal or the monotonic time due
  * (INT64_MAX: no limit). */
 void vfs_timedwait(st_vfs *v, int64_t due);
@@ -221,20 +231,35 @@ uint64_t vfs_newest_step(const vjob *j);
 /* Status-file helpers: printf into b, and a JSON string literal. */
 void vfs_bprintf(st_bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void vfs_json_str(st_bytes *b, const char *s);
-/* Drops local copies of durable, unopened files until `need` more bytes fit
- * under the staging cap (they become remote again). */
-void vfs_evict_durable(st_vfs *v, uint64_t need);
+/* The deletion request for step of job j, or NULL. */
+vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
+/* The step n's own path names (a file by its path, a directory as if it
+ * held a file), or VFS_NO_STEP; *last is set when n is exactly the step's
+ * directory or single file. path: n's job path. */
+uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *last);
 
 /* Queues the steps that are quiet (no writer for EAGER_QUIET_NS) and have
  * closed changes, complete or not: a rank's part must become durable even
  * when the marker completing the step lives on another node. */
 #define EAGER_QUIET_NS (2ll * 1000000000)
-void vfs_publish_quiet_steps(st_vfs *v);
+void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
 
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);
 void vfs_journal_close(st_vfs *v);
-st_err vfs_journal_recover(st_vfs *v);
+/* What recovery found besides the namespace and the steps: the deletion
+ * requests, for the caller to hand to st_vfs_delete (recovery itself calls
+ * no module above the journal). */
+typedef struct vfs_recovered_deletion {
+    char job[ST_JOB_MAX + 1];
+    uint64_t step;
+    char *path; /* malloc'd */
+    int64_t requested_ns;
+} vfs_recovered_deletion;
+/* Rebuilds the namespace and the steps from the journal; *dels (malloc'd,
+ * vfs_recovered_deletions_free) lists the deletion requests it holds. */
+st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *ndels);
+void vfs_recovered_deletions_free(vfs_recovered_deletion *dels, size_t n);
 st_err vfs_journal_put_file(st_vfs *v, vnode *n);
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n);
 st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path);
@@ -252,6 +277,26 @@ st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d);
 st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step);
 /* Drops the tombstones at path and below it. */
 st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path);
+
+/* st_vfs_drop.c — every call under v->lock */
+/* Removes file n from the namespace and frees its staging data; with
+ * tombstone, a file whose content is in the store stays hidden here (the
+ * journal keeps a tombstone), else its journal row just goes. */
+void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+/* Drops local copies of durable, unopened files until `need` more bytes fit
+ * under the staging cap (they become remote again). */
+void vfs_evict_durable(st_vfs *v, uint64_t need);
+/* The store no longer holds step of job j: unchanged durable files of it leave
+ * the namespace (with the step directories they leave empty), and the step's
+ * local state goes once no file belongs to it. */
+void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
+
+/* st_vfs_remote.c */
+st_err vfs_remote_refresh(st_vfs *v);
+/* The refresher thread's body (started by st_vfs_start). */
+void *vfs_refresher_main(void *arg);
+/* Makes n's content local (fetch and verify); called and returns with lock held. */
+st_err vfs_fetch(st_vfs *v, vnode *n);
 
 /* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT.md). Every
  * call under v->lock. */
@@ -275,19 +320,14 @@ st_err vfs_removal_commit(st_vfs *v, vfs_removal *rm);
 /* n was created or renamed: a request for the step its path names is
  * cancelled (the step is being written again). */
 void vfs_deletion_cancel(st_vfs *v, vnode *n);
-vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
-/* Adds a request read back from the journal (recovery). */
-st_err vfs_deletion_restore(st_vfs *v, const char *job, uint64_t step, const char *path,
-                            int64_t requested_ns);
 /* The uploader's turn: carries out one request that is due (may drop the
  * lock). Returns 1 if it tried one, 0 if none was due. */
 int vfs_deletions_run(st_vfs *v);
 /* Monotonic time the next request is due, INT64_MAX if none. */
 int64_t vfs_deletions_next_due(const st_vfs *v);
-/* The store no longer holds step of job j: unchanged durable files of it leave
- * the namespace (with the step directories they leave empty), and the step's
- * local state goes once no file belongs to it. */
-void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
+/* Adds a request read back from the journal (recovery). */
+st_err vfs_deletion_restore(st_vfs *v, const char *job, uint64_t step, const char *path,
+                            int64_t requested_ns);
 /* Status: the "jobs" array (deletions and their totals). */
 void vfs_deletions_status(st_vfs *v, st_bytes *b);
 
@@ -298,12 +338,5 @@ void vfs_gc_status(st_vfs *v, st_bytes *b);
 
 /* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
 void *vfs_uploader_main(void *arg);
-
-/* st_vfs_remote.c */
-st_err vfs_remote_refresh(st_vfs *v);
-/* The refresher thread's body (started by st_vfs_start). */
-void *vfs_refresher_main(void *arg);
-/* Makes n's content local (fetch and verify); called and returns with lock held. */
-st_err vfs_fetch(st_vfs *v, vnode *n);
 
 #endif

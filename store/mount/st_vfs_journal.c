@@ -22,6 +22,7 @@
  */
 #include "mount/st_vfs_impl.h"
 
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 
 #include <errno.h>
@@ -358,7 +359,7 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         vfs_step(j, n->step, 1);
 }
 
-st_err vfs_journal_recover(st_vfs *v)
+st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *ndels)
 {
     sqlite3_stmt *q;
     /* Shorter paths first, so parents come before children. */
@@ -391,31 +392,35 @@ st_err vfs_journal_recover(st_vfs *v)
     if (sqlite3_prepare_v2(DB(v), "SELECT job, step, path, requested_ns FROM deletions", -1, &q,
                            NULL) != SQLITE_OK)
         return jerr(v, "recover deletions");
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    size_t cap = 0;
+    st_err e = ST_OK;
+    while (!e && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *job = (const char *)sqlite3_column_text(q, 0);
         const char *path = (const char *)sqlite3_column_text(q, 2);
-        if (job && path && st_name_is_valid(job, ST_JOB_MAX))
-            vfs_deletion_restore(v, job, (uint64_t)sqlite3_column_int64(q, 1), path,
-                                 sqlite3_column_int64(q, 3));
-    }
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE)
-        return jerr(v, "recover deletions");
-    /* Queue complete steps that still have files to upload. */
-    for (uint64_t i = 0; i < v->ninodes; i++) {
-        vnode *n = v->inodes[i];
-        if (!n || !S_ISREG(n->mode) || !n->sid || n->state == VFILE_DURABLE ||
-            n->step == VFS_NO_STEP)
-            continue;
-        vnode *jd = vfs_job_dir(n);
-        vjob *j = jd ? vfs_job(v, jd->name, 0) : NULL;
-        vstep *s = j ? vfs_step(j, n->step, 0) : NULL;
-        if (s && s->complete)
-            vfs_enqueue(v, j->name, s->step);
-        else if (s) { /* published eagerly once quiet */
-            s->dirty = 1;
-            s->last_activity_ns = st_mono_ns();
+        if (!job || !path || !st_name_is_valid(job, ST_JOB_MAX))
+            continue; /* not ours to judge: the row stays, unused */
+        if (st_array_grow((void **)dels, &cap, *ndels + 1, sizeof **dels))
+            e = ST_ERR_NOMEM;
+        else if (!((*dels)[*ndels].path = strdup(path)))
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        else {
+            vfs_recovered_deletion *d = &(*dels)[(*ndels)++];
+            snprintf(d->job, sizeof d->job, "%s", job);
+            d->step = (uint64_t)sqlite3_column_int64(q, 1);
+            d->requested_ns = sqlite3_column_int64(q, 3);
         }
     }
+    sqlite3_finalize(q);
+    if (e)
+        return e;
+    if (rc != SQLITE_DONE)
+        return jerr(v, "recover deletions");
     return ST_OK;
+}
+
+void vfs_recovered_deletions_free(vfs_recovered_deletion *dels, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(dels[i].path);
+    free(dels);
 }

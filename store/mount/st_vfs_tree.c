@@ -1,0 +1,387 @@
+/*
+ * st_vfs_tree — the mount model's core data, below every other st_vfs
+ * module: the tree of vnodes (create, link, unlink, free, walk, paths), the
+ * jobs and their steps, the upload queue, which step a path names, the
+ * deletion requests' lookup, logging, and the helpers of the status file.
+ * Nothing here calls into another st_vfs module except the step rules
+ * (st_steprules), so every module above may use it.
+ *
+ * Threads: every function is called with v->lock held (vfs_log needs no
+ * lock); none does store I/O or blocks, except vfs_timedwait, which waits
+ * on v->changed.
+ */
+#include "mount/st_vfs_impl.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "util/st_fsutil.h"
+
+void vfs_log(st_vfs *v, int level, const char *fmt, ...)
+{
+    if (!v->opts.log)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    v->opts.log(v->opts.log_arg, level, msg);
+}
+
+vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
+{
+    if (v->ninodes >= v->inodes_cap) {
+        uint64_t cap = v->inodes_cap ? v->inodes_cap * 2 : 1024;
+        while (cap <= v->ninodes)
+            cap *= 2;
+        vnode **p = realloc(v->inodes, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        memset(p + v->inodes_cap, 0, (cap - v->inodes_cap) * sizeof *p);
+        v->inodes = p;
+        v->inodes_cap = cap;
+    }
+    vnode *n = calloc(1, sizeof *n);
+    if (!n || !(n->name = strdup(name))) {
+        free(n);
+        return NULL;
+    }
+    n->ino = v->ninodes++;
+    v->inodes[n->ino] = n;
+    n->mode = mode;
+    n->mtime_ns = n->ctime_ns = st_now_ns();
+    n->step = VFS_NO_STEP;
+    n->rank = -1;
+    if (parent && vfs_link(parent, n) != ST_OK) {
+        v->inodes[n->ino] = NULL;
+        free(n->name);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* Index of name among dir's sorted children, or where it would go. */
+static size_t kid_index(const vnode *dir, const char *name, int *found)
+{
+    size_t lo = 0, hi = dir->nkids;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(dir->kids[mid]->name, name);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+vnode *vfs_child(const vnode *dir, const char *name)
+{
+    int found;
+    size_t i = kid_index(dir, name, &found);
+    return found ? dir->kids[i] : NULL;
+}
+
+st_err vfs_link(vnode *dir, vnode *child)
+{
+    int found;
+    size_t i = kid_index(dir, child->name, &found);
+    if (found)
+        return st_seterr(ST_ERR_EXISTS, "%s exists", child->name);
+    if (dir->nkids == dir->kids_cap) {
+        size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
+        vnode **p = realloc(dir->kids, cap * sizeof *p);
+        if (!p)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        dir->kids = p;
+        dir->kids_cap = cap;
+    }
+    memmove(dir->kids + i + 1, dir->kids + i, (dir->nkids - i) * sizeof *dir->kids);
+    dir->kids[i] = child;
+    dir->nkids++;
+    child->parent = dir;
+    return ST_OK;
+}
+
+void vfs_node_free(st_vfs *v, vnode *n)
+{
+    v->inodes[n->ino] = NULL;
+    if (n->remote)
+        free(n->remote->path);
+    free(n->remote);
+    free(n->kids);
+    free(n->name);
+    free(n);
+}
+
+void vfs_maybe_free(st_vfs *v, vnode *n)
+{
+    if (!n->parent && n != v->root && n->nlookup == 0 && n->opens == 0 && !n->fetching)
+        vfs_node_free(v, n);
+}
+
+void vfs_unlink_node(st_vfs *v, vnode *child)
+{
+    (void)v;
+    vnode *dir = child->parent;
+    if (!dir)
+        return;
+    int found;
+    size_t i = kid_index(dir, child->name, &found);
+    if (found && dir->kids[i] == child) {
+        memmove(dir->kids + i, dir->kids + i + 1, (dir->nkids - i - 1) * sizeof *dir->kids);
+        dir->nkids--;
+    }
+    child->parent = NULL;
+}
+
+vnode *vfs_job_dir(const vnode *n)
+{
+    while (n && n->parent && n->parent->parent)
+        n = n->parent;
+    return n && n->parent ? (vnode *)n : NULL;
+}
+
+char *vfs_job_path(const vnode *n, char *buf, size_t cap)
+{
+    const vnode *chain[ST_MANIFEST_MAX_PATH / 2];
+    size_t depth = 0;
+    for (const vnode *p = n; p && p->parent && p->parent->parent; p = p->parent) {
+        if (depth == sizeof chain / sizeof chain[0])
+            return NULL;
+        chain[depth++] = p;
+    }
+    size_t len = 0;
+    buf[0] = '\0';
+    while (depth--) {
+        size_t nl = strlen(chain[depth]->name);
+        if (len + nl + 2 > cap)
+            return NULL;
+        if (len)
+            buf[len++] = '/';
+        memcpy(buf + len, chain[depth]->name, nl + 1);
+        len += nl;
+    }
+    return buf;
+}
+
+vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base)
+{
+    vnode *dir = jobdir;
+    const char *p = path;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        if (!slash) {
+            *base = p;
+            return dir;
+        }
+        char comp[NAME_MAX + 1];
+        size_t len = (size_t)(slash - p);
+        if (len == 0 || len > NAME_MAX)
+            return NULL;
+        memcpy(comp, p, len);
+        comp[len] = '\0';
+        vnode *next = vfs_child(dir, comp);
+        if (!next) {
+            if (!create || !(next = vfs_node_new(v, dir, comp, S_IFDIR | 0755)))
+                return NULL;
+        } else if (!S_ISDIR(next->mode)) {
+            return NULL;
+        }
+        dir = next;
+        p = slash + 1;
+    }
+}
+
+void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/data/%" PRIu64, v->staging, sid);
+}
+
+vjob *vfs_job(st_vfs *v, const char *name, int create)
+{
+    for (size_t i = 0; i < v->njobs; i++)
+        if (!strcmp(v->jobs[i].name, name))
+            return &v->jobs[i];
+    if (!create)
+        return NULL;
+    if (v->njobs == v->jobs_cap) {
+        size_t cap = v->jobs_cap ? v->jobs_cap * 2 : 8;
+        vjob *p = realloc(v->jobs, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        v->jobs = p;
+        v->jobs_cap = cap;
+    }
+    vjob *j = &v->jobs[v->njobs++];
+    memset(j, 0, sizeof *j);
+    snprintf(j->name, sizeof j->name, "%s", name);
+    return j;
+}
+
+vstep *vfs_step(vjob *j, uint64_t step, int create)
+{
+    size_t lo = 0, hi = j->nsteps;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (j->steps[mid].step == step)
+            return &j->steps[mid];
+        if (j->steps[mid].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (!create)
+        return NULL;
+    if (j->nsteps == j->steps_cap) {
+        size_t cap = j->steps_cap ? j->steps_cap * 2 : 16;
+        vstep *p = realloc(j->steps, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        j->steps = p;
+        j->steps_cap = cap;
+    }
+    memmove(j->steps + lo + 1, j->steps + lo, (j->nsteps - lo) * sizeof *j->steps);
+    j->nsteps++;
+    memset(&j->steps[lo], 0, sizeof j->steps[lo]);
+    j->steps[lo].step = step;
+    return &j->steps[lo];
+}
+
+void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
+{
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j ? vfs_step(j, step, 0) : NULL;
+    if (!s || s->queued || vfs_deletion_find(j, step))
+        return; /* a step removed through the mount is never published again */
+    if (v->nqueue == v->queue_cap) {
+        size_t cap = v->queue_cap ? v->queue_cap * 2 : 16;
+        upload_item *p = realloc(v->queue, cap * sizeof *p);
+        if (!p) {
+            vfs_log(v, 2, "out of memory queueing step %" PRIu64 " of %s", step, job);
+            return;
+        }
+        v->queue = p;
+        v->queue_cap = cap;
+    }
+    upload_item *it = &v->queue[v->nqueue++];
+    snprintf(it->job, sizeof it->job, "%s", job);
+    it->step = step;
+    s->queued = 1;
+    s->dirty = 0; /* the upload takes every closed change made so far */
+    pthread_cond_broadcast(&v->changed);
+}
+
+uint64_t vfs_newest_step(const vjob *j)
+{
+    for (size_t i = j->nsteps; i-- > 0;)
+        if (!vfs_deletion_find(j, j->steps[i].step))
+            return j->steps[i].step;
+    return VFS_NO_STEP;
+}
+
+void vfs_json_str(st_bytes *b, const char *s)
+{
+    st_bytes_put_u8(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            st_bytes_append(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            st_bytes_append(b, esc, 6);
+        } else {
+            st_bytes_put_u8(b, c);
+        }
+    }
+    st_bytes_put_u8(b, '"');
+}
+
+void vfs_bprintf(st_bytes *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        st_bytes_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+void vfs_timedwait(st_vfs *v, int64_t due)
+{
+    if (due == INT64_MAX) {
+        pthread_cond_wait(&v->changed, &v->lock);
+        return;
+    }
+    int64_t ns = due - st_mono_ns();
+    if (ns <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec += ns % 1000000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+}
+
+vdeletion *vfs_deletion_find(const vjob *j, uint64_t step)
+{
+    for (size_t i = 0; j && i < j->ndels; i++)
+        if (j->dels[i].step == step)
+            return &j->dels[i];
+    return NULL;
+}
+
+/* The step n's own path names (a file by its path, a directory as if it held
+ * a file), or VFS_NO_STEP; *last is set when n is exactly the step's
+ * directory or single file. path: n's job path. */
+uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *last)
+{
+    st_step_match m;
+    *last = 0;
+    if (S_ISDIR(n->mode)) {
+        char probe[ST_MANIFEST_MAX_PATH + 3];
+        snprintf(probe, sizeof probe, "%s/x", path);
+        st_steprules_match(v->rules, probe, &m);
+        *last = m.matched && !m.single_file && m.prefix_len == strlen(path);
+    } else {
+        st_steprules_match(v->rules, path, &m);
+        *last = m.matched && m.single_file;
+    }
+    return m.matched ? m.step : VFS_NO_STEP;
+}
+
+void vfs_publish_quiet_steps(st_vfs *v)
+{
+    int64_t now = st_mono_ns();
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < v->njobs; i++)
+        for (size_t k = 0; k < v->jobs[i].nsteps; k++) {
+            vstep *s = &v->jobs[i].steps[k];
+            if (s->dirty && !s->writers && now - s->last_activity_ns >= EAGER_QUIET_NS) {
+                s->dirty = 0;
+                vfs_enqueue(v, v->jobs[i].name, s->step);
+            }
+        }
+    pthread_mutex_unlock(&v->lock);
+}
