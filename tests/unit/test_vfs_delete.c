@@ -10,6 +10,7 @@
  * Which objects the store holds is read from the in-memory store itself
  * (jobs/<job>/steps/<step>/...), the request's state from the status file.
  */
+#include "st_gc.h"
 #include "vfs_harness.h"
 
 static st_backend *store;
@@ -173,6 +174,27 @@ static void test_newest_durable_step_is_kept(void)
     vh_mount_close(&m);
 }
 
+/* ---- a pinned step is kept ---- */
+
+static void test_pinned_step_is_kept(void)
+{
+    vh_mount m;
+    if (two_durable_steps(&m, "pinned"))
+        return;
+    char pin[ST_KEY_MAX];
+    CHECK_OK(st_key_pin(pin, sizeof pin, VH_JOB, 100));
+    CHECK_OK(st_put(store, pin, "", 0)); /* what ckptctl pin stores */
+    CHECK_OK(vh_rmtree(&m, VH_JOB "/checkpoint-100"));
+    CHECK(VH_WAIT(strcmp(vh_deletion(&m, 100), "kept_pinned") == 0, 20));
+    CHECK(!vh_exists(&m, VH_JOB "/checkpoint-100"));
+    CHECK(vh_consistent(store, 100));
+    CHECK_OK(st_del(store, pin)); /* ckptctl unpin: it goes at the next try */
+    CHECK(VH_WAIT(vh_step_objects(store, 100) == 0, 20));
+    CHECK(VH_WAIT(strcmp(vh_deletion(&m, 100), "") == 0, 20));
+    CHECK(vh_consistent(store, 200));
+    vh_mount_close(&m);
+}
+
 /* ---- writing the step again cancels the request ---- */
 
 static void test_writing_the_step_again_cancels(void)
@@ -241,6 +263,45 @@ static void test_loose_file_moves_to_another_step(void)
     vh_mount_close(&m);
 }
 
+/* The loose file's new home cannot be stored (the store refuses its PUTs):
+ * the request waits in moving_files and the step stays, across a restart,
+ * until the file is durable with another step. */
+static void test_deletion_waits_for_the_moved_file(void)
+{
+    store_reset();
+    vh_mount m;
+    CHECK_OK(vh_mount_open(&m, store, "a", "moving", 1));
+    if (!m.v)
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000001.pt", "one", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/config.json", "{}", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000002.pt", "two", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(strcmp(vh_stored(store, 1, NULL), "ckpt-000001.pt,config.json") == 0);
+    vh_mount_close(&m);
+
+    CHECK_OK(
+        vh_mount_open_fault(&m, store, "a", "moving", 1, "fail_key=steps/00000000000000000002/"));
+    if (!m.v)
+        return;
+    CHECK_OK(vh_unlink(&m, VH_JOB "/ckpt-000001.pt"));
+    CHECK(VH_WAIT(strcmp(vh_deletion(&m, 1), "moving_files") == 0, 20));
+    CHECK(vh_consistent(store, 1));
+    CHECK(strcmp(vh_stored(store, 2, NULL), "ckpt-000002.pt") == 0);
+    CHECK(vh_file_is_str(&m, VH_JOB "/config.json", "{}"));
+    vh_mount_close(&m);
+
+    CHECK_OK(vh_mount_open(&m, store, "a", "moving", 1));
+    if (!m.v)
+        return;
+    CHECK(!vh_exists(&m, VH_JOB "/ckpt-000001.pt"));
+    CHECK(VH_WAIT(vh_step_objects(store, 1) == 0, 20));
+    CHECK(VH_WAIT(strcmp(vh_deletion(&m, 1), "") == 0, 20));
+    CHECK(strcmp(vh_stored(store, 2, NULL), "ckpt-000002.pt,config.json") == 0);
+    CHECK(vh_file_is_str(&m, VH_JOB "/config.json", "{}"));
+    vh_mount_close(&m);
+}
+
 int main(void)
 {
     if (vh_setup("vfs-delete"))
@@ -249,8 +310,10 @@ int main(void)
     RUN(test_rotation_deletes_old_steps);
     RUN(test_request_survives_a_restart);
     RUN(test_newest_durable_step_is_kept);
+    RUN(test_pinned_step_is_kept);
     RUN(test_writing_the_step_again_cancels);
     RUN(test_loose_file_moves_to_another_step);
+    RUN(test_deletion_waits_for_the_moved_file);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
