@@ -40,8 +40,16 @@
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
 
+struct st_backend; /* st_backend.h */
+
 typedef struct st_vfs_options {
     const char *store_url;
+    /* An already opened backend to serve instead of opening store_url (which
+     * may then be NULL), e.g. tests/support's in-memory store. Borrowed: the
+     * caller closes it after st_vfs_close(); it is shared by the vfs threads
+     * (st_backend.h: thread-safe), and $CKPT_FAULT does not apply to it
+     * (wrap it yourself). NULL, as in the daemon: open store_url. */
+    struct st_backend *backend;
     const char *s3_endpoint;  /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
     const char *staging_dir;  /* created if missing */
     const char *node;         /* NULL: from the host name */
@@ -71,7 +79,8 @@ typedef struct st_vfs_attr {
     int64_t ctime_ns;
 } st_vfs_attr;
 
-/*! Opens staging, recovers the journal (files whose close() returned are
+/*! Opens the store (opts.store_url, or the caller's opts.backend) and
+ *  staging, recovers the journal (files whose close() returned are
  *  kept; files still being written at a crash are dropped, since no writer
  *  was told they were safe) and loads the remote view. Starts no thread, so
  *  the caller may still fork (daemonize) before st_vfs_start(). */

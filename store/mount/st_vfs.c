@@ -1267,7 +1267,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     v->next_sid = 1;
     st_err e = ST_OK;
     char path[PATH_MAX];
-    v->store_url = strdup(opts->store_url);
+    v->store_url = strdup(opts->store_url ? opts->store_url : "");
     v->staging = strdup(opts->staging_dir);
     if (!v->store_url || !v->staging) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
@@ -1288,10 +1288,12 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if ((e = st_mkdir_p(path)))
         goto fail;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
-    if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
-        goto fail;
     const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
-    if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+    if (opts->backend)
+        v->backend = opts->backend; /* borrowed: see st_vfs_options */
+    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
+        goto fail;
+    else if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
         goto fail;
     /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
     v->ninodes = 1;
@@ -1380,7 +1382,8 @@ void st_vfs_close(st_vfs *v)
     free(v->jobs);
     free(v->queue);
     st_steprules_free(v->rules);
-    st_backend_close(v->backend);
+    if (!v->opts.backend)
+        st_backend_close(v->backend);
     free(v->store_url);
     free(v->staging);
     pthread_cond_destroy(&v->changed);

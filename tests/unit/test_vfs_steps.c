@@ -1,0 +1,412 @@
+/*
+ * test_vfs_steps — the completion rules R1–R8 of docs/STEPS.md through the
+ * mount model's C API: which writes make a step complete, which do not, and
+ * what the store holds once the uploader took it.
+ *
+ * Most cases look at a mount opened without threads: a completion rule that
+ * fires queues the step, so the status file says "queued", and a step that
+ * no rule completed stays "writing"; nothing else (eager publishing of quiet
+ * steps, uploads) can change that under the test. Cases that check the store
+ * start the mount and wait for the uploader.
+ *
+ * R4 (a writer opening a file of a newer step completes its older steps)
+ * applies to every case: a case writes its steps in an order where it does
+ * not fire before the check that matters, or gives each step its own writer.
+ */
+#include "vfs_harness.h"
+
+static st_backend *store;
+
+/* A fresh store and a mount of node "a" on a fresh staging directory. */
+static int mount_fresh(vh_mount *m, const char *staging, int start)
+{
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    if (!store)
+        return -1;
+    st_err e = vh_mount_open(m, store, "a", staging, start);
+    CHECK_OK(e);
+    if (e)
+        return -1;
+    CHECK_OK(vh_mkdirs(m, VH_JOB));
+    return 0;
+}
+
+/* "queued": a rule fired (the unstarted mount queues the step). */
+static int is_queued(vh_mount *m, uint64_t step)
+{
+    const char *s = vh_state(m, step);
+    if (strcmp(s, "queued"))
+        fprintf(stderr, "  step %" PRIu64 " is \"%s\", want \"queued\"\n", step, s);
+    return !strcmp(s, "queued");
+}
+
+static int is_writing(vh_mount *m, uint64_t step)
+{
+    const char *s = vh_state(m, step);
+    if (strcmp(s, "writing"))
+        fprintf(stderr, "  step %" PRIu64 " is \"%s\", want \"writing\"\n", step, s);
+    return !strcmp(s, "writing");
+}
+
+/* A file that looks like a whole torch.save ZIP: a local header, then the
+ * end-of-central-directory record reaching exactly the end. */
+static size_t whole_zip(uint8_t *buf, size_t len)
+{
+    ut_rand_fill(buf, len, 77);
+    memcpy(buf, "PK\x03\x04", 4);
+    uint8_t *eocd = buf + len - 22;
+    memset(eocd, 0, 22);
+    memcpy(eocd, "PK\x05\x06", 4); /* comment length 0: ends right here */
+    return len;
+}
+
+/* ---- R1: a marker in the step directory ---- */
+
+static void test_r1_markers(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r1", 0))
+        return;
+    /* PyTorch DCP: shards, then rank 0 renames .metadata.tmp to .metadata. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-000100/__0_0.distcp", "shard", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-000100/.metadata.tmp", "__0_0.distcp", VH_PID_A));
+    CHECK(is_writing(&m, 100));
+    CHECK_OK(vh_rename(&m, VH_JOB "/step-000100/.metadata.tmp", VH_JOB "/step-000100/.metadata"));
+    CHECK(is_queued(&m, 100));
+
+    /* HF Trainer with FSDP: a .metadata in a sub-directory is not the
+     * marker; trainer_state.json is. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-500/pytorch_model_fsdp_0/__0_0.distcp", "s",
+                          VH_PID_A));
+    CHECK_OK(
+        vh_write_str(&m, VH_JOB "/checkpoint-500/pytorch_model_fsdp_0/.metadata", "m", VH_PID_A));
+    CHECK(is_writing(&m, 500));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-500/trainer_state.json", "{}", VH_PID_A));
+    CHECK(is_queued(&m, 500));
+
+    /* The explicit marker, empty, below a parent directory. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoints/step-7/model.pt", "w", VH_PID_A));
+    CHECK(is_writing(&m, 7));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoints/step-7/.ckpt-complete", "", VH_PID_A));
+    CHECK(is_queued(&m, 7));
+
+    /* A marker still open for writing completes nothing yet. */
+    st_vfs_handle *h;
+    CHECK_OK(vh_create(&m, VH_JOB "/step-8/.ckpt-complete", O_WRONLY, VH_PID_A, &h));
+    CHECK(is_writing(&m, 8));
+    if (h)
+        CHECK_OK(vh_close(&m, h));
+    CHECK(is_queued(&m, 8));
+    vh_mount_close(&m);
+
+    /* The same staging, started: the queued steps are stored, complete. */
+    CHECK_OK(vh_mount_open(&m, store, "a", "r1", 1));
+    if (!m.v)
+        return;
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_complete(store, 100, "a") && vh_consistent(store, 100));
+    CHECK(vh_part_complete(store, 500, "a") && vh_part_complete(store, 7, "a"));
+    CHECK(strcmp(vh_stored(store, 100, NULL), "step-000100/.metadata,step-000100/__0_0.distcp") ==
+          0);
+    vh_mount_close(&m);
+}
+
+/* ---- R2: a marker that names its step ---- */
+
+static void test_r2_naming_markers(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r2", 0))
+        return;
+    /* DeepSpeed: global_stepN/, then `latest` naming it. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step100/mp_rank_00_model_states.pt", "w", VH_PID_A));
+    CHECK(is_writing(&m, 100));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step100\n", VH_PID_A));
+    CHECK(is_queued(&m, 100));
+
+    /* Megatron: iter_N/, then the tracker with the number. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/iter_0000200/mp_rank_00/model_optim_rng.pt", "w", VH_PID_A));
+    CHECK(is_writing(&m, 200));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest_checkpointed_iteration.txt", " 200 \n", VH_PID_A));
+    CHECK(is_queued(&m, 200));
+
+    /* "release" names no step: an ordinary loose file, completes nothing. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/iter_0000300/mp_rank_00/model_optim_rng.pt", "w", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest_checkpointed_iteration.txt", "release", VH_PID_A));
+    CHECK(is_writing(&m, 300));
+
+    /* Inside a step directory `latest` is an ordinary file (HF + DeepSpeed
+     * writes checkpoint-600/latest before the rest). */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-600/global_step600/x.pt", "w", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-600/latest", "global_step600", VH_PID_A));
+    CHECK(is_writing(&m, 600));
+    vh_mount_close(&m);
+
+    /* The marker is stored with the step it names. */
+    if (mount_fresh(&m, "r2-store", 1))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step10/zero_pp_rank_0_states.pt", "z", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step10", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_complete(store, 10, "a"));
+    CHECK(strcmp(vh_stored(store, 10, NULL), "global_step10/zero_pp_rank_0_states.pt,latest") == 0);
+    vh_mount_close(&m);
+}
+
+/* ---- R3: a single-file step ---- */
+
+static void test_r3_single_file(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r3", 0))
+        return;
+    uint8_t buf[4096];
+    /* Not a format we know: complete when closed. */
+    st_vfs_handle *h;
+    CHECK_OK(vh_create(&m, VH_JOB "/ckpt-000010.pt", O_WRONLY, VH_PID_A, &h));
+    if (h) {
+        ut_rand_fill(buf, sizeof buf, 10);
+        CHECK_OK(vh_pwrite(&m, h, buf, sizeof buf, 0));
+        CHECK(is_writing(&m, 10));
+        CHECK_OK(vh_close(&m, h));
+    }
+    CHECK(is_queued(&m, 10));
+
+    /* torch.save killed midway: a ZIP without its end record stays
+     * incomplete; a whole one completes. */
+    whole_zip(buf, sizeof buf);
+    CHECK_OK(vh_write(&m, VH_JOB "/ckpt-000011.pt", buf, sizeof buf / 2, VH_PID_A));
+    CHECK(is_writing(&m, 11));
+    CHECK_OK(vh_write(&m, VH_JOB "/ckpt-000012.pt", buf, sizeof buf, VH_PID_A));
+    CHECK(is_queued(&m, 12));
+
+    /* Another file of the step still open for writing holds it back. */
+    CHECK_OK(vh_create(&m, VH_JOB "/ckpt-000013.pt.tmp", O_WRONLY, VH_PID_A, &h));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000013.pt", "thirteen", VH_PID_A));
+    CHECK(is_writing(&m, 13));
+    if (h)
+        CHECK_OK(vh_close(&m, h));
+    CHECK(is_queued(&m, 13));
+    vh_mount_close(&m);
+}
+
+/* ---- R4: the writer moves on ---- */
+
+static void test_r4_writer_moves_on(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r4", 0))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-1/a.bin", "a1", VH_PID_A));
+    CHECK(is_writing(&m, 1));
+    /* Another process moving to step 2 says nothing about A's step 1. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-2/b.bin", "b2", VH_PID_B));
+    CHECK(is_writing(&m, 1));
+    /* A opening a file of a newer step: step 1 is complete. */
+    st_vfs_handle *h;
+    CHECK_OK(vh_create(&m, VH_JOB "/step-2/a.bin", O_WRONLY, VH_PID_A, &h));
+    CHECK(is_queued(&m, 1));
+    CHECK(is_writing(&m, 2));
+    if (h)
+        CHECK_OK(vh_close(&m, h));
+    CHECK(is_writing(&m, 2));
+    /* Moving on to step 3 completes step 2, which A wrote too. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-3/a.bin", "a3", VH_PID_A));
+    CHECK(is_queued(&m, 2));
+    CHECK(is_writing(&m, 3));
+    vh_mount_close(&m);
+}
+
+/*
+ * KNOWN BUG (kept out of the default run): R4 says step S is complete "once
+ * nothing of S is open for writing" after its writer opened a file of a
+ * newer step. The mount checks only at that open (step_writer_open in
+ * store/st_vfs.c): if a file of S is still open then, closing it later
+ * completes nothing, and S waits for eager publishing (complete = 0), R7 or
+ * R8. Run with CKPT_TEST_KNOWN_BUGS=1.
+ */
+static void test_r4_completes_when_the_last_file_of_s_closes(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r4-late", 0))
+        return;
+    st_vfs_handle *old, *next;
+    CHECK_OK(vh_create(&m, VH_JOB "/step-3/a.bin", O_WRONLY, VH_PID_A, &old));
+    CHECK_OK(vh_create(&m, VH_JOB "/step-4/a.bin", O_WRONLY, VH_PID_A, &next));
+    CHECK(is_writing(&m, 3));
+    if (old)
+        CHECK_OK(vh_close(&m, old));
+    CHECK(is_queued(&m, 3)); /* fails: "writing" */
+    if (next)
+        CHECK_OK(vh_close(&m, next));
+    vh_mount_close(&m);
+}
+
+/* ---- R5: a change after completion ---- */
+
+static void test_r5_change_after_completion(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r5", 1))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000020.pt", "first version", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-21/model.bin", "m", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-21/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_revision(store, 20, "a") == 1 && vh_part_revision(store, 21, "a") == 1);
+    CHECK(strcmp(vh_state(&m, 20), "durable") == 0);
+
+    /* Written again, and a new file in a complete step: each stored again,
+     * complete, as a new revision that replaces the old. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000020.pt", "second version", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-21/extra.bin", "late", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_revision(store, 20, "a") == 2 && vh_part_complete(store, 20, "a"));
+    CHECK(vh_part_revision(store, 21, "a") == 2 && vh_part_complete(store, 21, "a"));
+    CHECK(strcmp(vh_stored(store, 21, NULL),
+                 "step-21/.ckpt-complete,step-21/extra.bin,step-21/model.bin") == 0);
+    vh_mount b;
+    CHECK_OK(vh_mount_open(&b, store, "b", "r5-b", 0));
+    if (b.v) {
+        CHECK(vh_file_is_str(&b, VH_JOB "/ckpt-000020.pt", "second version"));
+        CHECK(vh_file_is_str(&b, VH_JOB "/step-21/extra.bin", "late"));
+        vh_mount_close(&b);
+    }
+    vh_mount_close(&m);
+}
+
+/* ---- R6: files outside any step ---- */
+
+static void test_r6_loose_files(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r6", 1))
+        return;
+    /* Before any step: it waits, and joins the first step. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/config.json", "{\"lr\": 0.1}", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_count(store, "jobs/") == 0);
+    CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000030.pt", "thirty", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(strcmp(vh_stored(store, 30, NULL), "ckpt-000030.pt,config.json") == 0);
+
+    /* After: it belongs to the newest step, which is stored again (R5). */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/notes.txt", "n", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_revision(store, 30, "a") == 2);
+    CHECK(strcmp(vh_stored(store, 30, NULL), "ckpt-000030.pt,config.json,notes.txt") == 0);
+    /* A loose file completes nothing by itself. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-31/part.bin", "p", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/zero_to_fp32.py", "py", VH_PID_A));
+    CHECK(strcmp(vh_state(&m, 31), "writing") == 0);
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-31/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(strcmp(vh_stored(store, 31, NULL),
+                 "step-31/.ckpt-complete,step-31/part.bin,zero_to_fp32.py") == 0);
+    CHECK(vh_part_revision(store, 30, "a") == 2);
+    vh_mount_close(&m);
+}
+
+/* ---- R7: explicit commit ---- */
+
+static void test_r7_explicit_commit(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r7", 1))
+        return;
+    /* A layout no rule completes, committed by both ranks of a world of 2. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/run-40/rank0.bin", "r0", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/run-40/rank1.bin", "r1", VH_PID_B));
+    CHECK_ERR(vh_commit(&m, VH_JOB " 40 0 2\n" VH_JOB " 40 5 2\n"), ST_ERR_INVALID);
+    CHECK_ERR(vh_commit(&m, "nosuchjob 40 0 2\n"), ST_ERR_NOT_FOUND);
+    CHECK_OK(vh_commit(&m, VH_JOB " 40 0 2\n"));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    st_part p;
+    CHECK_OK(vh_part(store, 40, "a", &p));
+    CHECK(p.ncommits == 1 && p.commits[0].rank == 0 && p.commits[0].world_size == 2);
+    st_part_free(&p);
+    CHECK(!vh_consistent(store, 40)); /* rule 1: rank 1 has not committed */
+    CHECK_OK(vh_commit(&m, VH_JOB " 40 1 2\n"));
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK_OK(vh_part(store, 40, "a", &p));
+    CHECK(p.ncommits == 2);
+    st_part_free(&p);
+    CHECK(vh_consistent(store, 40));
+    CHECK(strcmp(vh_stored(store, 40, NULL), "run-40/rank0.bin,run-40/rank1.bin") == 0);
+
+    /* st_vfs_complete_all without at_unmount (ckptctl commit's path for a
+     * whole job) completes what R8 would leave, e.g. a checkpoint-N/ without
+     * trainer_state.json. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-41/pytorch_model.bin", "w", VH_PID_A));
+    st_vfs_complete_all(m.v, VH_JOB, 0);
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_part_complete(store, 41, "a") && vh_consistent(store, 41));
+    vh_mount_close(&m);
+}
+
+/* ---- R8: clean unmount ---- */
+
+/* A writer process of its own for step. */
+static pid_t writer(uint64_t step)
+{
+    return VH_PID_A + 100 + (pid_t)step;
+}
+
+static void test_r8_clean_unmount(void)
+{
+    vh_mount m;
+    if (mount_fresh(&m, "r8", 0))
+        return;
+    uint8_t zip[4096];
+    whole_zip(zip, sizeof zip);
+    /* One writer per step, so that R4 completes none of them. */
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-50/a.bin", "plain", writer(50)));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-51/__0_0.distcp", "no .metadata", writer(51)));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-52/pytorch_model.bin", "no state", writer(52)));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step53/mp_rank_00.pt", "no latest", writer(53)));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/iter_0000054/mp_rank_00/m.pt", "no tracker", writer(54)));
+    CHECK_OK(vh_write(&m, VH_JOB "/ckpt-000055.pt", zip, sizeof zip - 1, writer(55)));
+    st_vfs_handle *h;
+    CHECK_OK(vh_create(&m, VH_JOB "/step-56/open.bin", O_WRONLY, VH_PID_B, &h));
+    st_vfs_complete_all(m.v, NULL, 1);
+    CHECK(is_queued(&m, 50));
+    for (uint64_t s = 51; s <= 56; s++)
+        CHECK(is_writing(&m, s));
+    if (h)
+        CHECK_OK(vh_close(&m, h));
+    vh_mount_close(&m);
+
+    /* The real unmount of a started mount completes and drains. */
+    if (mount_fresh(&m, "r8-unmount", 1))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/step-57/a.bin", "plain", writer(57)));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/checkpoint-58/pytorch_model.bin", "no state", writer(58)));
+    CHECK(strcmp(vh_state(&m, 57), "writing") == 0);
+    vh_mount_close(&m);
+    CHECK(vh_part_complete(store, 57, "a") && vh_consistent(store, 57));
+    CHECK(!vh_part_complete(store, 58, "a") && !vh_consistent(store, 58));
+}
+
+int main(void)
+{
+    if (vh_setup("vfs-steps"))
+        return 1;
+    RUN(test_r1_markers);
+    RUN(test_r2_naming_markers);
+    RUN(test_r3_single_file);
+    RUN(test_r4_writer_moves_on);
+    if (getenv("CKPT_TEST_KNOWN_BUGS"))
+        RUN(test_r4_completes_when_the_last_file_of_s_closes);
+    else
+        fprintf(stderr, "skip   test_r4_completes_when_the_last_file_of_s_closes (known bug; "
+                        "CKPT_TEST_KNOWN_BUGS=1 runs it)\n");
+    RUN(test_r5_change_after_completion);
+    RUN(test_r6_loose_files);
+    RUN(test_r7_explicit_commit);
+    RUN(test_r8_clean_unmount);
+    st_backend_close(store);
+    vh_teardown();
+    return ut_finish();
+}
