@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "backend/st_backend_retry.h"
+#include "util/st_hash.h"
 
 typedef st_err (*st_backend_open_fn)(const char *url, const st_backend_opts *opts,
                                      st_backend **out);
@@ -32,17 +33,6 @@ static const struct {
     {"file", file_url_open},
     {"s3", st_backend_s3_open},
 };
-
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /*
  * file:///abs/dir or file://localhost/abs/dir (RFC 8089). Percent-escapes
@@ -85,8 +75,8 @@ static st_err file_url_open(const char *url, const st_backend_opts *opts, st_bac
             root[o++] = path[i];
             continue;
         }
-        int hi = i + 1 < n ? hex_digit(path[i + 1]) : -1;
-        int lo = i + 2 < n ? hex_digit(path[i + 2]) : -1;
+        int hi = i + 1 < n ? st_hex_value(path[i + 1]) : -1;
+        int lo = i + 2 < n ? st_hex_value(path[i + 2]) : -1;
         if (hi < 0 || lo < 0)
             return st_seterr(ST_ERR_INVALID,
                              "store URL \"%.200s\": malformed percent-escape at offset %zu", url,

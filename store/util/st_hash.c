@@ -56,7 +56,7 @@ char *st_id_hex(const st_id *id, char out[ST_ID_HEX_LEN + 1])
     return out;
 }
 
-static int hex_value(char c)
+int st_hex_value(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -70,8 +70,8 @@ static int hex_value(char c)
 int st_id_parse(const char *hex, st_id *out)
 {
     for (int i = 0; i < ST_ID_LEN; i++) {
-        int hi = hex_value(hex[2 * i]);
-        int lo = hi < 0 ? -1 : hex_value(hex[2 * i + 1]);
+        int hi = st_hex_value(hex[2 * i]);
+        int lo = hi < 0 ? -1 : st_hex_value(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return -1;
         out->b[i] = (uint8_t)(hi << 4 | lo);

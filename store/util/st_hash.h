@@ -36,6 +36,9 @@ void st_hasher_free(st_hasher *h);
 /*! Writes 32 lowercase hex digits and a NUL into out[33]. Returns out. */
 char *st_id_hex(const st_id *id, char out[ST_ID_HEX_LEN + 1]);
 
+/*! Value of one hex digit (either case), or -1 if c is not one. */
+int st_hex_value(char c);
+
 /*! Parses exactly 32 hex digits. Returns 0 on success, -1 on bad input. */
 int st_id_parse(const char *hex, st_id *out);
 
