@@ -56,8 +56,11 @@ typedef struct st_vfs_options {
     const char *step_pattern; /* NULL: built-in step rule */
     uint64_t staging_cap;     /* bytes of staging data; 0: no cap but the disk */
     double refresh_seconds;   /* how often the remote view is refreshed (default 5) */
-    double drain_seconds;     /* on close, how long to wait for uploads (default 60) */
-    unsigned upload_threads;  /* pack PUTs in flight per upload (default 4) */
+    /* The node lease (docs/NODES.md): how long this daemon's claim on its
+     * node name stays live without a heartbeat (default 60). */
+    double node_lease_ttl_seconds;
+    double drain_seconds;    /* on close, how long to wait for uploads (default 60) */
+    unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
     /* Background GC (docs/MOUNT.md): non-zero gc_enabled starts a thread that
      * runs st_gc_run over every job of the store with this policy. */
     int gc_enabled;

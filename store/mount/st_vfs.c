@@ -1309,8 +1309,13 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_mutex_unlock(&v->lock);
     if (e)
         goto fail;
-    if (vfs_remote_refresh(v) != ST_OK)
+    /* The lease is read only when the store answered the refresh: a dead
+     * endpoint must not delay the mount twice (docs/NODES.md). */
+    int store_up = vfs_remote_refresh(v) == ST_OK;
+    if (!store_up)
         vfs_log(v, 1, "cannot load the store's steps yet: %s", st_errmsg());
+    if ((e = vfs_lease_open(v, store_up)))
+        goto fail;
     *out = v;
     return ST_OK;
 fail:

@@ -33,6 +33,7 @@
 #include "backend/st_backend.h"
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
+#include "format/st_lease.h"
 #include "format/st_part.h"
 #include "mount/st_steprules.h"
 #include "st_vfs.h"
@@ -139,6 +140,20 @@ typedef struct vgc_status {
     char last_error[256];
 } vgc_status;
 
+/* The node lease (docs/NODES.md, st_vfs_lease.c). */
+typedef enum vlease_state {
+    VLEASE_UNKNOWN = 0, /* not claimed yet (the store could not be read) */
+    VLEASE_HELD = 1,    /* this daemon holds its node name */
+    VLEASE_TAKEN = 2    /* another live daemon holds it: nothing is published */
+} vlease_state;
+
+typedef struct vlease {
+    st_lease mine;        /* instance, ttl, pid, origin, host (set at open) */
+    vlease_state state;   /* (lock) */
+    int64_t next_beat_ns; /* monotonic time of the next heartbeat (refresher only) */
+    char error[400];      /* (lock) why TAKEN, or the last store error */
+} vlease;
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -180,6 +195,8 @@ struct st_vfs {
     int refresher_started;
 
     uint64_t next_deletion_id; /* (lock) */
+
+    vlease lease;
 
     /* background GC (st_vfs_gc.c); gc_status under lock */
     pthread_t gc;
@@ -243,6 +260,19 @@ uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *
  * when the marker completing the step lives on another node. */
 #define EAGER_QUIET_NS (2ll * 1000000000)
 void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
+
+/* st_vfs_lease.c — the node lease (docs/NODES.md); no call holds v->lock */
+/* At open: the instance id (STAGING/instance), then (check_now) a read of
+ * the lease. ST_ERR_BUSY: another live daemon holds the name (the mount is
+ * refused); a store error only leaves the lease unknown. The first
+ * heartbeat writes it. */
+st_err vfs_lease_open(st_vfs *v, int check_now);
+/* Refresher thread: renews the lease every ttl/3. */
+void vfs_lease_heartbeat(st_vfs *v);
+/* Uploader, before a part record: ST_OK if this daemon holds its name
+ * (claiming it if nobody does); else the reason, and nothing may be
+ * published. */
+st_err vfs_lease_check(st_vfs *v);
 
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);

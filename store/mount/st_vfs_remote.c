@@ -196,6 +196,7 @@ void *vfs_refresher_main(void *arg)
         if (v->stopping)
             break;
         pthread_mutex_unlock(&v->lock);
+        vfs_lease_heartbeat(v);
         vfs_publish_quiet_steps(v);
         if (st_mono_ns() >= next_refresh) {
             if (vfs_remote_refresh(v) != ST_OK)

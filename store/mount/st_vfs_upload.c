@@ -339,7 +339,11 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.job = s->job;
     uint64_t puts = 0;
     s->part.revision = base + 1;
-    e = st_catalog_publish(v->backend, &m, &s->part, &puts);
+    /* Only the holder of the node name writes its part records
+     * (docs/NODES.md); the step stays queued otherwise. */
+    e = vfs_lease_check(v);
+    if (!e)
+        e = st_catalog_publish(v->backend, &m, &s->part, &puts);
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
         *revision = base + 1;

@@ -1,0 +1,40 @@
+/*
+ * st_nodelease — one live daemon per node name (docs/NODES.md): claiming,
+ * renewing and checking the node lease over a backend.
+ *
+ * Threads: stateless; the backend is thread-safe.
+ */
+#ifndef ST_NODELEASE_H
+#define ST_NODELEASE_H
+
+#include <stdint.h>
+
+#include "backend/st_backend.h"
+#include "format/st_lease.h"
+
+/* Clocks of two nodes may disagree this much before a live lease looks
+ * stale (docs/NODES.md). */
+#define ST_NODELEASE_SKEW_NS (5ll * 1000000000)
+
+/* What st_nodelease_claim writes when the name is free for mine. */
+typedef enum st_claim_mode {
+    ST_CLAIM_CHECK = 0,   /* nothing: only say whether mine may hold it */
+    ST_CLAIM_ACQUIRE = 1, /* mine's lease, unless the store already holds it */
+    ST_CLAIM_RENEW = 2    /* mine's lease, always (a heartbeat) */
+} st_claim_mode;
+
+/*!
+ * Claims node for the instance in mine (mine->heartbeat_ns: the caller's wall
+ * clock now). Reads the lease: absent, stale, unreadable as a lease, or
+ * held by mine->instance -> ST_OK, and the lease is written as mode says. Held by another instance
+ * and live at mine->heartbeat_ns -> ST_ERR_BUSY, *holder filled (may be
+ * NULL), the message names the holder — unless gone (may be NULL) says the
+ * holder's process has certainly ended (same machine and PID namespace,
+ * no such process), when the lease is taken over at once. Store errors are returned as they
+ * are (nothing is claimed).
+ */
+typedef int (*st_nodelease_gone_fn)(const st_lease *holder);
+st_err st_nodelease_claim(st_backend *b, const char *node, const st_lease *mine, st_claim_mode mode,
+                          st_nodelease_gone_fn gone, st_lease *holder);
+
+#endif

@@ -1,0 +1,219 @@
+/*
+ * test_lease — one live daemon per node name (docs/NODES.md): the lease
+ * codec, the claim rules over an in-memory store, and the mount model:
+ * a second daemon with a taken name is refused, a restart on its own
+ * staging takes the name back, a daemon killed on this host is replaced at
+ * once, and a daemon whose name was taken while it ran publishes nothing.
+ */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/st_nodelease.h"
+#include "format/st_lease.h"
+#include "vfs_harness.h"
+
+static st_lease lease_of(const char *instance_char, int64_t heartbeat_ns, int64_t pid,
+                         const char *origin)
+{
+    st_lease l = {.heartbeat_ns = heartbeat_ns, .ttl_ns = 60ll * 1000000000, .pid = pid};
+    memset(l.instance, instance_char[0], ST_LEASE_INSTANCE_LEN);
+    snprintf(l.origin, sizeof l.origin, "%s", origin);
+    snprintf(l.host, sizeof l.host, "host-1");
+    return l;
+}
+
+static void test_codec(void)
+{
+    char text[ST_LEASE_TEXT_MAX], key[ST_KEY_MAX];
+    size_t len;
+    st_lease l = lease_of("a", 123456789, 42, "00112233445566ff"), back;
+    snprintf(l.host, sizeof l.host, "bad host\nname");
+    CHECK_OK(st_lease_encode(&l, text, &len));
+    CHECK(memchr(text, '\n', len) == text + len - 1); /* one line: the host is squeezed */
+    CHECK_OK(st_lease_decode(text, len, &back));
+    CHECK(!strcmp(back.instance, l.instance) && back.heartbeat_ns == 123456789 &&
+          back.ttl_ns == l.ttl_ns && back.pid == 42 && !strcmp(back.origin, l.origin) &&
+          !strcmp(back.host, "bad-host-name"));
+    CHECK_ERR(st_lease_decode(text, len - 1, &back), ST_ERR_CORRUPT); /* no newline */
+    CHECK_ERR(st_lease_decode("garbage", 7, &back), ST_ERR_CORRUPT);
+    CHECK_ERR(st_lease_decode("", 0, &back), ST_ERR_CORRUPT);
+    text[20] = 'X'; /* an upper-case digit in the instance */
+    CHECK_ERR(st_lease_decode(text, len, &back), ST_ERR_CORRUPT);
+    CHECK_OK(st_key_lease(key, sizeof key, "node-a"));
+    CHECK(!strcmp(key, "nodes/node-a.lease"));
+    CHECK_ERR(st_key_lease(key, sizeof key, "../x"), ST_ERR_INVALID);
+}
+
+static int always_gone(const st_lease *holder)
+{
+    (void)holder;
+    return 1;
+}
+
+static void test_claim_rules(void)
+{
+    st_backend *b;
+    CHECK_OK(st_backend_mem_open(&b));
+    const int64_t now = 1000ll * 1000000000;
+    st_lease mine = lease_of("a", now, 1, "0000000000000001");
+    st_lease other = lease_of("b", now - 10ll * 1000000000, 2, "0000000000000002"), holder;
+    size_t len;
+    char text[ST_LEASE_TEXT_MAX];
+
+    /* Nobody holds it: a check writes nothing, an acquire writes ours. */
+    CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_CHECK, NULL, NULL));
+    CHECK(vh_count(b, "nodes/") == 0);
+    CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
+    CHECK(vh_count(b, "nodes/") == 1);
+
+    /* Another instance's live lease (10 s old of 60): refused, named. */
+    CHECK_OK(st_lease_encode(&other, text, &len));
+    CHECK_OK(st_put(b, "nodes/n.lease", text, len));
+    CHECK_ERR(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, &holder), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "pid 2 on host host-1") != NULL);
+    CHECK(holder.pid == 2);
+    CHECK_ERR(st_nodelease_claim(b, "n", &mine, ST_CLAIM_RENEW, NULL, NULL), ST_ERR_BUSY);
+    /* ... unless its process is known to be gone. */
+    CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, always_gone, NULL));
+
+    /* Stale (older than ttl + skew): taken over. */
+    other.heartbeat_ns = now - 66ll * 1000000000;
+    CHECK_OK(st_lease_encode(&other, text, &len));
+    CHECK_OK(st_put(b, "nodes/n.lease", text, len));
+    CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
+    st_bytes buf = {0};
+    st_lease stored;
+    CHECK_OK(st_get(b, "nodes/n.lease", 0, ST_GET_TO_END, &buf));
+    CHECK_OK(st_lease_decode(buf.data, buf.len, &stored));
+    CHECK(!strcmp(stored.instance, mine.instance));
+
+    /* Garbage where the lease should be: ours to write. */
+    CHECK_OK(st_put(b, "nodes/n.lease", "junk", 4));
+    CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
+    CHECK_OK(st_get(b, "nodes/n.lease", 0, ST_GET_TO_END, &buf));
+    CHECK_OK(st_lease_decode(buf.data, buf.len, &stored));
+    st_bytes_free(&buf);
+    st_backend_close(b);
+}
+
+/* A started mount whose refresher has written its lease. */
+static int lease_written(st_backend *b, const char *node)
+{
+    char key[64];
+    uint64_t size;
+    snprintf(key, sizeof key, "nodes/%s.lease", node);
+    return st_stat(b, key, &size) == ST_OK;
+}
+
+static void test_second_daemon_is_refused(void)
+{
+    st_backend *store;
+    CHECK_OK(st_backend_mem_open(&store));
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open(&a, store, "same", "lease-a", 1));
+    CHECK(VH_WAIT(lease_written(store, "same"), 10));
+    /* Another staging directory, the same name, while the first one lives. */
+    CHECK_ERR(vh_mount_open(&b, store, "same", "lease-b", 1), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "node name 'same' is held by another live ckptfs") != NULL);
+    /* Another name works. */
+    CHECK_OK(vh_mount_open(&b, store, "other", "lease-b", 1));
+    vh_mount_close(&b);
+    /* The first one restarted on its own staging takes its name back. */
+    vh_mount_close(&a);
+    CHECK_OK(vh_mount_open(&a, store, "same", "lease-a", 1));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/ckpt-000001.pt", "one", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(a.v, 20));
+    CHECK(vh_consistent(store, 1));
+    vh_mount_close(&a);
+    st_backend_close(store);
+}
+
+/* A started mount of node over the file:// store at vh_tmp/store (a store
+ * that a forked child and its parent share). */
+static st_err file_mount(st_vfs **v, st_backend **b, const char *node, const char *staging)
+{
+    char root[PATH_MAX], dir[PATH_MAX];
+    snprintf(root, sizeof root, "%s/store", vh_tmp);
+    snprintf(dir, sizeof dir, "%s/%s", vh_tmp, staging);
+    st_err e = st_backend_file_open(root, b);
+    st_vfs_options o = {.backend = *b,
+                        .staging_dir = dir,
+                        .node = node,
+                        .refresh_seconds = 0.1,
+                        .drain_seconds = 5,
+                        .log = vh_log,
+                        .log_arg = (void *)node};
+    if (!e && !(e = st_vfs_open(&o, v)) && (e = st_vfs_start(*v))) {
+        st_vfs_close(*v);
+        *v = NULL;
+    }
+    return e;
+}
+
+static void test_killed_daemon_is_replaced_at_once(void)
+{
+    st_backend *store;
+    st_vfs *v = NULL;
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/store", vh_tmp);
+    CHECK_OK(st_backend_file_open(root, &store));
+    pid_t child = fork();
+    if (child == 0) { /* a daemon that holds the name, then is killed */
+        st_backend *b;
+        if (file_mount(&v, &b, "node-k", "killed") || !VH_WAIT(lease_written(b, "node-k"), 10))
+            _exit(1);
+        _exit(0); /* no unmount: as kill -9 */
+    }
+    int status;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && !WEXITSTATUS(status));
+    CHECK(lease_written(store, "node-k"));
+    /* Its lease is live by the clock, but its process is gone from this
+     * machine: a new staging directory takes the name at once. */
+    st_backend *b = NULL;
+    CHECK_OK(file_mount(&v, &b, "node-k", "replacement"));
+    st_vfs_close(v);
+    st_backend_close(b);
+    st_backend_close(store);
+}
+
+static void test_taken_name_publishes_nothing(void)
+{
+    st_backend *store;
+    CHECK_OK(st_backend_mem_open(&store));
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "node-t", "taken", 1));
+    CHECK(VH_WAIT(lease_written(store, "node-t"), 10));
+    /* Another daemon takes the name (a live lease of another instance, on
+     * another machine), as after a partition that made ours look stale. */
+    st_lease other = lease_of("c", st_now_ns(), 99, "00000000000000cc");
+    char text[ST_LEASE_TEXT_MAX];
+    size_t len;
+    CHECK_OK(st_lease_encode(&other, text, &len));
+    CHECK_OK(st_put(store, "nodes/node-t.lease", text, len));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/ckpt-000007.pt", "seven", VH_PID_A));
+    st_bytes st = {0};
+    CHECK(
+        VH_WAIT((vh_status(&a, &st), strstr((char *)st.data, "held by another live ckptfs")), 10));
+    st_bytes_free(&st);
+    st_part p;
+    CHECK_ERR(vh_part(store, 7, "node-t", &p), ST_ERR_NOT_FOUND);
+    CHECK(vh_file_is_str(&a, VH_JOB "/ckpt-000007.pt", "seven")); /* still here, in staging */
+    vh_mount_close(&a);
+    CHECK_ERR(vh_part(store, 7, "node-t", &p), ST_ERR_NOT_FOUND); /* not even at unmount */
+    st_backend_close(store);
+}
+
+int main(void)
+{
+    if (vh_setup("lease"))
+        return 1;
+    RUN(test_codec);
+    RUN(test_claim_rules);
+    RUN(test_second_daemon_is_refused);
+    RUN(test_killed_daemon_is_replaced_at_once);
+    RUN(test_taken_name_publishes_nothing);
+    vh_teardown();
+    return ut_finish();
+}
