@@ -27,7 +27,7 @@ typedef struct st_store st_store;
 typedef struct st_store_options {
     const char *url;                  /* "file:///abs/dir" or "s3://bucket/prefix" */
     const char *s3_endpoint;          /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
-    const char *state_dir;            /* local state (dedup index); NULL: st_default_state_dir() */
+    const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
@@ -38,8 +38,6 @@ typedef struct st_store_options {
 /*! Default store URL: file://$XDG_DATA_HOME/ckptfs/store (or ~/.local/share/...).
  *  Writes into buf (cap bytes); returns buf, or NULL if it does not fit. */
 char *st_default_store_url(char *buf, size_t cap);
-/*! Default local state dir: $XDG_CACHE_HOME/ckptfs (or ~/.cache/ckptfs). */
-char *st_default_state_dir(char *buf, size_t cap);
 
 st_err st_store_open(const st_store_options *opts, st_store **out);
 void st_store_close(st_store *s);
@@ -65,21 +63,6 @@ typedef struct st_put_result {
  */
 st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
                         st_put_result *res);
-
-typedef struct st_get_result {
-    uint64_t files;
-    uint64_t bytes;
-    uint64_t gets;
-} st_get_result;
-
-/*!
- * Restores committed step `step` of `job` into dest (created if missing).
- * Each file is written to a temporary name, verified chunk by chunk and by
- * whole-file digest, fsynced, and only then renamed to its real name.
- * ST_ERR_NOT_FOUND if the step has no commit record.
- */
-st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
-                        st_get_result *res);
 
 /*! One step as readers see it (docs/CONSISTENCY.md). */
 typedef struct st_step_info {
