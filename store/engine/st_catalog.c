@@ -1,6 +1,6 @@
 /*
- * st_stepio — part records and manifests in and out of the store, and the
- * consistency rule. See st_stepio.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
+ * st_catalog — part records and manifests in and out of the store, and the
+ * consistency rule. See st_catalog.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
  */
 #include "engine/st_catalog.h"
 

@@ -6,7 +6,7 @@
  *
  * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
  * st_ingest), then the job registry entry, this node's manifest and, last,
- * the commit record (st_catalog_publish).
+ * the part record (st_catalog_publish).
  */
 #include "facade/st_store_impl.h"
 #include "backend/st_backend_open.h"

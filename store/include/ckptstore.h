@@ -58,7 +58,7 @@ typedef struct st_put_result {
 /*!
  * Stores every regular file under dir (recursively; symlinks and special
  * files are skipped with a warning) as step `step` of `job`, then writes the
- * manifest and, last, the commit record. ST_ERR_EXISTS if the step is
+ * manifest and, last, the part record. ST_ERR_EXISTS if the step is
  * already committed. res may be NULL.
  */
 st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
@@ -151,7 +151,7 @@ void st_store_free_names(char **names, size_t n);
 /* The mount's file system model, for the FUSE daemon (fs/). */
 #include "st_vfs.h"
 
-/* ---- retention and garbage collection (docs/GC.md; st_gc.c) ---- */
+/* ---- retention and garbage collection (docs/GC.md; engine/st_gc.c) ---- */
 
 /*!
  * One GC run over job: retention (policy) deletes steps, part records first;

@@ -1,6 +1,6 @@
 /*
- * Unit tests of st_state (SQLite dedup index and pending tables) and of
- * st_step (key names, commit record codec).
+ * Unit tests of st_state (SQLite dedup index) and of
+ * st_part (key names, part record codec).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -187,7 +187,7 @@ static void test_fresh_node_dedups_against_store(void)
 
 static void test_uncommitted_step_is_invisible(void)
 {
-    /* A put that stopped before its commit record: packs and manifest are in
+    /* A put that stopped before its part record: packs and manifest are in
      * the store, but the step must not be listed or restorable. */
     st_store *s = open_store("state5");
     char p[400];
@@ -228,7 +228,7 @@ static void test_tampered_manifest_is_rejected(void)
     snprintf(p, sizeof p, "%s/tamper", root);
     CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
     /* One more byte at the end of the manifest: it no longer matches its
-     * commit record's length and digest. */
+     * part record's length and digest. */
     const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.r1.manifest";
     st_backend *b;
     st_bytes m = {0};

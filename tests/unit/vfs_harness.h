@@ -1,5 +1,5 @@
 /*
- * vfs_harness.h — drives the mount model (store/st_vfs.h) the way the FUSE
+ * vfs_harness.h — drives the mount model (store/include/st_vfs.h) the way the FUSE
  * glue in fs/ckptfs.c does, for the test_vfs_*.c unit tests: no FUSE, no
  * daemon, a store in memory (tests/support/st_backend_mem.h).
  *
