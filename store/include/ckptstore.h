@@ -2,7 +2,7 @@
  * ckptstore.h — the store engine's facade: the only header fs/ and tools/
  * include. It opens a store (object backend + local state) and offers the
  * whole-step operations: store a directory as a step, restore a step into a
- * directory, list jobs and committed steps.
+ * directory, list jobs and the steps that have part records.
  *
  * Ownership: every pointer returned through an out-parameter is owned by the
  * caller and released with the matching *_free function. Errors: st_err codes
@@ -52,14 +52,14 @@ typedef struct st_put_result {
     uint64_t new_raw_bytes; /* bytes that did not dedup */
     uint64_t stored_bytes;  /* pack bytes uploaded */
     uint64_t packs;
-    uint64_t puts; /* object PUTs: packs + manifest + commit */
+    uint64_t puts; /* object PUTs: packs + manifest + part record */
 } st_put_result;
 
 /*!
  * Stores every regular file under dir (recursively; symlinks and special
  * files are skipped with a warning) as step `step` of `job`, then writes the
- * manifest and, last, the part record. ST_ERR_EXISTS if the step is
- * already committed. res may be NULL.
+ * manifest and, last, the part record. ST_ERR_EXISTS if this node's part
+ * record of the step is already in the store. res may be NULL.
  */
 st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
                         st_put_result *res);
