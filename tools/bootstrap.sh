@@ -30,6 +30,10 @@ fi
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+elif (($#)); then
+    # An existing build dir takes the options too (-DCKPT_TEST_HOOKS=ON from
+    # tools/test.sh must not be lost to a cache made without it).
+    cmake -S "$here" -B "$build" "$@" >/dev/null
 fi
 cmake --build "$build" -j"$(nproc)" >/dev/null
 echo "bootstrap: built in $build" >&2

@@ -1,8 +1,14 @@
 /*
  * st_backend_fault — fault-injecting wrapper (tests). See the header.
+ *
+ * Each kind of fault says on stderr, once, that it fired: an integration
+ * test checks the daemon's log for it, so a test whose fault never fired
+ * (a build without test hooks, a key that never matched) fails instead of
+ * passing without testing anything.
  */
 #include "backend/st_backend_fault.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +17,8 @@
 typedef struct fault_ctx {
     st_backend *inner;
     unsigned put_delay_ms;
-    char fail_key[256]; /* "" : none */
+    char fail_key[256];               /* "" : none */
+    atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -24,10 +31,17 @@ static void sleep_ms(unsigned ms)
 static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
 {
     fault_ctx *f = ctx;
-    if (f->put_delay_ms)
+    if (f->put_delay_ms) {
+        if (!atomic_exchange(&f->delay_told, 1))
+            fprintf(stderr, "st_backend_fault: fired: put_delay_ms=%u (first: %s)\n",
+                    f->put_delay_ms, key);
         sleep_ms(f->put_delay_ms);
-    if (f->fail_key[0] && strstr(key, f->fail_key))
+    }
+    if (f->fail_key[0] && strstr(key, f->fail_key)) {
+        if (!atomic_exchange(&f->fail_told, 1))
+            fprintf(stderr, "st_backend_fault: fired: fail_key=%s (first: %s)\n", f->fail_key, key);
         return st_seterr(ST_ERR_TRANSIENT, "fault injected: PUT of %s refused", key);
+    }
     return f->inner->ops->put(f->inner->ctx, key, data, len);
 }
 
@@ -95,6 +109,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             return st_seterr(ST_ERR_INVALID, "unknown fault spec '%.64s'", it);
         }
     }
+    atomic_init(&f->delay_told, 0);
+    atomic_init(&f->fail_told, 0);
     f->inner = *b;
     w->ops = &fault_ops;
     w->ctx = f;

@@ -3,14 +3,16 @@
  * it widens the windows in which a crash can land (a delay before every
  * PUT) so a test can kill the daemon in the middle of an upload on purpose.
  *
- * Configured by a spec string (in the daemon, from $CKPT_FAULT), items
- * separated by ',':
+ * Configured by a spec string (in the daemon, from $CKPT_FAULT, read only in
+ * a -DCKPT_TEST_HOOKS=ON build: docs/BACKENDS.md), items separated by ',':
  *   "put_delay_ms=N"   sleep N ms before every PUT
  *   "fail_key=S"       every PUT of a key containing S fails as transient (the
  *                      caller retries forever: a node that cannot publish)
- * Unknown keys are an error, so a typo does not silently test nothing.
+ * Unknown keys are an error, so a typo does not silently test nothing. Each
+ * kind of fault says once on stderr that it fired, so a test can check it did.
  *
- * Threads: stateless after creation; sleeps on the calling thread.
+ * Threads: after creation only the two "said it fired" flags change (atomic);
+ * sleeps on the calling thread.
  */
 #ifndef ST_BACKEND_FAULT_H
 #define ST_BACKEND_FAULT_H

@@ -48,6 +48,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/st_array.h"
+
 #define DIR_SUFFIX   '@'
 #define PUT_RETRIES  16  /* walks from the root when a concurrent del removed our directory */
 #define WALK_RETRIES 8   /* mkdir/open rounds for one component */
@@ -523,16 +525,8 @@ static st_err list_dir(list_state *ls, int fd, size_t klen, const char *match)
             continue;
         if (klen + base + (size_t)is_dir > ST_KEY_MAX)
             continue;
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            list_entry *nv = realloc(v, ncap * sizeof *v);
-            if (!nv) {
-                e = st_seterr(ST_ERR_NOMEM, "list: out of memory");
-                break;
-            }
-            v = nv;
-            cap = ncap;
-        }
+        if ((e = st_array_grow((void **)&v, &cap, n + 1, sizeof *v)))
+            break;
         char *frag = malloc(base + 2);
         if (!frag) {
             e = st_seterr(ST_ERR_NOMEM, "list: out of memory");

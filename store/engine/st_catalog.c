@@ -1,6 +1,6 @@
 /*
- * st_stepio — part records and manifests in and out of the store, and the
- * consistency rule. See st_stepio.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
+ * st_catalog — part records and manifests in and out of the store, and the
+ * consistency rule. See st_catalog.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
  */
 #include "engine/st_catalog.h"
 
@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/st_array.h"
 
 /* ---- listing ---- */
 
@@ -24,15 +26,8 @@ static int collect_job(void *arg, const char *key, uint64_t size)
     const char *name = key + strlen(ST_KEY_JOBLIST);
     if (!st_name_is_valid(name, ST_JOB_MAX))
         return 0; /* garbage in the registry: not a job */
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **p = realloc(l->names, cap * sizeof *p);
-        if (!p)
-            return l->oom = 1;
-        l->names = p;
-        l->cap = cap;
-    }
-    if (!(l->names[l->n] = strdup(name)))
+    if (st_array_grow((void **)&l->names, &l->cap, l->n + 1, sizeof *l->names) ||
+        !(l->names[l->n] = strdup(name)))
         return l->oom = 1;
     l->n++;
     return 0;
@@ -64,15 +59,15 @@ typedef struct list_ctx {
     const char *job;
     st_step_keys *steps;
     size_t n, cap;
+    size_t nodes_cap; /* capacity of steps[n - 1].nodes, the step being filled */
     int oom;
 } list_ctx;
 
-static int add_node(st_step_keys *k, const char *node)
+static int add_node(list_ctx *l, const char *node)
 {
-    void *p = realloc(k->nodes, (k->nnodes + 1) * sizeof *k->nodes);
-    if (!p)
+    st_step_keys *k = &l->steps[l->n - 1];
+    if (st_array_grow((void **)&k->nodes, &l->nodes_cap, k->nnodes + 1, sizeof *k->nodes))
         return -1;
-    k->nodes = p;
     snprintf(k->nodes[k->nnodes++], ST_NODE_MAX + 1, "%s", node);
     return 0;
 }
@@ -88,17 +83,12 @@ static int collect_part(void *arg, const char *key, uint64_t size)
         return 0;
     /* The listing is in key order, so one step's parts arrive together. */
     if (!l->n || l->steps[l->n - 1].step != step) {
-        if (l->n == l->cap) {
-            size_t cap = l->cap ? l->cap * 2 : 64;
-            st_step_keys *p = realloc(l->steps, cap * sizeof *p);
-            if (!p)
-                return l->oom = 1;
-            l->steps = p;
-            l->cap = cap;
-        }
+        if (st_array_grow((void **)&l->steps, &l->cap, l->n + 1, sizeof *l->steps))
+            return l->oom = 1;
         l->steps[l->n++] = (st_step_keys){step, 0, NULL};
+        l->nodes_cap = 0;
     }
-    if (add_node(&l->steps[l->n - 1], node))
+    if (add_node(l, node))
         return l->oom = 1;
     return 0;
 }

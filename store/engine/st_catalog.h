@@ -1,5 +1,5 @@
 /*
- * st_stepio — reading and publishing steps in the store, following
+ * st_catalog — reading and publishing steps in the store, following
  * docs/PROTOCOL.md and docs/CONSISTENCY.md: a node's part of a step is
  * visible only through its part record, written after the manifest it names,
  * written after every pack it references; a step is consistent when its

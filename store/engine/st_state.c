@@ -1,9 +1,10 @@
 /*
  * st_state — SQLite-backed writer state. See st_state.h and docs/STATE.md.
  *
- * The database is opened in WAL mode with synchronous=FULL: the pending
- * tables are a journal the upload pipeline restarts from after a crash, so a
- * committed transaction must survive power loss. Statements are prepared
+ * The database is opened in WAL mode (readers do not block the writer;
+ * several connections may share the file) with synchronous=FULL. Every table
+ * is a cache of the store that the next put re-learns, so a transaction lost
+ * to power loss costs re-uploads, never correctness. Statements are prepared
  * once per connection and reused.
  */
 #include "engine/st_state.h"
@@ -23,14 +24,7 @@ static const char schema_sql[] =
     "  job TEXT NOT NULL, id BLOB NOT NULL, size INTEGER NOT NULL,"
     "  nchunks INTEGER NOT NULL, stored_ns INTEGER NOT NULL,"
     "  PRIMARY KEY (job, id)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS manifests_seen (key TEXT PRIMARY KEY) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS steps ("
-    "  job TEXT NOT NULL, step INTEGER NOT NULL, state INTEGER NOT NULL,"
-    "  updated_ns INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS files ("
-    "  job TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL,"
-    "  size INTEGER NOT NULL, state INTEGER NOT NULL,"
-    "  PRIMARY KEY (job, step, path)) WITHOUT ROWID;";
+    "CREATE TABLE IF NOT EXISTS manifests_seen (key TEXT PRIMARY KEY) WITHOUT ROWID;";
 
 enum {
     Q_CHUNK_LOOKUP,
@@ -41,11 +35,6 @@ enum {
     Q_COUNT_PACKS,
     Q_MANIFEST_SEEN,
     Q_MANIFEST_MARK,
-    Q_STEP_SET,
-    Q_STEP_GET,
-    Q_FILE_SET,
-    Q_FILES_SET_STEP,
-    Q_FILES_COUNT,
     Q_PACK_FORGET_CHUNKS,
     Q_PACK_FORGET,
     Q_COUNT
@@ -62,15 +51,6 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_COUNT_PACKS] = "SELECT count(*) FROM packs WHERE job=?1",
     [Q_MANIFEST_SEEN] = "SELECT 1 FROM manifests_seen WHERE key=?1",
     [Q_MANIFEST_MARK] = "INSERT OR IGNORE INTO manifests_seen VALUES (?1)",
-    [Q_STEP_SET] = "INSERT INTO steps VALUES (?1, ?2, ?3, strftime('%s','now')*1000000000)"
-                   " ON CONFLICT(job, step) DO UPDATE SET state=excluded.state,"
-                   " updated_ns=excluded.updated_ns",
-    [Q_STEP_GET] = "SELECT state FROM steps WHERE job=?1 AND step=?2",
-    [Q_FILE_SET] = "INSERT INTO files VALUES (?1, ?2, ?3, ?4, ?5)"
-                   " ON CONFLICT(job, step, path) DO UPDATE SET size=excluded.size,"
-                   " state=excluded.state",
-    [Q_FILES_SET_STEP] = "UPDATE files SET state=?3 WHERE job=?1 AND step=?2",
-    [Q_FILES_COUNT] = "SELECT count(*) FROM files WHERE job=?1 AND step=?2 AND state=?3",
     [Q_PACK_FORGET_CHUNKS] = "DELETE FROM chunks WHERE job=?1 AND pack=?2",
     [Q_PACK_FORGET] = "DELETE FROM packs WHERE job=?1 AND id=?2",
 };
@@ -293,58 +273,4 @@ st_err st_state_manifest_mark(st_state *s, const char *key)
     sqlite3_stmt *q = query(s, Q_MANIFEST_MARK);
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     return run_done(s, q, "mark manifest");
-}
-
-st_err st_state_step_set(st_state *s, const char *job, uint64_t step, st_pending_state state)
-{
-    sqlite3_stmt *q = query(s, Q_STEP_SET);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_int(q, 3, (int)state);
-    return run_done(s, q, "set step state");
-}
-
-st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending_state *state)
-{
-    sqlite3_stmt *q = query(s, Q_STEP_GET);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW)
-        *state = (st_pending_state)sqlite3_column_int(q, 0);
-    sqlite3_reset(q);
-    if (rc == SQLITE_DONE)
-        return ST_ERR_NOT_FOUND;
-    return rc == SQLITE_ROW ? ST_OK : db_error(s, "get step state");
-}
-
-st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char *path,
-                         uint64_t size, st_pending_state state)
-{
-    sqlite3_stmt *q = query(s, Q_FILE_SET);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_text(q, 3, path, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 4, (sqlite3_int64)size);
-    sqlite3_bind_int(q, 5, (int)state);
-    return run_done(s, q, "set file state");
-}
-
-st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state)
-{
-    sqlite3_stmt *q = query(s, Q_FILES_SET_STEP);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_int(q, 3, (int)state);
-    return run_done(s, q, "set files state");
-}
-
-st_err st_state_files_count(st_state *s, const char *job, uint64_t step, st_pending_state state,
-                            uint64_t *count)
-{
-    sqlite3_stmt *q = query(s, Q_FILES_COUNT);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_int(q, 3, (int)state);
-    return run_count(s, q, count, "count files");
 }

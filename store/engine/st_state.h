@@ -1,7 +1,9 @@
 /*
  * st_state — the writer's local state in SQLite (WAL): the dedup index of
- * chunks known to be in the store, and the steps and files pending upload.
- * The schema and its rules are in docs/STATE.md.
+ * chunks known to be in the store, the packs this writer stored, and the
+ * part records already merged into the index. The schema and its rules are
+ * in docs/STATE.md. (The mount's upload journal is another database:
+ * mount/st_vfs_journal.c, docs/MOUNT.md.)
  *
  * Rule that keeps the index honest: a chunk is added only after the PUT of
  * the pack that holds it succeeded (or it was read from a committed
@@ -27,14 +29,6 @@ typedef struct st_chunk_loc {
     uint32_t stored_len;
     uint32_t raw_len;
 } st_chunk_loc;
-
-/*! Step and file states, in the order a step goes through them. */
-typedef enum st_pending_state {
-    ST_PENDING_WRITING = 0,  /* being written / not yet sealed */
-    ST_PENDING_SEALED = 1,   /* content final, chunks not all stored */
-    ST_PENDING_UPLOADED = 2, /* packs and manifest stored, commit not yet */
-    ST_PENDING_DURABLE = 3,  /* commit record stored */
-} st_pending_state;
 
 /*! Opens (creating, and migrating the schema) the database at path. */
 st_err st_state_open(const char *path, st_state **out);
@@ -64,16 +58,5 @@ st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t 
 /*! 1 if this manifest key was already merged into the index, else 0. */
 int st_state_manifest_seen(st_state *s, const char *key);
 st_err st_state_manifest_mark(st_state *s, const char *key);
-
-/*! Upsert of a step's / a file's pending state. */
-st_err st_state_step_set(st_state *s, const char *job, uint64_t step, st_pending_state state);
-st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending_state *state);
-st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char *path,
-                         uint64_t size, st_pending_state state);
-/*! Sets every file of a step to `state`. */
-st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state);
-/*! Counts a step's files in `state`. */
-st_err st_state_files_count(st_state *s, const char *job, uint64_t step, st_pending_state state,
-                            uint64_t *count);
 
 #endif

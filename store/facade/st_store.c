@@ -6,7 +6,7 @@
  *
  * Write order for a put is the protocol of docs/PROTOCOL.md: packs (inside
  * st_ingest), then the job registry entry, this node's manifest and, last,
- * the commit record (st_catalog_publish).
+ * the part record (st_catalog_publish).
  */
 #include "facade/st_store_impl.h"
 #include "backend/st_backend_open.h"
@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "backend/st_backend_count.h"
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 #include "format/st_manifest.h"
@@ -69,7 +70,8 @@ char *st_default_store_url(char *buf, size_t cap)
     return n < 0 || (size_t)n >= cap ? NULL : buf;
 }
 
-char *st_default_state_dir(char *buf, size_t cap)
+/* Default local state dir: $XDG_CACHE_HOME/ckptfs (or ~/.cache/ckptfs). */
+static char *default_state_dir(char *buf, size_t cap)
 {
     return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
 }
@@ -103,7 +105,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
         goto fail;
     if (opts->state_dir)
         snprintf(state_dir, sizeof state_dir, "%s", opts->state_dir);
-    else if (!st_default_state_dir(state_dir, sizeof state_dir)) {
+    else if (!default_state_dir(state_dir, sizeof state_dir)) {
         e = st_seterr(ST_ERR_INVALID, "cannot derive the local state directory");
         goto fail;
     }
@@ -159,15 +161,8 @@ static st_err read_dir_sorted(const char *path, char ***names, size_t *n)
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 32;
-            char **p = realloc(*names, cap * sizeof *p);
-            if (!p) {
-                e = st_seterr(ST_ERR_NOMEM, "out of memory");
-                break;
-            }
-            *names = p;
-        }
+        if ((e = st_array_grow((void **)names, &cap, *n + 1, sizeof **names)))
+            break;
         if (!((*names)[*n] = strdup(de->d_name))) {
             e = st_seterr(ST_ERR_NOMEM, "out of memory");
             break;
@@ -245,8 +240,6 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
 
     if ((e = st_catalog_sync_index(s->backend, s->state, job, s->warn, s->warn_arg)))
         return e;
-    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_WRITING)))
-        return e;
 
     walk_ctx w = {.s = s};
     if ((e = st_ingest_new(s->backend, s->state, job, &s->chunker, &ingest)))
@@ -256,8 +249,6 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
         goto out;
     if ((e = st_ingest_finish(ingest, &m)))
         goto out;
-    if ((e = st_state_step_set(s->state, job, step, ST_PENDING_UPLOADED)))
-        goto out;
     m.step = step;
     m.created_ns = st_now_ns();
     m.node = s->node;
@@ -265,8 +256,6 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     st_part part = {.revision = 1, .complete = 1}; /* ckptctl put: one writer, whole step */
     e = st_catalog_publish(s->backend, &m, &part, &r.puts);
     m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
-    if (!e)
-        e = st_state_step_set(s->state, job, step, ST_PENDING_DURABLE);
     if (e)
         goto out;
 

@@ -348,15 +348,8 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
             const st_file_entry *f = &v->manifests[p].files[k];
             if (o->rank >= 0 && f->rank != o->rank)
                 continue;
-            if (j.nfiles == cap) {
-                cap = cap ? cap * 2 : 16;
-                rfile *nf = realloc(j.files, cap * sizeof *nf);
-                if (!nf) {
-                    e = st_seterr(ST_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                j.files = nf;
-            }
+            if ((e = st_array_grow((void **)&j.files, &cap, j.nfiles + 1, sizeof *j.files)))
+                break;
             rfile *rf = &j.files[j.nfiles++];
             memset(rf, 0, sizeof *rf);
             rf->m = &v->manifests[p];
@@ -455,20 +448,6 @@ st_err st_store_restore(st_store *s, const char *job, uint64_t step, const char 
     st_stepview_free(&v);
     if (!e && res)
         *res = r;
-    return e;
-}
-
-st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
-                        st_get_result *res)
-{
-    st_restore_result r;
-    st_restore_opts o = {.rank = -1};
-    st_err e = st_store_restore(s, job, step, dest, &o, &r);
-    if (!e && res) {
-        res->files = r.files;
-        res->bytes = r.bytes;
-        res->gets = r.gets;
-    }
     return e;
 }
 

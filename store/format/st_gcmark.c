@@ -37,11 +37,6 @@ static st_err key_pack_marker(char *out, size_t cap, const char *job, const char
     return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
 }
 
-st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job)
-{
-    return st_key_job_dir(out, cap, job, "gc/pending");
-}
-
 st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack)
 {
     return key_pack_marker(out, cap, job, "gc/pending", pack);

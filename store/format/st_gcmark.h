@@ -26,8 +26,6 @@
 st_err st_key_job_dir(char *out, size_t cap, const char *job, const char *what);
 /*! Key of the pending marker of a pack: jobs/<job>/gc/pending/<packid>. */
 st_err st_key_gc_pending(char *out, size_t cap, const char *job, const st_id *pack);
-/*! Prefix of every pending marker of job: "jobs/<job>/gc/pending/". */
-st_err st_key_gc_pending_prefix(char *out, size_t cap, const char *job);
 /*! Key of the retire marker of a pack: jobs/<job>/gc/retired/<packid>
  *  (docs/GC.md, Repack by retirement). */
 st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pack);

@@ -35,11 +35,6 @@ static const uint8_t chunk_magic[4] = {'C', 'K', 'c', '1'};
 /* Largest trailer entry: id + offset (10-byte varint) + two u32 varints (5) + codec. */
 #define PACK_MAX_ENTRY_LEN (ST_ID_LEN + 10 + 5 + 5 + 1)
 
-void st_pack_writer_init(st_pack_writer *w)
-{
-    memset(w, 0, sizeof *w);
-}
-
 uint8_t *st_pack_append_begin(st_pack_writer *w, size_t max_len)
 {
     if (w->finished) {

@@ -50,8 +50,7 @@ typedef struct st_pack_writer {
     int finished;
 } st_pack_writer;
 
-/*! Zero-initialised writers are valid; init exists for symmetry. */
-void st_pack_writer_init(st_pack_writer *w);
+/* A writer starts zero-initialised ({0}); st_pack_writer_free() releases it. */
 
 /*!
  * Returns a pointer where up to max_len bytes of one encoded chunk may be

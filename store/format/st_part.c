@@ -1,5 +1,5 @@
 /*
- * st_step — object key names and the commit record codec. Pure functions.
+ * st_part — object key names and the part record codec. Pure functions.
  */
 #include "format/st_part.h"
 

@@ -1,5 +1,5 @@
 /*
- * st_step — where a job's objects live in the store, and the part record
+ * st_part — where a job's objects live in the store, and the part record
  * with which a node makes its part of a step durable (docs/PROTOCOL.md,
  * docs/CONSISTENCY.md).
  *

@@ -2,7 +2,7 @@
  * ckptstore.h — the store engine's facade: the only header fs/ and tools/
  * include. It opens a store (object backend + local state) and offers the
  * whole-step operations: store a directory as a step, restore a step into a
- * directory, list jobs and committed steps.
+ * directory, list jobs and the steps that have part records.
  *
  * Ownership: every pointer returned through an out-parameter is owned by the
  * caller and released with the matching *_free function. Errors: st_err codes
@@ -27,7 +27,7 @@ typedef struct st_store st_store;
 typedef struct st_store_options {
     const char *url;                  /* "file:///abs/dir" or "s3://bucket/prefix" */
     const char *s3_endpoint;          /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
-    const char *state_dir;            /* local state (dedup index); NULL: st_default_state_dir() */
+    const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
@@ -38,8 +38,6 @@ typedef struct st_store_options {
 /*! Default store URL: file://$XDG_DATA_HOME/ckptfs/store (or ~/.local/share/...).
  *  Writes into buf (cap bytes); returns buf, or NULL if it does not fit. */
 char *st_default_store_url(char *buf, size_t cap);
-/*! Default local state dir: $XDG_CACHE_HOME/ckptfs (or ~/.cache/ckptfs). */
-char *st_default_state_dir(char *buf, size_t cap);
 
 st_err st_store_open(const st_store_options *opts, st_store **out);
 void st_store_close(st_store *s);
@@ -54,32 +52,17 @@ typedef struct st_put_result {
     uint64_t new_raw_bytes; /* bytes that did not dedup */
     uint64_t stored_bytes;  /* pack bytes uploaded */
     uint64_t packs;
-    uint64_t puts; /* object PUTs: packs + manifest + commit */
+    uint64_t puts; /* object PUTs: packs + manifest + part record */
 } st_put_result;
 
 /*!
  * Stores every regular file under dir (recursively; symlinks and special
  * files are skipped with a warning) as step `step` of `job`, then writes the
- * manifest and, last, the commit record. ST_ERR_EXISTS if the step is
- * already committed. res may be NULL.
+ * manifest and, last, the part record. ST_ERR_EXISTS if this node's part
+ * record of the step is already in the store. res may be NULL.
  */
 st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char *dir,
                         st_put_result *res);
-
-typedef struct st_get_result {
-    uint64_t files;
-    uint64_t bytes;
-    uint64_t gets;
-} st_get_result;
-
-/*!
- * Restores committed step `step` of `job` into dest (created if missing).
- * Each file is written to a temporary name, verified chunk by chunk and by
- * whole-file digest, fsynced, and only then renamed to its real name.
- * ST_ERR_NOT_FOUND if the step has no commit record.
- */
-st_err st_store_get_dir(st_store *s, const char *job, uint64_t step, const char *dest,
-                        st_get_result *res);
 
 /*! One step as readers see it (docs/CONSISTENCY.md). */
 typedef struct st_step_info {
@@ -168,7 +151,7 @@ void st_store_free_names(char **names, size_t n);
 /* The mount's file system model, for the FUSE daemon (fs/). */
 #include "st_vfs.h"
 
-/* ---- retention and garbage collection (docs/GC.md; st_gc.c) ---- */
+/* ---- retention and garbage collection (docs/GC.md; engine/st_gc.c) ---- */
 
 /*!
  * One GC run over job: retention (policy) deletes steps, part records first;

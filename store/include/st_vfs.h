@@ -6,7 +6,7 @@
  * staging file on local disk (STAGING/data/<sid>); a journal (SQLite,
  * STAGING/journal.db) records the namespace so a restarted daemon finds
  * everything that was acknowledged. Steps are recognised from paths and
- * completion markers (st_steps.h, docs/STEPS.md); a complete step is sealed
+ * completion markers (mount/st_steprules.h, docs/STEPS.md); a complete step is sealed
  * and uploaded in the background (chunk, dedup, pack, manifest, commit), and
  * the upload never blocks a writer. Steps that are durable in the store and
  * were written elsewhere appear as remote files, fetched and verified on open.

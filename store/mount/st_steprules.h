@@ -1,5 +1,5 @@
 /*
- * st_steps — which step a path belongs to, and which files complete a step.
+ * st_steprules — which step a path belongs to, and which files complete a step.
  * Pure functions over strings and small buffers; no I/O. The rules are
  * written down for users in docs/STEPS.md.
  *

@@ -1288,7 +1288,15 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if ((e = st_mkdir_p(path)))
         goto fail;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
-    const char *fault = getenv("CKPT_FAULT"); /* tests only: see st_backend_fault.h */
+#ifdef CKPT_TEST_HOOKS
+    const char *fault = getenv("CKPT_FAULT"); /* test builds only: st_backend_fault.h */
+    if (fault && *fault && !opts->backend)
+        vfs_log(v, 1, "test hook: CKPT_FAULT=%.200s wraps the store", fault);
+#else
+    const char *fault = NULL; /* a test run against this build must not pass by accident */
+    if (getenv("CKPT_FAULT"))
+        vfs_log(v, 2, "CKPT_FAULT is set but IGNORED: built without -DCKPT_TEST_HOOKS=ON");
+#endif
     if (opts->backend)
         v->backend = opts->backend; /* borrowed: see st_vfs_options */
     else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))

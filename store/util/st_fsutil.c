@@ -68,19 +68,6 @@ st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what
     return ST_OK;
 }
 
-st_err st_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return st_seterr(ST_ERR_IO, "open directory %s: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc < 0)
-        return st_seterr(ST_ERR_IO, "fsync directory %s: %s", path, strerror(e));
-    return ST_OK;
-}
-
 st_err st_mkdir_p(const char *path)
 {
     char buf[PATH_MAX];

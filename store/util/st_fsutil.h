@@ -24,9 +24,6 @@ st_err st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const ch
 /*! read() until len bytes or EOF; *got is what was read. */
 st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what);
 
-/*! fsync of a directory by path. */
-st_err st_fsync_dir(const char *path);
-
 /*! mkdir -p of an absolute or relative path (mode 0755). */
 st_err st_mkdir_p(const char *path);
 

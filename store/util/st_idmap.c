@@ -70,13 +70,6 @@ st_err st_idmap_put(st_idmap *m, const st_id *key, uint32_t value)
     return ST_OK;
 }
 
-void st_idmap_clear(st_idmap *m)
-{
-    if (m->cap)
-        memset(m->used, 0, m->cap);
-    m->count = 0;
-}
-
 void st_idmap_free(st_idmap *m)
 {
     free(m->keys);

@@ -29,8 +29,6 @@ typedef struct st_idmap {
 int st_idmap_get(const st_idmap *m, const st_id *key, uint32_t *value);
 /*! Inserts or replaces. ST_OK or ST_ERR_NOMEM. */
 st_err st_idmap_put(st_idmap *m, const st_id *key, uint32_t value);
-/*! Empties the map, keeping its allocation. */
-void st_idmap_clear(st_idmap *m);
 void st_idmap_free(st_idmap *m);
 
 #endif

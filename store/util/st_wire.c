@@ -119,24 +119,6 @@ int st_get_le16(st_reader *r, uint16_t *v)
     return 0;
 }
 
-int st_get_le32(st_reader *r, uint32_t *v)
-{
-    const uint8_t *p;
-    if (st_get_bytes(r, 4, &p))
-        return -1;
-    *v = st_le32_get(p);
-    return 0;
-}
-
-int st_get_le64(st_reader *r, uint64_t *v)
-{
-    const uint8_t *p;
-    if (st_get_bytes(r, 8, &p))
-        return -1;
-    *v = st_le64_get(p);
-    return 0;
-}
-
 int st_get_varint(st_reader *r, uint64_t *v)
 {
     uint64_t out = 0;

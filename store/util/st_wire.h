@@ -99,8 +99,6 @@ static inline size_t st_reader_left(const st_reader *r)
 /*! Each returns 0 on success, -1 (and sets r->err) on short or bad input. */
 int st_get_u8(st_reader *r, uint8_t *v);
 int st_get_le16(st_reader *r, uint16_t *v);
-int st_get_le32(st_reader *r, uint32_t *v);
-int st_get_le64(st_reader *r, uint64_t *v);
 /*! Rejects overlong encodings and values above 2^64-1. */
 int st_get_varint(st_reader *r, uint64_t *v);
 /*! Points *p at the next n bytes (no copy). */

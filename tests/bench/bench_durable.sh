@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to durable and restore, each against the raw limits it is measured
-# by (DESIGN "Performance targets"), side by side in one run; prints markdown
+# by (docs/BENCHMARKS.md, "Targets"), side by side in one run; prints markdown
 # tables of seconds and ratios (a benchmark: it asserts no speed).
 #
 #   tests/bench/bench_durable.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]

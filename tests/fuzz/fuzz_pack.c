@@ -63,8 +63,7 @@ static void check_decoder(const uint8_t *data, size_t len, uint64_t chunk_area, 
 
 static void check_writer(const uint8_t *data, size_t len)
 {
-    st_pack_writer w;
-    st_pack_writer_init(&w);
+    st_pack_writer w = {0};
     st_pack_entry want[256];
     size_t nwant = 0;
     while (len && nwant < 256) {

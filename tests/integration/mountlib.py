@@ -302,6 +302,31 @@ class Mount:
         except OSError:
             return ""
 
+    def assert_fault_fired(self, timeout=10):
+        """Waits until the daemon's fault wrapper said that every item of its
+        $CKPT_FAULT fired ("st_backend_fault: fired: put_delay_ms=300"), else
+        raises AssertionError: a fault that never fired (a daemon built
+        without -DCKPT_TEST_HOOKS=ON ignores CKPT_FAULT, docs/BACKENDS.md)
+        tested nothing, so the test must not pass. Call it while self.env
+        still holds the fault."""
+        spec = (self.env or {}).get("CKPT_FAULT", "")
+        items = [i for i in spec.split(",") if i]
+        if not items:
+            raise AssertionError("%s: no CKPT_FAULT in this mount's env" % self.path)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log_text()
+            missing = [i for i in items if "st_backend_fault: fired: %s " % i not in text]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                self.print_log("fault never fired")
+                hint = (" (the daemon says it IGNORES CKPT_FAULT: rebuild with "
+                        "-DCKPT_TEST_HOOKS=ON)" if "CKPT_FAULT is set but IGNORED" in text else "")
+                raise AssertionError("%s: CKPT_FAULT %s never fired%s" % (
+                    self.path, ",".join(missing), hint))
+            time.sleep(0.1)
+
     def print_log(self, why="", tail=200):
         lines = self.log_text().splitlines()[-tail:]
         sys.stderr.write("---- %s log (%s)%s ----\n%s\n---- end of log ----\n" % (

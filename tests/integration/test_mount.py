@@ -223,6 +223,7 @@ class MountTest(unittest.TestCase):
         m.start()
         # Second kill: while a pack upload is in flight.
         wait_status(m, lambda s: any(x["state"] == "uploading" for x in s["steps"]), timeout=60)
+        m.assert_fault_fired()
         m.kill9()
         # Restart without the fault: everything closed becomes durable.
         m.env = None
@@ -256,6 +257,7 @@ class MountTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, "step 5 never became durable")
             time.sleep(0.1)
         self.assertGreater(rounds_before, 0, "the upload finished before b was checked")
+        a.assert_fault_fired()
         path = os.path.join(b.path, JOB, "ckpt-000005.pt")
         deadline = time.monotonic() + 30
         while not os.path.exists(path):
@@ -279,6 +281,7 @@ class MountTest(unittest.TestCase):
         with open(os.path.join(m.path, JOB, "ckpt-000001.pt"), "rb") as f:
             self.assertEqual(f.read(), small)
         self.assertIn("staging", read_status(m)["last_error"])
+        m.assert_fault_fired()
 
     def test_truncated_save_is_not_complete(self):
         m = self.mount("a")

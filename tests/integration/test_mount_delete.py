@@ -202,6 +202,7 @@ class MountDeleteTest(MountCase):
         self.assertTrue(file_store_keys(self.store, step_prefix(200)))
         text = self.ctl("status", "--mount", m.path).stdout
         self.assertIn("newest durable", text)
+        m.assert_fault_fired()
         # The request survives a restart; without the fault 300 becomes
         # durable and then 200 goes.
         m.unmount()
@@ -227,6 +228,7 @@ class MountDeleteTest(MountCase):
         shutil.rmtree(os.path.join(m.path, JOB, "checkpoint-100"))
         self.assertEqual(deletion_state(read_status(m.path), 100), "pending")
         self.assertTrue(file_store_keys(self.store, step_prefix(100)), "deleted too early")
+        m.assert_fault_fired()
         m.kill9()
         self.assertIn(100, self.consistent_steps())
         m.env = None

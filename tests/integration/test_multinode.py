@@ -304,6 +304,7 @@ class MultiNodeTest(unittest.TestCase):
                                      lambda rel: rel.startswith(stepdir(N - 1) + "/")), prev)
 
         # Node B crashes and comes back on its staging, without the fault.
+        b.assert_fault_fired()
         b.kill9()
         b.env = None
         b.start()
@@ -357,6 +358,7 @@ class MultiNodeTest(unittest.TestCase):
                 self.assertEqual(f.read(), stepdir(N - 1),
                                  "a fresh node's `latest` must name the latest consistent step")
 
+        b.assert_fault_fired()
         b.kill9()
         b.env = None
         b.start()

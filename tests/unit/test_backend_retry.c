@@ -1,5 +1,5 @@
 /*
- * test_backend_retry — the retry wrapper (store/st_backend_retry.c), with no
+ * test_backend_retry — the retry wrapper (store/backend/st_backend_retry.c), with no
  * network: a "flaky" test backend wraps the file:// backend and fails some
  * calls with ST_ERR_TRANSIENT, before or after doing the work, and lists that
  * break off after delivering some keys. Checks:

@@ -166,8 +166,7 @@ static void check_golden(const char *name, const uint8_t *data, size_t len)
 static void test_roundtrip(void)
 {
     enum { N = 60 };
-    st_pack_writer w;
-    st_pack_writer_init(&w);
+    st_pack_writer w = {0};
     uint64_t offs[N];
     st_id pack_id;
     build_pack(&w, N, 42, offs, &pack_id);
@@ -227,9 +226,7 @@ static void test_empty_pack(void)
 
 static void test_reset_reuse(void)
 {
-    st_pack_writer a, b;
-    st_pack_writer_init(&a);
-    st_pack_writer_init(&b);
+    st_pack_writer a = {0}, b = {0};
     st_id id1, id2, id3;
     build_pack(&a, 10, 7, NULL, &id1);
     st_pack_writer_reset(&a);

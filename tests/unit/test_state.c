@@ -1,6 +1,6 @@
 /*
- * Unit tests of st_state (SQLite dedup index and pending tables) and of
- * st_step (key names, commit record codec).
+ * Unit tests of st_state (SQLite dedup index) and of
+ * st_part (key names, part record codec).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,24 +51,10 @@ static void test_chunk_index(void)
     st_state_close(s);
 }
 
-static void test_pending(void)
+static void test_manifests_seen(void)
 {
     st_state *s;
     CHECK_OK(st_state_open(db, &s));
-    st_pending_state st;
-    CHECK_ERR(st_state_step_get(s, "job", 7, &st), ST_ERR_NOT_FOUND);
-    CHECK_OK(st_state_step_set(s, "job", 7, ST_PENDING_WRITING));
-    CHECK_OK(st_state_step_set(s, "job", 7, ST_PENDING_SEALED));
-    CHECK_OK(st_state_step_get(s, "job", 7, &st));
-    CHECK(st == ST_PENDING_SEALED);
-    CHECK_OK(st_state_file_set(s, "job", 7, "a.pt", 10, ST_PENDING_SEALED));
-    CHECK_OK(st_state_file_set(s, "job", 7, "b.pt", 10, ST_PENDING_WRITING));
-    uint64_t n;
-    CHECK_OK(st_state_files_count(s, "job", 7, ST_PENDING_SEALED, &n));
-    CHECK(n == 1);
-    CHECK_OK(st_state_files_set_step(s, "job", 7, ST_PENDING_DURABLE));
-    CHECK_OK(st_state_files_count(s, "job", 7, ST_PENDING_DURABLE, &n));
-    CHECK(n == 2);
     CHECK(!st_state_manifest_seen(s, "k"));
     CHECK_OK(st_state_manifest_mark(s, "k"));
     CHECK(st_state_manifest_seen(s, "k"));
@@ -184,7 +170,7 @@ int main(void)
     }
     snprintf(db, sizeof db, "%s/state.db", dir);
     RUN(test_chunk_index);
-    RUN(test_pending);
+    RUN(test_manifests_seen);
     RUN(test_open_errors);
     RUN(test_keys);
     RUN(test_part_record);

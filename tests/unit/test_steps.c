@@ -1,5 +1,5 @@
 /*
- * test_steps — st_steps: the step a path belongs to (built-in rule and user
+ * test_steps — st_steprules: the step a path belongs to (built-in rule and user
  * patterns), completion-marker kinds, and parsing of marker content.
  *
  * Tables hold the real layouts (DeepSpeed, Megatron, HF Trainer, DCP, flat

@@ -71,8 +71,8 @@ static void test_roundtrip_tree(void)
     CHECK_OK(st_store_put_dir(s, "job", 1, p, &r));
     CHECK(r.files == 5);
     snprintf(q, sizeof q, "%s/rt-out", root);
-    st_get_result g;
-    CHECK_OK(st_store_get_dir(s, "job", 1, q, &g));
+    st_restore_result g;
+    CHECK_OK(st_store_restore(s, "job", 1, q, NULL, &g));
     CHECK(g.files == 5);
     for (size_t i = 0; i < 5; i++) {
         char a[400], b[400];
@@ -81,7 +81,7 @@ static void test_roundtrip_tree(void)
         CHECK(files_equal(a, b));
     }
     CHECK_ERR(st_store_put_dir(s, "job", 1, p, &r), ST_ERR_EXISTS);
-    CHECK_ERR(st_store_get_dir(s, "job", 2, q, &g), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_store_restore(s, "job", 2, q, NULL, &g), ST_ERR_NOT_FOUND);
     free(buf);
     st_store_close(s);
 }
@@ -187,7 +187,7 @@ static void test_fresh_node_dedups_against_store(void)
 
 static void test_uncommitted_step_is_invisible(void)
 {
-    /* A put that stopped before its commit record: packs and manifest are in
+    /* A put that stopped before its part record: packs and manifest are in
      * the store, but the step must not be listed or restorable. */
     st_store *s = open_store("state5");
     char p[400];
@@ -209,7 +209,7 @@ static void test_uncommitted_step_is_invisible(void)
     CHECK(n == 1 && steps[0].step == 1);
     free(steps);
     snprintf(p, sizeof p, "%s/partial-out", root);
-    CHECK_ERR(st_store_get_dir(s, "partial", 2, p, NULL), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_store_restore(s, "partial", 2, p, NULL, NULL), ST_ERR_NOT_FOUND);
     /* The step can be written again (a retry after the crash). */
     snprintf(p, sizeof p, "%s/partial", root);
     CHECK_OK(st_store_put_dir(s, "partial", 2, p, NULL));
@@ -228,7 +228,7 @@ static void test_tampered_manifest_is_rejected(void)
     snprintf(p, sizeof p, "%s/tamper", root);
     CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
     /* One more byte at the end of the manifest: it no longer matches its
-     * commit record's length and digest. */
+     * part record's length and digest. */
     const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.r1.manifest";
     st_backend *b;
     st_bytes m = {0};
@@ -239,7 +239,7 @@ static void test_tampered_manifest_is_rejected(void)
     st_bytes_free(&m);
     st_backend_close(b);
     snprintf(p, sizeof p, "%s/tamper-out", root);
-    CHECK_ERR(st_store_get_dir(s, "tamper", 1, p, NULL), ST_ERR_CORRUPT);
+    CHECK_ERR(st_store_restore(s, "tamper", 1, p, NULL, NULL), ST_ERR_CORRUPT);
     CHECK(strstr(st_errmsg(), "manifest") != NULL);
     st_store_close(s);
 }

@@ -5,7 +5,11 @@
  * expects an st_err of ST_OK and prints st_errmsg() when not. A test file's
  * main() calls its cases and returns ut_finish(), which prints
  * "N passed, N failed" and returns non-zero if anything failed, so ctest
- * sees the result. Deterministic pseudo-random data comes from ut_rand_fill()
+ * sees the result. A case that cannot run here (no privilege to mount a
+ * tmpfs) calls UT_SKIP(why): the executable then exits 77, which ctest shows
+ * as skipped (SKIP_RETURN_CODE, tests/CMakeLists.txt), never as passed; in CI
+ * ($CI set, as tools/test.sh does) a skip is a failure, so CI cannot go green
+ * on a machine that tests less. Deterministic pseudo-random data comes from ut_rand_fill()
  * with a fixed seed, so a failure reproduces.
  */
 #ifndef UT_H
@@ -18,7 +22,7 @@
 
 #include "st_error.h"
 
-static int ut_passed, ut_failed;
+static int ut_passed, ut_failed, ut_skipped;
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -54,18 +58,45 @@ static int ut_passed, ut_failed;
         }                                                                                          \
     } while (0)
 
+/* 1 when running in CI ($CI set and not "0"/"false"): skips become failures. */
+static inline int ut_in_ci(void)
+{
+    const char *ci = getenv("CI");
+    return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
+/* Records that the current case cannot run here (why: a short reason); the
+ * case then returns. Outside CI the executable reports a skip (exit 77); in
+ * CI it is a failure. */
+#define UT_SKIP(why)                                                                               \
+    do {                                                                                           \
+        if (ut_in_ci()) {                                                                          \
+            ut_failed++;                                                                           \
+            fprintf(stderr, "%s:%d: cannot run in CI: %s\n", __FILE__, __LINE__, (why));           \
+        } else {                                                                                   \
+            ut_skipped++;                                                                          \
+            fprintf(stderr, "%s:%d: SKIPPED: %s\n", __FILE__, __LINE__, (why));                    \
+        }                                                                                          \
+    } while (0)
+
 /* Runs one case and names it in the log. */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
-        int ut_before_ = ut_failed;                                                                \
+        int ut_before_ = ut_failed, ut_skipped_before_ = ut_skipped;                               \
         fn();                                                                                      \
-        fprintf(stderr, "%-6s %s\n", ut_failed == ut_before_ ? "ok" : "FAIL", #fn);                \
+        fprintf(stderr, "%-6s %s\n",                                                               \
+                ut_failed != ut_before_            ? "FAIL"                                        \
+                : ut_skipped != ut_skipped_before_ ? "SKIP"                                        \
+                                                   : "ok",                                         \
+                #fn);                                                                              \
     } while (0)
 
+/* Exit status for main(): 1 if a check failed, else 77 (ctest: skipped) if
+ * a case was skipped, else 0. */
 static inline int ut_finish(void)
 {
-    printf("%d passed, %d failed\n", ut_passed, ut_failed);
-    return ut_failed ? 1 : 0;
+    printf("%d passed, %d failed, %d skipped\n", ut_passed, ut_failed, ut_skipped);
+    return ut_failed ? 1 : ut_skipped ? 77 : 0;
 }
 
 /* Removes a test's temp tree (a directory the test made with mkdtemp). */

@@ -1,5 +1,5 @@
 /*
- * vfs_harness.h — drives the mount model (store/st_vfs.h) the way the FUSE
+ * vfs_harness.h — drives the mount model (store/include/st_vfs.h) the way the FUSE
  * glue in fs/ckptfs.c does, for the test_vfs_*.c unit tests: no FUSE, no
  * daemon, a store in memory (tests/support/st_backend_mem.h).
  *
@@ -378,8 +378,11 @@ static inline st_err vh_rmtree(vh_mount *m, const char *path)
         if (!strcmp(ents[i].name, ".") || !strcmp(ents[i].name, ".."))
             continue;
         char child[PATH_MAX];
-        snprintf(child, sizeof child, "%s/%s", path, ents[i].name);
-        e = S_ISDIR(ents[i].mode) ? vh_rmtree(m, child) : vh_unlink(m, child);
+        int len = snprintf(child, sizeof child, "%s/%s", path, ents[i].name);
+        if (len < 0 || (size_t)len >= sizeof child)
+            e = ST_ERR_INVALID; /* a path too long for the harness */
+        else
+            e = S_ISDIR(ents[i].mode) ? vh_rmtree(m, child) : vh_unlink(m, child);
     }
     st_vfs_dirents_free(ents, n);
     return e ? e : vh_rmdir(m, path);
