@@ -78,6 +78,14 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     for (size_t i = 0; !e && i < nkeys; i++) {
         st_stepview v;
         if (st_catalog_load_view(s->backend, job, &keys[i], &buf, &v)) {
+            /* A row all the same: a step nobody can read is news to whoever
+             * lists the job, not something to leave out. */
+            st_step_info *si = &out[count++];
+            memset(si, 0, sizeof *si);
+            si->step = keys[i].step;
+            si->nodes = keys[i].nnodes;
+            si->unreadable = 1;
+            snprintf(si->why, sizeof si->why, "unreadable: %s", st_errmsg());
             st_store_warnf(s, "step %" PRIu64 ": %s", keys[i].step, st_errmsg());
             continue;
         }

@@ -277,6 +277,35 @@ if [ -n "$(ls -A "$tmp/j3x" 2>/dev/null)" ]; then
     failed=$((failed + 1)); echo "FAIL: a failed restore left: $(ls -A "$tmp/j3x")"
 else passed=$((passed + 1)); fi
 
+# gc on j3, whose newest step lost its pack: --keep-last 1 keeps step 2
+# (newer than the newest restorable step) and step 1 (the one to restore).
+expect 0 "gc --keep-last 1 with a damaged newest step" -- "$ckptctl" $J3 gc --keep-last 1 --json
+checkjson "gc keeps the restorable step" 'd["steps_deleted"]==0 and d["steps_damaged"]==1 and d["sweep_skipped"] is False'
+expect 0 "ls j3 after gc" -- "$ckptctl" $J3 ls --json
+checkjson "both j3 steps remain" '[s["step"] for s in d]==[1,2]'
+expect 0 "restore j3 after gc" -- "$ckptctl" $J3 restore --latest --to "$tmp/j3gc"
+same "j3 still restores step 1" "$tmp/j3s1" "$tmp/j3gc"
+
+# Job j5: a garbage part record. gc keeps its step, skips the sweep, says
+# so and exits 7; ls shows the step as a row, "unreadable".
+mkdir -p "$tmp/j5s1" && echo five >"$tmp/j5s1/f"
+expect 0 "put j5 step 1" -- "$ckptctl" --job j5 put --step 1 "$tmp/j5s1"
+# (the file store keeps a key's folders as "<name>@/")
+mkdir -p "$tmp/store/jobs@/j5@/steps@/00000000000000000002@/nodes@"
+printf 'garbage' >"$tmp/store/jobs@/j5@/steps@/00000000000000000002@/nodes@/junk.commit"
+expect 7 "gc with a garbage part record" -- "$ckptctl" --job j5 gc
+contains "$tmp/err" "sweep skipped" "gc says it skipped the sweep"
+contains "$tmp/err" "00000000000000000002" "gc names the bad record"
+expect 7 "gc -q --json with a garbage part record" -- "$ckptctl" --job j5 -q gc --json
+checkjson "gc --json says the sweep was skipped" 'd["sweep_skipped"] is True and d["steps_unreadable"]==1 and "step 2" in d["why"]'
+contains "$tmp/err" "sweep skipped" "gc -q --json still says it on stderr"
+expect 0 "ls j5" -- "$ckptctl" --job j5 ls
+contains "$tmp/out" "unreadable" "ls shows the unreadable step as a row"
+expect 0 "ls j5 --json" -- "$ckptctl" --job j5 ls --json
+checkjson "ls --json has the unreadable step" '[(s["step"],s["state"]) for s in d]==[(1,"consistent"),(2,"unreadable")] and d[1]["why"]!=""'
+expect 0 "latest j5 skips the unreadable step" -- "$ckptctl" --job j5 latest
+contains "$tmp/out" "^1$" "latest of j5 is 1"
+
 # Job j4: 2,000 files restore under ulimit -n 256 (a task holds its file's
 # descriptor only while it runs).
 mkdir -p "$tmp/j4s1"

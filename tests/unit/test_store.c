@@ -423,6 +423,34 @@ static void test_many_files_few_descriptors(void)
     st_store_close(s);
 }
 
+/* A step whose part record is garbage is listed as an unreadable row. */
+static void test_unreadable_step_is_listed(void)
+{
+    st_store *s = open_store("state10");
+    char p[400];
+    snprintf(p, sizeof p, "%s/unread", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/unread/f", root);
+    write_file(p, "x", 1);
+    snprintf(p, sizeof p, "%s/unread", root);
+    CHECK_OK(st_store_put_dir(s, "unread", 1, p, NULL));
+    st_backend *b;
+    CHECK_OK(st_backend_open(url, &b));
+    CHECK_OK(st_put(b, "jobs/unread/steps/00000000000000000002/nodes/junk.commit", "junk", 4));
+    st_backend_close(b);
+    st_step_info *steps;
+    size_t n;
+    CHECK_OK(st_store_list_steps(s, "unread", &steps, &n));
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK(steps[0].step == 1 && steps[0].consistent && !steps[0].unreadable);
+        CHECK(steps[1].step == 2 && !steps[1].consistent && steps[1].unreadable);
+        CHECK(steps[1].nodes == 1 && strstr(steps[1].why, "unreadable") != NULL);
+    }
+    free(steps);
+    st_store_close(s);
+}
+
 int main(void)
 {
     if (!mkdtemp(root)) {
@@ -440,6 +468,7 @@ int main(void)
     RUN(test_fallback_leaves_nothing_of_the_bad_step);
     RUN(test_missing_pack_is_damage);
     RUN(test_many_files_few_descriptors);
+    RUN(test_unreadable_step_is_listed);
     ut_rmtree(root);
     return ut_finish();
 }
