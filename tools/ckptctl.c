@@ -29,7 +29,7 @@
     "  1  not found: no such job or step, no consistent step\n"                                    \
     "  2  usage error\n"                                                                           \
     "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
-    "  4  corrupt data: a chunk or file failed verification\n"                                     \
+    "  4  corrupt data: a chunk or file failed verification, or a pack is missing\n"               \
     "  5  already exists\n"                                                                        \
     "  6  timeout (wait)\n"                                                                        \
     "  7  gc did only part of its work: the sweep was skipped (the report says why)\n"             \
@@ -54,10 +54,13 @@ static const verb verbs[] = {
      "restore [--step N | --latest] [--rank R] [--no-fallback] [--threads N] --to DIR",
      "Restore a consistent step of the job into DIR (created if missing); without\n"
      "--step, the latest consistent step. Downloads run in parallel (--threads,\n"
-     "default 4); every chunk and every file is verified, and a file appears under\n"
-     "its name only once it is whole. --rank R restores only the files written by\n"
-     "rank R. With --latest, a step that fails verification is reported and the\n"
-     "previous consistent step is restored instead; --no-fallback fails (exit 4).\n"
+     "default 4); every chunk and every file is verified in a staging directory\n"
+     "DIR/.ckpt-restore.PID.STEP, and the files are renamed into place only once the\n"
+     "whole step verified: a restore that fails or falls back leaves nothing of the\n"
+     "step in DIR. A missing pack is damage, like a bad checksum (exit 4).\n"
+     "--rank R restores only the files written by rank R. With --latest, a step\n"
+     "that fails verification is reported and the previous consistent step is\n"
+     "restored instead; --no-fallback fails (exit 4).\n"
      "A progress bar is drawn on stderr when it is a terminal.\n"
      "--json: step, files, bytes, gets, fell_back, failed_step, failure.\n"},
     {"get", run_get, 1, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
