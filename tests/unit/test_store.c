@@ -451,6 +451,34 @@ static void test_unreadable_step_is_listed(void)
     st_store_close(s);
 }
 
+/* The target has a directory where the step has a file: the rename into
+ * place fails, and the files already placed are taken out again. */
+static void test_failed_commit_leaves_nothing(void)
+{
+    st_store *s = open_store("state11");
+    char p[500], dest[400];
+    snprintf(p, sizeof p, "%s/commit-src", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/commit-src/a.bin", root);
+    write_file(p, "aaaa", 4);
+    snprintf(p, sizeof p, "%s/commit-src/b", root);
+    write_file(p, "bbbb", 4);
+    snprintf(p, sizeof p, "%s/commit-src", root);
+    CHECK_OK(st_store_put_dir(s, "commit", 1, p, NULL));
+    snprintf(dest, sizeof dest, "%s/commit-out", root);
+    mkdir(dest, 0755);
+    snprintf(p, sizeof p, "%s/b", dest);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/b/keep", dest);
+    write_file(p, "k", 1);
+    CHECK_ERR(st_store_get_dir(s, "commit", 1, dest, NULL), ST_ERR_IO);
+    CHECK(strstr(st_errmsg(), "rename into place b") != NULL);
+    CHECK(!exists(dest, "a.bin"));
+    CHECK(exists(dest, "b/keep"));
+    CHECK(!dir_has_prefix(dest, ".ckpt-restore"));
+    st_store_close(s);
+}
+
 int main(void)
 {
     if (!mkdtemp(root)) {
@@ -469,6 +497,7 @@ int main(void)
     RUN(test_missing_pack_is_damage);
     RUN(test_many_files_few_descriptors);
     RUN(test_unreadable_step_is_listed);
+    RUN(test_failed_commit_leaves_nothing);
     ut_rmtree(root);
     return ut_finish();
 }
