@@ -12,7 +12,7 @@
  * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
  * to $CKPT_JOB. Exit codes (also in --help and ckptctl(1)): 0 ok, 1 not found
  * or no consistent step, 2 usage, 3 store or I/O error, 4 corrupt data,
- * 5 already exists, 6 timeout.
+ * 5 already exists, 6 timeout, 7 gc skipped part of its work.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -29,16 +29,18 @@
     "  1  not found: no such job or step, no consistent step\n"                                    \
     "  2  usage error\n"                                                                           \
     "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
-    "  4  corrupt data: a chunk or file failed verification\n"                                     \
+    "  4  corrupt data: a chunk or file failed verification, or a pack is missing\n"               \
     "  5  already exists\n"                                                                        \
     "  6  timeout (wait)\n"                                                                        \
+    "  7  gc did only part of its work: the sweep was skipped (the report says why)\n"             \
     "  128+N  gc stopped early by signal N (130: SIGINT), at a safe point\n"
 
 static const verb verbs[] = {
     {"ls", run_ls, 1, OPT_JSON, "ls [--job J] [--json]",
      "Without a job: list the jobs in the store. With --job (or $CKPT_JOB): list the\n"
      "job's steps, oldest first: step, state (consistent: complete on every rank and\n"
-     "durable, restorable; partial: not, with the reason), files, size, nodes that\n"
+     "durable, restorable; partial: not, with the reason; unreadable: a part record\n"
+     "or manifest cannot be read, with the error), files, size, nodes that\n"
      "wrote it, ranks seen / world size; then the job's dedup ratio (logical bytes\n"
      "over stored bytes). --json: an array of job names, or of step objects with\n"
      "step, state, consistent, complete, why, files, bytes, nodes, ranks,\n"
@@ -52,10 +54,13 @@ static const verb verbs[] = {
      "restore [--step N | --latest] [--rank R] [--no-fallback] [--threads N] --to DIR",
      "Restore a consistent step of the job into DIR (created if missing); without\n"
      "--step, the latest consistent step. Downloads run in parallel (--threads,\n"
-     "default 4); every chunk and every file is verified, and a file appears under\n"
-     "its name only once it is whole. --rank R restores only the files written by\n"
-     "rank R. With --latest, a step that fails verification is reported and the\n"
-     "previous consistent step is restored instead; --no-fallback fails (exit 4).\n"
+     "default 4); every chunk and every file is verified in a staging directory\n"
+     "DIR/.ckpt-restore.PID.STEP, and the files are renamed into place only once the\n"
+     "whole step verified: a restore that fails or falls back leaves nothing of the\n"
+     "step in DIR. A missing pack is damage, like a bad checksum (exit 4).\n"
+     "--rank R restores only the files written by rank R. With --latest, a step\n"
+     "that fails verification is reported and the previous consistent step is\n"
+     "restored instead; --no-fallback fails (exit 4).\n"
      "A progress bar is drawn on stderr when it is a terminal.\n"
      "--json: step, files, bytes, gets, fell_back, failed_step, failure.\n"},
     {"get", run_get, 1, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
@@ -108,8 +113,13 @@ static const verb verbs[] = {
      "batches of --batch N objects (default 1000); after each, a progress line on\n"
      "stderr (when it is a terminal, or with --progress), and SIGINT/SIGTERM end the\n"
      "run there, between whole steps and packs. --dry-run deletes nothing and lists\n"
-     "what a real run would delete.\n"
-     "--json: dry_run, steps_kept, steps_deleted, deleted_steps, packs, packs_referenced,\n"
+     "what a real run would delete. Retention counts only restorable steps: a\n"
+     "consistent step with a missing or short pack is damaged, kept if it is newer\n"
+     "than the newest restorable step, and never counted by --keep-last. A part\n"
+     "record or manifest that cannot be read keeps its step and makes the run skip\n"
+     "the sweep: exit 7, \"sweep skipped\" on stderr.\n"
+     "--json: dry_run, steps_kept, steps_deleted, deleted_steps, steps_damaged,\n"
+     "steps_unreadable, packs, packs_referenced,\n"
      "packs_marked, packs_unmarked, packs_pending, packs_deleted, packs_retired,\n"
      "retired_live_bytes, parts_deleted, manifests_deleted, markers_deleted,\n"
      "objects_deleted, bytes_freed, stopped, sweep_skipped, why, deleted (every key,\n"

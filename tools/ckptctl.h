@@ -30,6 +30,7 @@ enum exit_code {
     EXIT_CORRUPT = 4, /* data failed verification */
     EXIT_EXISTS = 5,
     EXIT_TIMEOUT = 6, /* wait gave up */
+    EXIT_PARTIAL = 7, /* gc did only part of its work (the sweep was skipped) */
 };
 
 /* Options a verb accepts, besides the global ones (store, job, state-dir,

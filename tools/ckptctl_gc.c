@@ -58,6 +58,8 @@ static void report_json(const st_gc_report *r)
     for (uint64_t i = 0; i < r->steps_deleted; i++)
         jw_u64(&w, NULL, r->deleted_steps[i]);
     jw_end_arr(&w);
+    jw_u64(&w, "steps_damaged", r->steps_damaged);
+    jw_u64(&w, "steps_unreadable", r->steps_unreadable);
     jw_u64(&w, "packs", r->packs);
     jw_u64(&w, "packs_referenced", r->packs_referenced);
     jw_u64(&w, "packs_marked", r->packs_marked);
@@ -82,6 +84,21 @@ static void report_json(const st_gc_report *r)
     jw_done(&w);
 }
 
+/* On stderr, even with -q or --json: what the run did not do. */
+static void report_notes(const st_gc_report *r)
+{
+    if (r->stopped)
+        fprintf(stderr, "ckptctl gc: stopped early; run it again to go on\n");
+    if (r->steps_damaged || r->steps_unreadable)
+        fprintf(stderr,
+                "ckptctl gc: %" PRIu64 " damaged step(s) not counted as kept, %" PRIu64
+                " unreadable step(s) kept\n",
+                r->steps_damaged, r->steps_unreadable);
+    /* The run did not do all it was asked to: exit 7. */
+    if (r->sweep_skipped)
+        fprintf(stderr, "ckptctl gc: sweep skipped: %s\n", r->why);
+}
+
 static void report_text(const cli *c, const st_gc_report *r)
 {
     const char *did = r->dry_run ? "would delete" : "deleted";
@@ -100,10 +117,6 @@ static void report_text(const cli *c, const st_gc_report *r)
            r->packs_marked, r->packs_pending, r->packs_deleted, did, r->packs_retired,
            r->dry_run ? "would be retired" : "retired", mib(r->retired_live_bytes),
            r->objects_deleted, mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
-    if (r->stopped)
-        fprintf(stderr, "ckptctl gc: stopped early; run it again to go on\n");
-    if (r->sweep_skipped)
-        fprintf(stderr, "ckptctl gc: sweep skipped: %s\n", r->why);
 }
 
 int run_gc(cli *c, st_store *s)
@@ -132,11 +145,16 @@ int run_gc(cli *c, st_store *s)
     /* Stopped by a signal: the report of what was done, then the shell's
      * convention for "ended by signal N" (130 for SIGINT), so that a script
      * never takes a stopped run for a finished one. */
-    int rc = e ? fail(e) : r.stopped && gc_stop ? 128 + (int)gc_stop : EXIT_OK;
+    int rc = e                      ? fail(e)
+             : r.stopped && gc_stop ? 128 + (int)gc_stop
+             : r.sweep_skipped      ? EXIT_PARTIAL
+                                    : EXIT_OK;
     if (!e && c->json)
         report_json(&r);
     else if (!e)
         report_text(c, &r);
+    if (!e)
+        report_notes(&r);
     st_gc_report_free(&r);
     return rc;
 }

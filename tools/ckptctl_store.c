@@ -248,6 +248,12 @@ static int list_jobs(cli *c, st_store *s)
     return EXIT_OK;
 }
 
+/* The STATE column of ls: consistent, partial, or unreadable. */
+static const char *step_state(const st_step_info *si)
+{
+    return si->unreadable ? "unreadable" : si->consistent ? "consistent" : "partial";
+}
+
 static void print_steps_json(const st_step_info *steps, size_t n)
 {
     jw w = {0};
@@ -256,7 +262,7 @@ static void print_steps_json(const st_step_info *steps, size_t n)
         const st_step_info *si = &steps[i];
         jw_begin_obj(&w, NULL);
         jw_u64(&w, "step", si->step);
-        jw_str(&w, "state", si->consistent ? "consistent" : "partial");
+        jw_str(&w, "state", step_state(si));
         jw_bool(&w, "consistent", si->consistent);
         jw_bool(&w, "complete", si->complete);
         jw_str(&w, "why", si->why);
@@ -289,8 +295,7 @@ static void print_steps_text(const cli *c, st_store *s, const st_step_info *step
             snprintf(ranks, sizeof ranks, "-");
         consistent += si->consistent != 0;
         printf("%12" PRIu64 "  %-10s %7" PRIu64 " %12.1f %5" PRIu64 " %9s  %s\n", si->step,
-               si->consistent ? "consistent" : "partial", si->files, mib(si->bytes), si->nodes,
-               ranks,
+               step_state(si), si->files, mib(si->bytes), si->nodes, ranks,
                si->consistent ? ""
                : si->why[0]   ? si->why
                               : "not complete");

@@ -105,6 +105,7 @@ typedef struct gc_step {
     gc_obj *objs; /* every object under the step's prefix, ascending */
     size_t nobjs, objs_cap;
     int consistent;
+    int restorable; /* consistent, and every pack it needs is listed, long enough */
     int64_t created_ns;
     int deleted;  /* retention (or the mount) deletes it */
     int finished; /* a stale intent's deletion of it was finished */
@@ -374,25 +375,31 @@ static int u64_in(const u64_list *l, uint64_t v)
 
 /* ---- retention ---- */
 
-/* Decides which steps go (sets deleted) under policy p. */
+/*
+ * Decides which steps go (sets deleted) under policy p. Only restorable
+ * steps count: the newest restorable step anchors retention (it and every
+ * newer step stay, damaged ones included), and keep_last keeps the N newest
+ * restorable steps, so a damaged step never stands in for one that a
+ * restore could use (docs/GC.md, "Damaged steps").
+ */
 static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p, int64_t grace,
                        int64_t now)
 {
-    size_t newest = SIZE_MAX; /* index of the newest consistent step */
+    size_t newest = SIZE_MAX; /* index of the newest restorable step */
     for (size_t i = l->n; i-- > 0 && newest == SIZE_MAX;)
-        if (l->steps[i].keys.nnodes && l->steps[i].consistent)
+        if (l->steps[i].keys.nnodes && l->steps[i].restorable)
             newest = i;
     if (newest == SIZE_MAX || (!p->keep_last && !p->keep_every))
-        return; /* nothing consistent yet, or no policy: every step stays */
-    uint64_t consistent_seen = 0;
+        return; /* nothing restorable yet, or no policy: every step stays */
+    uint64_t restorable_seen = 0;
     for (size_t i = newest + 1; i-- > 0;) {
         gc_step *s = &l->steps[i];
         if (!s->keys.nnodes)
             continue; /* no part record: not a step (an in-flight first publish) */
         int keep = i == newest || u64_in(pins, s->step);
         if (s->consistent) {
-            consistent_seen++;
-            keep |= p->keep_last && consistent_seen <= p->keep_last;
+            restorable_seen += s->restorable != 0;
+            keep |= p->keep_last && s->restorable && restorable_seen <= p->keep_last;
             keep |= p->keep_every && s->step % p->keep_every == 0;
         } else {
             keep |= now - s->created_ns < grace; /* a partial step may still be filling */
@@ -575,6 +582,25 @@ static int collect_pack(void *arg, const char *key, uint64_t size)
         return l->oom = 1;
     l->v[l->n++] = (pack_obj){.id = id, .size = size, .pending_size = -1, .retired_size = -1};
     return 0;
+}
+
+/* Lists the packs of the job into packs (id -> size). */
+static st_err list_packs(gc_run *g, pack_list *packs)
+{
+    char prefix[ST_KEY_MAX];
+    snprintf(prefix, sizeof prefix, "jobs/%s/packs/", g->job);
+    packs->prefix_len = strlen(prefix);
+    st_err e = st_list(g->b, prefix, collect_pack, packs);
+    if (!e && packs->oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing packs");
+    return e;
+}
+
+static void pack_list_free(pack_list *packs)
+{
+    free(packs->v);
+    st_idmap_free(&packs->index);
+    memset(packs, 0, sizeof *packs);
 }
 
 /* What the referenced set knows of one pack. */
@@ -805,7 +831,7 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
 
 static st_err sweep(gc_run *g, const step_list *first)
 {
-    char prefix[ST_KEY_MAX], key[ST_KEY_MAX], text[128];
+    char key[ST_KEY_MAX], text[128];
     st_gc_report *r = g->r;
     pack_list packs = {0};
     obj_list pending = {0}, retired = {0};
@@ -820,13 +846,8 @@ static st_err sweep(gc_run *g, const step_list *first)
     st_err e = list_objs(g, "gc/pending", 1, &pending);
     if (!e)
         e = list_objs(g, "gc/retired", 1, &retired);
-    if (!e) {
-        snprintf(prefix, sizeof prefix, "jobs/%s/packs/", g->job);
-        packs.prefix_len = strlen(prefix);
-        e = st_list(g->b, prefix, collect_pack, &packs);
-    }
-    if (!e && packs.oom)
-        e = st_seterr(ST_ERR_NOMEM, "out of memory listing packs");
+    if (!e)
+        e = list_packs(g, &packs);
     if (e)
         goto out;
     r->packs = packs.n;
@@ -883,13 +904,83 @@ static st_err sweep(gc_run *g, const step_list *first)
             unit_done(g);
     }
 out:
-    free(packs.v);
-    st_idmap_free(&packs.index);
+    pack_list_free(&packs);
     obj_list_free(&pending);
     obj_list_free(&retired);
     step_list_free(&now_steps);
     ref_set_free(&refs);
     free(old);
+    return e;
+}
+
+/*
+ * 1 if every pack the manifests of v reference is in packs and long enough
+ * for every chunk they read from it; else 0, with why (cap bytes) naming the
+ * first pack that is not.
+ */
+static int view_restorable(const st_stepview *v, const pack_list *packs, char *why, size_t cap)
+{
+    char hex[ST_ID_HEX_LEN + 1];
+    for (size_t p = 0; p < v->nparts; p++) {
+        const st_manifest *m = &v->manifests[p];
+        for (size_t f = 0; f < m->nfiles; f++)
+            for (size_t k = 0; k < m->files[f].nchunks; k++) {
+                const st_chunk_ref *c = &m->files[f].chunks[k];
+                uint32_t at;
+                if (!st_idmap_get(&packs->index, &m->packs[c->pack], &at)) {
+                    snprintf(why, cap, "pack %s is missing", st_id_hex(&m->packs[c->pack], hex));
+                    return 0;
+                }
+                if (c->offset + c->stored_len > packs->v[at].size) {
+                    snprintf(why, cap, "pack %s is shorter than %s needs",
+                             st_id_hex(&m->packs[c->pack], hex), m->files[f].path);
+                    return 0;
+                }
+            }
+    }
+    return 1;
+}
+
+/*
+ * Judges every step of l: consistent, and restorable (its packs exist, from
+ * one listing of the packs made after the listing of the steps, so that a
+ * step published meanwhile is not in l, and the packs of every step in l
+ * were stored before its part record was listed). An unreadable step is
+ * kept, and its references are unknown, so the sweep will be skipped by
+ * scan_references.
+ */
+static st_err judge_steps(gc_run *g, step_list *l)
+{
+    pack_list packs = {0};
+    st_bytes buf = {0};
+    char msg[700], why[200];
+    st_err e = list_packs(g, &packs);
+    for (size_t i = 0; !e && i < l->n; i++) {
+        gc_step *st = &l->steps[i];
+        if (!st->keys.nnodes)
+            continue;
+        st_stepview v;
+        if (st_catalog_load_view(g->b, g->job, &st->keys, &buf, &v)) {
+            snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
+            gc_warn(g, msg);
+            g->r->steps_unreadable++;
+            st->created_ns = st_now_ns(); /* treated as young and partial */
+            continue;
+        }
+        st->consistent = v.consistent;
+        st->restorable = v.consistent && view_restorable(&v, &packs, why, sizeof why);
+        st->created_ns = v.created_ns;
+        if (v.consistent && !st->restorable) {
+            snprintf(msg, sizeof msg,
+                     "gc: step %" PRIu64 " is damaged (%s): it does not count as a kept step",
+                     st->step, why);
+            gc_warn(g, msg);
+            g->r->steps_damaged++;
+        }
+        st_stepview_free(&v);
+    }
+    pack_list_free(&packs);
+    st_bytes_free(&buf);
     return e;
 }
 
@@ -915,31 +1006,15 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
         return st_seterr(ST_ERR_INVALID, "invalid job name '%.64s'", job);
 
     step_list l;
-    st_bytes buf = {0};
     st_err e = list_steps(b, job, &l);
     if (e)
         return e;
     if ((e = list_pins(b, job, &g.pins)))
         goto out;
 
-    /* 1. judge every step; an unreadable one is kept, and its references
-     *    are unknown, so the sweep will be skipped by scan_references. */
-    for (size_t i = 0; i < l.n; i++) {
-        gc_step *st = &l.steps[i];
-        if (!st->keys.nnodes)
-            continue;
-        st_stepview v;
-        if (st_catalog_load_view(b, job, &st->keys, &buf, &v)) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
-            gc_warn(&g, msg);
-            st->created_ns = st_now_ns(); /* treated as young and partial */
-            continue;
-        }
-        st->consistent = v.consistent;
-        st->created_ns = v.created_ns;
-        st_stepview_free(&v);
-    }
+    /* 1. judge every step, then retention. */
+    if ((e = judge_steps(&g, &l)))
+        goto out;
     e = finish_intents(&g, &l);
     pick_steps(&l, &g.pins, p, g.grace, st_now_ns());
     for (size_t i = 0; i < l.n; i++)
@@ -951,7 +1026,6 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
 out:
     step_list_free(&l);
     free(g.pins.v);
-    st_bytes_free(&buf);
     return e;
 }
 

@@ -101,6 +101,8 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
         st_err e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
         if (!e)
             e = st_get(r->backend, key, first->offset, span, &r->fetched);
+        if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
+            return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
         if (e)
             return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
         r->stats.gets++;

@@ -39,7 +39,9 @@ st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
  * Writes file f of manifest m to fd (from its current position, sequential
  * writes), verifying every chunk and then the file's digest. On
  * ST_ERR_CORRUPT the message names the file; what was written to fd must
- * then be discarded by the caller.
+ * then be discarded by the caller. A missing pack is ST_ERR_CORRUPT too
+ * (damage, like a bad checksum), never ST_ERR_NOT_FOUND; likewise for
+ * st_restore_chunks().
  */
 st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd);
 

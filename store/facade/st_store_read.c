@@ -3,20 +3,26 @@
  * (docs/CONSISTENCY.md), the latest consistent step, restore with parallel
  * verified downloads and fallback, verify, space accounting.
  *
- * Restore splits the chosen files into tasks of up to TASK_BYTES of chunks;
- * `threads` workers take tasks from a shared cursor, each with its own
- * restorer, and write with pwrite into the file's temporary name, one
- * worker at a time per file (rfile.write_lock, see
- * st_restore_chunks_locked() for why).
+ * Restore stages a step (docs/CONSISTENCY.md, "Restore"): every chosen file
+ * is written to a staging directory `.ckpt-restore.<pid>.<step>` under the
+ * target, named by its index, and only once every file of the step has
+ * verified are they renamed into place; on a failure the staging directory
+ * is removed, so the target holds all of a step or nothing of it.
+ *
+ * The files are split into tasks of up to TASK_BYTES of chunks; `threads`
+ * workers take tasks from a shared cursor, each with its own restorer, and
+ * write with pwrite into the staged file, one worker at a time per file
+ * (rfile.write_lock, see st_restore_chunks_locked() for why). A task opens
+ * its file and closes it when done, so a restore holds a few descriptors
+ * per worker whatever the number of files.
  *
  * The whole-file digest is computed while the file is still being fetched:
  * whenever the tasks at the front of a file's unhashed part are done, one
  * worker at a time (rfile.hashing) reads them back and feeds them to the
  * file's digest, so only the last tasks are left to read back at the end,
  * rather than the whole file by one thread while the others sit idle. The
- * worker whose hashing reaches the end of the file checks the digest, fsyncs
- * the file and renames it into place, so a file appears under its name only
- * whole and verified.
+ * worker whose hashing reaches the end of the file checks the digest and
+ * fsyncs the file.
  */
 #include "facade/st_store_impl.h"
 
@@ -72,6 +78,14 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     for (size_t i = 0; !e && i < nkeys; i++) {
         st_stepview v;
         if (st_catalog_load_view(s->backend, job, &keys[i], &buf, &v)) {
+            /* A row all the same: a step nobody can read is news to whoever
+             * lists the job, not something to leave out. */
+            st_step_info *si = &out[count++];
+            memset(si, 0, sizeof *si);
+            si->step = keys[i].step;
+            si->nodes = keys[i].nnodes;
+            si->unreadable = 1;
+            snprintf(si->why, sizeof si->why, "unreadable: %s", st_errmsg());
             st_store_warnf(s, "step %" PRIu64 ": %s", keys[i].step, st_errmsg());
             continue;
         }
@@ -141,11 +155,8 @@ static st_err load_step(st_store *s, const char *job, uint64_t step, st_stepview
 typedef struct rfile {
     const st_manifest *m;
     const st_file_entry *f;
-    int parent_fd;
-    char tmp[NAME_MAX + 1];
-    const char *base;
-    int fd;
-    pthread_mutex_t write_lock; /* held for each pwrite to fd; lives while workers run */
+    char staged[24];            /* its name in the staging directory: its index */
+    pthread_mutex_t write_lock; /* held for each pwrite to it; lives while workers run */
     size_t first_task, ntasks;  /* its tasks: consecutive in rjob.tasks */
     st_hasher digest;           /* of bytes [0, hashed); used by the worker that set hashing */
     int digest_init;
@@ -165,6 +176,7 @@ typedef struct rtask {
 typedef struct rjob {
     st_backend *backend;
     const char *job;
+    int stage_fd; /* the staging directory; every file is written there */
     rfile *files;
     size_t nfiles;
     rtask *tasks;
@@ -187,19 +199,18 @@ static void rjob_fail(rjob *j, st_err e)
     pthread_mutex_unlock(&j->lock);
 }
 
-/* A file is whole and hashed: check, persist and publish it. */
-static st_err finish_file(rfile *rf)
+/* A staged file is whole and hashed: check and persist it (fd: open on it).
+ * It stays in the staging directory until the whole step is verified. */
+static st_err finish_file(rfile *rf, int fd)
 {
     const st_file_entry *f = rf->f;
     st_err e = st_restore_digest_check(&rf->digest, rf->hashed, f);
     if (!e) {
         struct timespec times[2] = {{0, UTIME_OMIT},
                                     {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
-        if (fchmod(rf->fd, f->mode & 07777) < 0 || futimens(rf->fd, times) < 0 || fsync(rf->fd) < 0)
+        if (fchmod(fd, f->mode & 07777) < 0 || futimens(fd, times) < 0 || fsync(fd) < 0)
             e = st_seterr(ST_ERR_IO, "finish %s: %s", f->path, strerror(errno));
     }
-    if (!e && renameat(rf->parent_fd, rf->tmp, rf->parent_fd, rf->base) < 0)
-        e = st_seterr(ST_ERR_IO, "rename into place %s: %s", f->path, strerror(errno));
     return e;
 }
 
@@ -215,10 +226,11 @@ static int claim_hashing(rjob *j, rfile *rf)
 
 /*
  * Holding rf's hashing: feeds its done tasks, in file order, to its digest
- * until the next one is not done, then gives hashing up. The worker that
- * hashes the last task finishes the file.
+ * (reading them back through fd, open on the staged file) until the next one
+ * is not done, then gives hashing up. The worker that hashes the last task
+ * finishes the file.
  */
-static st_err advance_digest(rjob *j, rfile *rf)
+static st_err advance_digest(rjob *j, rfile *rf, int fd)
 {
     for (;;) {
         pthread_mutex_lock(&j->lock);
@@ -232,7 +244,7 @@ static st_err advance_digest(rjob *j, rfile *rf)
             return ST_OK;
         }
         pthread_mutex_unlock(&j->lock);
-        st_err e = st_restore_digest_range(rf->fd, rf->f, &rf->digest, off, len);
+        st_err e = st_restore_digest_range(fd, rf->f, &rf->digest, off, len);
         pthread_mutex_lock(&j->lock);
         if (!e) {
             rf->tasks_hashed = k;
@@ -243,8 +255,45 @@ static st_err advance_digest(rjob *j, rfile *rf)
             rf->hashing = 0;
         pthread_mutex_unlock(&j->lock);
         if (e || whole)
-            return e ? e : finish_file(rf);
+            return e ? e : finish_file(rf, fd);
     }
+}
+
+/* Opens rf's staged file for one task. The descriptor lives only as long as
+ * the task: a restore holds at most one per worker, whatever the file count. */
+static st_err open_staged(const rjob *j, const rfile *rf, int *fd)
+{
+    *fd = openat(j->stage_fd, rf->staged, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0)
+        return st_seterr(ST_ERR_IO, "open the staged copy of %s: %s", rf->f->path, strerror(errno));
+    return ST_OK;
+}
+
+/* Fetches task t into its file, then hashes what became contiguous. */
+static st_err run_task(rjob *j, st_restorer *rs, rtask *t)
+{
+    rfile *rf = &j->files[t->file];
+    int fd;
+    st_err e = open_staged(j, rf, &fd);
+    if (e)
+        return e;
+    uint64_t gets_before = st_restorer_stats(rs)->gets;
+    e = st_restore_chunks_locked(rs, rf->m, rf->f, t->first, t->count, fd, &rf->write_lock);
+    pthread_mutex_lock(&j->lock);
+    j->gets += st_restorer_stats(rs)->gets - gets_before;
+    int hash = 0;
+    if (!e) {
+        t->done = 1;
+        j->done += t->bytes;
+        if (j->progress)
+            j->progress(j->progress_arg, j->done, j->total);
+        hash = claim_hashing(j, rf);
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (hash)
+        e = advance_digest(j, rf, fd);
+    close(fd);
+    return e;
 }
 
 static void *restore_worker(void *arg)
@@ -262,46 +311,26 @@ static void *restore_worker(void *arg)
         }
         rtask *t = &j->tasks[j->next++];
         pthread_mutex_unlock(&j->lock);
-        rfile *rf = &j->files[t->file];
-        uint64_t gets_before = st_restorer_stats(rs)->gets;
-        e = st_restore_chunks_locked(rs, rf->m, rf->f, t->first, t->count, rf->fd, &rf->write_lock);
-        pthread_mutex_lock(&j->lock);
-        j->gets += st_restorer_stats(rs)->gets - gets_before;
-        int hash = 0;
-        if (!e) {
-            t->done = 1;
-            j->done += t->bytes;
-            if (j->progress)
-                j->progress(j->progress_arg, j->done, j->total);
-            hash = claim_hashing(j, rf);
-        }
-        pthread_mutex_unlock(&j->lock);
-        if (hash)
-            e = advance_digest(j, rf);
-        if (e)
+        if ((e = run_task(j, rs, t)))
             rjob_fail(j, e);
     }
     st_restorer_free(rs);
     return NULL;
 }
 
-/* Creates rf's temporary file (and its directories) under dest_fd. */
-static st_err open_temp(rfile *rf, int dest_fd, unsigned serial)
+/* Creates rf's staged file, sized, in the staging directory (closed again). */
+static st_err create_staged(const rjob *j, rfile *rf, size_t index)
 {
-    const char *path = rf->f->path;
-    const char *slash = strrchr(path, '/');
-    char rel[PATH_MAX];
-    rf->base = slash ? slash + 1 : path;
-    snprintf(rf->tmp, sizeof rf->tmp, ".ckpt-restore.%ld.%u", (long)getpid(), serial);
-    snprintf(rel, sizeof rel, "%.*s%s", slash ? (int)(slash - path) + 1 : 0, path, rf->tmp);
-    rf->fd = st_open_beneath(dest_fd, rel, O_RDWR | O_CREAT | O_EXCL, 0600, 1, &rf->parent_fd);
-    if (rf->fd < 0)
-        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
-                         "create %s in the target directory: %s", rel, strerror(errno));
-    if (ftruncate(rf->fd, (off_t)rf->f->size) < 0)
-        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "size %s: %s", path,
-                         strerror(errno));
-    return ST_OK;
+    snprintf(rf->staged, sizeof rf->staged, "%zu", index);
+    int fd =
+        openat(j->stage_fd, rf->staged, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    st_err e = ST_OK;
+    if (fd < 0 || ftruncate(fd, (off_t)rf->f->size) < 0)
+        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "stage %s: %s", rf->f->path,
+                      strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return e;
 }
 
 /* Splits every file into tasks of about TASK_BYTES. */
@@ -329,76 +358,195 @@ static st_err plan_tasks(rjob *j)
     return ST_OK;
 }
 
-/* Restores the files of v selected by rank into dest. */
+/* Picks the files of v selected by rank and stages an empty copy of each. */
+static st_err collect_files(rjob *j, const st_stepview *v, int rank)
+{
+    size_t cap = 0;
+    for (size_t p = 0; p < v->nparts; p++)
+        for (size_t k = 0; k < v->manifests[p].nfiles; k++) {
+            const st_file_entry *f = &v->manifests[p].files[k];
+            if (rank >= 0 && f->rank != rank)
+                continue;
+            if (st_array_grow((void **)&j->files, &cap, j->nfiles + 1, sizeof *j->files))
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            rfile *rf = &j->files[j->nfiles++];
+            memset(rf, 0, sizeof *rf);
+            rf->m = &v->manifests[p];
+            rf->f = f;
+            if (st_hasher_init(&rf->digest))
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            rf->digest_init = 1;
+            st_err e = create_staged(j, rf, j->nfiles - 1);
+            if (e)
+                return e;
+        }
+    return ST_OK;
+}
+
+/* Runs the tasks of j on `threads` workers (0: DEFAULT_THREADS). */
+static st_err fetch_all(rjob *j, unsigned threads)
+{
+    if (!j->ntasks)
+        return ST_OK;
+    unsigned nthreads = threads ? threads : DEFAULT_THREADS;
+    if (nthreads > j->ntasks)
+        nthreads = (unsigned)j->ntasks;
+    /* Here, not while j->files still grows: a mutex must not move. */
+    for (size_t i = 0; i < j->nfiles; i++)
+        pthread_mutex_init(&j->files[i].write_lock, NULL);
+    pthread_t *th = calloc(nthreads, sizeof *th);
+    unsigned started = 0;
+    for (; th && started < nthreads; started++)
+        if (pthread_create(&th[started], NULL, restore_worker, j) != 0)
+            break;
+    if (!started)
+        restore_worker(j); /* no thread could start: restore here */
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    for (size_t i = 0; i < j->nfiles; i++)
+        pthread_mutex_destroy(&j->files[i].write_lock);
+    return j->err ? st_seterr(j->err, "%s", j->msg) : ST_OK;
+}
+
+/* The target's directories that the commit opened: the current one is kept
+ * open (files of a directory come together), each is fsynced when left. */
+typedef struct commit_dir {
+    int fd;
+    char path[PATH_MAX];
+} commit_dir;
+
+static st_err commit_dir_leave(commit_dir *d)
+{
+    st_err e = ST_OK;
+    if (d->fd >= 0 && fsync(d->fd) < 0)
+        e = st_seterr(ST_ERR_IO, "fsync %s: %s", d->path[0] ? d->path : ".", strerror(errno));
+    if (d->fd >= 0)
+        close(d->fd);
+    d->fd = -1;
+    return e;
+}
+
+/* Opens (creating it and its parents) the directory of path under dest_fd. */
+static st_err commit_dir_enter(commit_dir *d, int dest_fd, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (d->fd >= 0 && strlen(d->path) == n && !strncmp(d->path, path, n))
+        return ST_OK;
+    st_err e = commit_dir_leave(d);
+    if (e)
+        return e;
+    snprintf(d->path, sizeof d->path, "%.*s", (int)n, path);
+    if (!n)
+        d->fd = dup(dest_fd);
+    else {
+        /* "<dir>/." opens <dir> itself, creating every component before it
+         * (manifest paths are clean: "." is never a name of theirs). */
+        char rel[PATH_MAX];
+        snprintf(rel, sizeof rel, "%s/.", d->path);
+        d->fd = st_open_beneath(dest_fd, rel, O_RDONLY | O_DIRECTORY, 0, 1, NULL);
+    }
+    if (d->fd < 0)
+        return st_seterr(ST_ERR_IO, "create directory %s in the target: %s", d->path,
+                         strerror(errno));
+    return ST_OK;
+}
+
+/*
+ * Every file of the step is verified and fsynced in the staging directory:
+ * renames each into place, then fsyncs the directories. If a rename fails,
+ * the files already placed are removed again, so a failed restore leaves
+ * nothing of the step (docs/CONSISTENCY.md, "Restore").
+ */
+static st_err commit_files(rjob *j, int dest_fd)
+{
+    commit_dir d = {.fd = -1};
+    size_t placed = 0;
+    st_err e = ST_OK;
+    for (; placed < j->nfiles && !e; placed++) {
+        const char *path = j->files[placed].f->path, *slash = strrchr(path, '/');
+        if ((e = commit_dir_enter(&d, dest_fd, path)))
+            break;
+        if (renameat(j->stage_fd, j->files[placed].staged, d.fd, slash ? slash + 1 : path) < 0) {
+            e = st_seterr(ST_ERR_IO, "rename into place %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    if (!e)
+        e = commit_dir_leave(&d);
+    if (e) {
+        commit_dir_leave(&d);
+        for (size_t i = 0; i < placed; i++) {
+            int parent = -1, fd = st_open_beneath(dest_fd, j->files[i].f->path,
+                                                  O_RDONLY | O_NONBLOCK, 0, 0, &parent);
+            if (fd >= 0) {
+                close(fd);
+                const char *slash = strrchr(j->files[i].f->path, '/');
+                unlinkat(parent, slash ? slash + 1 : j->files[i].f->path, 0);
+                close(parent);
+            }
+        }
+    }
+    return e;
+}
+
+/* Removes the staging directory `name` under dest_fd and what is left in it
+ * (nothing after a commit; the staged files after a failure). */
+static void remove_stage(rjob *j, int dest_fd, const char *name)
+{
+    for (size_t i = 0; j->stage_fd >= 0 && i < j->nfiles; i++)
+        unlinkat(j->stage_fd, j->files[i].staged, 0); /* ENOENT once renamed */
+    if (j->stage_fd >= 0)
+        close(j->stage_fd);
+    j->stage_fd = -1;
+    unlinkat(dest_fd, name, AT_REMOVEDIR);
+}
+
+/*
+ * Restores the files of v selected by rank into dest: every file is fetched,
+ * verified and fsynced in a staging directory under dest, and only once the
+ * whole step has verified are they renamed into place; on any failure the
+ * staging directory is removed and dest holds nothing of the step.
+ */
 static st_err restore_view(st_store *s, const char *job, const st_stepview *v, const char *dest,
                            const st_restore_opts *o, st_restore_result *res)
 {
     rjob j = {.backend = s->backend,
               .job = job,
+              .stage_fd = -1,
               .progress = o->progress,
               .progress_arg = o->progress_arg};
     pthread_mutex_init(&j.lock, NULL);
-    size_t cap = 0;
-    int dest_fd = -1;
+    char stage[64];
+    int dest_fd = -1, staged = 0;
+    snprintf(stage, sizeof stage, ".ckpt-restore.%ld.%" PRIu64, (long)getpid(), v->step);
     st_err e = st_mkdir_p(dest);
     if (!e && (dest_fd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         e = st_seterr(ST_ERR_IO, "open %s: %s", dest, strerror(errno));
-    for (size_t p = 0; !e && p < v->nparts; p++)
-        for (size_t k = 0; !e && k < v->manifests[p].nfiles; k++) {
-            const st_file_entry *f = &v->manifests[p].files[k];
-            if (o->rank >= 0 && f->rank != o->rank)
-                continue;
-            if ((e = st_array_grow((void **)&j.files, &cap, j.nfiles + 1, sizeof *j.files)))
-                break;
-            rfile *rf = &j.files[j.nfiles++];
-            memset(rf, 0, sizeof *rf);
-            rf->m = &v->manifests[p];
-            rf->f = f;
-            rf->parent_fd = -1;
-            if (st_hasher_init(&rf->digest))
-                e = st_seterr(ST_ERR_NOMEM, "out of memory");
-            else
-                rf->digest_init = 1;
-            if (!e)
-                e = open_temp(rf, dest_fd, (unsigned)j.nfiles);
-        }
+    if (!e && mkdirat(dest_fd, stage, 0700) < 0)
+        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create %s/%s: %s", dest, stage,
+                      strerror(errno));
+    else if (!e)
+        staged = 1;
+    if (!e &&
+        (j.stage_fd = openat(dest_fd, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        e = st_seterr(ST_ERR_IO, "open %s/%s: %s", dest, stage, strerror(errno));
+    if (!e)
+        e = collect_files(&j, v, o->rank);
     if (!e)
         e = plan_tasks(&j);
-    if (!e && j.ntasks) {
-        unsigned nthreads = o->threads ? o->threads : DEFAULT_THREADS;
-        if (nthreads > j.ntasks)
-            nthreads = (unsigned)j.ntasks;
-        /* Here, not while j.files still grows: a mutex must not move. */
-        for (size_t i = 0; i < j.nfiles; i++)
-            pthread_mutex_init(&j.files[i].write_lock, NULL);
-        pthread_t *th = calloc(nthreads, sizeof *th);
-        unsigned started = 0;
-        for (; th && started < nthreads; started++)
-            if (pthread_create(&th[started], NULL, restore_worker, &j) != 0)
-                break;
-        if (!started)
-            restore_worker(&j); /* no thread could start: restore here */
-        for (unsigned i = 0; i < started; i++)
-            pthread_join(th[i], NULL);
-        free(th);
-        for (size_t i = 0; i < j.nfiles; i++)
-            pthread_mutex_destroy(&j.files[i].write_lock);
-        if (j.err)
-            e = st_seterr(j.err, "%s", j.msg);
-    }
-    if (!e && dest_fd >= 0 && fsync(dest_fd) < 0)
+    if (!e)
+        e = fetch_all(&j, o->threads);
+    if (!e)
+        e = commit_files(&j, dest_fd);
+    if (staged)
+        remove_stage(&j, dest_fd, stage);
+    if (!e && fsync(dest_fd) < 0)
         e = st_seterr(ST_ERR_IO, "fsync %s: %s", dest, strerror(errno));
-    for (size_t i = 0; i < j.nfiles; i++) {
-        rfile *rf = &j.files[i];
-        if (rf->fd >= 0 && rf->parent_fd >= 0) {
-            close(rf->fd);
-            unlinkat(rf->parent_fd, rf->tmp, 0); /* gone after a successful rename */
-        }
-        if (rf->parent_fd >= 0)
-            close(rf->parent_fd);
-        if (rf->digest_init)
-            st_hasher_free(&rf->digest);
-    }
+    for (size_t i = 0; i < j.nfiles; i++)
+        if (j.files[i].digest_init)
+            st_hasher_free(&j.files[i].digest);
     if (!e) {
         res->step = v->step;
         res->files = j.nfiles;

@@ -120,14 +120,35 @@ static const char *check_file(const st_file_entry *f, size_t path_len, size_t np
     return NULL;
 }
 
+/* Orders paths as a tree walk would: '/' before every other byte, so that
+ * the paths beneath "d" ("d/...") come right after "d" itself, before
+ * siblings such as "d-b" that strcmp would put between them. */
 static int cmp_path_ptr(const void *a, const void *b)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    const unsigned char *x = *(const unsigned char *const *)a,
+                        *y = *(const unsigned char *const *)b;
+    for (; *x && *x == *y; x++, y++)
+        ;
+    int cx = *x == '/' ? 1 : *x ? *x + 1 : 0, cy = *y == '/' ? 1 : *y ? *y + 1 : 0;
+    return cx - cy;
 }
 
-/* Finds a path that occurs twice. Returns 0 if none, 1 with *dup set, -1 on OOM.
- * Paths contain no NUL (checked before), so strcmp compares whole paths. */
-static int find_duplicate_path(const st_file_entry *files, size_t nfiles, const char **dup)
+/* 1 if path b lies beneath path a ("d" and "d/x"). */
+static int is_beneath(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return !strncmp(a, b, n) && b[n] == '/';
+}
+
+/*
+ * Finds two paths that no directory tree can hold together: the same path
+ * twice, or a file and a path beneath it ("d" and "d/x": d cannot be a file
+ * and a directory). Returns 0 if none, 1 with *dup (the later one) and
+ * *what set, -1 on OOM. Paths contain no NUL (checked before). Sorted in
+ * tree order, a conflicting pair is always adjacent.
+ */
+static int find_path_conflict(const st_file_entry *files, size_t nfiles, const char **dup,
+                              const char **what)
 {
     if (nfiles < 2)
         return 0;
@@ -139,10 +160,14 @@ static int find_duplicate_path(const st_file_entry *files, size_t nfiles, const 
     qsort(sorted, nfiles, sizeof *sorted, cmp_path_ptr);
     int found = 0;
     for (size_t i = 1; i < nfiles && !found; i++) {
-        if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-            *dup = sorted[i];
-            found = 1;
-        }
+        if (strcmp(sorted[i - 1], sorted[i]) == 0)
+            *what = "duplicate path";
+        else if (is_beneath(sorted[i - 1], sorted[i]))
+            *what = "path beneath a file";
+        else
+            continue;
+        *dup = sorted[i];
+        found = 1;
     }
     free(sorted);
     return found;
@@ -167,12 +192,12 @@ static st_err validate_for_encode(const st_manifest *m)
             return st_seterr(ST_ERR_INVALID, "manifest encode: file %zu (%.200s), chunk %zu: %s", i,
                              f->path ? f->path : "(null)", bad_chunk, why);
     }
-    const char *dup = NULL;
-    int d = find_duplicate_path(m->files, m->nfiles, &dup);
+    const char *dup = NULL, *what = NULL;
+    int d = find_path_conflict(m->files, m->nfiles, &dup, &what);
     if (d < 0)
         return st_seterr(ST_ERR_NOMEM, "manifest encode: out of memory");
     if (d > 0)
-        return st_seterr(ST_ERR_INVALID, "manifest encode: duplicate path %.200s", dup);
+        return st_seterr(ST_ERR_INVALID, "manifest encode: %s %.200s", what, dup);
     return ST_OK;
 }
 
@@ -445,14 +470,14 @@ st_err st_manifest_decode(const uint8_t *buf, size_t len, st_manifest *m)
         goto out;
     }
 
-    const char *dup = NULL;
-    int found = find_duplicate_path(d.files, d.nfiles, &dup);
+    const char *dup = NULL, *what = NULL;
+    int found = find_path_conflict(d.files, d.nfiles, &dup, &what);
     if (found < 0) {
         e = st_seterr(ST_ERR_NOMEM, "manifest: out of memory");
         goto out;
     }
     if (found > 0) {
-        e = st_seterr(ST_ERR_CORRUPT, "manifest: duplicate path %.200s", dup);
+        e = st_seterr(ST_ERR_CORRUPT, "manifest: %s %.200s", what, dup);
         goto out;
     }
     *m = d;

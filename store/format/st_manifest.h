@@ -19,7 +19,9 @@
  * Paths are relative to the job, '/'-separated, and must be "clean": no
  * leading '/', no empty, "." or ".." component, no NUL, at most
  * ST_MANIFEST_MAX_PATH bytes. The decoder rejects any other path, so a
- * hostile manifest cannot make restore write outside its target directory.
+ * hostile manifest cannot make restore write outside its target directory,
+ * and any manifest whose paths no directory tree can hold together: the
+ * same path twice, or a file beneath another file ("d" and "d/x").
  *
  * The decoder accepts any (buf, len) and returns either a manifest whose every
  * field passed these checks or ST_ERR_CORRUPT / ST_ERR_UNSUPPORTED (it is

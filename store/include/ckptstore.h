@@ -75,13 +75,15 @@ typedef struct st_step_info {
     int complete;        /* some node saw its completion */
     uint32_t world_size; /* 0: unknown */
     uint32_t ranks;      /* distinct writer ranks among its files */
+    int unreadable;      /* a part record or manifest of it cannot be read (why says why) */
     char why[160];       /* "" when consistent, else why not ("missing ranks 2,3") */
 } st_step_info;
 
 /*!
  * Every step of job that has at least one part record, consistent or not, in
- * ascending order (*steps malloc'd, free()). Steps whose records cannot be
- * read are reported through warn and left out.
+ * ascending order (*steps malloc'd, free()). A step whose records cannot be
+ * read is listed too, as a row with unreadable set, consistent 0, its part
+ * records counted in nodes and the error in why (and reported through warn).
  */
 st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, size_t *n);
 

@@ -16,6 +16,9 @@
 typedef struct st_gc_report {
     int dry_run;
     uint64_t steps_kept, steps_deleted;
+    uint64_t steps_damaged;    /* consistent, but a pack they need is missing or short: kept
+                                  only by a rule of their own, never counted by keep_last */
+    uint64_t steps_unreadable; /* a part record or manifest unreadable: kept (and no sweep) */
     uint64_t *deleted_steps;   /* steps_deleted entries, ascending (malloc'd) */
     uint64_t packs;            /* packs listed */
     uint64_t packs_referenced; /* referenced by a remaining part record's manifest */

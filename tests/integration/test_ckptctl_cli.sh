@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI behaviour of ckptctl: help of every verb, exit codes, error messages,
 # --json output checked by value, latest/restore/verify/stats over steps made
-# with `ckptctl put`, restore falling back from a damaged latest step, the
+# with `ckptctl put`, restore falling back from a damaged or missing pack
+# and leaving nothing of the damaged step, 2,000 files under ulimit -n 256, the
 # mount verbs against a fake control directory, and that a corrupted store
 # object is reported (exit 4) without leaving a bad file.
 #   test_ckptctl_cli.sh PATH/TO/ckptctl
@@ -250,6 +251,69 @@ expect 0 "commit" -- "$ckptctl" commit --mount "$fake" --step 7 --rank 1 --world
 if [ "$(cat "$fake/.ckptfs/commit")" = "cli 7 1 4" ]; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: commit wrote '$(cat "$fake/.ckptfs/commit")'"; fi
 
+# Job j3: step 2's own pack is missing (deleted behind the store's back).
+# Its same.bin has step 1's bytes under another name (its chunks are in step
+# 1's pack, so it verifies): a fallback must leave nothing of step 2, and a
+# missing pack is damage (exit 4), not "not found" (exit 1).
+J3="--job j3"
+mkdir -p "$tmp/j3s1" "$tmp/j3s2"
+head -c 500000 /dev/urandom >"$tmp/j3s1/one.bin"
+cp "$tmp/j3s1/one.bin" "$tmp/j3s2/same.bin"
+head -c 500000 /dev/urandom >"$tmp/j3s2/two.bin"
+expect 0 "put j3 step 1" -- "$ckptctl" $J3 put --step 1 "$tmp/j3s1"
+find "$tmp/store" -path '*j3*' -name '*.pack' | sort >"$tmp/packs_j3_1"
+expect 0 "put j3 step 2" -- "$ckptctl" $J3 put --step 2 "$tmp/j3s2"
+find "$tmp/store" -path '*j3*' -name '*.pack' | sort >"$tmp/packs_j3_2"
+j3_new=$(comm -13 "$tmp/packs_j3_1" "$tmp/packs_j3_2")
+if [ -n "$j3_new" ]; then passed=$((passed + 1)); rm -f $j3_new; else
+    failed=$((failed + 1)); echo "FAIL: j3 step 2 made no pack"; fi
+expect 4 "verify of a step whose pack is missing" -- "$ckptctl" $J3 verify --step 2
+contains "$tmp/err" "missing" "verify says the pack is missing"
+expect 4 "restore --step of a step whose pack is missing" -- "$ckptctl" $J3 restore --step 2 --to "$tmp/j3x"
+expect 0 "restore --latest falls back from a missing pack" -- "$ckptctl" $J3 restore --latest --threads 1 --to "$tmp/j3fb"
+contains "$tmp/err" "fell back to step 1" "missing pack: fell back"
+same "missing pack: the fallback is step 1 alone" "$tmp/j3s1" "$tmp/j3fb"
+if [ -n "$(ls -A "$tmp/j3x" 2>/dev/null)" ]; then
+    failed=$((failed + 1)); echo "FAIL: a failed restore left: $(ls -A "$tmp/j3x")"
+else passed=$((passed + 1)); fi
+
+# gc on j3, whose newest step lost its pack: --keep-last 1 keeps step 2
+# (newer than the newest restorable step) and step 1 (the one to restore).
+expect 0 "gc --keep-last 1 with a damaged newest step" -- "$ckptctl" $J3 gc --keep-last 1 --json
+checkjson "gc keeps the restorable step" 'd["steps_deleted"]==0 and d["steps_damaged"]==1 and d["sweep_skipped"] is False'
+expect 0 "ls j3 after gc" -- "$ckptctl" $J3 ls --json
+checkjson "both j3 steps remain" '[s["step"] for s in d]==[1,2]'
+expect 0 "restore j3 after gc" -- "$ckptctl" $J3 restore --latest --to "$tmp/j3gc"
+same "j3 still restores step 1" "$tmp/j3s1" "$tmp/j3gc"
+
+# Job j5: a garbage part record. gc keeps its step, skips the sweep, says
+# so and exits 7; ls shows the step as a row, "unreadable".
+mkdir -p "$tmp/j5s1" && echo five >"$tmp/j5s1/f"
+expect 0 "put j5 step 1" -- "$ckptctl" --job j5 put --step 1 "$tmp/j5s1"
+# (the file store keeps a key's folders as "<name>@/")
+mkdir -p "$tmp/store/jobs@/j5@/steps@/00000000000000000002@/nodes@"
+printf 'garbage' >"$tmp/store/jobs@/j5@/steps@/00000000000000000002@/nodes@/junk.commit"
+expect 7 "gc with a garbage part record" -- "$ckptctl" --job j5 gc
+contains "$tmp/err" "sweep skipped" "gc says it skipped the sweep"
+contains "$tmp/err" "00000000000000000002" "gc names the bad record"
+expect 7 "gc -q --json with a garbage part record" -- "$ckptctl" --job j5 -q gc --json
+checkjson "gc --json says the sweep was skipped" 'd["sweep_skipped"] is True and d["steps_unreadable"]==1 and "step 2" in d["why"]'
+contains "$tmp/err" "sweep skipped" "gc -q --json still says it on stderr"
+expect 0 "ls j5" -- "$ckptctl" --job j5 ls
+contains "$tmp/out" "unreadable" "ls shows the unreadable step as a row"
+expect 0 "ls j5 --json" -- "$ckptctl" --job j5 ls --json
+checkjson "ls --json has the unreadable step" '[(s["step"],s["state"]) for s in d]==[(1,"consistent"),(2,"unreadable")] and d[1]["why"]!=""'
+expect 0 "latest j5 skips the unreadable step" -- "$ckptctl" --job j5 latest
+contains "$tmp/out" "^1$" "latest of j5 is 1"
+
+# Job j4: 2,000 files restore under ulimit -n 256 (a task holds its file's
+# descriptor only while it runs).
+mkdir -p "$tmp/j4s1"
+for i in $(seq 1 2000); do echo "file $i" >"$tmp/j4s1/f$i"; done
+expect 0 "put j4: 2,000 files" -- "$ckptctl" --job j4 put --step 1 "$tmp/j4s1"
+expect 0 "restore 2,000 files under ulimit -n 256" -- bash -c 'ulimit -n 256 && exec "$@"' _ "$ckptctl" --job j4 restore --latest --to "$tmp/j4r"
+same "2,000 files restored" "$tmp/j4s1" "$tmp/j4r"
+
 # Flip one byte in the middle of every pack: get must fail with exit 4 and
 # must not leave the damaged file under its real name.
 for p in $(find "$tmp/store" -name '*.pack'); do
@@ -261,7 +325,7 @@ contains "$tmp/err" "weights #1.bin" "corruption message names the file"
 if [ -e "$tmp/bad/sub dir/weights #1.bin" ]; then
     failed=$((failed + 1)); echo "FAIL: corrupted file left under its name"
 else passed=$((passed + 1)); fi
-if ls -a "$tmp/bad/sub dir" 2>/dev/null | grep -q ckpt-restore; then
+if ls -a "$tmp/bad" "$tmp/bad/sub dir" 2>/dev/null | grep -q ckpt-restore; then
     failed=$((failed + 1)); echo "FAIL: temporary restore file left behind"
 else passed=$((passed + 1)); fi
 

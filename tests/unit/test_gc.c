@@ -587,6 +587,83 @@ static void test_interrupted_deletion(void)
     st_store_close(s);
 }
 
+/* The key of the pack that appeared under job between listings a and b. */
+static const char *new_key(const key_set *a, const key_set *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        int seen = 0;
+        for (size_t j = 0; j < a->n; j++)
+            seen |= !strcmp(a->keys[j], b->keys[i]);
+        if (!seen)
+            return b->keys[i];
+    }
+    return NULL;
+}
+
+/* The newest step is damaged (its own pack missing): keep-last 1 keeps the
+ * newest restorable step too, and deletes only what is older. Truncating a
+ * pack is damage as well. */
+static void test_damaged_newest_step(void)
+{
+    st_store *s = open_store("state-d");
+    st_backend *b = open_backend();
+    key_set first, before, after;
+    put_step(s, "d", 1, 501, NULL);
+    list_under(b, "d", "packs/", &first);
+    put_step(s, "d", 2, 502, NULL);
+    list_under(b, "d", "packs/", &before);
+    put_step(s, "d", 3, 503, NULL);
+    list_under(b, "d", "packs/", &after);
+    const char *pack3 = new_key(&before, &after);
+    CHECK(pack3 != NULL);
+    if (pack3)
+        CHECK_OK(st_del(b, pack3));
+    st_gc_report r;
+    st_gc_policy keep1 = {.keep_last = 1};
+    CHECK_OK(st_store_gc(s, "d", &keep1, 0, &r));
+    CHECK(steps_of(s, "d") == ((1u << 2) | (1u << 3)));
+    CHECK(r.steps_damaged == 1 && r.steps_deleted == 1 && r.deleted_steps[0] == 1);
+    st_gc_report_free(&r);
+    st_verify_result v;
+    CHECK_OK(st_store_verify(s, "d", 2, &v));
+
+    /* Step 2's own pack cut short: step 2 is damaged too; nothing is
+     * restorable, so nothing is deleted. */
+    const char *pack2 = new_key(&first, &before);
+    CHECK(pack2 != NULL);
+    if (pack2) {
+        st_bytes data = {0};
+        CHECK_OK(st_get(b, pack2, 0, ST_GET_TO_END, &data));
+        CHECK_OK(st_put(b, pack2, data.data, data.len / 2));
+        st_bytes_free(&data);
+    }
+    CHECK_OK(st_store_gc(s, "d", &keep1, 0, &r));
+    CHECK(r.steps_damaged == 2 && r.steps_deleted == 0);
+    CHECK(steps_of(s, "d") == ((1u << 2) | (1u << 3)));
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
+/* A garbage part record: the step is kept and the sweep skipped, and the
+ * report says both (ckptctl gc then exits 7). */
+static void test_garbage_part_record(void)
+{
+    st_store *s = open_store("state-g");
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX];
+    put_step(s, "g", 1, 601, NULL);
+    CHECK_OK(st_key_part(key, sizeof key, "g", 2, "junk"));
+    CHECK_OK(st_put(b, key, "garbage", 7));
+    st_gc_report r;
+    CHECK_OK(st_store_gc(s, "g", NULL, 0, &r));
+    CHECK(r.sweep_skipped && r.steps_unreadable == 1);
+    CHECK(strstr(r.why, "step 2") != NULL);
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
 /* The writer's check itself: marker first, then the pack; young markers
  * are accepted only for the final look before publishing. */
 static void test_pack_usable(void)
@@ -632,6 +709,8 @@ int main(void)
     RUN(test_rehome_after_retire);
     RUN(test_batches_and_stop);
     RUN(test_interrupted_deletion);
+    RUN(test_damaged_newest_step);
+    RUN(test_garbage_part_record);
     ut_rmtree(root);
     return ut_finish();
 }

@@ -341,12 +341,23 @@ static void test_encode_rejects(void)
         int field;
         const char *value;
     } cases[] = {
-        {"dotdot", 0, "../x"},   {"abs", 0, "/abs"},      {"double slash", 0, "a//b"},
-        {"dot", 0, "a/./b"},     {"trailing /", 0, "a/"}, {"empty path", 0, ""},
-        {"empty node", 1, ""},   {"empty job", 2, ""},    {"dup path", 3, NULL},
-        {"size", 4, NULL},       {"pack index", 5, NULL}, {"long node", 6, NULL},
-        {"rank -2", 7, NULL},    {"null node", 8, NULL},  {"stored < header", 9, NULL},
+        {"dotdot", 0, "../x"},
+        {"abs", 0, "/abs"},
+        {"double slash", 0, "a//b"},
+        {"dot", 0, "a/./b"},
+        {"trailing /", 0, "a/"},
+        {"empty path", 0, ""},
+        {"empty node", 1, ""},
+        {"empty job", 2, ""},
+        {"dup path", 3, NULL},
+        {"size", 4, NULL},
+        {"pack index", 5, NULL},
+        {"long node", 6, NULL},
+        {"rank -2", 7, NULL},
+        {"null node", 8, NULL},
+        {"stored < header", 9, NULL},
         {"null path", 10, NULL},
+        {"file beneath a file", 11, NULL},
     };
     char longname[ST_MANIFEST_MAX_NAME + 2];
     memset(longname, 'n', sizeof longname - 1);
@@ -392,6 +403,12 @@ static void test_encode_rejects(void)
         case 10:
             free(m.files[0].path);
             m.files[0].path = NULL;
+            break;
+        case 11:
+            free(m.files[1].path);
+            free(m.files[2].path);
+            m.files[1].path = dup_str("d/e/f");
+            m.files[2].path = dup_str("d/e");
             break;
         }
         st_bytes out = {0};
@@ -531,6 +548,9 @@ static void test_hostile_valid_checksum(void)
         {"beyond max pack", {.version = 1}, 9, NULL, ST_ERR_CORRUPT},
         {"raw above max", {.version = 1}, 10, NULL, ST_ERR_CORRUPT},
         {"path too long", {.version = 1}, 11, NULL, ST_ERR_CORRUPT},
+        /* A file and a file beneath it: no restore can make both. */
+        {"file d and d/x (d-b between)", {.version = 1}, 12, NULL, ST_ERR_CORRUPT},
+        {"file d/x and then d", {.version = 1}, 13, NULL, ST_ERR_CORRUPT},
     };
     char longname[ST_MANIFEST_MAX_NAME + 2];
     memset(longname, 'j', sizeof longname - 1);
@@ -586,6 +606,15 @@ static void test_hostile_valid_checksum(void)
             m.files[1].path = p;
             break;
         }
+        case 12: /* "d-b" sorts between "d" and "d/x" byte-wise */
+        case 13:
+            free(m.files[1].path);
+            free(m.files[3].path);
+            free(m.files[4].path);
+            m.files[1].path = dup_str(cases[i].edit == 12 ? "d" : "d/x");
+            m.files[3].path = dup_str("d-b");
+            m.files[4].path = dup_str(cases[i].edit == 12 ? "d/x" : "d");
+            break;
         }
         raw_encode(&m, plens, &cases[i].o, &enc);
         st_err e = decode_copy(enc.data, enc.len, &d);

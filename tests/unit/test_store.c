@@ -1,11 +1,14 @@
 /*
  * Engine tests through the facade (ckptstore.h) on a file:// store in a temp
  * dir: round trips, dedup guarantees, PUT budget, what a partial write
- * leaves visible, and that a fresh node dedups against what is stored.
+ * leaves visible, that a fresh node dedups against what is stored, and that
+ * a restore completes a step or leaves nothing of it (damaged or missing
+ * packs, fallback) with a bounded number of descriptors.
  */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -244,6 +247,238 @@ static void test_tampered_manifest_is_rejected(void)
     st_store_close(s);
 }
 
+/* ---- restore: all of a step or nothing of it ---- */
+
+typedef struct key_set {
+    char keys[16][300];
+    size_t n;
+} key_set;
+
+static int collect_key(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    key_set *k = arg;
+    if (k->n < 16)
+        snprintf(k->keys[k->n++], sizeof k->keys[0], "%s", key);
+    return 0;
+}
+
+static int key_in(const key_set *k, const char *key)
+{
+    for (size_t i = 0; i < k->n; i++)
+        if (!strcmp(k->keys[i], key))
+            return 1;
+    return 0;
+}
+
+/* Stores step 1 of job (a.bin) and step 2 (a-dedup.bin, a.bin's bytes again,
+ * so its chunks are in step 1's pack and it verifies; z-new.bin, new bytes
+ * in a pack only step 2 references). Returns that pack's key in new_pack. */
+static void put_two_steps(st_store *s, const char *job, char *new_pack, size_t cap)
+{
+    char p[500], d1[400], d2[400];
+    uint8_t a[20000], z[20000];
+    ut_rand_fill(a, sizeof a, 31);
+    ut_rand_fill(z, sizeof z, 32);
+    snprintf(d1, sizeof d1, "%s/%s-1", root, job);
+    snprintf(d2, sizeof d2, "%s/%s-2", root, job);
+    mkdir(d1, 0755);
+    mkdir(d2, 0755);
+    snprintf(p, sizeof p, "%s/a.bin", d1);
+    write_file(p, a, sizeof a);
+    snprintf(p, sizeof p, "%s/a-dedup.bin", d2);
+    write_file(p, a, sizeof a);
+    snprintf(p, sizeof p, "%s/z-new.bin", d2);
+    write_file(p, z, sizeof z);
+    st_backend *b;
+    key_set before = {.n = 0}, after = {.n = 0};
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "jobs/%s/packs/", job);
+    CHECK_OK(st_backend_open(url, &b));
+    CHECK_OK(st_store_put_dir(s, job, 1, d1, NULL));
+    CHECK_OK(st_list(b, prefix, collect_key, &before));
+    CHECK_OK(st_store_put_dir(s, job, 2, d2, NULL));
+    CHECK_OK(st_list(b, prefix, collect_key, &after));
+    st_backend_close(b);
+    new_pack[0] = '\0';
+    for (size_t i = 0; i < after.n; i++)
+        if (!key_in(&before, after.keys[i]))
+            snprintf(new_pack, cap, "%s", after.keys[i]);
+    CHECK(after.n == before.n + 1 && new_pack[0]);
+}
+
+/* 1 if dir holds an entry whose name starts with prefix. */
+static int dir_has_prefix(const char *dir, const char *prefix)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -q '^%s'", dir, prefix);
+    return system(cmd) == 0;
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+/* Restores the latest step of job into <root>/<out> with one thread (so
+ * that a-dedup.bin is whole and verified before z-new.bin fails). */
+static st_err restore_latest(st_store *s, const char *job, const char *out, st_restore_result *r)
+{
+    char dest[400];
+    snprintf(dest, sizeof dest, "%s/%s", root, out);
+    st_restore_opts o = {.rank = -1, .latest = 1, .threads = 1};
+    memset(r, 0, sizeof *r);
+    return st_store_restore(s, job, 0, dest, &o, r);
+}
+
+static void check_only_step1(const char *out)
+{
+    char dest[400];
+    snprintf(dest, sizeof dest, "%s/%s", root, out);
+    CHECK(exists(dest, "a.bin"));
+    CHECK(!exists(dest, "a-dedup.bin")); /* step 2's verified file: not left behind */
+    CHECK(!exists(dest, "z-new.bin"));
+    CHECK(!dir_has_prefix(dest, ".ckpt-restore"));
+}
+
+static void test_fallback_leaves_nothing_of_the_bad_step(void)
+{
+    st_store *s = open_store("state7");
+    char pack[300];
+    put_two_steps(s, "fall", pack, sizeof pack);
+    st_backend *b;
+    st_bytes data = {0};
+    CHECK_OK(st_backend_open(url, &b));
+    CHECK_OK(st_get(b, pack, 0, ST_GET_TO_END, &data));
+    if (data.len > 100)
+        data.data[data.len / 2] ^= 0xff;
+    CHECK_OK(st_put(b, pack, data.data, data.len));
+    st_bytes_free(&data);
+    st_backend_close(b);
+    st_restore_result r;
+    CHECK_OK(restore_latest(s, "fall", "fall-out", &r));
+    CHECK(r.fell_back && r.failed_step == 2 && r.step == 1 && r.files == 1);
+    check_only_step1("fall-out");
+    /* Asked for step 2 itself: the restore fails and leaves nothing of it. */
+    char dest[400];
+    snprintf(dest, sizeof dest, "%s/fall-out2", root);
+    CHECK_ERR(st_store_get_dir(s, "fall", 2, dest, NULL), ST_ERR_CORRUPT);
+    CHECK(!exists(dest, "a-dedup.bin") && !exists(dest, "z-new.bin"));
+    CHECK(!dir_has_prefix(dest, ".ckpt-restore"));
+    st_store_close(s);
+}
+
+static void test_missing_pack_is_damage(void)
+{
+    st_store *s = open_store("state8");
+    char pack[300];
+    put_two_steps(s, "gone", pack, sizeof pack);
+    st_backend *b;
+    CHECK_OK(st_backend_open(url, &b));
+    CHECK_OK(st_del(b, pack));
+    st_backend_close(b);
+    st_restore_result r;
+    CHECK_OK(restore_latest(s, "gone", "gone-out", &r));
+    CHECK(r.fell_back && r.failed_step == 2 && r.step == 1);
+    CHECK(strstr(r.failure, "missing") != NULL);
+    check_only_step1("gone-out");
+    st_verify_result v;
+    CHECK_ERR(st_store_verify(s, "gone", 2, &v), ST_ERR_CORRUPT);
+    CHECK(v.bad_files == 1);
+    CHECK_OK(st_store_verify(s, "gone", 1, &v));
+    st_store_close(s);
+}
+
+/* A step of 2,000 files restores under a limit of 256 descriptors. */
+static void test_many_files_few_descriptors(void)
+{
+    enum { NFILES = 2000 };
+    st_store *s = open_store("state9");
+    char p[500], dir[400], out[400];
+    snprintf(dir, sizeof dir, "%s/many", root);
+    mkdir(dir, 0755);
+    for (int i = 0; i < NFILES; i++) {
+        char text[64];
+        int len = snprintf(text, sizeof text, "file %d of the many\n", i);
+        snprintf(p, sizeof p, "%s/f%04d", dir, i);
+        write_file(p, text, (size_t)len);
+    }
+    CHECK_OK(st_store_put_dir(s, "many", 1, dir, NULL));
+    struct rlimit old, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    low = old;
+    low.rlim_cur = 256;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    snprintf(out, sizeof out, "%s/many-out", root);
+    st_get_result g = {0};
+    st_err e = st_store_get_dir(s, "many", 1, out, &g);
+    setrlimit(RLIMIT_NOFILE, &old);
+    CHECK_OK(e);
+    CHECK(g.files == NFILES);
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "diff -r '%s' '%s' >/dev/null", dir, out);
+    CHECK(system(cmd) == 0);
+    st_store_close(s);
+}
+
+/* A step whose part record is garbage is listed as an unreadable row. */
+static void test_unreadable_step_is_listed(void)
+{
+    st_store *s = open_store("state10");
+    char p[400];
+    snprintf(p, sizeof p, "%s/unread", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/unread/f", root);
+    write_file(p, "x", 1);
+    snprintf(p, sizeof p, "%s/unread", root);
+    CHECK_OK(st_store_put_dir(s, "unread", 1, p, NULL));
+    st_backend *b;
+    CHECK_OK(st_backend_open(url, &b));
+    CHECK_OK(st_put(b, "jobs/unread/steps/00000000000000000002/nodes/junk.commit", "junk", 4));
+    st_backend_close(b);
+    st_step_info *steps;
+    size_t n;
+    CHECK_OK(st_store_list_steps(s, "unread", &steps, &n));
+    CHECK(n == 2);
+    if (n == 2) {
+        CHECK(steps[0].step == 1 && steps[0].consistent && !steps[0].unreadable);
+        CHECK(steps[1].step == 2 && !steps[1].consistent && steps[1].unreadable);
+        CHECK(steps[1].nodes == 1 && strstr(steps[1].why, "unreadable") != NULL);
+    }
+    free(steps);
+    st_store_close(s);
+}
+
+/* The target has a directory where the step has a file: the rename into
+ * place fails, and the files already placed are taken out again. */
+static void test_failed_commit_leaves_nothing(void)
+{
+    st_store *s = open_store("state11");
+    char p[500], dest[400];
+    snprintf(p, sizeof p, "%s/commit-src", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/commit-src/a.bin", root);
+    write_file(p, "aaaa", 4);
+    snprintf(p, sizeof p, "%s/commit-src/b", root);
+    write_file(p, "bbbb", 4);
+    snprintf(p, sizeof p, "%s/commit-src", root);
+    CHECK_OK(st_store_put_dir(s, "commit", 1, p, NULL));
+    snprintf(dest, sizeof dest, "%s/commit-out", root);
+    mkdir(dest, 0755);
+    snprintf(p, sizeof p, "%s/b", dest);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/b/keep", dest);
+    write_file(p, "k", 1);
+    CHECK_ERR(st_store_get_dir(s, "commit", 1, dest, NULL), ST_ERR_IO);
+    CHECK(strstr(st_errmsg(), "rename into place b") != NULL);
+    CHECK(!exists(dest, "a.bin"));
+    CHECK(exists(dest, "b/keep"));
+    CHECK(!dir_has_prefix(dest, ".ckpt-restore"));
+    st_store_close(s);
+}
+
 int main(void)
 {
     if (!mkdtemp(root)) {
@@ -258,6 +493,11 @@ int main(void)
     RUN(test_fresh_node_dedups_against_store);
     RUN(test_uncommitted_step_is_invisible);
     RUN(test_tampered_manifest_is_rejected);
+    RUN(test_fallback_leaves_nothing_of_the_bad_step);
+    RUN(test_missing_pack_is_damage);
+    RUN(test_many_files_few_descriptors);
+    RUN(test_unreadable_step_is_listed);
+    RUN(test_failed_commit_leaves_nothing);
     ut_rmtree(root);
     return ut_finish();
 }
