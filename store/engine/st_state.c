@@ -295,20 +295,33 @@ st_err st_state_manifest_mark(st_state *s, const char *key)
     return run_done(s, q, "mark manifest");
 }
 
-st_err st_state_step_set(st_state *s, const char *job, uint64_t step, st_pending_state state)
+/* The statements keyed by (job, step) bind those as ?1 and ?2. */
+static sqlite3_stmt *query_step(st_state *s, int which, const char *job, uint64_t step)
 {
-    sqlite3_stmt *q = query(s, Q_STEP_SET);
+    sqlite3_stmt *q = query(s, which);
     sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
+    return q;
+}
+
+/* ... and those that also take a pending state bind it as ?3. */
+static sqlite3_stmt *query_step_state(st_state *s, int which, const char *job, uint64_t step,
+                                      st_pending_state state)
+{
+    sqlite3_stmt *q = query_step(s, which, job, step);
     sqlite3_bind_int(q, 3, (int)state);
+    return q;
+}
+
+st_err st_state_step_set(st_state *s, const char *job, uint64_t step, st_pending_state state)
+{
+    sqlite3_stmt *q = query_step_state(s, Q_STEP_SET, job, step, state);
     return run_done(s, q, "set step state");
 }
 
 st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending_state *state)
 {
-    sqlite3_stmt *q = query(s, Q_STEP_GET);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
+    sqlite3_stmt *q = query_step(s, Q_STEP_GET, job, step);
     int rc = sqlite3_step(q);
     if (rc == SQLITE_ROW)
         *state = (st_pending_state)sqlite3_column_int(q, 0);
@@ -321,9 +334,7 @@ st_err st_state_step_get(st_state *s, const char *job, uint64_t step, st_pending
 st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char *path,
                          uint64_t size, st_pending_state state)
 {
-    sqlite3_stmt *q = query(s, Q_FILE_SET);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
+    sqlite3_stmt *q = query_step(s, Q_FILE_SET, job, step);
     sqlite3_bind_text(q, 3, path, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 4, (sqlite3_int64)size);
     sqlite3_bind_int(q, 5, (int)state);
@@ -332,19 +343,13 @@ st_err st_state_file_set(st_state *s, const char *job, uint64_t step, const char
 
 st_err st_state_files_set_step(st_state *s, const char *job, uint64_t step, st_pending_state state)
 {
-    sqlite3_stmt *q = query(s, Q_FILES_SET_STEP);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_int(q, 3, (int)state);
+    sqlite3_stmt *q = query_step_state(s, Q_FILES_SET_STEP, job, step, state);
     return run_done(s, q, "set files state");
 }
 
 st_err st_state_files_count(st_state *s, const char *job, uint64_t step, st_pending_state state,
                             uint64_t *count)
 {
-    sqlite3_stmt *q = query(s, Q_FILES_COUNT);
-    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
-    sqlite3_bind_int(q, 3, (int)state);
+    sqlite3_stmt *q = query_step_state(s, Q_FILES_COUNT, job, step, state);
     return run_count(s, q, count, "count files");
 }
