@@ -86,7 +86,10 @@ static void run_planes(uint8_t *restrict dst, const uint8_t *restrict src, size_
         return;
     }
     size_t n = len / es;
-    (es == 2 ? two : four)(dst, src, n);
+    if (es == 2)
+        two(dst, src, n);
+    else
+        four(dst, src, n);
     copy_bytes(dst + n * es, src + n * es, len - n * es);
 }
 
