@@ -83,9 +83,12 @@ typedef struct cli {
     const char *verb;
 } cli;
 
+/* What a verb runs: its exit code. s is NULL when the verb's needs_store is 0. */
+typedef int verb_fn(cli *c, st_store *s);
+
 typedef struct verb {
     const char *name;
-    int (*run)(cli *c, st_store *s); /* s is NULL when needs_store is 0 */
+    verb_fn *run;
     int needs_store;
     unsigned opts; /* enum opt_bit accepted */
     const char *usage;
@@ -93,19 +96,8 @@ typedef struct verb {
 } verb;
 
 /* ---- verbs (one function each) ---- */
-int run_put(cli *c, st_store *s);
-int run_get(cli *c, st_store *s);
-int run_restore(cli *c, st_store *s);
-int run_ls(cli *c, st_store *s);
-int run_latest(cli *c, st_store *s);
-int run_verify(cli *c, st_store *s);
-int run_stats(cli *c, st_store *s);
-int run_commit(cli *c, st_store *s);
-int run_wait(cli *c, st_store *s);
-int run_status(cli *c, st_store *s);
-int run_gc(cli *c, st_store *s);
-int run_pin(cli *c, st_store *s);
-int run_unpin(cli *c, st_store *s);
+verb_fn run_put, run_get, run_restore, run_ls, run_latest, run_verify, run_stats, run_commit,
+    run_wait, run_status, run_gc, run_pin, run_unpin;
 
 /* ---- errors ---- */
 

@@ -69,7 +69,17 @@ static void unshuffle4(uint8_t *restrict dst, const uint8_t *restrict src, size_
     }
 }
 
-void st_shuffle(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, size_t es)
+/* One element-size-specific kernel over the n whole elements. */
+typedef void plane_kernel(uint8_t *restrict dst, const uint8_t *restrict src, size_t n);
+
+/*
+ * What st_shuffle and st_unshuffle share: pick the kernel for es, run it
+ * over the whole elements, and let the tail ride along unchanged so any
+ * chunk length is shuffleable. Static and called with constant kernels, so
+ * the compiler inlines it and the loops stay vectorised.
+ */
+static void run_planes(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, size_t es,
+                       plane_kernel *two, plane_kernel *four)
 {
     if (es != 2 && es != 4) {
         copy_bytes(dst, src, len);
@@ -77,23 +87,18 @@ void st_shuffle(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, 
     }
     size_t n = len / es;
     if (es == 2)
-        shuffle2(dst, src, n);
+        two(dst, src, n);
     else
-        shuffle4(dst, src, n);
-    /* The tail rides along unchanged so any chunk length is shuffleable. */
+        four(dst, src, n);
     copy_bytes(dst + n * es, src + n * es, len - n * es);
+}
+
+void st_shuffle(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, size_t es)
+{
+    run_planes(dst, src, len, es, shuffle2, shuffle4);
 }
 
 void st_unshuffle(uint8_t *restrict dst, const uint8_t *restrict src, size_t len, size_t es)
 {
-    if (es != 2 && es != 4) {
-        copy_bytes(dst, src, len);
-        return;
-    }
-    size_t n = len / es;
-    if (es == 2)
-        unshuffle2(dst, src, n);
-    else
-        unshuffle4(dst, src, n);
-    copy_bytes(dst + n * es, src + n * es, len - n * es);
+    run_planes(dst, src, len, es, unshuffle2, unshuffle4);
 }

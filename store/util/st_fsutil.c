@@ -12,11 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
-st_err st_write_all(int fd, const void *buf, size_t len, const char *what)
+/* The write loop both entry points share: at *off with pwrite() (advancing
+ * it), or with write() at the file position when off is NULL. */
+static st_err write_loop(int fd, const uint8_t *p, size_t len, uint64_t *off, const char *what)
 {
-    const uint8_t *p = buf;
     while (len) {
-        ssize_t n = write(fd, p, len);
+        ssize_t n = off ? pwrite(fd, p, len, (off_t)*off) : write(fd, p, len);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -25,28 +26,21 @@ st_err st_write_all(int fd, const void *buf, size_t len, const char *what)
                              "write %s: %s", what, strerror(e));
         }
         p += n;
+        if (off)
+            *off += (uint64_t)n;
         len -= (size_t)n;
     }
     return ST_OK;
 }
 
+st_err st_write_all(int fd, const void *buf, size_t len, const char *what)
+{
+    return write_loop(fd, buf, len, NULL, what);
+}
+
 st_err st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what)
 {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            return st_seterr(e == ENOSPC || e == EDQUOT ? ST_ERR_NOSPACE : ST_ERR_IO,
-                             "write %s: %s", what, strerror(e));
-        }
-        p += n;
-        off += (uint64_t)n;
-        len -= (size_t)n;
-    }
-    return ST_OK;
+    return write_loop(fd, buf, len, &off, what);
 }
 
 st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what)
@@ -138,16 +132,19 @@ int st_open_beneath(int dirfd, const char *rel, int flags, mode_t mode, int crea
     }
 }
 
-int64_t st_now_ns(void)
+static int64_t clock_ns(clockid_t which)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(which, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t st_now_ns(void)
+{
+    return clock_ns(CLOCK_REALTIME);
 }
 
 int64_t st_mono_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return clock_ns(CLOCK_MONOTONIC);
 }

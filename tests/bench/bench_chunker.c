@@ -17,49 +17,40 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "format/st_chunker.h"
 #include "util/st_hash.h"
+
+#include "bench_util.h"
 
 #define FEED       (1u << 20)
 #define HASH_PIECE (256u << 10)
 
 static volatile uint64_t sink; /* keeps the work from being optimised away */
 
-static double now(void)
+/* What run_chunk counts and, with `hash`, names. */
+typedef struct chunk_count {
+    const uint8_t *buf;
+    int hash;
+    size_t chunks;
+} chunk_count;
+
+static int count_chunk(void *ctx, size_t start, size_t end)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    chunk_count *k = ctx;
+    if (k->hash)
+        sink += st_id_of(k->buf + start, end - start).b[0];
+    k->chunks++;
+    return 0;
 }
 
 /* Chunks buf; hashes each chunk if `hash`. Returns the chunk count. */
 static size_t run_chunk(st_chunker *c, const uint8_t *buf, size_t len, int hash)
 {
-    size_t chunks = 0, start = 0;
+    chunk_count k = {buf, hash, 0};
     st_chunker_reset(c);
-    for (size_t pos = 0; pos < len;) {
-        size_t n = len - pos < FEED ? len - pos : FEED;
-        size_t off = 0;
-        while (off < n) {
-            int cut;
-            off += st_chunker_next(c, buf + pos + off, n - off, &cut);
-            if (cut) {
-                if (hash)
-                    sink += st_id_of(buf + start, pos + off - start).b[0];
-                start = pos + off;
-                chunks++;
-            }
-        }
-        pos += n;
-    }
-    if (start < len) {
-        if (hash)
-            sink += st_id_of(buf + start, len - start).b[0];
-        chunks++;
-    }
-    return chunks;
+    bench_chunk_stream(c, buf, len, FEED, count_chunk, &k);
+    return k.chunks;
 }
 
 static void run_hash(const uint8_t *buf, size_t len)
@@ -87,13 +78,13 @@ static void bench_row(const char *label, st_chunker *c, const uint8_t *buf, size
     if (reps > 64)
         reps = 64;
     for (int r = -1; r < reps; r++) { /* r == -1: warm-up */
-        double t0 = now();
+        double t0 = bench_now();
         if (w == W_HASH)
             run_hash(buf, len);
         else
             chunks = run_chunk(c, buf, len, w == W_BOTH);
         if (r >= 0)
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     double mb = (double)len / 1e6;
@@ -101,26 +92,6 @@ static void bench_row(const char *label, st_chunker *c, const uint8_t *buf, size
     if (w != W_HASH)
         printf(" %9zu %9.0f", chunks, (double)len / (double)chunks);
     printf("\n");
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    long sz;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)sz)) != NULL) {
-        if (fread(buf, 1, (size_t)sz, f) == (size_t)sz) {
-            *len = (size_t)sz;
-        } else {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    fclose(f);
-    return buf;
 }
 
 int main(int argc, char **argv)
@@ -175,9 +146,10 @@ int main(int argc, char **argv)
 
     for (int i = 0; i < nfiles; i++) {
         size_t flen = 0;
-        uint8_t *f = read_file(files[i], &flen);
-        if (!f) {
+        uint8_t *f = bench_read_file(files[i], 0, &flen);
+        if (!f || !flen) {
             fprintf(stderr, "cannot read %s\n", files[i]);
+            free(f);
             continue;
         }
         const char *base = strrchr(files[i], '/');

@@ -25,10 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "format/st_codec.h"
 #include "format/st_shuffle.h"
+
+#include "bench_util.h"
 
 #define MIB (1u << 20)
 
@@ -38,13 +39,6 @@ typedef struct bench_input {
     size_t piece;
     size_t count; /* pieces; the last may be short */
 } bench_input;
-
-static double now_sec(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void *xmalloc(size_t n)
 {
@@ -218,12 +212,12 @@ static double time_best(bench_ctx *b, int s, int (*fn)(bench_ctx *, int), double
 {
     if (fn(b, s) != 0)
         return -1;
-    double best = 1e30, start = now_sec();
-    for (int pass = 0; pass < 3 || now_sec() - start < min_time; pass++) {
-        double t0 = now_sec();
+    double best = 1e30, start = bench_now();
+    for (int pass = 0; pass < 3 || bench_now() - start < min_time; pass++) {
+        double t0 = bench_now();
         if (fn(b, s) != 0)
             return -1;
-        double t = now_sec() - t0;
+        double t = bench_now() - t0;
         if (t < best)
             best = t;
     }
@@ -235,12 +229,12 @@ static double shuffle_speed(const bench_input *in, size_t es, int inverse, uint8
     size_t n = in->len < 64 * MIB ? in->len : 64 * MIB;
     double best = 1e30;
     for (int pass = 0; pass < 5; pass++) {
-        double t0 = now_sec();
+        double t0 = bench_now();
         if (inverse)
             st_unshuffle(dst, in->data, n, es);
         else
             st_shuffle(dst, in->data, n, es);
-        double t = now_sec() - t0;
+        double t = bench_now() - t0;
         if (t < best && pass > 0)
             best = t;
     }
@@ -251,25 +245,13 @@ static double shuffle_speed(const bench_input *in, size_t es, int inverse, uint8
 
 static int load_file(const char *path, bench_input *in)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    in->data = bench_read_file(path, 0, &in->len);
+    if (!in->data) {
         perror(path);
         return -1;
     }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (sz <= 0) {
+    if (!in->len) {
         fprintf(stderr, "bench_codec: %s is empty\n", path);
-        fclose(f);
-        return -1;
-    }
-    in->len = (size_t)sz;
-    in->data = xmalloc(in->len);
-    size_t got = fread(in->data, 1, in->len, f);
-    fclose(f);
-    if (got != in->len) {
-        fprintf(stderr, "bench_codec: short read on %s\n", path);
         return -1;
     }
     return 0;

@@ -25,6 +25,8 @@
 #include "format/st_chunker.h"
 #include "util/st_hash.h"
 
+#include "bench_util.h"
+
 typedef struct chunk_ref {
     st_id id;
     uint64_t len;
@@ -55,27 +57,19 @@ static int list_push(chunk_list *l, const uint8_t *p, size_t len)
     return 0;
 }
 
-static uint8_t *read_file(const char *path, size_t *len)
+/* Where push_chunk puts chunks: the fed bytes, and how many bytes of the
+ * first chunk to drop (1 in cdc mode: the prefix). */
+typedef struct chunk_sink {
+    const uint8_t *s;
+    size_t skip;
+    chunk_list *out;
+} chunk_sink;
+
+static int push_chunk(void *ctx, size_t start, size_t end)
 {
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    long sz;
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) != 0 || (sz = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-        goto out;
-    buf = malloc((size_t)sz + 1); /* +1: room for the cdc-mode prefix */
-    if (!buf)
-        goto out;
-    if (fread(buf + 1, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-        goto out;
-    }
-    *len = (size_t)sz;
-out:
-    fclose(f);
-    return buf;
+    chunk_sink *k = ctx;
+    size_t b = start == 0 ? k->skip : start;
+    return end > b && list_push(k->out, k->s + b, end - b);
 }
 
 /* Chunks data[1..1+len) (data[0] is spare room for the cdc-mode prefix). */
@@ -100,33 +94,10 @@ static int chunk_file(uint8_t *data, size_t len, const st_chunker_params *p, enu
         s = data;
         total = len + 1;
     }
-    size_t start = 0, pos = 0;
-    while (pos < total) {
-        size_t n = total - pos < feed ? total - pos : feed;
-        size_t off = 0;
-        while (off < n) {
-            int cut;
-            off += st_chunker_next(c, s + pos + off, n - off, &cut);
-            if (cut) {
-                size_t end = pos + off;
-                size_t b = start == 0 && m == MODE_CDC ? 1 : start; /* drop the prefix */
-                if (end > b && list_push(out, s + b, end - b))
-                    goto fail;
-                start = end;
-            }
-        }
-        pos += n;
-    }
-    if (total > start) {
-        size_t b = start == 0 && m == MODE_CDC ? 1 : start;
-        if (total > b && list_push(out, s + b, total - b))
-            goto fail;
-    }
+    chunk_sink k = {s, m == MODE_CDC, out};
+    int rc = bench_chunk_stream(c, s, total, feed, push_chunk, &k);
     st_chunker_free(c);
-    return 0;
-fail:
-    st_chunker_free(c);
-    return -1;
+    return rc;
 }
 
 static int id_cmp(const void *a, const void *b)
@@ -168,8 +139,8 @@ int main(int argc, char **argv)
 
     int rc = 1;
     size_t la = 0, lb = 0;
-    uint8_t *a = read_file(pos_args[0], &la);
-    uint8_t *b = read_file(pos_args[1], &lb);
+    uint8_t *a = bench_read_file(pos_args[0], 1, &la);
+    uint8_t *b = bench_read_file(pos_args[1], 1, &lb);
     chunk_list ca = {0}, cb = {0};
     st_id *ids = NULL;
     if (!a || !b) {

@@ -22,10 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/st_backend.h"
 #include "backend/st_backend_open.h"
+
+#include "bench_util.h"
 
 static st_backend *g_b;
 static uint8_t *g_data;
@@ -33,13 +34,6 @@ static size_t g_size;
 static int g_objects;
 static atomic_int g_next, g_failures;
 static int g_is_put;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void *worker(void *arg)
 {
@@ -97,12 +91,12 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_t th[256];
-    double t0 = now_s();
+    double t0 = bench_now();
     for (int t = 0; t < threads; t++)
         pthread_create(&th[t], NULL, worker, NULL);
     for (int t = 0; t < threads; t++)
         pthread_join(th[t], NULL);
-    double dt = now_s() - t0;
+    double dt = bench_now() - t0;
     st_backend_close(g_b);
     free(g_data);
     if (atomic_load(&g_failures))

@@ -26,6 +26,7 @@ The daemon command line is built by an argv factory, `argv(mountpoint) ->
 list`; the default one runs ckptfs (binary from the `binary` argument or
 $CKPTFS) in the foreground. Pass `argv=` to run any other FUSE daemon.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -35,11 +36,14 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 
 TORCH_PYTHON = "/usr/bin/python3"  # where Debian installs python3-torch
 OPENBLAS_DIR = "/usr/lib/x86_64-linux-gnu/openblas-pthread"
 PASSTHROUGH_LL_SRC = "/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c"
 SKIP = 77  # ctest SKIP_RETURN_CODE used by the mount tests
+CKPTFS = os.environ.get("CKPTFS")    # the binaries under test, as ctest names them
+CKPTCTL = os.environ.get("CKPTCTL")
 
 _live_mounts = set()  # Mount objects with a daemon running (for SIGTERM/atexit)
 
@@ -521,3 +525,81 @@ def file_store_keys(store_url, prefix=""):
             if key.startswith(prefix):
                 out[key] = os.path.getsize(os.path.join(dirpath, name))
     return out
+
+
+# -------------------------------------------------------------------- trees
+
+def sha256_file(path):
+    """The sha256 hex digest of the file at path, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def tree_map(root, fn, only=None, skip_dirs=()):
+    """{relative path: fn(path)} of every file under root, not descending
+    into directories named in skip_dirs; `only(relpath)` filters."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip_dirs]
+        for f in files:
+            p = os.path.join(dirpath, f)
+            rel = os.path.relpath(p, root)
+            if only is None or only(rel):
+                out[rel] = fn(p)
+    return out
+
+
+def tree_digest(root, only=None):
+    """{relative path: sha256} of every file under root, minus a mount's
+    .ckptfs control directory; `only(relpath)` filters."""
+    return tree_map(root, sha256_file, only, skip_dirs=(".ckptfs",))
+
+
+# ---------------------------------------------------------------- test case
+
+def require_binaries(test, *names):
+    """Fails `test` (a TestCase) unless each of the environment variables
+    in names (e.g. "CKPTFS") names an executable: a missing binary fails
+    loudly, never skips."""
+    for name in names:
+        path = os.environ.get(name)
+        test.assertTrue(path and os.access(path, os.X_OK), "%s must name the binary" % name)
+
+
+class MountTestCase(unittest.TestCase):
+    """A fresh temp dir and store per test; every mount in self.mounts is
+    stopped, then the temp dir removed, in tearDown, even when the test
+    failed. Subclasses set TMP_PREFIX, and STORE_FROM_ENV to run against
+    $CKPT_TEST_STORE_URL (an s3:// prefix, a fresh key prefix per test) when
+    it is set; the store is file://TMP/store otherwise."""
+
+    TMP_PREFIX = "ckptfs-mt-"
+    STORE_FROM_ENV = False
+
+    def setUp(self):
+        require_binaries(self, "CKPTFS", "CKPTCTL")
+        self.tmp = tempdir(self.TMP_PREFIX)
+        url = os.environ.get("CKPT_TEST_STORE_URL") if self.STORE_FROM_ENV else None
+        self.store = url or "file://" + os.path.join(self.tmp, "store")
+        if self.store.startswith("s3://"):
+            self.store = self.store.rstrip("/") + "/" + os.path.basename(self.tmp)
+        self.mounts = []
+
+    def tearDown(self):
+        for m in self.mounts:
+            m.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def tmp_dir(self, name):
+        """Creates the directory TMP/name; returns its path."""
+        path = os.path.join(self.tmp, name)
+        os.mkdir(path)
+        return path

@@ -42,11 +42,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import TORCH_PYTHON, Mount, tempdir, torch_env  # noqa: E402
+from mountlib import CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase, torch_env  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CKPTFS = os.environ.get("CKPTFS")
-CKPTCTL = os.environ.get("CKPTCTL")
 JOB = "job"
 WORLD = 2
 MIN_STEPS = 60
@@ -55,27 +53,23 @@ SETTLE_TIMEOUT = 120  # s: the last step consistent, then GC settled
 GRACE = "1"
 
 
-class GcDaemonsTest(unittest.TestCase):
+class GcDaemonsTest(MountTestCase):
+    TMP_PREFIX = "ckptfs-gcd-"
+
     def setUp(self):
-        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
-        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
-        self.tmp = tempdir("ckptfs-gcd-")
-        self.store = "file://" + os.path.join(self.tmp, "store")
+        super().setUp()
         self.ref = os.path.join(self.tmp, "ref")
         self.control = os.path.join(self.tmp, "control")
         os.makedirs(self.control)
-        self.mounts = []
         self.writers = []
 
     def tearDown(self):
-        for p in self.writers:
+        for p in self.writers:  # the writers first: they write into the mounts
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
             p.stderr.close()
-        for m in self.mounts:
-            m.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().tearDown()
 
     # ------------------------------------------------------------ helpers
 

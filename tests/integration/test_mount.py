@@ -17,30 +17,11 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import Mount, run_torch, run_torch_script, tempdir, wait_durable, list_steps  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, list_steps, run_torch,  # noqa: E402
+                      run_torch_script, sha256_file, tree_digest, wait_durable)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CKPTFS = os.environ.get("CKPTFS")
-CKPTCTL = os.environ.get("CKPTCTL")
 JOB = "job"
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_digest(root):
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".ckptfs"]
-        for f in files:
-            p = os.path.join(dirpath, f)
-            out[os.path.relpath(p, root)] = sha256(p)
-    return out
 
 
 def read_status(mount):
@@ -66,20 +47,8 @@ def step_state(status, step):
     return None
 
 
-class MountTest(unittest.TestCase):
-    def setUp(self):
-        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
-        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
-        self.tmp = tempdir()
-        self.store = os.environ.get("CKPT_TEST_STORE_URL") or "file://" + os.path.join(self.tmp, "store")
-        if self.store.startswith("s3://"):
-            self.store = self.store.rstrip("/") + "/" + os.path.basename(self.tmp)
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            m.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+class MountTest(MountTestCase):
+    STORE_FROM_ENV = True  # the S3 runs (integration.mount_s3) set CKPT_TEST_STORE_URL
 
     def mount(self, name, node=None, extra=(), env=None, staging=None):
         m = Mount(os.path.join(self.tmp, name), store=self.store,
@@ -96,8 +65,7 @@ class MountTest(unittest.TestCase):
     def test_torch_save_load_bit_exact(self):
         m = self.mount("a")
         os.mkdir(os.path.join(m.path, JOB))
-        local = os.path.join(self.tmp, "local")
-        os.mkdir(local)
+        local = self.tmp_dir("local")
         code = ("import torch,sys\n"
                 "torch.manual_seed(0)\n"
                 "m = torch.nn.Sequential(torch.nn.Linear(512,512), torch.nn.Linear(512,64))\n"
@@ -109,12 +77,12 @@ class MountTest(unittest.TestCase):
                 "assert all(torch.equal(b['model'][k], s['model'][k]) for k in s['model'])\n")
         run_torch(code, os.path.join(m.path, JOB), local)
         mounted = os.path.join(m.path, JOB, "ckpt-000010.pt")
-        self.assertEqual(sha256(mounted), sha256(os.path.join(local, "ckpt-000010.pt")))
+        self.assertEqual(sha256_file(mounted), sha256_file(os.path.join(local, "ckpt-000010.pt")))
         self.durable(10)
         # A second node reads it from the store, bit-exact.
         b = self.mount("b", extra=("--refresh", "0.5"))
         other = os.path.join(b.path, JOB, "ckpt-000010.pt")
-        self.assertEqual(sha256(other), sha256(os.path.join(local, "ckpt-000010.pt")))
+        self.assertEqual(sha256_file(other), sha256_file(os.path.join(local, "ckpt-000010.pt")))
 
     def test_resume_after_node_loss(self):
         ref = os.path.join(self.tmp, "ref")
@@ -133,7 +101,7 @@ class MountTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(ckpts2)),
                          ["ckpt-000002.pt", "ckpt-000004.pt", "ckpt-000006.pt"])
         for name in os.listdir(ckpts2):
-            self.assertEqual(sha256(os.path.join(ckpts2, name)), sha256(os.path.join(ref, name)))
+            self.assertEqual(sha256_file(os.path.join(ckpts2, name)), sha256_file(os.path.join(ref, name)))
         out = run_torch_script(os.path.join(HERE, "train_resume.py"), ckpts2, ref,
                                "--until", "8", "--every", "2")
         self.assertEqual(json.loads(out.stdout)["resumed_from"], 6)
@@ -233,7 +201,7 @@ class MountTest(unittest.TestCase):
         m.unmount()
         b = self.mount("b")
         for name, digest in ref.items():
-            self.assertEqual(sha256(os.path.join(b.path, JOB, name)), digest, name)
+            self.assertEqual(sha256_file(os.path.join(b.path, JOB, name)), digest, name)
 
     def test_step_invisible_until_durable(self):
         a = self.mount("a", env={"CKPT_FAULT": "put_delay_ms=1500"})

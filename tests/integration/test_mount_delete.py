@@ -30,11 +30,9 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (Mount, file_store_keys, list_steps, read_status, run_torch,  # noqa: E402
-                      tempdir, wait_durable, wait_for)
+from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, file_store_keys,  # noqa: E402
+                      list_steps, read_status, run_torch, wait_durable, wait_for)
 
-CKPTFS = os.environ.get("CKPTFS")
-CKPTCTL = os.environ.get("CKPTCTL")
 JOB = "job"
 
 # One HF Trainer save: the model with torch.save, then trainer_state.json
@@ -81,20 +79,10 @@ def deletion_state(status, step):
     return None
 
 
-class MountCase(unittest.TestCase):
+class MountCase(MountTestCase):
     """Fresh directories and a file:// store per test; helpers."""
 
-    def setUp(self):
-        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
-        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
-        self.tmp = tempdir("ckptfs-del-")
-        self.store = "file://" + os.path.join(self.tmp, "store")
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            m.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    TMP_PREFIX = "ckptfs-del-"
 
     def mount(self, name, extra=(), env=None):
         m = Mount(os.path.join(self.tmp, name), store=self.store,
@@ -355,8 +343,7 @@ class BackgroundGcTest(MountCase):
                                    "1"))
         job = os.path.join(m.path, JOB)
         os.mkdir(job)
-        ref = os.path.join(self.tmp, "ref")
-        os.mkdir(ref)
+        ref = self.tmp_dir("ref")
         # A training run saving a flat step of 2 MiB of fresh random weights
         # every 1.5 s while GC runs every second. Only torch.save's small
         # framing chunks are shared between steps: they live in the first

@@ -6,8 +6,10 @@ the backing directory; unmount() and kill9() both leave no mount in
 /proc/self/mountinfo and no process; a restart of the same Mount works; an
 exception inside the with-block still cleans up; a daemon that exits early or
 never mounts fails fast with its log; wait_durable polls and times out;
-run_torch runs Debian's torch. Exit 77 (skipped) without FUSE.
+run_torch runs Debian's torch; tree_digest and tree_map see every file
+(a mount's .ckptfs aside). Exit 77 (skipped) without FUSE.
 """
+import hashlib
 import io
 import os
 import shutil
@@ -232,6 +234,25 @@ class MountlibTest(unittest.TestCase):
         self.assertEqual(p.stdout.split(), ["2.0", "arg"])
         with redirect_stderr(io.StringIO()), self.assertRaises(subprocess.CalledProcessError):
             mountlib.run_torch("raise SystemExit(3)")
+
+    def test_tree_digest(self):
+        # The digest helpers back every "restored == saved" check of the
+        # mount tests: an empty or partial map would make them pass vacuously.
+        files = {"a": b"x" * (3 << 20), "d/b": b"", "d/e/c": b"hello"}
+        for rel, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(self.src, rel)), exist_ok=True)
+            with open(os.path.join(self.src, rel), "wb") as f:
+                f.write(data)
+        os.makedirs(os.path.join(self.src, ".ckptfs"))
+        with open(os.path.join(self.src, ".ckptfs", "status"), "w") as f:
+            f.write("{}")
+        want = {rel: hashlib.sha256(data).hexdigest() for rel, data in files.items()}
+        self.assertEqual(mountlib.tree_digest(self.src), want)
+        self.assertEqual(mountlib.tree_digest(self.src, lambda rel: rel.startswith("d/")),
+                         {k: v for k, v in want.items() if k.startswith("d/")})
+        self.assertEqual(mountlib.tree_map(self.src, mountlib.read_bytes),
+                         dict(files, **{".ckptfs/status": b"{}"}))
+        self.assertEqual(mountlib.sha256_file(os.path.join(self.src, "a")), want["a"])
 
 
 if __name__ == "__main__":

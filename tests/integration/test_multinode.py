@@ -31,10 +31,8 @@ Environment: CKPTFS and CKPTCTL name the binaries.
 """
 import contextlib
 import functools
-import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -42,11 +40,10 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import TORCH_PYTHON, Mount, tempdir, torch_env  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase,  # noqa: E402
+                      torch_env, tree_digest)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CKPTFS = os.environ.get("CKPTFS")
-CKPTCTL = os.environ.get("CKPTCTL")
 TORCHRUN = "/usr/bin/torchrun"
 JOB = "job"
 N = 3                # the step node B is held back on
@@ -66,28 +63,6 @@ with open(sys.argv[1], "rb") as f:
     md = pickle.load(f)
 print(json.dumps(sorted({v.relative_path for v in md.storage_data.values()})))
 """ % HERE
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_digest(root, only=None):
-    """{relative path: sha256} of every file under root (minus .ckptfs);
-    `only(relpath)` filters."""
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != ".ckptfs"]
-        for f in files:
-            p = os.path.join(dirpath, f)
-            rel = os.path.relpath(p, root)
-            if only is None or only(rel):
-                out[rel] = sha256(p)
-    return out
 
 
 def fail_key(step):
@@ -114,22 +89,13 @@ def print_logs_on_failure(test):
     return wrapper
 
 
-class MultiNodeTest(unittest.TestCase):
-    def setUp(self):
-        self.assertTrue(CKPTFS and os.access(CKPTFS, os.X_OK), "CKPTFS must name the binary")
-        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
-        self.tmp = tempdir("ckptfs-mn-")
-        self.store = os.environ.get("CKPT_TEST_STORE_URL") or "file://" + os.path.join(self.tmp, "store")
-        if self.store.startswith("s3://"):
-            self.store = self.store.rstrip("/") + "/" + os.path.basename(self.tmp)
-        self.ref = os.path.join(self.tmp, "ref")
-        os.mkdir(self.ref)
-        self.mounts = []
+class MultiNodeTest(MountTestCase):
+    TMP_PREFIX = "ckptfs-mn-"
+    STORE_FROM_ENV = True
 
-    def tearDown(self):
-        for m in self.mounts:
-            m.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    def setUp(self):
+        super().setUp()
+        self.ref = self.tmp_dir("ref")
 
     # ------------------------------------------------------------ helpers
 
@@ -259,6 +225,18 @@ class MultiNodeTest(unittest.TestCase):
         b = self.mount("b", env={"CKPT_FAULT": fail_key(hold_step)})
         return a, b
 
+    def restart_without_fault(self, node, step, fresh, name):
+        """The held-back node crashes (-9) and comes back on its staging
+        without the fault: `step` becomes the latest, consistent, and the
+        fresh mount shows it as `name`."""
+        node.assert_fault_fired()
+        node.kill9()
+        node.env = None
+        node.start()
+        self.wait_latest(step)
+        self.assertIs(self.ls()[step]["consistent"], True)
+        self.wait_visible(fresh, name)
+
     # ------------------------------------------------------------ tests
 
     @print_logs_on_failure
@@ -303,14 +281,7 @@ class MultiNodeTest(unittest.TestCase):
         self.assertEqual(tree_digest(os.path.join(c.path, JOB),
                                      lambda rel: rel.startswith(stepdir(N - 1) + "/")), prev)
 
-        # Node B crashes and comes back on its staging, without the fault.
-        b.assert_fault_fired()
-        b.kill9()
-        b.env = None
-        b.start()
-        self.wait_latest(N)
-        self.assertIs(self.ls()[N]["consistent"], True)
-        self.wait_visible(c, stepdir(N))
+        self.restart_without_fault(b, N, c, stepdir(N))
 
         # Restore of N == the union of what the ranks wrote.
         want = self.ref_digest(stepdir(N), loose)
@@ -358,13 +329,7 @@ class MultiNodeTest(unittest.TestCase):
                 self.assertEqual(f.read(), stepdir(N - 1),
                                  "a fresh node's `latest` must name the latest consistent step")
 
-        b.assert_fault_fired()
-        b.kill9()
-        b.env = None
-        b.start()
-        self.wait_latest(N)
-        self.assertIs(self.ls()[N]["consistent"], True)
-        self.wait_visible(c, stepdir(N))
+        self.restart_without_fault(b, N, c, stepdir(N))
 
         def latest_file():
             with open(os.path.join(cjob, "latest")) as f:

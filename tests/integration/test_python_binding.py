@@ -51,13 +51,7 @@ def expect_error(code, fn, *args, **kw):
 
 def tree_bytes(root):
     """{relative path: bytes} of every file under root."""
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = fh.read()
-    return out
+    return mountlib.tree_map(root, mountlib.read_bytes)
 
 
 def make_steps(tmp, url, job, state):

@@ -4,7 +4,6 @@ PyTorch checkpoints (Debian's python3-torch) on a file:// store.
 Each test gets a fresh store and state directory under a temp dir.
 Run by ctest with CKPTCTL pointing at the built binary.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -14,18 +13,10 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CKPTCTL = os.environ.get("CKPTCTL")
+sys.path.insert(0, HERE)
+from mountlib import CKPTCTL, require_binaries, sha256_file, tree_map  # noqa: E402
+
 PYTHON = "/usr/bin/python3"
-
-
-def sha256_tree(root):
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(dirpath, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
 
 
 def count_packs(store_dir):
@@ -37,7 +28,7 @@ def count_packs(store_dir):
 
 class StoreTorchTest(unittest.TestCase):
     def setUp(self):
-        self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
+        require_binaries(self, "CKPTCTL")
         self.tmp = tempfile.mkdtemp(prefix="ckpt-it-")
         self.store_dir = os.path.join(self.tmp, "store")
         self.env = dict(os.environ, CKPT_STORE="file://" + self.store_dir, CKPT_JOB="it",
@@ -69,7 +60,7 @@ class StoreTorchTest(unittest.TestCase):
         dst = os.path.join(self.tmp, "restored")
         got = json.loads(self.ckptctl("--json", "get", "--step", "6", "--to", dst).stdout)
         self.assertEqual(got["files"], 3)
-        self.assertEqual(sha256_tree(src), sha256_tree(dst))
+        self.assertEqual(tree_map(src, sha256_file), tree_map(dst, sha256_file))
         # And torch can load what came back, equal to the original.
         check = ("import torch,sys; a=torch.load(sys.argv[1]); b=torch.load(sys.argv[2]);"
                  "assert all(torch.equal(a['model'][k], b['model'][k]) for k in a['model'])")

@@ -429,6 +429,14 @@ static void test_bounds_random(void)
     free(d);
 }
 
+/* dst[0..len] = src[0..len) with `byte` inserted at offset at. */
+static void insert_byte(uint8_t *dst, const uint8_t *src, size_t len, size_t at, uint8_t byte)
+{
+    memcpy(dst, src, at);
+    dst[at] = byte;
+    memcpy(dst + at + 1, src + at, len - at);
+}
+
 /* One byte inserted near the start changes only the first chunk or two. */
 static void test_insertion_local(void)
 {
@@ -436,18 +444,14 @@ static void test_insertion_local(void)
     uint8_t *a = malloc(len), *b = malloc(len + 1);
     ut_rand_fill(a, len, 3);
     size_t at = 1000;
-    memcpy(b, a, at);
-    b[at] = 0x5A;
-    memcpy(b + at + 1, a + at, len - at);
+    insert_byte(b, a, len, at, 0x5A);
     size_t new_chunks = 0;
     double pct = dedup_pct(a, len, b, len + 1, &new_chunks);
     fprintf(stderr, "  insert at %zu: %zu new chunks, %.2f%% of bytes found\n", at, new_chunks,
             pct);
     CHECK(new_chunks >= 1 && new_chunks <= 2);
     /* the same at the very end of a chunk-aligned middle: still local */
-    memcpy(b, a, len / 2);
-    b[len / 2] = 0xA5;
-    memcpy(b + len / 2 + 1, a + len / 2, len - len / 2);
+    insert_byte(b, a, len, len / 2, 0xA5);
     pct = dedup_pct(a, len, b, len + 1, &new_chunks);
     CHECK(new_chunks >= 1 && new_chunks <= 2);
     free(a);
@@ -459,9 +463,7 @@ static void test_insertion_dedup(void)
     size_t len = 12u << 20;
     uint8_t *a = malloc(len), *b = malloc(len + 1);
     ut_rand_fill(a, len, 4);
-    memcpy(b, a, 100);
-    b[100] = 1;
-    memcpy(b + 101, a + 100, len - 100);
+    insert_byte(b, a, len, 100, 1);
     size_t new_chunks = 0;
     double pct = dedup_pct(a, len, b, len + 1, &new_chunks);
     fprintf(stderr, "  insert at 100: %.2f%% of %zu bytes found\n", pct, len + 1);

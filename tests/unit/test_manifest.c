@@ -16,6 +16,7 @@
 #include "format/st_manifest.h"
 #include "util/st_wire.h"
 #include "ut.h"
+#include "ut_format.h"
 
 /* ---- builders (heap-allocated, as st_manifest_free expects) ---- */
 
@@ -25,6 +26,13 @@ static char *dup_str(const char *s)
     char *p = malloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+/* Replaces the malloc'd string *slot with a copy of value (NULL: none). */
+static void set_str(char **slot, const char *value)
+{
+    free(*slot);
+    *slot = value ? dup_str(value) : NULL;
 }
 
 /* A file of nchunks chunks spread over npacks packs; size = sum of raw_len. */
@@ -204,63 +212,6 @@ static void raw_encode(const st_manifest *m, const size_t *path_lens, const raw_
     st_bytes_put_le64(out, st_hash64(out->data, out->len) ^ (o->bad_checksum ? 1 : 0));
 }
 
-/* ---- golden file helpers ---- */
-
-/* tests/unit/test_manifest.c -> tests/golden/NAME */
-static void golden_path(const char *name, char *out, size_t cap)
-{
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    if (slash)
-        snprintf(out, cap, "%.*s/../golden/%s", (int)(slash - file), file, name);
-    else
-        snprintf(out, cap, "../golden/%s", name);
-}
-
-/* Reads a golden file into *buf (malloc'd). Returns its length or -1. */
-static long read_golden(const char *name, uint8_t **buf)
-{
-    char path[4096];
-    golden_path(name, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "missing golden file %s (run with UPDATE_GOLDEN=1 to create)\n", path);
-        return -1;
-    }
-    size_t cap = 1 << 16, len = fread(*buf = malloc(cap), 1, cap, f);
-    fclose(f);
-    return (long)len;
-}
-
-/* Compares data with the golden file; UPDATE_GOLDEN=1 rewrites it instead. */
-static void check_golden(const char *name, const uint8_t *data, size_t len)
-{
-    const char *update = getenv("UPDATE_GOLDEN");
-    if (update && strcmp(update, "1") == 0) {
-        char path[4096];
-        golden_path(name, path, sizeof path);
-        FILE *f = fopen(path, "wb");
-        CHECK(f != NULL);
-        if (f) {
-            CHECK(fwrite(data, 1, len, f) == len);
-            CHECK(fclose(f) == 0);
-            fprintf(stderr, "rewrote %s (%zu bytes)\n", path, len);
-        }
-        return;
-    }
-    uint8_t *want = NULL;
-    long got = read_golden(name, &want);
-    CHECK(got == (long)len);
-    int same = got == (long)len && memcmp(want, data, len) == 0;
-    CHECK(same);
-    if (!same)
-        fprintf(stderr,
-                "%s differs from the current encoder: a format change must be "
-                "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n",
-                name);
-    free(want);
-}
-
 /* ---- cases ---- */
 
 static void test_path_is_clean(void)
@@ -366,49 +317,26 @@ static void test_encode_rejects(void)
         st_manifest m;
         build_manifest(&m, 4, 3, 5, 4);
         switch (cases[i].field) {
-        case 0:
-            free(m.files[1].path);
-            m.files[1].path = dup_str(cases[i].value);
-            break;
-        case 1:
-            free(m.node);
-            m.node = dup_str(cases[i].value);
-            break;
-        case 2:
-            free(m.job);
-            m.job = dup_str(cases[i].value);
-            break;
-        case 3:
-            free(m.files[2].path);
-            m.files[2].path = dup_str(m.files[0].path);
-            break;
+        case 0: set_str(&m.files[1].path, cases[i].value); break;
+        case 1: set_str(&m.node, cases[i].value); break;
+        case 2: set_str(&m.job, cases[i].value); break;
+        case 3: set_str(&m.files[2].path, m.files[0].path); break;
         case 4: m.files[1].size++; break;
         case 5:
             m.files[1].nchunks ? (void)(m.files[1].chunks[0].pack = 3)
                                : (void)(m.files[1].size = 1);
             break;
-        case 6:
-            free(m.node);
-            m.node = dup_str(longname);
-            break;
+        case 6: set_str(&m.node, longname); break;
         case 7: m.files[3].rank = -2; break;
-        case 8:
-            free(m.node);
-            m.node = NULL;
-            break;
+        case 8: set_str(&m.node, NULL); break;
         case 9:
             m.files[1].nchunks ? (void)(m.files[1].chunks[0].stored_len = 31)
                                : (void)(m.files[1].size = 1);
             break;
-        case 10:
-            free(m.files[0].path);
-            m.files[0].path = NULL;
-            break;
+        case 10: set_str(&m.files[0].path, NULL); break;
         case 11:
-            free(m.files[1].path);
-            free(m.files[2].path);
-            m.files[1].path = dup_str("d/e/f");
-            m.files[2].path = dup_str("d/e");
+            set_str(&m.files[1].path, "d/e/f");
+            set_str(&m.files[2].path, "d/e");
             break;
         }
         st_bytes out = {0};
@@ -424,9 +352,8 @@ static void test_encode_rejects(void)
     /* A name of exactly 255 bytes is fine. */
     st_manifest m;
     build_manifest(&m, 1, 1, 1, 5);
-    free(m.job);
     longname[ST_MANIFEST_MAX_NAME] = '\0';
-    m.job = dup_str(longname);
+    set_str(&m.job, longname);
     check_roundtrip(&m);
     st_manifest_free(&m);
 }
@@ -446,6 +373,16 @@ static void test_encode_appends(void)
     st_manifest_free(&m);
 }
 
+/* 1 if data is refused as corrupt with the output left zeroed. */
+static int refused_cleanly(const uint8_t *data, size_t len)
+{
+    st_manifest d;
+    st_err e = decode_copy(data, len, &d);
+    if (e == ST_OK)
+        st_manifest_free(&d);
+    return e == ST_ERR_CORRUPT && is_zeroed(&d);
+}
+
 static void test_truncations_and_flips(void)
 {
     st_manifest m, d;
@@ -454,10 +391,7 @@ static void test_truncations_and_flips(void)
     CHECK_OK(st_manifest_encode(&m, &enc));
     size_t refused = 0;
     for (size_t k = 0; k < enc.len; k++) {
-        st_err e = decode_copy(enc.data, k, &d);
-        refused += e == ST_ERR_CORRUPT && is_zeroed(&d);
-        if (e == ST_OK)
-            st_manifest_free(&d);
+        refused += refused_cleanly(enc.data, k);
     }
     CHECK(refused == enc.len);
 
@@ -467,10 +401,7 @@ static void test_truncations_and_flips(void)
         for (int b = 0; b < 8; b++) {
             memcpy(copy, enc.data, enc.len);
             copy[i] ^= (uint8_t)(1u << b);
-            st_err e = decode_copy(copy, enc.len, &d);
-            refused += e == ST_ERR_CORRUPT && is_zeroed(&d);
-            if (e == ST_OK)
-                st_manifest_free(&d);
+            refused += refused_cleanly(copy, enc.len);
         }
     }
     CHECK(refused == 8 * enc.len);
@@ -565,10 +496,7 @@ static void test_hostile_valid_checksum(void)
             build_file(&m.files[1], "rank1.pt", 3, m.npacks, 77);
         }
         switch (cases[i].edit) {
-        case 1:
-            free(m.files[1].path);
-            m.files[1].path = dup_str(cases[i].value);
-            break;
+        case 1: set_str(&m.files[1].path, cases[i].value); break;
         case 2:
             for (size_t j = 0; j < 5; j++)
                 lens[j] = strlen(m.files[j].path);
@@ -578,20 +506,11 @@ static void test_hostile_valid_checksum(void)
             lens[1] = 3;
             plens = lens;
             break;
-        case 3:
-            free(m.files[4].path);
-            m.files[4].path = dup_str(m.files[1].path);
-            break;
+        case 3: set_str(&m.files[4].path, m.files[1].path); break;
         case 4: m.files[1].size--; break;
         case 5: m.files[1].chunks[0].pack = (uint32_t)m.npacks; break;
-        case 6:
-            free(m.node);
-            m.node = dup_str(cases[i].value);
-            break;
-        case 7:
-            free(m.job);
-            m.job = dup_str(longname);
-            break;
+        case 6: set_str(&m.node, cases[i].value); break;
+        case 7: set_str(&m.job, longname); break;
         case 8: m.files[1].chunks[0].stored_len = 31; break;
         case 9: m.files[1].chunks[0].offset = (1ull << 30) - 10; break;
         case 10: /* one chunk larger than any chunk header may describe */
@@ -631,6 +550,19 @@ static void test_hostile_valid_checksum(void)
     st_bytes_free(&ref);
 }
 
+/* The manifest fuzzer's own edits: insert a random byte (3), delete one (4). */
+static void insert_or_delete_byte(st_bytes *buf, size_t at, uint64_t r, void *ctx)
+{
+    (void)ctx;
+    if (r % 6 == 3) {
+        ut_duplicate_byte(buf, at);
+        buf->data[at] = (uint8_t)(r >> 24);
+    } else {
+        memmove(buf->data + at, buf->data + at + 1, buf->len - at - 1);
+        buf->len--;
+    }
+}
+
 /* Mutation fuzzing without libFuzzer; accepted inputs must be canonical. */
 static void test_mutation_fuzz(void)
 {
@@ -643,26 +575,7 @@ static void test_mutation_fuzz(void)
     for (int it = 0; it < 20000; it++) {
         st_bytes_clear(&buf);
         st_bytes_append(&buf, enc.data, enc.len - 8); /* body without checksum */
-        int edits = 1 + (int)(ut_rand_next(&s) % 4);
-        for (int k = 0; k < edits && buf.len; k++) {
-            uint64_t r = ut_rand_next(&s);
-            size_t at = (size_t)(r >> 8) % buf.len;
-            switch (r % 6) {
-            case 0: buf.data[at] ^= (uint8_t)(1u << ((r >> 40) % 8)); break;
-            case 1: buf.data[at] = (uint8_t)(r >> 32); break;
-            case 2: buf.len = at; break;
-            case 3:
-                st_bytes_put_u8(&buf, 0);
-                memmove(buf.data + at + 1, buf.data + at, buf.len - at - 1);
-                buf.data[at] = (uint8_t)(r >> 24);
-                break;
-            case 4: /* delete a byte */
-                memmove(buf.data + at, buf.data + at + 1, buf.len - at - 1);
-                buf.len--;
-                break;
-            case 5: buf.data[at] = (r >> 33) & 1 ? 0x80 : 0xff; break;
-            }
-        }
+        ut_mutate(&buf, &s, insert_or_delete_byte, NULL);
         uint64_t sum = st_hash64(buf.data, buf.len);
         if (ut_rand_next(&s) % 8 == 0)
             sum ^= 1; /* sometimes leave the checksum stale */
@@ -690,6 +603,18 @@ static void test_mutation_fuzz(void)
     st_manifest_free(&m);
 }
 
+/* The fields of a golden file entry; its chunks are set apart. */
+static void golden_file(st_file_entry *f, const char *path, uint64_t size, uint32_t mode,
+                        int64_t mtime_ns, int32_t rank, st_id digest)
+{
+    f->path = dup_str(path);
+    f->size = size;
+    f->mode = mode;
+    f->mtime_ns = mtime_ns;
+    f->rank = rank;
+    f->digest = digest;
+}
+
 /* A small fixed manifest: two packs, three files (one empty), fixed values. */
 static void build_golden(st_manifest *m)
 {
@@ -705,30 +630,18 @@ static void build_golden(st_manifest *m)
     m->nfiles = 3;
     m->files = calloc(3, sizeof *m->files);
     st_file_entry *f = &m->files[0];
-    f->path = dup_str("checkpoint-500/model.safetensors");
-    f->size = 3000;
-    f->mode = 0644;
-    f->mtime_ns = 1764460799123456789LL;
-    f->rank = 0;
-    f->digest = st_id_of("model", 5);
+    golden_file(f, "checkpoint-500/model.safetensors", 3000, 0644, 1764460799123456789LL, 0,
+                st_id_of("model", 5));
     f->nchunks = 2;
     f->chunks = calloc(2, sizeof *f->chunks);
     f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000};
     f->chunks[1] = (st_chunk_ref){st_id_of("c1", 2), 1, 4096, 900, 2000};
-    f = &m->files[1];
-    f->path = dup_str("checkpoint-500/trainer_state.json");
-    f->size = 0;
-    f->mode = 0600;
-    f->mtime_ns = -5; /* before the epoch: zigzag must round-trip */
-    f->rank = -1;
-    f->digest = st_id_of("", 0);
+    /* mtime before the epoch: zigzag must round-trip */
+    golden_file(&m->files[1], "checkpoint-500/trainer_state.json", 0, 0600, -5, -1,
+                st_id_of("", 0));
     f = &m->files[2];
-    f->path = dup_str("checkpoint-500/optimizer.pt");
-    f->size = 1000;
-    f->mode = 0644;
-    f->mtime_ns = 1764460799000000000LL;
-    f->rank = 3;
-    f->digest = st_id_of("c0", 2);
+    golden_file(f, "checkpoint-500/optimizer.pt", 1000, 0644, 1764460799000000000LL, 3,
+                st_id_of("c0", 2));
     f->nchunks = 1;
     f->chunks = calloc(1, sizeof *f->chunks);
     f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000}; /* dedup */
@@ -740,11 +653,11 @@ static void test_golden(void)
     build_golden(&m);
     st_bytes enc = {0};
     CHECK_OK(st_manifest_encode(&m, &enc));
-    check_golden("manifest_v1.bin", enc.data, enc.len);
+    ut_golden_check("manifest_v1.bin", enc.data, enc.len);
 
     /* The stored bytes decode to the builder's manifest. */
     uint8_t *gold = NULL;
-    long len = read_golden("manifest_v1.bin", &gold);
+    long len = ut_golden_read("manifest_v1.bin", &gold);
     CHECK(len > 0);
     if (len > 0) {
         CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));

@@ -16,6 +16,7 @@
 #include "format/st_pack.h"
 #include "util/st_wire.h"
 #include "ut.h"
+#include "ut_format.h"
 
 /* ---- helpers ---- */
 
@@ -113,52 +114,6 @@ static void put_entry(st_bytes *t, uint8_t idbyte, uint64_t off, uint64_t stored
     st_bytes_put_varint(t, stored);
     st_bytes_put_varint(t, raw);
     st_bytes_put_u8(t, codec);
-}
-
-/* tests/unit/test_pack.c -> tests/golden/NAME */
-static void golden_path(const char *name, char *out, size_t cap)
-{
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    if (slash)
-        snprintf(out, cap, "%.*s/../golden/%s", (int)(slash - file), file, name);
-    else
-        snprintf(out, cap, "../golden/%s", name);
-}
-
-/* Compares data with the golden file; UPDATE_GOLDEN=1 rewrites it instead. */
-static void check_golden(const char *name, const uint8_t *data, size_t len)
-{
-    char path[4096];
-    golden_path(name, path, sizeof path);
-    const char *update = getenv("UPDATE_GOLDEN");
-    if (update && strcmp(update, "1") == 0) {
-        FILE *f = fopen(path, "wb");
-        CHECK(f != NULL);
-        if (f) {
-            CHECK(fwrite(data, 1, len, f) == len);
-            CHECK(fclose(f) == 0);
-            fprintf(stderr, "rewrote %s (%zu bytes)\n", path, len);
-        }
-        return;
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "missing golden file %s (run with UPDATE_GOLDEN=1 to create)\n", path);
-        CHECK(f != NULL);
-        return;
-    }
-    uint8_t *want = malloc(len + 1);
-    size_t got = fread(want, 1, len + 1, f);
-    fclose(f);
-    CHECK(got == len);
-    CHECK(got == len && memcmp(want, data, len) == 0);
-    if (got != len || memcmp(want, data, len) != 0)
-        fprintf(stderr,
-                "%s differs from the current encoder: a format change must be "
-                "deliberate (UPDATE_GOLDEN=1, docs/FORMATS.md)\n",
-                path);
-    free(want);
 }
 
 /* ---- cases ---- */
@@ -442,6 +397,16 @@ static void reencode_trailer(const st_pack_entry *e, size_t n, st_bytes *out)
  * footer checksum recomputed most of the time so the structural checks are
  * reached. Whatever is accepted must satisfy the decoder's promises.
  */
+/* The pack fuzzer's own edits: duplicate a byte (3), or move the footer's
+ * chunk count (ctx, a uint32_t) by -1, 0 or +1 (4). */
+static void duplicate_byte_or_recount(st_bytes *buf, size_t at, uint64_t r, void *ctx)
+{
+    if (r % 6 == 3)
+        ut_duplicate_byte(buf, at);
+    else
+        *(uint32_t *)ctx += (uint32_t)((r >> 32) % 3) - 1;
+}
+
 static void test_mutation_fuzz(void)
 {
     st_pack_writer w = {0};
@@ -457,22 +422,7 @@ static void test_mutation_fuzz(void)
         st_bytes_clear(&buf);
         st_bytes_append(&buf, orig, tail - ST_PACK_FOOTER_LEN); /* trailer only */
         uint32_t count = w.count;
-        int edits = 1 + (int)(ut_rand_next(&s) % 4);
-        for (int k = 0; k < edits && buf.len; k++) {
-            uint64_t r = ut_rand_next(&s);
-            size_t at = (size_t)(r >> 8) % buf.len;
-            switch (r % 6) {
-            case 0: buf.data[at] ^= (uint8_t)(1u << ((r >> 40) % 8)); break;
-            case 1: buf.data[at] = (uint8_t)(r >> 32); break;
-            case 2: buf.len = at; break; /* truncate */
-            case 3:                      /* duplicate a byte */
-                st_bytes_put_u8(&buf, 0);
-                memmove(buf.data + at + 1, buf.data + at, buf.len - at - 1);
-                break;
-            case 4: count += (uint32_t)((r >> 32) % 3) - 1; break;
-            case 5: buf.data[at] = (r >> 33) & 1 ? 0x80 : 0xff; break;
-            }
-        }
+        ut_mutate(&buf, &s, duplicate_byte_or_recount, &count);
         st_bytes t2 = {0};
         make_tail(&t2, &buf, count);
         if (ut_rand_next(&s) % 8 == 0) /* sometimes leave the checksum stale */
@@ -526,17 +476,14 @@ static void test_golden(void)
     }
     st_id id;
     CHECK_OK(st_pack_finish(&w, &id));
-    check_golden("pack_v1.bin", w.data.data, w.data.len);
+    ut_golden_check("pack_v1.bin", w.data.data, w.data.len);
 
     /* The golden bytes must also decode, whatever the encoder does today. */
-    char path[4096];
-    golden_path("pack_v1.bin", path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    if (f) {
-        uint8_t buf[4096];
-        size_t len = fread(buf, 1, sizeof buf, f);
-        fclose(f);
+    uint8_t *buf = NULL;
+    long got = ut_golden_read("pack_v1.bin", &buf);
+    CHECK(got >= 0);
+    if (got >= 0) {
+        size_t len = (size_t)got;
         CHECK(len >= ST_PACK_FOOTER_LEN);
         uint32_t tl = 0, cnt = 0;
         if (len >= ST_PACK_FOOTER_LEN)
@@ -551,6 +498,7 @@ static void test_golden(void)
             free(e);
         }
     }
+    free(buf);
     st_pack_writer_free(&w);
 }
 

@@ -459,6 +459,17 @@ struct kind_case {
     st_marker_kind kind;
 };
 
+/* rules names the rules in the failure message ("" for the built-in ones). */
+static int check_kind_case(const st_steprules *r, const struct kind_case *c, const char *rules)
+{
+    char *p = exact_dup(c->path);
+    st_marker_kind k = st_steprules_marker_kind(r, p);
+    if (k != c->kind)
+        fprintf(stderr, "  marker kind%s \"%s\": got %d want %d\n", rules, p, k, c->kind);
+    free(p);
+    return k == c->kind;
+}
+
 static void test_marker_kinds(void)
 {
     static const struct kind_case builtin[] = {
@@ -498,14 +509,8 @@ static void test_marker_kinds(void)
         {"/", ST_MARKER_NONE},
     };
     st_steprules *r = rules_or_die(NULL);
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
-        char *p = exact_dup(builtin[i].path);
-        st_marker_kind k = st_steprules_marker_kind(r, p);
-        CHECK(k == builtin[i].kind);
-        if (k != builtin[i].kind)
-            fprintf(stderr, "  marker kind \"%s\": got %d want %d\n", p, k, builtin[i].kind);
-        free(p);
-    }
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        CHECK(check_kind_case(r, &builtin[i], ""));
     CHECK(st_steprules_marker_kind(NULL, "latest") == ST_MARKER_NONE);
     CHECK(st_steprules_marker_kind(r, NULL) == ST_MARKER_NONE);
     st_steprules_free(r);
@@ -518,13 +523,8 @@ static void test_marker_kinds(void)
         {"step-100/latest", ST_MARKER_NAMES_STEP},
     };
     r = rules_or_die("run([0-9]+)");
-    for (size_t i = 0; i < sizeof user / sizeof user[0]; i++) {
-        st_marker_kind k = st_steprules_marker_kind(r, user[i].path);
-        CHECK(k == user[i].kind);
-        if (k != user[i].kind)
-            fprintf(stderr, "  marker kind (run) \"%s\": got %d want %d\n", user[i].path, k,
-                    user[i].kind);
-    }
+    for (size_t i = 0; i < sizeof user / sizeof user[0]; i++)
+        CHECK(check_kind_case(r, &user[i], " (run)"));
     st_steprules_free(r);
 }
 
