@@ -443,7 +443,7 @@ static st_err commit_dir_enter(commit_dir *d, int dest_fd, const char *path)
     else {
         /* "<dir>/." opens <dir> itself, creating every component before it
          * (manifest paths are clean: "." is never a name of theirs). */
-        char rel[PATH_MAX];
+        char rel[sizeof d->path + 2];
         snprintf(rel, sizeof rel, "%s/.", d->path);
         d->fd = st_open_beneath(dest_fd, rel, O_RDONLY | O_DIRECTORY, 0, 1, NULL);
     }

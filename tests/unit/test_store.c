@@ -364,7 +364,7 @@ static void test_fallback_leaves_nothing_of_the_bad_step(void)
     /* Asked for step 2 itself: the restore fails and leaves nothing of it. */
     char dest[400];
     snprintf(dest, sizeof dest, "%s/fall-out2", root);
-    CHECK_ERR(st_store_get_dir(s, "fall", 2, dest, NULL), ST_ERR_CORRUPT);
+    CHECK_ERR(st_store_restore(s, "fall", 2, dest, NULL, NULL), ST_ERR_CORRUPT);
     CHECK(!exists(dest, "a-dedup.bin") && !exists(dest, "z-new.bin"));
     CHECK(!dir_has_prefix(dest, ".ckpt-restore"));
     st_store_close(s);
@@ -412,8 +412,8 @@ static void test_many_files_few_descriptors(void)
     low.rlim_cur = 256;
     CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
     snprintf(out, sizeof out, "%s/many-out", root);
-    st_get_result g = {0};
-    st_err e = st_store_get_dir(s, "many", 1, out, &g);
+    st_restore_result g = {0};
+    st_err e = st_store_restore(s, "many", 1, out, NULL, &g);
     setrlimit(RLIMIT_NOFILE, &old);
     CHECK_OK(e);
     CHECK(g.files == NFILES);
@@ -471,7 +471,7 @@ static void test_failed_commit_leaves_nothing(void)
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/b/keep", dest);
     write_file(p, "k", 1);
-    CHECK_ERR(st_store_get_dir(s, "commit", 1, dest, NULL), ST_ERR_IO);
+    CHECK_ERR(st_store_restore(s, "commit", 1, dest, NULL, NULL), ST_ERR_IO);
     CHECK(strstr(st_errmsg(), "rename into place b") != NULL);
     CHECK(!exists(dest, "a.bin"));
     CHECK(exists(dest, "b/keep"));
