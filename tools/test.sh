@@ -15,6 +15,6 @@ export CI=${CI:-1}
 "$here/tools/bootstrap.sh" "$here/build-asan" -DCKPT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCKPT_TEST_HOOKS=ON
 (cd "$here/build-asan" && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit "$@")
 
-# Fuzz smoke: every libFuzzer target for 20 s (clang build).
+# Fuzz: every libFuzzer target for 60 s, from its seeds (clang build).
 CC=clang "$here/tools/bootstrap.sh" "$here/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON -DCKPT_TEST_HOOKS=ON
 (cd "$here/build-fuzz" && ctest --output-on-failure -L fuzz "$@")
