@@ -378,7 +378,11 @@ static inline st_err vh_rmtree(vh_mount *m, const char *path)
         if (!strcmp(ents[i].name, ".") || !strcmp(ents[i].name, ".."))
             continue;
         char child[PATH_MAX];
-        snprintf(child, sizeof child, "%s/%s", path, ents[i].name);
+        int len = snprintf(child, sizeof child, "%s/%s", path, ents[i].name);
+        if (len < 0 || (size_t)len >= sizeof child) {
+            e = ST_ERR_NAME;
+            break;
+        }
         e = S_ISDIR(ents[i].mode) ? vh_rmtree(m, child) : vh_unlink(m, child);
     }
     st_vfs_dirents_free(ents, n);
