@@ -24,6 +24,7 @@ chmod 755 "$tmp"
 export DEBIAN_FRONTEND=noninteractive
 fstab_marker="ckptfs-package-test $tmp"
 passed=0
+syslog_pid=""
 
 ok() { passed=$((passed + 1)); echo "ok: $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -58,6 +59,11 @@ cleanup() {
         for pid in $(our_daemons); do kill -KILL "$pid"; done
     fi
     sed -i "\\#$tmp#d" /etc/fstab
+    if [ -n "$syslog_pid" ]; then
+        kill "$syslog_pid"
+        wait "$syslog_pid" 2>/dev/null
+        rm -f /dev/log
+    fi
     if dpkg-query -W -f='${Status}' ckptfs 2>/dev/null | grep -q "ok"; then
         apt-get purge -y -qq ckptfs >/dev/null 2>&1 || dpkg --purge ckptfs >/dev/null 2>&1
     fi
@@ -126,6 +132,30 @@ grep -qx "ExecStart=/usr/bin/ckptfs --config /etc/ckptfs/%i.conf -f" /lib/system
     fail "the unit's ExecStart"
 ok "systemd-analyze verify ckptfs@.service"
 
+# ---- syslog: the daemonised mounts log there ----
+# This machine has no syslog daemon (no /dev/log): the test listens on
+# /dev/log itself for the length of the test, one datagram per line of
+# $tmp/syslog (a datagram holding a raw newline is flagged). With a real
+# /dev/log (journald), journalctl is asked instead.
+if [ -e /dev/log ]; then
+    command -v journalctl >/dev/null || fail "/dev/log exists but there is no journalctl to read it"
+    read_syslog() { journalctl -q -o short --identifier=ckptfs --since "-10 min" | sed 's/^[^:]*: //'; }
+else
+    "$python" - "$tmp/syslog" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+with open(sys.argv[1], "ab", buffering=0) as f:
+    while True:
+        d = s.recv(65536).rstrip(b"\n")
+        f.write((b"RAW-NEWLINE " if b"\n" in d else b"") + d + b"\n")
+PY
+    syslog_pid=$!
+    for _ in $(seq 100); do [ -S /dev/log ] && break; sleep 0.1; done
+    [ -S /dev/log ] || fail "the /dev/log listener did not start"
+    read_syslog() { cat "$tmp/syslog"; }
+fi
+
 # ---- mounts: fstab and mount -t ----
 store=file://$tmp/store
 mkdir -p "$tmp/mnt-fstab" "$tmp/mnt-type"
@@ -166,6 +196,17 @@ timeout 60 umount "$tmp/mnt-fstab" || fail "umount the fstab mount"
 timeout 60 umount "$tmp/mnt-type" || fail "umount the mount -t mount"
 wait_daemons 60 || fail "the daemons did not exit after umount: $(our_daemons)"
 ok "unmounted; the daemons exited"
+# daemon.info is priority 30; glibc writes "<30>Mon DD HH:MM:SS ckptfs[PID]: ...".
+read_syslog >"$tmp/syslog.seen"
+grep -q "ckptfs\[[0-9]*\]: $store mounted on $tmp/mnt-fstab (staging $tmp/staging-a)" "$tmp/syslog.seen" ||
+    { cat "$tmp/syslog.seen"; fail "the daemonised fstab mount did not log to syslog"; }
+grep -q "ckptfs\[[0-9]*\]: step 20 of job is durable" "$tmp/syslog.seen" ||
+    { cat "$tmp/syslog.seen"; fail "no 'step 20 ... durable' in syslog"; }
+if [ -n "$syslog_pid" ]; then
+    grep -q "^<30>.*ckptfs\[" "$tmp/syslog.seen" || fail "syslog lines are not daemon.info"
+    grep -q "^RAW-NEWLINE" "$tmp/syslog.seen" && fail "a syslog message holds a raw newline"
+fi
+ok "daemonised mounts log to syslog, one message per event ($(grep -c ckptfs "$tmp/syslog.seen") lines)"
 
 # ---- restore with the installed ckptctl, read with the installed binding ----
 /usr/bin/ckptctl --store "$store" --job job restore --step 10 --to "$tmp/restored" >/dev/null ||
