@@ -83,14 +83,29 @@ for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 wait "$pid" || fail "ckptfs exit $?"
 pid=""
 
+# run_once ENV... -- ARGS...: mounts with the config (stderr to $tmp/log),
+# unmounts, waits for a clean exit.
+run_once() {
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" "$ckptfs" --config "$tmp/secret.conf" "$@" -f 2>"$tmp/log" &
+    pid=$!
+    for _ in $(seq 100); do [ -e "$tmp/mnt/.ckptfs/status" ] && break; sleep 0.1; done
+    [ -e "$tmp/mnt/.ckptfs/status" ] || { cat "$tmp/log"; fail "no mount"; }
+    timeout 30 fusermount3 -u "$tmp/mnt"
+    wait "$pid" || fail "ckptfs exit $?"
+    pid=""
+}
+
 # --log-level warn on the command line beats log-level = debug in the file.
-"$ckptfs" --config "$tmp/secret.conf" --log-level warn -f 2>"$tmp/log" &
-pid=$!
-for _ in $(seq 100); do [ -e "$tmp/mnt/.ckptfs/status" ] && break; sleep 0.1; done
-[ -e "$tmp/mnt/.ckptfs/status" ] || { cat "$tmp/log"; fail "no mount"; }
-timeout 30 fusermount3 -u "$tmp/mnt"
-wait "$pid" || fail "ckptfs exit $?"
-pid=""
+run_once -- --log-level warn
 grep -q "^<6>" "$tmp/log" && { cat -A "$tmp/log"; fail "info lines at --log-level warn"; }
 ok "--log-level warn drops info lines"
+
+# Under systemd ($JOURNAL_STREAM): "<6>" and no "ckptfs:" (journald adds it).
+run_once JOURNAL_STREAM=9:12345 -- --log-level info
+grep -qx "<6>file://$tmp/store mounted on $tmp/mnt (staging $tmp/staging)" "$tmp/log" ||
+    { cat -A "$tmp/log"; fail "no journald-style line under JOURNAL_STREAM"; }
+ok "under \$JOURNAL_STREAM: <N> lines without the ckptfs: prefix"
 echo "test_ckptfs_config: $passed checks passed"
