@@ -43,9 +43,9 @@ size_t fs_log_escape(const char *msg, char *out, size_t cap)
     for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
         char esc[5];
         size_t len;
-        if (*p == '\\' || *p == '\n' || *p == '\t') {
+        if (*p == '\n' || *p == '\r' || *p == '\t') {
             esc[0] = '\\';
-            esc[1] = *p == '\\' ? '\\' : *p == '\n' ? 'n' : 't';
+            esc[1] = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
             len = 2;
         } else if (*p < 0x20 || *p == 0x7f) {
             snprintf(esc, sizeof esc, "\\x%02x", *p);

@@ -35,9 +35,11 @@ void fs_logf(int priority, const char *fmt, ...) __attribute__((format(printf, 2
 void fs_log_vfs(void *arg, int level, const char *msg);
 
 /*! Escapes MSG into out[cap] (always NUL-terminated, cut short with "..."
- *  when it does not fit): a backslash becomes "\\", a newline "\n", a tab
- *  "\t", other control bytes and DEL "\xHH"; everything else, UTF-8
- *  included, is kept. Returns the length written. */
+ *  when it does not fit): a newline becomes "\n", a carriage return "\r",
+ *  a tab "\t", other control bytes and DEL "\xHH"; everything else, UTF-8
+ *  and backslashes included, is kept. Escaping only control bytes makes it
+ *  idempotent: a message escaped already (st_vfs's vfs_log may escape
+ *  names itself) passes unchanged. Returns the length written. */
 size_t fs_log_escape(const char *msg, char *out, size_t cap);
 
 #endif
