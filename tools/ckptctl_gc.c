@@ -48,44 +48,6 @@ static int no_positional(const cli *c)
     return 1;
 }
 
-static void report_json(const st_gc_report *r)
-{
-    jw w = {0};
-    jw_begin_obj(&w, NULL);
-    jw_bool(&w, "dry_run", r->dry_run);
-    jw_u64(&w, "steps_kept", r->steps_kept);
-    jw_u64(&w, "steps_deleted", r->steps_deleted);
-    jw_begin_arr(&w, "deleted_steps");
-    for (uint64_t i = 0; i < r->steps_deleted; i++)
-        jw_u64(&w, NULL, r->deleted_steps[i]);
-    jw_end_arr(&w);
-    jw_u64(&w, "packs", r->packs);
-    jw_u64(&w, "packs_referenced", r->packs_referenced);
-    jw_u64(&w, "packs_marked", r->packs_marked);
-    jw_u64(&w, "packs_unmarked", r->packs_unmarked);
-    jw_u64(&w, "packs_pending", r->packs_pending);
-    jw_u64(&w, "packs_deleted", r->packs_deleted);
-    jw_u64(&w, "packs_retired", r->packs_retired);
-    jw_u64(&w, "retired_live_bytes", r->retired_live_bytes);
-    jw_u64(&w, "parts_deleted", r->parts_deleted);
-    jw_u64(&w, "manifests_deleted", r->manifests_deleted);
-    jw_u64(&w, "markers_deleted", r->markers_deleted);
-    jw_u64(&w, "objects_deleted", r->objects_deleted);
-    jw_u64(&w, "bytes_freed", r->bytes_freed);
-    jw_u64(&w, "pending_bytes", r->pending_bytes);
-    jw_u64(&w, "pending_free_first_ns", (uint64_t)r->pending_free_first_ns);
-    jw_u64(&w, "pending_free_last_ns", (uint64_t)r->pending_free_last_ns);
-    jw_bool(&w, "stopped", r->stopped);
-    jw_bool(&w, "sweep_skipped", r->sweep_skipped);
-    jw_str(&w, "why", r->why);
-    jw_begin_arr(&w, "deleted");
-    for (size_t i = 0; i < r->ndeleted; i++)
-        jw_str(&w, NULL, r->deleted[i]);
-    jw_end_arr(&w);
-    jw_end_obj(&w);
-    jw_done(&w);
-}
-
 /* "2026-12-01 23:40:00 UTC (in 59 min)" for a wall-clock time in ns. */
 static void format_when(int64_t ns, char *out, size_t cap)
 {
@@ -125,6 +87,44 @@ static void report_pending(const st_gc_report *r)
         printf(", all of it from %s", last);
     }
     printf("\n");
+}
+
+static void report_json(const st_gc_report *r)
+{
+    jw w = {0};
+    jw_begin_obj(&w, NULL);
+    jw_bool(&w, "dry_run", r->dry_run);
+    jw_u64(&w, "steps_kept", r->steps_kept);
+    jw_u64(&w, "steps_deleted", r->steps_deleted);
+    jw_begin_arr(&w, "deleted_steps");
+    for (uint64_t i = 0; i < r->steps_deleted; i++)
+        jw_u64(&w, NULL, r->deleted_steps[i]);
+    jw_end_arr(&w);
+    jw_u64(&w, "packs", r->packs);
+    jw_u64(&w, "packs_referenced", r->packs_referenced);
+    jw_u64(&w, "packs_marked", r->packs_marked);
+    jw_u64(&w, "packs_unmarked", r->packs_unmarked);
+    jw_u64(&w, "packs_pending", r->packs_pending);
+    jw_u64(&w, "packs_deleted", r->packs_deleted);
+    jw_u64(&w, "packs_retired", r->packs_retired);
+    jw_u64(&w, "retired_live_bytes", r->retired_live_bytes);
+    jw_u64(&w, "parts_deleted", r->parts_deleted);
+    jw_u64(&w, "manifests_deleted", r->manifests_deleted);
+    jw_u64(&w, "markers_deleted", r->markers_deleted);
+    jw_u64(&w, "objects_deleted", r->objects_deleted);
+    jw_u64(&w, "bytes_freed", r->bytes_freed);
+    jw_u64(&w, "pending_bytes", r->pending_bytes);
+    jw_u64(&w, "pending_free_first_ns", (uint64_t)r->pending_free_first_ns);
+    jw_u64(&w, "pending_free_last_ns", (uint64_t)r->pending_free_last_ns);
+    jw_bool(&w, "stopped", r->stopped);
+    jw_bool(&w, "sweep_skipped", r->sweep_skipped);
+    jw_str(&w, "why", r->why);
+    jw_begin_arr(&w, "deleted");
+    for (size_t i = 0; i < r->ndeleted; i++)
+        jw_str(&w, NULL, r->deleted[i]);
+    jw_end_arr(&w);
+    jw_end_obj(&w);
+    jw_done(&w);
 }
 
 static void report_text(const cli *c, const st_gc_report *r)
