@@ -6,9 +6,12 @@
  * (reads and writes go between the kernel and the staging file's fd through
  * fuse_buf_copy / fuse_reply_data, as libfuse's passthrough_ll does).
  *
- *   ckptfs MOUNTPOINT [--store URL] [--staging DIR] [--node NAME]
- *          [--step-pattern REGEX] [--staging-cap BYTES] [--gc-keep-last N]
- *          [--gc-keep-every K] [--gc-grace S] [--gc-interval S] [-f] [-o FUSE_OPTS]
+ *   ckptfs [MOUNTPOINT] [--config FILE] [--store URL] [--staging DIR] ...
+ *          [-f] [-d] [-o FUSE_OPTS]
+ *
+ * The options are the rows of fs_option_table (fs_options.c); a
+ * configuration file (fs_config.c) sets the same ones; messages go through
+ * fs_log.c.
  *
  * Threads: libfuse's worker threads call the ops concurrently; all shared
  * state is inside st_vfs.
@@ -20,22 +23,20 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ckptstore.h"
+#include "fs_config.h"
+#include "fs_log.h"
+#include "fs_options.h"
 
 #define ATTR_TIMEOUT 1.0
 #define MAX_WRITE    (1u << 20)
-
-static int log_to_syslog;
 
 static st_vfs *vfs_of(fuse_req_t req)
 {
@@ -71,19 +72,6 @@ static int errmap(st_err e)
 static void reply_err(fuse_req_t req, st_err e)
 {
     fuse_reply_err(req, errmap(e));
-}
-
-static void log_sink(void *arg, int level, const char *msg)
-{
-    (void)arg;
-    if (log_to_syslog)
-        syslog(level == 0 ? LOG_INFO : level == 1 ? LOG_WARNING : LOG_ERR, "%s", msg);
-    else
-        fprintf(stderr, "ckptfs: %s%s\n",
-                level == 2   ? "error: "
-                : level == 1 ? "warning: "
-                             : "",
-                msg);
 }
 
 static void to_stat(const st_vfs_attr *a, struct stat *st)
@@ -338,7 +326,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
         st_err ce = n < 0 ? ST_ERR_IO : st_vfs_handle_write(v, h, mem, (size_t)n);
         free(mem);
         if (ce) {
-            log_sink(NULL, 1, st_errmsg());
+            fs_log_write(FS_LOG_WARN, st_errmsg());
             reply_err(req, ce);
         } else {
             fuse_reply_write(req, (size_t)n);
@@ -488,104 +476,18 @@ static const struct fuse_lowlevel_ops ops = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: ckptfs MOUNTPOINT [options]\n\n"
+    fprintf(out, "usage: ckptfs [MOUNTPOINT] [options]\n\n"
                  "Mounts checkpoint storage: trainers write checkpoints into MOUNTPOINT/<job>/;\n"
                  "complete steps are deduplicated, compressed and uploaded to the store in the\n"
                  "background; durable steps from the store are listed and readable.\n\n"
-                 "Options:\n"
-                 "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
-                 "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
-                 "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
-                 "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
-                 "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
-                 "                       ~/.aws/credentials, never from the command line\n"
-                 "  --staging DIR        local staging directory (default:\n"
-                 "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
-                 "  --node NAME          this node's name in the store (default: host name)\n"
-                 "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
-                 "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
-                 "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
-                 "                       about (N + 1) x 24 MiB\n"
-                 "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
-                 "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
-                 "  --gc-keep-last N     background GC: keep the N newest consistent steps of\n"
-                 "                       every job and delete older ones (N >= 1)\n"
-                 "  --gc-keep-every K    background GC: keep the consistent steps whose number\n"
-                 "                       is a multiple of K (K >= 1), with --gc-keep-last: too\n"
-                 "  --gc-grace SECONDS   background GC: how long an unreferenced pack waits\n"
-                 "                       before it is deleted (default 3600)\n"
-                 "  --gc-interval SECONDS  background GC: time between runs (default 600)\n"
-                 "                       Any --gc-* option runs GC over every job of the store\n"
-                 "                       on a background thread (only --gc-interval/--gc-grace:\n"
-                 "                       sweep only, no step deleted). The newest consistent\n"
-                 "                       step and pinned steps are always kept. Run it on one\n"
-                 "                       node per job: two are safe, only wasteful.\n"
-                 "  -f                   stay in the foreground, log to stderr\n"
+                 "Options (each also a key of the --config file, ckptfs.conf(5)):\n");
+    fs_options_usage(out);
+    fprintf(out, "  -f                   stay in the foreground, log to stderr\n"
                  "  -d                   FUSE debug output (implies -f)\n"
-                 "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
                  "  -h, --help           this help\n"
                  "  --version            version\n\n"
                  "Unmount with: fusermount3 -u MOUNTPOINT\n"
                  "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *s == '-')
-        return -1;
-    uint64_t mult = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mult = 1ull << 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mult = 1ull << 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mult = 1ull << 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mult = 1ull << 40;
-        end++;
-        break;
-    }
-    if (*end)
-        return -1;
-    *out = v * mult;
-    return 0;
-}
-
-/* A whole number >= 1 for --gc-keep-last / --gc-keep-every. */
-static int parse_count(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end || *s == '-' || errno || v < 1)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* A number of seconds > 0 (fractions allowed) for --gc-grace / --gc-interval. */
-static int parse_seconds(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v <= 0 || v > 1e9)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static int default_staging(char *buf, size_t cap)
@@ -601,165 +503,188 @@ static int default_staging(char *buf, size_t cap)
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+enum { O_HELP = 'h', O_VERSION = 1 };
+
+/* Flags of the command line that are not settings (fs_option_table). */
+static const struct option flag_opts[] = {
+    {"help", no_argument, NULL, O_HELP},
+    {"version", no_argument, NULL, O_VERSION},
+};
+
+typedef struct cli_flags {
+    int foreground, debug;
+} cli_flags;
+
+/* One getopt_long pass over argv. The first pass (config_only) applies only
+ * --config, so the file can be read before the second pass applies every
+ * other option over it: the command line wins. Returns -1 to go on, or the
+ * exit code (0 after --help/--version). */
+static int parse_argv(int argc, char **argv, const struct option *lopts, const char *shortopts,
+                      int config_only, fs_settings *s, cli_flags *f)
+{
+    const fs_option *config_row = fs_option_find("config");
+    int ch;
+    optind = 0; /* glibc: a full re-scan */
+    while ((ch = getopt_long(argc, argv, shortopts, lopts, NULL)) != -1) {
+        const fs_option *o = fs_option_for_getopt(ch);
+        char why[256];
+        if (o) {
+            if (config_only != (o == config_row))
+                continue;
+            if (fs_option_set(o, optarg, s, why, sizeof why)) {
+                fprintf(stderr, "ckptfs: --%s %s\n", o->name, why);
+                return 2;
+            }
+            continue;
+        }
+        switch (ch) {
+        case 'f': f->foreground = 1; break;
+        case 'd': f->debug = f->foreground = 1; break;
+        case O_HELP: usage(stdout); return 0;
+        case O_VERSION:
+            printf("ckptfs %s (libfuse %s)\n", CKPT_PROJECT_VERSION, fuse_pkgversion());
+            return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (config_only)
+        return -1;
+    if (optind < argc - 1) {
+        fprintf(stderr, "ckptfs: expected one MOUNTPOINT, got %d arguments\n", argc - optind);
+        usage(stderr);
+        return 2;
+    }
+    if (optind == argc - 1)
+        s->mountpoint = argv[optind];
+    if (!s->mountpoint) {
+        fprintf(stderr, "ckptfs: no MOUNTPOINT (argument, --mountpoint or mountpoint =)\n");
+        usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* "subtype=ckptfs,fsname=SOURCE", SOURCE escaped as -o wants (a ',' or a
+ * '\\' behind a backslash), or NULL when out of memory. */
+static char *fstab_opts(const char *source)
+{
+    static const char head[] = "subtype=ckptfs,fsname=";
+    char *opts = malloc(sizeof head + 2 * strlen(source));
+    if (!opts)
+        return NULL;
+    char *p = opts + sizeof head - 1;
+    memcpy(opts, head, sizeof head - 1);
+    for (; *source; source++) {
+        if (*source == ',' || *source == '\\')
+            *p++ = '\\';
+        *p++ = *source;
+    }
+    *p = '\0';
+    return opts;
+}
+
+/* The mount's FUSE arguments: -o from the options, and under --config the
+ * source and type that mount(8) and /proc/mounts show for an fstab entry
+ * ("FILE MOUNTPOINT fuse.ckptfs"). */
+static int fuse_args_of(const fs_settings *s, const cli_flags *f, const char *argv0,
+                        struct fuse_args *args)
+{
+    char *typed = s->config ? fstab_opts(s->config) : NULL;
+    int bad = (s->config && !typed) || fuse_opt_add_arg(args, argv0);
+    if (s->fuse_opts)
+        bad = bad || fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, s->fuse_opts);
+    if (typed)
+        bad = bad || fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, typed);
+    if (f->debug)
+        bad = bad || fuse_opt_add_arg(args, "-d");
+    free(typed);
+    return bad ? -1 : 0;
+}
+
+/* Credentials from a (mode-checked) configuration file reach the S3
+ * backend the way the environment's do; the process environment set here
+ * is not the one /proc/PID/environ shows. */
+static int export_secrets(const fs_settings *s)
+{
+    if (s->aws_access_key_id && setenv("AWS_ACCESS_KEY_ID", s->aws_access_key_id, 1))
+        return -1;
+    if (s->aws_secret_access_key && setenv("AWS_SECRET_ACCESS_KEY", s->aws_secret_access_key, 1))
+        return -1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    enum {
-        O_STORE = 256,
-        O_STAGING,
-        O_NODE,
-        O_PATTERN,
-        O_CAP,
-        O_REFRESH,
-        O_DRAIN,
-        O_VERSION,
-        O_ENDPOINT,
-        O_UPLOADS,
-        O_GC_KEEP_LAST,
-        O_GC_KEEP_EVERY,
-        O_GC_GRACE,
-        O_GC_INTERVAL
-    };
-    static const struct option lopts[] = {
-        {"store", required_argument, NULL, O_STORE},
-        {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
-        {"upload-threads", required_argument, NULL, O_UPLOADS},
-        {"staging", required_argument, NULL, O_STAGING},
-        {"node", required_argument, NULL, O_NODE},
-        {"step-pattern", required_argument, NULL, O_PATTERN},
-        {"staging-cap", required_argument, NULL, O_CAP},
-        {"refresh", required_argument, NULL, O_REFRESH},
-        {"drain", required_argument, NULL, O_DRAIN},
-        {"gc-keep-last", required_argument, NULL, O_GC_KEEP_LAST},
-        {"gc-keep-every", required_argument, NULL, O_GC_KEEP_EVERY},
-        {"gc-grace", required_argument, NULL, O_GC_GRACE},
-        {"gc-interval", required_argument, NULL, O_GC_INTERVAL},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, O_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    st_vfs_options vo = {.log = log_sink};
-    const char *store = getenv("CKPT_STORE");
-    const char *staging = NULL;
-    int foreground = 0, debug = 0;
-    /* Every exit from here on goes through out_args: the FUSE args are
-     * heap-allocated. */
-    int rc = 1;
+    fs_settings s;
+    fs_config *conf = NULL;
+    cli_flags flags = {0, 0};
+    char shortopts[16], why[512];
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-    fuse_opt_add_arg(&args, argv[0]);
-    int ch;
-    while ((ch = getopt_long(argc, argv, "hfdo:", lopts, NULL)) != -1) {
-        switch (ch) {
-        case O_STORE: store = optarg; break;
-        case O_ENDPOINT: vo.s3_endpoint = optarg; break;
-        case O_UPLOADS: {
-            char *end;
-            unsigned long n = strtoul(optarg, &end, 10);
-            if (*end || n < 1 || n > 32) {
-                fprintf(stderr, "ckptfs: --upload-threads wants 1..32, got '%s'\n", optarg);
-                rc = 2;
-                goto out_args;
-            }
-            vo.upload_threads = (unsigned)n;
-            break;
-        }
-        case O_STAGING: staging = optarg; break;
-        case O_NODE: vo.node = optarg; break;
-        case O_PATTERN: vo.step_pattern = optarg; break;
-        case O_CAP:
-            if (parse_size(optarg, &vo.staging_cap)) {
-                fprintf(stderr, "ckptfs: bad --staging-cap '%s'\n", optarg);
-                rc = 2;
-                goto out_args;
-            }
-            break;
-        case O_REFRESH: vo.refresh_seconds = atof(optarg); break;
-        case O_DRAIN: vo.drain_seconds = atof(optarg); break;
-        case O_GC_KEEP_LAST:
-        case O_GC_KEEP_EVERY:
-            if (parse_count(optarg, ch == O_GC_KEEP_LAST ? &vo.gc_keep_last : &vo.gc_keep_every)) {
-                fprintf(stderr, "ckptfs: --%s wants a whole number >= 1, got '%s'\n",
-                        ch == O_GC_KEEP_LAST ? "gc-keep-last" : "gc-keep-every", optarg);
-                rc = 2;
-                goto out_args;
-            }
-            vo.gc_enabled = 1;
-            break;
-        case O_GC_GRACE:
-        case O_GC_INTERVAL:
-            if (parse_seconds(optarg,
-                              ch == O_GC_GRACE ? &vo.gc_grace_seconds : &vo.gc_interval_seconds)) {
-                fprintf(stderr, "ckptfs: --%s wants a number of seconds > 0, got '%s'\n",
-                        ch == O_GC_GRACE ? "gc-grace" : "gc-interval", optarg);
-                rc = 2;
-                goto out_args;
-            }
-            vo.gc_enabled = 1;
-            break;
-        case 'f': foreground = 1; break;
-        case 'd': debug = foreground = 1; break;
-        case 'o':
-            fuse_opt_add_arg(&args, "-o");
-            fuse_opt_add_arg(&args, optarg);
-            break;
-        case 'h':
-            usage(stdout);
-            rc = 0;
-            goto out_args;
-        case O_VERSION:
-            printf("ckptfs 0.1.0 (libfuse %s)\n", fuse_pkgversion());
-            rc = 0;
-            goto out_args;
-        default:
-            usage(stderr);
-            rc = 2;
-            goto out_args;
-        }
+    st_vfs *v = NULL;
+    int rc = 1;
+    fs_settings_init(&s);
+    s.vo.log = fs_log_vfs;
+    s.store = getenv("CKPT_STORE");
+    struct option *lopts = fs_options_getopt(flag_opts, sizeof flag_opts / sizeof flag_opts[0],
+                                             "hfd", shortopts, sizeof shortopts);
+    if (!lopts) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        goto out;
     }
-    if (optind != argc - 1) {
-        fprintf(stderr, "ckptfs: expected exactly one MOUNTPOINT\n");
-        usage(stderr);
-        rc = 2;
-        goto out_args;
+    /* Every exit from here on goes through out: the settings and the FUSE
+     * args are heap-allocated. */
+    int parsed = parse_argv(argc, argv, lopts, shortopts, 1, &s, &flags);
+    if (parsed < 0 && s.config && fs_config_load(s.config, &s, &conf, why, sizeof why)) {
+        fprintf(stderr, "ckptfs: %s\n", why);
+        parsed = 2;
     }
-    const char *mountpoint = argv[optind];
-    if (debug)
-        fuse_opt_add_arg(&args, "-d");
+    if (parsed < 0)
+        parsed = parse_argv(argc, argv, lopts, shortopts, 0, &s, &flags);
+    if (parsed >= 0) {
+        rc = parsed;
+        goto out;
+    }
+    fs_log_setup(s.log_level, FS_LOG_STDERR);
+    if (fuse_args_of(&s, &flags, argv[0], &args) || export_secrets(&s)) {
+        fs_log_write(FS_LOG_ERROR, "out of memory");
+        goto out;
+    }
 
     char default_url[PATH_MAX + 16], staging_buf[PATH_MAX];
-    if (!store || !*store)
-        store = st_default_store_url(default_url, sizeof default_url);
-    if (!staging) {
+    if (!s.store || !*s.store)
+        s.store = st_default_store_url(default_url, sizeof default_url);
+    if (!s.staging) {
         if (default_staging(staging_buf, sizeof staging_buf)) {
             fprintf(stderr, "ckptfs: cannot derive the staging directory; pass --staging\n");
             rc = 2;
-            goto out_args;
+            goto out;
         }
-        staging = staging_buf;
+        s.staging = staging_buf;
     }
-    vo.store_url = store;
-    vo.staging_dir = staging;
+    s.vo.store_url = s.store;
+    s.vo.staging_dir = s.staging;
 
-    st_vfs *v = NULL;
-    st_err e = st_vfs_open(&vo, &v);
+    st_err e = st_vfs_open(&s.vo, &v);
     if (e) {
-        fprintf(stderr, "ckptfs: %s\n", st_errmsg()[0] ? st_errmsg() : st_strerror(e));
+        fs_log_write(FS_LOG_ERROR, st_errmsg()[0] ? st_errmsg() : st_strerror(e));
         rc = e == ST_ERR_INVALID ? 2 : 1;
-        goto out_args;
+        goto out;
     }
     struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, v);
     if (!se)
-        goto out_vfs;
+        goto out;
     if (fuse_set_signal_handlers(se) != 0)
         goto out_session;
-    if (fuse_session_mount(se, mountpoint) != 0)
+    if (fuse_session_mount(se, s.mountpoint) != 0)
         goto out_signals;
-    if (!foreground)
-        log_to_syslog = 1;
-    fuse_daemonize(foreground);
+    if (!flags.foreground)
+        fs_log_setup(s.log_level, FS_LOG_SYSLOG);
+    fuse_daemonize(flags.foreground);
     if ((e = st_vfs_start(v))) {
-        log_sink(NULL, 2, st_errmsg());
+        fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
+    fs_logf(FS_LOG_INFO, "%s mounted on %s (staging %s)", s.store, s.mountpoint, s.staging);
     struct fuse_loop_config *cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(cfg, 16);
     rc = fuse_session_loop_mt(se, cfg) ? 1 : 0;
@@ -770,9 +695,11 @@ out_signals:
     fuse_remove_signal_handlers(se);
 out_session:
     fuse_session_destroy(se);
-out_vfs:
-    st_vfs_close(v); /* completes closed steps and drains uploads (--drain) */
-out_args:
+out:
+    st_vfs_close(v); /* completes closed steps and drains uploads (--drain); NULL: no-op */
     fuse_opt_free_args(&args);
+    fs_config_free(conf);
+    fs_settings_free(&s);
+    free(lopts);
     return rc;
 }

@@ -12,7 +12,8 @@ shift || true
 packages=(build-essential cmake pkg-config clang clang-format
           libxxhash-dev liblz4-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev
           python3 python3-torch libopenblas0-pthread
-          nodejs curl patch)
+          nodejs curl patch
+          dpkg-dev man-db systemd)  # the .deb: dpkg-shlibdeps, man, systemd-analyze
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

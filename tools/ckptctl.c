@@ -408,7 +408,7 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case 'q': c->quiet = 1; break;
         case 'h': c->help = 1; break;
-        case O_VERSION: printf("ckptctl 0.1.0\n"); return EXIT_OK;
+        case O_VERSION: printf("ckptctl %s\n", CKPT_PROJECT_VERSION); return EXIT_OK;
         default: fprintf(stderr, "ckptctl: see ckptctl --help\n"); return EXIT_USAGE;
         }
     }

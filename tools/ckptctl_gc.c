@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckptctl.h"
@@ -47,6 +48,47 @@ static int no_positional(const cli *c)
     return 1;
 }
 
+/* "2026-12-01 23:40:00 UTC (in 59 min)" for a wall-clock time in ns. */
+static void format_when(int64_t ns, char *out, size_t cap)
+{
+    time_t t = (time_t)(ns / 1000000000);
+    struct tm tm;
+    char stamp[32] = "?";
+    if (gmtime_r(&t, &tm))
+        strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double left = (double)(ns - ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec)) / 1e9;
+    if (left <= 0)
+        snprintf(out, cap, "%s (now)", stamp);
+    else if (left < 120)
+        snprintf(out, cap, "%s (in %.0f s)", stamp, left);
+    else if (left < 7200)
+        snprintf(out, cap, "%s (in %.0f min)", stamp, left / 60);
+    else
+        snprintf(out, cap, "%s (in %.1f h)", stamp, left / 3600);
+}
+
+/* Packs only marked (or still in their grace period) free nothing now: say
+ * how much comes back and from when, so "0.0 MiB freed" is never the whole
+ * story (docs/GC.md). */
+static void report_pending(const st_gc_report *r)
+{
+    char first[80], last[80];
+    if (!r->pending_bytes)
+        return;
+    format_when(r->pending_free_first_ns, first, sizeof first);
+    printf("%.1f MiB in %" PRIu64 " unreferenced pack(s) %s freed by a gc run after the grace "
+           "period: from %s",
+           mib(r->pending_bytes), r->packs_marked + r->packs_pending,
+           r->dry_run ? "would be" : "will be", first);
+    if (r->pending_free_last_ns > r->pending_free_first_ns) {
+        format_when(r->pending_free_last_ns, last, sizeof last);
+        printf(", all of it from %s", last);
+    }
+    printf("\n");
+}
+
 static void report_json(const st_gc_report *r)
 {
     jw w = {0};
@@ -73,6 +115,9 @@ static void report_json(const st_gc_report *r)
     jw_u64(&w, "markers_deleted", r->markers_deleted);
     jw_u64(&w, "objects_deleted", r->objects_deleted);
     jw_u64(&w, "bytes_freed", r->bytes_freed);
+    jw_u64(&w, "pending_bytes", r->pending_bytes);
+    jw_u64(&w, "pending_free_first_ns", (uint64_t)r->pending_free_first_ns);
+    jw_u64(&w, "pending_free_last_ns", (uint64_t)r->pending_free_last_ns);
     jw_bool(&w, "stopped", r->stopped);
     jw_bool(&w, "sweep_skipped", r->sweep_skipped);
     jw_str(&w, "why", r->why);
@@ -117,6 +162,7 @@ static void report_text(const cli *c, const st_gc_report *r)
            r->packs_marked, r->packs_pending, r->packs_deleted, did, r->packs_retired,
            r->dry_run ? "would be retired" : "retired", mib(r->retired_live_bytes),
            r->objects_deleted, mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
+    report_pending(r);
 }
 
 int run_gc(cli *c, st_store *s)

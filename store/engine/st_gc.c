@@ -829,6 +829,16 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
     return e;
 }
 
+/* A pack that a later run frees, from FREE_NS on (st_gc_report). */
+static void note_pending(st_gc_report *r, uint64_t size, int64_t free_ns)
+{
+    r->pending_bytes += size;
+    if (!r->pending_free_first_ns || free_ns < r->pending_free_first_ns)
+        r->pending_free_first_ns = free_ns;
+    if (free_ns > r->pending_free_last_ns)
+        r->pending_free_last_ns = free_ns;
+}
+
 static st_err sweep(gc_run *g, const step_list *first)
 {
     char key[ST_KEY_MAX], text[128];
@@ -889,6 +899,7 @@ static st_err sweep(gc_run *g, const step_list *first)
         if (!p->marked) {
             size_t len;
             r->packs_marked++;
+            note_pending(r, p->size, t0 + g->grace);
             st_key_gc_pending(key, sizeof key, g->job, &p->id);
             if (!g->dry_run &&
                 !(e = st_gcmark_pending_encode(text, sizeof text, t0, g->grace, &len)))
@@ -898,6 +909,7 @@ static st_err sweep(gc_run *g, const step_list *first)
         int64_t need = p->grace_ns > g->grace ? p->grace_ns : g->grace;
         if (t0 - p->marked_ns < need) {
             r->packs_pending++;
+            note_pending(r, p->size, p->marked_ns + need);
             continue;
         }
         if (!(e = delete_pack(g, p)))

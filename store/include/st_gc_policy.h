@@ -26,6 +26,13 @@ typedef struct st_gc_report {
     uint64_t packs_unmarked;   /* referenced again: marker dropped */
     uint64_t packs_pending;    /* unreferenced, marker younger than the grace period */
     uint64_t packs_deleted;
+    /* Space that comes back later: the packs marked now or still pending
+     * (packs_marked + packs_pending) add up to pending_bytes, which a run
+     * can delete from pending_free_first_ns on (wall clock, ns since the
+     * epoch; the soonest marker's grace end) and all of it from
+     * pending_free_last_ns on. 0 when nothing is pending. */
+    uint64_t pending_bytes;
+    int64_t pending_free_first_ns, pending_free_last_ns;
     uint64_t parts_deleted, manifests_deleted, markers_deleted;
     uint64_t objects_deleted; /* == ndeleted */
     uint64_t bytes_freed;     /* sizes of the deleted objects */

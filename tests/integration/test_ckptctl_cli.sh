@@ -329,5 +329,20 @@ if ls -a "$tmp/bad" "$tmp/bad/sub dir" 2>/dev/null | grep -q ckpt-restore; then
     failed=$((failed + 1)); echo "FAIL: temporary restore file left behind"
 else passed=$((passed + 1)); fi
 
+# A gc run that only marks packs frees nothing yet: it says how much comes
+# back and from when (the grace period), never just "0.0 MiB freed".
+for i in 1 2; do
+    mkdir -p "$tmp/gc$i"
+    head -c 300000 /dev/urandom >"$tmp/gc$i/f.bin"
+    "$ckptctl" --job gcjob put --step "$i" "$tmp/gc$i" >/dev/null
+done
+expect 0 "gc that only marks packs" -- "$ckptctl" --job gcjob gc --keep-last 1 --grace 3600
+contains "$tmp/out" "0.0 MiB freed" "nothing freed by the marking run"
+contains "$tmp/out" "0.3 MiB in 1 unreferenced pack(s) will be freed by a gc run after the grace period: from 20" \
+    "gc says how much space comes back"
+contains "$tmp/out" "UTC (in 60 min)" "gc says when"
+expect 0 "gc --json of pending packs" -- "$ckptctl" --job gcjob gc --json
+contains "$tmp/out" '"pending_bytes":3' "gc --json has pending_bytes"
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

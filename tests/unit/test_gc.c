@@ -111,6 +111,7 @@ static void gc_checked(st_store *s, const char *job, const st_gc_policy *p, st_g
     CHECK(dry.steps_deleted == real->steps_deleted);
     CHECK(dry.packs_retired == real->packs_retired);
     CHECK(dry.packs_marked == real->packs_marked);
+    CHECK(dry.pending_bytes == real->pending_bytes);
     for (size_t i = 0; i < dry.ndeleted && i < real->ndeleted; i++)
         CHECK(!strcmp(dry.deleted[i], real->deleted[i]));
     st_gc_report_free(&dry);
@@ -172,16 +173,27 @@ static void test_grace_period(void)
         put_step(s, "grace", i, 100 + (unsigned)i, NULL);
     st_gc_report r;
     st_gc_policy pol = {.keep_last = 1, .grace_ns = 3600 * SEC};
+    int64_t before = st_now_ns();
     gc_checked(s, "grace", &pol, &r);
     CHECK(r.steps_deleted == 2 && r.packs_marked == 1); /* step 2's pack; step 1's is shared */
+    /* Nothing freed yet, but the report says what comes back, and when. */
+    CHECK(r.bytes_freed < r.pending_bytes && r.pending_bytes > 200 * KIB);
+    CHECK(r.pending_free_first_ns >= before + 3600 * SEC);
+    CHECK(r.pending_free_first_ns <= st_now_ns() + 3600 * SEC);
+    CHECK(r.pending_free_last_ns == r.pending_free_first_ns);
+    uint64_t pending_bytes = r.pending_bytes;
+    int64_t free_ns = r.pending_free_first_ns;
     st_gc_report_free(&r);
     gc_checked(s, "grace", &pol, &r);
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0 && r.ndeleted == 0);
+    /* Still pending: the same bytes, from the marker's own time. */
+    CHECK(r.pending_bytes == pending_bytes && r.pending_free_first_ns == free_ns);
     st_gc_report_free(&r);
     /* A shorter grace now does not shorten the marker's own. */
     st_gc_policy shorter = {.grace_ns = 1};
     gc_checked(s, "grace", &shorter, &r);
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0);
+    CHECK(r.pending_free_first_ns == free_ns);
     st_gc_report_free(&r);
     st_store_close(s);
 }

@@ -1,0 +1,296 @@
+/*
+ * fs_options — the table of ckptfs's options and the parsing of their
+ * values (fs_options.h). One row per option: the command line
+ * (fs_options_getopt), the configuration file (fs_config) and --help
+ * (fs_options_usage) are all read from fs_option_table.
+ *
+ * Values are checked strictly (a trailing unit that is not one, a negative
+ * count, a NaN): a daemon that starts with a typo in its configuration is
+ * worse than one that refuses to start.
+ */
+#include "fs_options.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F(field) offsetof(fs_settings, field)
+
+const fs_option fs_option_table[] = {
+    {"config", 0, "FILE", FS_VAL_STRING, F(config), FS_OPT_CLI_ONLY,
+     "read options from FILE, key = value lines (ckptfs.conf(5));\n"
+     "the command line wins over the file"},
+    {"mountpoint", 0, "DIR", FS_VAL_STRING, F(mountpoint), 0,
+     "where to mount (instead of the MOUNTPOINT argument)"},
+    {"store", 0, "URL", FS_VAL_STRING, F(store), 0,
+     "file:///abs/dir or s3://bucket/prefix\n"
+     "(default: $CKPT_STORE, else the embedded file:// store)"},
+    {"s3-endpoint", 0, "URL", FS_VAL_STRING, F(vo.s3_endpoint), 0,
+     "S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
+     "(default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
+     "come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,\n"
+     "~/.aws/credentials or a mode 0600 configuration file,\n"
+     "never from the command line"},
+    {"upload-threads", 0, "N", FS_VAL_THREADS, F(vo.upload_threads), 0,
+     "pack uploads in flight (1..32, default 4); memory is\n"
+     "about (N + 1) x 24 MiB"},
+    {"staging", 0, "DIR", FS_VAL_STRING, F(staging), 0,
+     "local staging directory (default:\n"
+     "$XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)"},
+    {"node", 0, "NAME", FS_VAL_STRING, F(vo.node), 0,
+     "this node's name in the store (default: host name)"},
+    {"step-pattern", 0, "RE", FS_VAL_STRING, F(vo.step_pattern), 0,
+     "POSIX ERE with one group capturing the step number"},
+    {"staging-cap", 0, "BYTES", FS_VAL_SIZE, F(vo.staging_cap), 0,
+     "cap on staged bytes (K, M, G, T suffixes); full: ENOSPC"},
+    {"refresh", 0, "SECONDS", FS_VAL_SECONDS, F(vo.refresh_seconds), 0,
+     "how often the store's steps are re-listed (default 5)"},
+    {"drain", 0, "SECONDS", FS_VAL_SECONDS0, F(vo.drain_seconds), 0,
+     "at unmount, how long to wait for uploads (default 60)"},
+    {"gc-keep-last", 0, "N", FS_VAL_COUNT, F(vo.gc_keep_last), FS_OPT_GC,
+     "background GC: keep the N newest consistent steps of\n"
+     "every job and delete older ones (N >= 1)"},
+    {"gc-keep-every", 0, "K", FS_VAL_COUNT, F(vo.gc_keep_every), FS_OPT_GC,
+     "background GC: keep the consistent steps whose number\n"
+     "is a multiple of K (K >= 1), with --gc-keep-last: too"},
+    {"gc-grace", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_grace_seconds), FS_OPT_GC,
+     "background GC: how long an unreferenced pack waits\n"
+     "before it is deleted (default 3600)"},
+    {"gc-interval", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_interval_seconds), FS_OPT_GC,
+     "background GC: time between runs (default 600)\n"
+     "Any --gc-* option runs GC over every job of the store\n"
+     "on a background thread (only --gc-interval/--gc-grace:\n"
+     "sweep only, no step deleted). The newest consistent\n"
+     "step and pinned steps are always kept. Run it on one\n"
+     "node per job: two are safe, only wasteful."},
+    {"log-level", 0, "LEVEL", FS_VAL_LOG_LEVEL, F(log_level), 0,
+     "error, warn, info (default) or debug"},
+    {"fuse-options", 'o', "OPTS", FS_VAL_APPEND, F(fuse_opts), 0,
+     "FUSE mount options (e.g. allow_other); -o OPTS"},
+    {"aws-access-key-id", 0, "KEY", FS_VAL_STRING, F(aws_access_key_id), FS_OPT_SECRET,
+     "S3 access key (configuration file only)"},
+    {"aws-secret-access-key", 0, "SECRET", FS_VAL_STRING, F(aws_secret_access_key), FS_OPT_SECRET,
+     "S3 secret key (configuration file only)"},
+};
+
+const size_t fs_option_count = sizeof fs_option_table / sizeof fs_option_table[0];
+
+static const char *const level_names[] = {[FS_LOG_ERROR] = "error",
+                                          [FS_LOG_WARN] = "warn",
+                                          [FS_LOG_INFO] = "info",
+                                          [FS_LOG_DEBUG] = "debug"};
+
+const char *fs_log_level_name(int level)
+{
+    if (level < 0 || (size_t)level >= sizeof level_names / sizeof level_names[0])
+        return NULL;
+    return level_names[level];
+}
+
+void fs_settings_init(fs_settings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->log_level = FS_LOG_INFO;
+}
+
+void fs_settings_free(fs_settings *s)
+{
+    free(s->fuse_opts);
+    s->fuse_opts = NULL;
+}
+
+const fs_option *fs_option_find(const char *name)
+{
+    for (size_t i = 0; i < fs_option_count; i++)
+        if (strcmp(fs_option_table[i].name, name) == 0)
+            return &fs_option_table[i];
+    return NULL;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    static const char units[] = "KMGT";
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *s == '-' || errno)
+        return -1;
+    unsigned shift = 0;
+    int unit = *end & ~0x20; /* upper case; 0 for a space */
+    const char *u = unit ? strchr(units, unit) : NULL;
+    if (u) {
+        shift = 10 * (unsigned)(u - units + 1);
+        end++;
+    }
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_whole(const char *s, unsigned long long lo, unsigned long long hi,
+                       unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end || *s == '-' || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_seconds(const char *s, int zero_ok, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 1e9)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_level(const char *s, int *out)
+{
+    for (int l = 0; l < (int)(sizeof level_names / sizeof level_names[0]); l++)
+        if (level_names[l] && strcmp(level_names[l], s) == 0) {
+            *out = l;
+            return 0;
+        }
+    return -1;
+}
+
+/* Appends OPTS to the comma-separated list *list (owned). */
+static int append_opts(char **list, const char *opts)
+{
+    size_t old = *list ? strlen(*list) : 0, add = strlen(opts);
+    char *grown = realloc(*list, old + add + 2);
+    if (!grown)
+        return -1;
+    if (old)
+        grown[old++] = ',';
+    memcpy(grown + old, opts, add + 1);
+    *list = grown;
+    return 0;
+}
+
+/* What a kind accepts, for the error message. */
+static const char *kind_wants(fs_value_kind k)
+{
+    switch (k) {
+    case FS_VAL_STRING: return "a non-empty value";
+    case FS_VAL_SIZE: return "a size in bytes (K, M, G, T suffixes)";
+    case FS_VAL_COUNT: return "a whole number >= 1";
+    case FS_VAL_THREADS: return "a whole number 1..32";
+    case FS_VAL_SECONDS: return "a number of seconds > 0";
+    case FS_VAL_SECONDS0: return "a number of seconds >= 0";
+    case FS_VAL_LOG_LEVEL: return "error, warn, info or debug";
+    case FS_VAL_APPEND: return "FUSE options";
+    }
+    return "a value";
+}
+
+int fs_option_set(const fs_option *o, const char *value, fs_settings *s, char *why, size_t cap)
+{
+    void *field = (char *)s + o->field;
+    unsigned long long whole;
+    int bad = !*value;
+    if (!bad) {
+        switch (o->kind) {
+        case FS_VAL_STRING: *(const char **)field = value; break;
+        case FS_VAL_SIZE: bad = parse_size(value, field); break;
+        case FS_VAL_COUNT:
+            bad = parse_whole(value, 1, UINT64_MAX, &whole);
+            if (!bad)
+                *(uint64_t *)field = whole;
+            break;
+        case FS_VAL_THREADS:
+            bad = parse_whole(value, 1, 32, &whole);
+            if (!bad)
+                *(unsigned *)field = (unsigned)whole;
+            break;
+        case FS_VAL_SECONDS:
+        case FS_VAL_SECONDS0: bad = parse_seconds(value, o->kind == FS_VAL_SECONDS0, field); break;
+        case FS_VAL_LOG_LEVEL: bad = parse_level(value, field); break;
+        case FS_VAL_APPEND:
+            if (append_opts(field, value)) {
+                snprintf(why, cap, "out of memory");
+                return -1;
+            }
+            break;
+        }
+    }
+    if (bad) {
+        if (o->flags & FS_OPT_SECRET)
+            snprintf(why, cap, "wants %s", kind_wants(o->kind));
+        else
+            snprintf(why, cap, "wants %s, got '%s'", kind_wants(o->kind), value);
+        return -1;
+    }
+    if (o->flags & FS_OPT_GC)
+        s->vo.gc_enabled = 1;
+    return 0;
+}
+
+void fs_options_usage(FILE *out)
+{
+    for (size_t i = 0; i < fs_option_count; i++) {
+        const fs_option *o = &fs_option_table[i];
+        if (o->flags & FS_OPT_SECRET)
+            continue;
+        char head[64];
+        snprintf(head, sizeof head, "--%s %s", o->name, o->metavar);
+        /* Help text starts in column 23, or two spaces after a long head. */
+        fprintf(out, "  %-20s%s", head, strlen(head) < 20 ? " " : "  ");
+        for (const char *line = o->help; *line;) {
+            size_t n = strcspn(line, "\n");
+            fprintf(out, "%.*s\n", (int)n, line);
+            line += n;
+            if (*line == '\n' && *++line)
+                fprintf(out, "%23s", "");
+        }
+    }
+}
+
+struct option *fs_options_getopt(const struct option *extra, size_t n_extra,
+                                 const char *short_extra, char *shortopts, size_t cap)
+{
+    struct option *lopts = calloc(fs_option_count + n_extra + 1, sizeof *lopts);
+    size_t n = 0, used = strlen(short_extra);
+    if (!lopts || used >= cap) {
+        free(lopts);
+        return NULL;
+    }
+    memcpy(shortopts, short_extra, used + 1);
+    for (size_t i = 0; i < fs_option_count; i++) {
+        const fs_option *o = &fs_option_table[i];
+        if (o->flags & FS_OPT_SECRET)
+            continue;
+        lopts[n++] = (struct option){o->name, required_argument, NULL, FS_OPT_VAL_BASE + (int)i};
+        if (o->short_name) {
+            if (used + 3 > cap) {
+                free(lopts);
+                return NULL;
+            }
+            shortopts[used++] = o->short_name;
+            shortopts[used++] = ':';
+            shortopts[used] = '\0';
+        }
+    }
+    memcpy(lopts + n, extra, n_extra * sizeof *extra);
+    return lopts;
+}
+
+const fs_option *fs_option_for_getopt(int ch)
+{
+    if (ch >= FS_OPT_VAL_BASE && (size_t)(ch - FS_OPT_VAL_BASE) < fs_option_count)
+        return &fs_option_table[ch - FS_OPT_VAL_BASE];
+    for (size_t i = 0; i < fs_option_count; i++)
+        if (ch > 0 && fs_option_table[i].short_name == ch)
+            return &fs_option_table[i];
+    return NULL;
+}
