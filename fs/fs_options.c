@@ -48,6 +48,9 @@ const fs_option fs_option_table[] = {
      "cap on staged bytes (K, M, G, T suffixes); full: ENOSPC"},
     {"refresh", 0, "SECONDS", FS_VAL_SECONDS, F(vo.refresh_seconds), 0,
      "how often the store's steps are re-listed (default 5)"},
+    {"node-lease-ttl", 0, "SECONDS", FS_VAL_SECONDS, F(vo.node_lease_ttl_seconds), 0,
+     "how long this daemon's claim on its node name lasts without a heartbeat (default 60; "
+     "docs/NODES.md)"},
     {"drain", 0, "SECONDS", FS_VAL_SECONDS0, F(vo.drain_seconds), 0,
      "at unmount, how long to wait for uploads (default 60)"},
     {"gc-keep-last", 0, "N", FS_VAL_COUNT, F(vo.gc_keep_last), FS_OPT_GC,
