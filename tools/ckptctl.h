@@ -1,16 +1,17 @@
 /*
  * ckptctl.h — what the ckptctl source files share: the parsed command line,
- * the verb table entry, exit codes, and the helpers for errors, JSON output,
- * JSON input and the mount's status file.
+ * the verb table entry, exit codes, and the helpers for errors and JSON
+ * output.
  *
  * ckptctl is single-threaded except for the restore progress callback, which
  * the store calls serialised from its download threads.
  *
  *   ckptctl.c        main: options, verb table, help, opening the store
  *   ckptctl_store.c  verbs over the store: put get restore ls latest verify stats
- *   ckptctl_mount.c  verbs over a local mount: commit wait status
+ *   ckptctl_mount.c  verbs over a local mount: commit wait status (the protocol
+ *                    is client/ckpt_mountctl, shared with libckpt)
  *   ckptctl_gc.c     retention and GC: gc pin unpin
- *   ckptctl_json.c   JSON writer (escaped strings) and a small reader for the status file
+ *   ckptctl_json.c   JSON writer (escaped strings)
  */
 #ifndef CKPTCTL_H
 #define CKPTCTL_H
@@ -142,40 +143,5 @@ void jw_done(jw *w);
 /*! Prints s as a JSON string literal to f (quotes, backslashes and control
  *  characters escaped; other bytes as they are). */
 void json_print_string(FILE *f, const char *s);
-
-/* ---- JSON input (for the status file) ---- */
-typedef enum jv_type { JV_NULL, JV_BOOL, JV_NUM, JV_STR, JV_ARR, JV_OBJ } jv_type;
-
-typedef struct jv {
-    jv_type type;
-    int boolean;
-    double num;
-    char *str;        /* JV_STR, NUL-terminated, unescaped */
-    struct jv *items; /* JV_ARR, JV_OBJ: n values */
-    char **keys;      /* JV_OBJ: n keys */
-    size_t n;
-} jv;
-
-/*! Parses one JSON document (text, len bytes). 0 on success (*out owned by
- *  the caller, jv_free()); -1 with a message in err otherwise. */
-int jv_parse(const char *text, size_t len, jv *out, char *err, size_t errcap);
-void jv_free(jv *v);
-/*! The member `key` of an object, or NULL (also when v is not an object). */
-const jv *jv_get(const jv *v, const char *key);
-/*! Member as a string ("" if absent or not a string) / number (0). */
-const char *jv_str(const jv *v, const char *key);
-double jv_num(const jv *v, const char *key);
-
-/* ---- the mount's status file ---- */
-
-/*!
- * Reads MOUNT/.ckptfs/status into *text (malloc'd, NUL-terminated, *len
- * bytes). Returns EXIT_OK, or EXIT_STORE after printing why (no mount there,
- * unreadable).
- */
-int status_read(const char *mount, char **text, size_t *len);
-/*! status_read + jv_parse. EXIT_OK with *doc to jv_free(), else the exit code
- *  after printing why. */
-int status_load(const char *mount, jv *doc);
 
 #endif
