@@ -1,7 +1,7 @@
 /*
  * ckpt.c — libckpt: the public C API (include/ckpt/ckpt.h) over the store
  * engine's facade (store/ckptstore.h), plus the two calls that talk to a
- * local ckptfs mount through its control files (.ckptfs/commit, .ckptfs/status).
+ * local ckptfs mount, over ckpt_mountctl (the protocol, shared with ckptctl).
  *
  * Invariants: st_err codes become ckpt_codes in exactly one place
  * (code_from_st); every failing path leaves a sentence in the handle's error
@@ -15,23 +15,16 @@
  */
 #include "ckpt/ckpt.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "ckpt_json.h"
+#include "ckpt_mountctl.h"
 #include "ckptstore.h"
 
-#define ERRMSG_CAP   768
-#define STATUS_MAX   (16u << 20) /* largest status file we read */
-#define JOB_NAME_MAX 128         /* ST_JOB_MAX; the daemon checks the rest */
+#define ERRMSG_CAP CKPT_MOUNTCTL_MSG_CAP
 
 struct ckpt_store {
     st_store *st;
@@ -376,203 +369,33 @@ void ckpt_requests(const ckpt_store *store, ckpt_request_counts *out)
 
 /* ------------------------------------------------------- the local mount */
 
-/* The daemon validates job names fully; this catches what would break the
- * one-line commit format (white space, control characters) or a path. */
-static int job_fits_line(const char *job)
+/* The one place where mount-control errors become public codes. */
+static ckpt_code code_from_mountctl(ckpt_mountctl_err e)
 {
-    size_t len = strlen(job);
-    if (len == 0 || len > JOB_NAME_MAX)
-        return 0;
-    for (const unsigned char *p = (const unsigned char *)job; *p; p++)
-        if (*p <= ' ' || *p == 0x7f || *p == '/')
-            return 0;
-    return 1;
+    switch (e) {
+    case CKPT_MOUNTCTL_OK: return CKPT_OK;
+    case CKPT_MOUNTCTL_EINVAL: return CKPT_EINVAL;
+    case CKPT_MOUNTCTL_ENOMOUNT:
+    case CKPT_MOUNTCTL_ENOJOB: return CKPT_ENOTFOUND;
+    case CKPT_MOUNTCTL_EIO: return CKPT_EIO;
+    case CKPT_MOUNTCTL_ECORRUPT: return CKPT_ECORRUPT;
+    case CKPT_MOUNTCTL_ENOMEM: return CKPT_ENOMEM;
+    case CKPT_MOUNTCTL_ETIMEDOUT: return CKPT_ETIMEDOUT;
+    }
+    return CKPT_EIO;
 }
 
-static ckpt_code control_path(const char *mountpoint, const char *name, char *buf, size_t cap)
-{
-    if (!mountpoint || !*mountpoint)
-        return fail(NULL, CKPT_EINVAL, "mountpoint is empty");
-    int n = snprintf(buf, cap, "%s/.ckptfs/%s", mountpoint, name);
-    if (n < 0 || (size_t)n >= cap)
-        return fail(NULL, CKPT_EINVAL, "mountpoint path too long");
-    return CKPT_OK;
-}
-
+/* The mount-control message lands in this thread's buffer (no handle). */
 ckpt_code ckpt_commit(const char *mountpoint, const char *job, uint64_t step, int rank,
                       int world_size)
 {
-    char path[PATH_MAX], line[JOB_NAME_MAX + 64];
-    ckpt_code c = control_path(mountpoint, "commit", path, sizeof path);
-    if (c)
-        return c;
-    if (!job || !job_fits_line(job))
-        return fail(NULL, CKPT_EINVAL, "invalid job name \"%s\"", job ? job : "(null)");
-    if (world_size < 1 || rank < 0 || rank >= world_size)
-        return fail(NULL, CKPT_EINVAL, "rank %d of world size %d: need 0 <= rank < world size",
-                    rank, world_size);
-    int len = snprintf(line, sizeof line, "%s %" PRIu64 " %d %d\n", job, step, rank, world_size);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        if (err == ENOENT || err == ENOTDIR)
-            return fail(NULL, CKPT_ENOTFOUND,
-                        "%s: %s (not a ckptfs mount, or a daemon that does not take commits)", path,
-                        strerror(err));
-        return fail(NULL, CKPT_EIO, "open %s: %s", path, strerror(err));
-    }
-    ssize_t w;
-    do
-        w = write(fd, line, (size_t)len);
-    while (w < 0 && errno == EINTR);
-    int werr = errno;
-    int cerr = close(fd) < 0 ? errno : 0;
-    line[len - 1] = '\0'; /* for the messages */
-    if (w < 0) {
-        if (werr == EINVAL || werr == ENOENT)
-            return fail(NULL, werr == EINVAL ? CKPT_EINVAL : CKPT_ENOTFOUND,
-                        "the mount refused the commit \"%s\": %s", line, strerror(werr));
-        return fail(NULL, CKPT_EIO, "commit \"%s\" through %s: %s", line, path, strerror(werr));
-    }
-    if (w != len)
-        return fail(NULL, CKPT_EIO, "commit \"%s\" through %s: short write (%zd of %d bytes)", line,
-                    path, w, len);
-    if (cerr)
-        return fail(NULL, CKPT_EIO, "commit \"%s\": close %s: %s", line, path, strerror(cerr));
-    return CKPT_OK;
-}
-
-/* Reads the whole status file (at most STATUS_MAX bytes) into *out (malloc'd). */
-static ckpt_code read_status(const char *path, char **out, size_t *len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        if (err == ENOENT || err == ENOTDIR)
-            return fail(NULL, CKPT_ENOTFOUND, "%s: %s (not a ckptfs mount?)", path, strerror(err));
-        return fail(NULL, CKPT_EIO, "open %s: %s", path, strerror(err));
-    }
-    size_t cap = 64 << 10, n = 0;
-    char *buf = malloc(cap);
-    ckpt_code c = buf ? CKPT_OK : fail(NULL, CKPT_ENOMEM, "out of memory");
-    while (!c) {
-        if (n == cap) {
-            if (cap >= STATUS_MAX) {
-                c = fail(NULL, CKPT_ECORRUPT, "%s: larger than %u bytes", path, STATUS_MAX);
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                c = fail(NULL, CKPT_ENOMEM, "out of memory");
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            c = fail(NULL, CKPT_EIO, "read %s: %s", path, strerror(errno));
-            break;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    if (c) {
-        free(buf);
-        return c;
-    }
-    *out = buf;
-    *len = n;
-    return CKPT_OK;
-}
-
-/* What one look at the status file found for (job, step). */
-typedef struct step_seen {
-    char state[32];       /* "" when the mount does not list the step */
-    char last_error[256]; /* the daemon's last_error */
-} step_seen;
-
-static ckpt_code scan_status(const char *path, const char *job, uint64_t step, step_seen *seen)
-{
-    char *text = NULL;
-    size_t len = 0, err_off = 0;
-    ckpt_code c = read_status(path, &text, &len);
-    if (c)
-        return c;
-    ckj_doc doc;
-    int rc = ckj_parse(text, len, &doc, &err_off);
-    if (rc) {
-        c = rc == -2 ? fail(NULL, CKPT_ENOMEM, "%s: out of memory parsing it", path)
-                     : fail(NULL, CKPT_ECORRUPT, "%s: not valid JSON (at byte %zu)", path, err_off);
-        goto out;
-    }
-    seen->state[0] = seen->last_error[0] = '\0';
-    ckj_str_copy(&doc, ckj_get(&doc, 0, "last_error"), seen->last_error, sizeof seen->last_error);
-    size_t steps = ckj_get(&doc, 0, "steps");
-    if (!steps || doc.toks[steps].type != CKJ_ARRAY) {
-        c = fail(NULL, CKPT_ECORRUPT, "%s: no \"steps\" array", path);
-        goto out;
-    }
-    size_t el = steps + 1;
-    for (size_t i = 0; i < doc.toks[steps].size; i++, el = doc.toks[el].next) {
-        uint64_t s;
-        if (!ckj_str_eq(&doc, ckj_get(&doc, el, "job"), job) ||
-            ckj_u64(&doc, ckj_get(&doc, el, "step"), &s) || s != step)
-            continue;
-        ckj_str_copy(&doc, ckj_get(&doc, el, "state"), seen->state, sizeof seen->state);
-        break;
-    }
-out:
-    ckj_free(&doc);
-    free(text);
-    return c;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    return code_from_mountctl(
+        ckpt_mountctl_commit(mountpoint, job, step, rank, world_size, tls_errmsg));
 }
 
 ckpt_code ckpt_wait_durable(const char *mountpoint, const char *job, uint64_t step,
                             double timeout_s)
 {
-    char path[PATH_MAX];
-    ckpt_code c = control_path(mountpoint, "status", path, sizeof path);
-    if (c)
-        return c;
-    if (!job || !*job)
-        return fail(NULL, CKPT_EINVAL, "job name is empty");
-    if (timeout_s != timeout_s) /* NaN */
-        return fail(NULL, CKPT_EINVAL, "timeout is NaN");
-    double start = now_s(), interval = 0.05;
-    step_seen seen;
-    for (;;) {
-        if ((c = scan_status(path, job, step, &seen)))
-            return c;
-        if (!strcmp(seen.state, "durable"))
-            return CKPT_OK;
-        double left = timeout_s - (now_s() - start);
-        if (timeout_s >= 0 && left <= 0)
-            break;
-        sleep_s(timeout_s >= 0 && left < interval ? left : interval);
-        interval = interval * 2 > 0.5 ? 0.5 : interval * 2;
-    }
-    return fail(NULL, CKPT_ETIMEDOUT,
-                "step %" PRIu64 " of job %s not durable after %.1fs (%s%s; last_error: %s)", step,
-                job, timeout_s, seen.state[0] ? "state: " : "",
-                seen.state[0] ? seen.state : "the mount does not list the step",
-                seen.last_error[0] ? seen.last_error : "none");
+    return code_from_mountctl(
+        ckpt_mountctl_wait_durable(mountpoint, job, step, timeout_s, tls_errmsg));
 }

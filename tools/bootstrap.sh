@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 shift || true
 
-packages=(build-essential cmake pkg-config clang clang-format
+packages=(build-essential cmake pkg-config clang clang-format libjson-c-dev
           libxxhash-dev liblz4-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev
           python3 python3-torch libopenblas0-pthread
           nodejs curl patch

@@ -7,7 +7,8 @@
  * the verb), the verb table with each verb's help, the shared error helpers,
  * and opening the store for the verbs that need one. The verbs live in
  * ckptctl_store.c (put get restore ls latest verify stats) and
- * ckptctl_mount.c (commit wait status); JSON in ckptctl_json.c.
+ * ckptctl_mount.c (commit wait status); --json documents are built with
+ * json-c and printed by json_print here.
  *
  * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
  * to $CKPT_JOB. Exit codes (also in --help and ckptctl(1)): 0 ok, 1 not found
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +186,61 @@ int need(const cli *c, int want_job, int want_step)
 double mib(uint64_t bytes)
 {
     return (double)bytes / (1024.0 * 1024.0);
+}
+
+int json_set(json_object *obj, const char *key, json_object *val)
+{
+    if (!obj || !val || json_object_object_add(obj, key, val)) {
+        json_object_put(val);
+        return -1;
+    }
+    return 0;
+}
+
+int json_set_str(json_object *obj, const char *key, const char *s)
+{
+    return s ? json_set(obj, key, json_object_new_string(s)) : json_set_null(obj, key);
+}
+
+int json_set_null(json_object *obj, const char *key)
+{
+    return obj && !json_object_object_add(obj, key, NULL) ? 0 : -1;
+}
+
+int json_set_num(json_object *obj, const char *key, double v)
+{
+    char text[64];
+    if (!isfinite(v))
+        return json_set_null(obj, key);
+    snprintf(text, sizeof text, "%.3f", v); /* printed as written, not as %.17g */
+    return json_set(obj, key, json_object_new_double_s(v, text));
+}
+
+int json_push(json_object *arr, json_object *val)
+{
+    if (!arr || !val || json_object_array_add(arr, val)) {
+        json_object_put(val);
+        return -1;
+    }
+    return 0;
+}
+
+int json_print(json_object *doc, int failed)
+{
+    /* Compact, '/' not escaped: the bytes ckptctl's own writer produced. */
+    const char *text = failed || !doc
+                           ? NULL
+                           : json_object_to_json_string_ext(
+                                 doc, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+    int rc = EXIT_OK;
+    if (text) {
+        printf("%s\n", text);
+    } else {
+        fprintf(stderr, "ckptctl: out of memory\n");
+        rc = EXIT_STORE;
+    }
+    json_object_put(doc);
+    return rc;
 }
 
 static void print_warning(void *arg, const char *msg)

@@ -1,16 +1,16 @@
 /*
  * ckptctl.h — what the ckptctl source files share: the parsed command line,
- * the verb table entry, exit codes, and the helpers for errors, JSON output,
- * JSON input and the mount's status file.
+ * the verb table entry, exit codes, and the helpers for errors and JSON
+ * output (json-c, in ckptctl.c).
  *
  * ckptctl is single-threaded except for the restore progress callback, which
  * the store calls serialised from its download threads.
  *
  *   ckptctl.c        main: options, verb table, help, opening the store
  *   ckptctl_store.c  verbs over the store: put get restore ls latest verify stats
- *   ckptctl_mount.c  verbs over a local mount: commit wait status
+ *   ckptctl_mount.c  verbs over a local mount: commit wait status (the protocol
+ *                    is client/ckpt_mountctl, shared with libckpt)
  *   ckptctl_gc.c     retention and GC: gc pin unpin
- *   ckptctl_json.c   JSON writer (escaped strings) and a small reader for the status file
  */
 #ifndef CKPTCTL_H
 #define CKPTCTL_H
@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include <json-c/json.h>
 
 #include "ckptstore.h"
 
@@ -112,63 +114,22 @@ int need(const cli *c, int want_job, int want_step);
 /*! Bytes as MiB for human output. */
 double mib(uint64_t bytes);
 
-/* ---- JSON output ----
- * A writer that places commas itself: open containers, then key/value calls.
- * Values outside an object take no key (pass NULL). Writes to stdout. */
-typedef struct jw {
-    int depth;
-    unsigned char first[32]; /* per depth: nothing written yet in this container */
-} jw;
-
-void jw_begin_obj(jw *w, const char *key);
-void jw_end_obj(jw *w);
-void jw_begin_arr(jw *w, const char *key);
-void jw_end_arr(jw *w);
-void jw_str(jw *w, const char *key, const char *val); /* NULL val: null */
-void jw_u64(jw *w, const char *key, uint64_t val);
-void jw_i64(jw *w, const char *key, int64_t val);
-void jw_num(jw *w, const char *key, double val); /* 3 decimals; inf/nan: null */
-void jw_bool(jw *w, const char *key, int val);
-void jw_null(jw *w, const char *key);
-/*! Ends the document with a newline. */
-void jw_done(jw *w);
-/*! Prints s as a JSON string literal to f (quotes, backslashes and control
- *  characters escaped; other bytes as they are). */
-void json_print_string(FILE *f, const char *s);
-
-/* ---- JSON input (for the status file) ---- */
-typedef enum jv_type { JV_NULL, JV_BOOL, JV_NUM, JV_STR, JV_ARR, JV_OBJ } jv_type;
-
-typedef struct jv {
-    jv_type type;
-    int boolean;
-    double num;
-    char *str;        /* JV_STR, NUL-terminated, unescaped */
-    struct jv *items; /* JV_ARR, JV_OBJ: n values */
-    char **keys;      /* JV_OBJ: n keys */
-    size_t n;
-} jv;
-
-/*! Parses one JSON document (text, len bytes). 0 on success (*out owned by
- *  the caller, jv_free()); -1 with a message in err otherwise. */
-int jv_parse(const char *text, size_t len, jv *out, char *err, size_t errcap);
-void jv_free(jv *v);
-/*! The member `key` of an object, or NULL (also when v is not an object). */
-const jv *jv_get(const jv *v, const char *key);
-/*! Member as a string ("" if absent or not a string) / number (0). */
-const char *jv_str(const jv *v, const char *key);
-double jv_num(const jv *v, const char *key);
-
-/* ---- the mount's status file ---- */
-
-/*!
- * Reads MOUNT/.ckptfs/status into *text (malloc'd, NUL-terminated, *len
- * bytes). Returns EXIT_OK, or EXIT_STORE after printing why (no mount there,
- * unreadable).
- */
-int status_read(const char *mount, char **text, size_t *len);
-/*! status_read + jv_parse. EXIT_OK with *doc to jv_free(), else the exit code
- *  after printing why. */
-int status_load(const char *mount, jv *doc);
+/* ---- JSON output (json-c) ----
+ * A verb builds its one document with json-c and hands it to json_print.
+ * The setters take over val (json-c's reference) and return 0, or -1 when
+ * obj or val is NULL (a json-c constructor ran out of memory) or the
+ * insertion failed; a verb ORs their results and passes that on. */
+int json_set(json_object *obj, const char *key, json_object *val);
+/*! s as a string; NULL s: null. */
+int json_set_str(json_object *obj, const char *key, const char *s);
+int json_set_null(json_object *obj, const char *key);
+/*! v with 3 decimals ("1.500"); inf/nan: null (JSON has neither). */
+int json_set_num(json_object *obj, const char *key, double v);
+/*! Appends val to array arr; as json_set. */
+int json_push(json_object *arr, json_object *val);
+/*! Prints doc compactly on one line on stdout, as ckptctl always did, and
+ *  releases it. With failed set (a setter failed) it prints "out of memory"
+ *  on stderr instead. Returns EXIT_OK or EXIT_STORE. */
+int json_print(json_object *doc, int failed);
 
 #endif

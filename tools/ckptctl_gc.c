@@ -89,44 +89,44 @@ static void report_pending(const st_gc_report *r)
     printf("\n");
 }
 
-static void report_json(const st_gc_report *r)
+static int report_json(const st_gc_report *r)
 {
-    jw w = {0};
-    jw_begin_obj(&w, NULL);
-    jw_bool(&w, "dry_run", r->dry_run);
-    jw_u64(&w, "steps_kept", r->steps_kept);
-    jw_u64(&w, "steps_deleted", r->steps_deleted);
-    jw_begin_arr(&w, "deleted_steps");
+    json_object *o = json_object_new_object();
+    int bad = json_set(o, "dry_run", json_object_new_boolean(r->dry_run));
+    bad |= json_set(o, "steps_kept", json_object_new_uint64(r->steps_kept));
+    bad |= json_set(o, "steps_deleted", json_object_new_uint64(r->steps_deleted));
+    json_object *steps = json_object_new_array();
     for (uint64_t i = 0; i < r->steps_deleted; i++)
-        jw_u64(&w, NULL, r->deleted_steps[i]);
-    jw_end_arr(&w);
-    jw_u64(&w, "steps_damaged", r->steps_damaged);
-    jw_u64(&w, "steps_unreadable", r->steps_unreadable);
-    jw_u64(&w, "packs", r->packs);
-    jw_u64(&w, "packs_referenced", r->packs_referenced);
-    jw_u64(&w, "packs_marked", r->packs_marked);
-    jw_u64(&w, "packs_unmarked", r->packs_unmarked);
-    jw_u64(&w, "packs_pending", r->packs_pending);
-    jw_u64(&w, "packs_deleted", r->packs_deleted);
-    jw_u64(&w, "packs_retired", r->packs_retired);
-    jw_u64(&w, "retired_live_bytes", r->retired_live_bytes);
-    jw_u64(&w, "parts_deleted", r->parts_deleted);
-    jw_u64(&w, "manifests_deleted", r->manifests_deleted);
-    jw_u64(&w, "markers_deleted", r->markers_deleted);
-    jw_u64(&w, "objects_deleted", r->objects_deleted);
-    jw_u64(&w, "bytes_freed", r->bytes_freed);
-    jw_u64(&w, "pending_bytes", r->pending_bytes);
-    jw_u64(&w, "pending_free_first_ns", (uint64_t)r->pending_free_first_ns);
-    jw_u64(&w, "pending_free_last_ns", (uint64_t)r->pending_free_last_ns);
-    jw_bool(&w, "stopped", r->stopped);
-    jw_bool(&w, "sweep_skipped", r->sweep_skipped);
-    jw_str(&w, "why", r->why);
-    jw_begin_arr(&w, "deleted");
+        bad |= json_push(steps, json_object_new_uint64(r->deleted_steps[i]));
+    bad |= json_set(o, "deleted_steps", steps);
+    bad |= json_set(o, "steps_damaged", json_object_new_uint64(r->steps_damaged));
+    bad |= json_set(o, "steps_unreadable", json_object_new_uint64(r->steps_unreadable));
+    bad |= json_set(o, "packs", json_object_new_uint64(r->packs));
+    bad |= json_set(o, "packs_referenced", json_object_new_uint64(r->packs_referenced));
+    bad |= json_set(o, "packs_marked", json_object_new_uint64(r->packs_marked));
+    bad |= json_set(o, "packs_unmarked", json_object_new_uint64(r->packs_unmarked));
+    bad |= json_set(o, "packs_pending", json_object_new_uint64(r->packs_pending));
+    bad |= json_set(o, "packs_deleted", json_object_new_uint64(r->packs_deleted));
+    bad |= json_set(o, "packs_retired", json_object_new_uint64(r->packs_retired));
+    bad |= json_set(o, "retired_live_bytes", json_object_new_uint64(r->retired_live_bytes));
+    bad |= json_set(o, "parts_deleted", json_object_new_uint64(r->parts_deleted));
+    bad |= json_set(o, "manifests_deleted", json_object_new_uint64(r->manifests_deleted));
+    bad |= json_set(o, "markers_deleted", json_object_new_uint64(r->markers_deleted));
+    bad |= json_set(o, "objects_deleted", json_object_new_uint64(r->objects_deleted));
+    bad |= json_set(o, "bytes_freed", json_object_new_uint64(r->bytes_freed));
+    bad |= json_set(o, "pending_bytes", json_object_new_uint64(r->pending_bytes));
+    bad |= json_set(o, "pending_free_first_ns",
+                    json_object_new_uint64((uint64_t)r->pending_free_first_ns));
+    bad |= json_set(o, "pending_free_last_ns",
+                    json_object_new_uint64((uint64_t)r->pending_free_last_ns));
+    bad |= json_set(o, "stopped", json_object_new_boolean(r->stopped));
+    bad |= json_set(o, "sweep_skipped", json_object_new_boolean(r->sweep_skipped));
+    bad |= json_set_str(o, "why", r->why);
+    json_object *keys = json_object_new_array();
     for (size_t i = 0; i < r->ndeleted; i++)
-        jw_str(&w, NULL, r->deleted[i]);
-    jw_end_arr(&w);
-    jw_end_obj(&w);
-    jw_done(&w);
+        bad |= json_push(keys, json_object_new_string(r->deleted[i]));
+    bad |= json_set(o, "deleted", keys);
+    return json_print(o, bad);
 }
 
 /* On stderr, even with -q or --json: what the run did not do. */
@@ -195,9 +195,11 @@ int run_gc(cli *c, st_store *s)
              : r.stopped && gc_stop ? 128 + (int)gc_stop
              : r.sweep_skipped      ? EXIT_PARTIAL
                                     : EXIT_OK;
-    if (!e && c->json)
-        report_json(&r);
-    else if (!e)
+    if (!e && c->json) {
+        int printed = report_json(&r);
+        if (printed && rc == EXIT_OK)
+            rc = printed;
+    } else if (!e)
         report_text(c, &r);
     if (!e)
         report_notes(&r);

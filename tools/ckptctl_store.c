@@ -46,22 +46,21 @@ int run_put(cli *c, st_store *s)
     if (e)
         return fail(e);
     if (c->json) {
-        jw w = {0};
-        jw_begin_obj(&w, NULL);
-        jw_str(&w, "job", c->job);
-        jw_u64(&w, "step", c->step);
-        jw_u64(&w, "files", r.files);
-        jw_u64(&w, "skipped", r.skipped);
-        jw_u64(&w, "bytes", r.logical_bytes);
-        jw_u64(&w, "chunks", r.chunks);
-        jw_u64(&w, "new_chunks", r.new_chunks);
-        jw_u64(&w, "new_bytes", r.new_raw_bytes);
-        jw_u64(&w, "stored_bytes", r.stored_bytes);
-        jw_u64(&w, "packs", r.packs);
-        jw_u64(&w, "puts", r.puts);
-        jw_end_obj(&w);
-        jw_done(&w);
-    } else if (!c->quiet) {
+        json_object *o = json_object_new_object();
+        int bad = json_set_str(o, "job", c->job);
+        bad |= json_set(o, "step", json_object_new_uint64(c->step));
+        bad |= json_set(o, "files", json_object_new_uint64(r.files));
+        bad |= json_set(o, "skipped", json_object_new_uint64(r.skipped));
+        bad |= json_set(o, "bytes", json_object_new_uint64(r.logical_bytes));
+        bad |= json_set(o, "chunks", json_object_new_uint64(r.chunks));
+        bad |= json_set(o, "new_chunks", json_object_new_uint64(r.new_chunks));
+        bad |= json_set(o, "new_bytes", json_object_new_uint64(r.new_raw_bytes));
+        bad |= json_set(o, "stored_bytes", json_object_new_uint64(r.stored_bytes));
+        bad |= json_set(o, "packs", json_object_new_uint64(r.packs));
+        bad |= json_set(o, "puts", json_object_new_uint64(r.puts));
+        return json_print(o, bad);
+    }
+    if (!c->quiet) {
         double dedup = r.logical_bytes
                            ? 100.0 * (1.0 - (double)r.new_raw_bytes / (double)r.logical_bytes)
                            : 0.0;
@@ -122,30 +121,26 @@ static void progress_finish(progress *p)
     }
 }
 
-static void print_restore_json(const cli *c, const st_restore_result *r)
+static int print_restore_json(const cli *c, const st_restore_result *r)
 {
-    jw w = {0};
-    jw_begin_obj(&w, NULL);
-    jw_str(&w, "job", c->job);
-    jw_u64(&w, "step", r->step);
-    jw_str(&w, "to", c->to);
-    if (c->have_rank)
-        jw_i64(&w, "rank", c->rank);
-    else
-        jw_null(&w, "rank");
-    jw_u64(&w, "files", r->files);
-    jw_u64(&w, "bytes", r->bytes);
-    jw_u64(&w, "gets", r->gets);
-    jw_bool(&w, "fell_back", r->fell_back);
+    json_object *o = json_object_new_object();
+    int bad = json_set_str(o, "job", c->job);
+    bad |= json_set(o, "step", json_object_new_uint64(r->step));
+    bad |= json_set_str(o, "to", c->to);
+    bad |= c->have_rank ? json_set(o, "rank", json_object_new_int64(c->rank))
+                        : json_set_null(o, "rank");
+    bad |= json_set(o, "files", json_object_new_uint64(r->files));
+    bad |= json_set(o, "bytes", json_object_new_uint64(r->bytes));
+    bad |= json_set(o, "gets", json_object_new_uint64(r->gets));
+    bad |= json_set(o, "fell_back", json_object_new_boolean(r->fell_back));
     if (r->fell_back) {
-        jw_u64(&w, "failed_step", r->failed_step);
-        jw_str(&w, "failure", r->failure);
+        bad |= json_set(o, "failed_step", json_object_new_uint64(r->failed_step));
+        bad |= json_set_str(o, "failure", r->failure);
     } else {
-        jw_null(&w, "failed_step");
-        jw_null(&w, "failure");
+        bad |= json_set_null(o, "failed_step");
+        bad |= json_set_null(o, "failure");
     }
-    jw_end_obj(&w);
-    jw_done(&w);
+    return json_print(o, bad);
 }
 
 /* Restores c->step, or with latest the latest consistent step. */
@@ -185,8 +180,8 @@ static int restore_into(cli *c, st_store *s, int latest)
                 "(files stored with 'ckptctl put' carry no rank)\n",
                 c->rank, r.step);
     if (c->json)
-        print_restore_json(c, &r);
-    else if (!c->quiet)
+        return print_restore_json(c, &r);
+    if (!c->quiet)
         printf("restored step %" PRIu64 "%s of job %s into %s: %" PRIu64 " files, %.1f MiB, "
                "verified, %" PRIu64 " GETs\n",
                r.step, r.fell_back ? " (fallback)" : "", c->job, c->to, r.files, mib(r.bytes),
@@ -233,19 +228,19 @@ static int list_jobs(cli *c, st_store *s)
     st_err e = st_store_list_jobs(s, &jobs, &n);
     if (e)
         return fail(e);
+    int rc = EXIT_OK;
     if (c->json) {
-        jw w = {0};
-        jw_begin_arr(&w, NULL);
+        json_object *a = json_object_new_array();
+        int bad = !a;
         for (size_t i = 0; i < n; i++)
-            jw_str(&w, NULL, jobs[i]);
-        jw_end_arr(&w);
-        jw_done(&w);
+            bad |= json_push(a, json_object_new_string(jobs[i]));
+        rc = json_print(a, bad);
     } else {
         for (size_t i = 0; i < n; i++)
             printf("%s\n", jobs[i]);
     }
     st_store_free_names(jobs, n);
-    return EXIT_OK;
+    return rc;
 }
 
 /* The STATE column of ls: consistent, partial, or unreadable. */
@@ -254,28 +249,27 @@ static const char *step_state(const st_step_info *si)
     return si->unreadable ? "unreadable" : si->consistent ? "consistent" : "partial";
 }
 
-static void print_steps_json(const st_step_info *steps, size_t n)
+static int print_steps_json(const st_step_info *steps, size_t n)
 {
-    jw w = {0};
-    jw_begin_arr(&w, NULL);
+    json_object *a = json_object_new_array();
+    int bad = !a;
     for (size_t i = 0; i < n; i++) {
         const st_step_info *si = &steps[i];
-        jw_begin_obj(&w, NULL);
-        jw_u64(&w, "step", si->step);
-        jw_str(&w, "state", step_state(si));
-        jw_bool(&w, "consistent", si->consistent);
-        jw_bool(&w, "complete", si->complete);
-        jw_str(&w, "why", si->why);
-        jw_u64(&w, "files", si->files);
-        jw_u64(&w, "bytes", si->bytes);
-        jw_u64(&w, "nodes", si->nodes);
-        jw_u64(&w, "ranks", si->ranks);
-        jw_u64(&w, "world_size", si->world_size);
-        jw_i64(&w, "created_ns", si->created_ns);
-        jw_end_obj(&w);
+        json_object *o = json_object_new_object();
+        bad |= json_set(o, "step", json_object_new_uint64(si->step));
+        bad |= json_set_str(o, "state", step_state(si));
+        bad |= json_set(o, "consistent", json_object_new_boolean(si->consistent));
+        bad |= json_set(o, "complete", json_object_new_boolean(si->complete));
+        bad |= json_set_str(o, "why", si->why);
+        bad |= json_set(o, "files", json_object_new_uint64(si->files));
+        bad |= json_set(o, "bytes", json_object_new_uint64(si->bytes));
+        bad |= json_set(o, "nodes", json_object_new_uint64(si->nodes));
+        bad |= json_set(o, "ranks", json_object_new_uint64(si->ranks));
+        bad |= json_set(o, "world_size", json_object_new_uint64(si->world_size));
+        bad |= json_set(o, "created_ns", json_object_new_int64(si->created_ns));
+        bad |= json_push(a, o);
     }
-    jw_end_arr(&w);
-    jw_done(&w);
+    return json_print(a, bad);
 }
 
 static void print_steps_text(const cli *c, st_store *s, const st_step_info *steps, size_t n)
@@ -328,12 +322,13 @@ int run_ls(cli *c, st_store *s)
     st_err e = st_store_list_steps(s, c->job, &steps, &n);
     if (e)
         return fail(e);
+    int rc = EXIT_OK;
     if (c->json)
-        print_steps_json(steps, n);
+        rc = print_steps_json(steps, n);
     else
         print_steps_text(c, s, steps, n);
     free(steps);
-    return EXIT_OK;
+    return rc;
 }
 
 /* ---- latest ---- */
@@ -347,15 +342,12 @@ int run_latest(cli *c, st_store *s)
     if (e)
         return fail(e);
     if (c->json) {
-        jw w = {0};
-        jw_begin_obj(&w, NULL);
-        jw_str(&w, "job", c->job);
-        jw_u64(&w, "step", step);
-        jw_end_obj(&w);
-        jw_done(&w);
-    } else {
-        printf("%" PRIu64 "\n", step); /* even with -q: it is the answer */
+        json_object *o = json_object_new_object();
+        int bad = json_set_str(o, "job", c->job);
+        bad |= json_set(o, "step", json_object_new_uint64(step));
+        return json_print(o, bad);
     }
+    printf("%" PRIu64 "\n", step); /* even with -q: it is the answer */
     return EXIT_OK;
 }
 
@@ -379,18 +371,18 @@ int run_verify(cli *c, st_store *s)
     if (e)
         snprintf(why, sizeof why, "%s", st_errmsg()[0] ? st_errmsg() : st_strerror(e));
     if (c->json) {
-        jw w = {0};
-        jw_begin_obj(&w, NULL);
-        jw_str(&w, "job", c->job);
-        jw_u64(&w, "step", step);
-        jw_bool(&w, "ok", !e);
-        jw_u64(&w, "files", r.files);
-        jw_u64(&w, "chunks", r.chunks);
-        jw_u64(&w, "bytes", r.bytes);
-        jw_u64(&w, "bad_files", r.bad_files);
-        jw_str(&w, "error", e ? why : NULL);
-        jw_end_obj(&w);
-        jw_done(&w);
+        json_object *o = json_object_new_object();
+        int bad = json_set_str(o, "job", c->job);
+        bad |= json_set(o, "step", json_object_new_uint64(step));
+        bad |= json_set(o, "ok", json_object_new_boolean(!e));
+        bad |= json_set(o, "files", json_object_new_uint64(r.files));
+        bad |= json_set(o, "chunks", json_object_new_uint64(r.chunks));
+        bad |= json_set(o, "bytes", json_object_new_uint64(r.bytes));
+        bad |= json_set(o, "bad_files", json_object_new_uint64(r.bad_files));
+        bad |= json_set_str(o, "error", e ? why : NULL);
+        int rc = json_print(o, bad);
+        if (rc && !e)
+            return rc;
     } else if (!e && !c->quiet) {
         printf("verified step %" PRIu64 " of job %s: %" PRIu64 " files, %" PRIu64
                " chunks, %.1f MiB: all good\n",
@@ -420,19 +412,20 @@ static void stats_add(st_store_stats *sum, const st_store_stats *x)
     sum->part_records += x->part_records;
 }
 
-static void stats_json_fields(jw *w, const st_store_stats *st)
+/* The counters of st into o; json_set's result. */
+static int stats_json_fields(json_object *o, const st_store_stats *st)
 {
-    jw_u64(w, "steps", st->steps);
-    jw_u64(w, "consistent_steps", st->consistent_steps);
-    jw_u64(w, "logical_bytes", st->logical_bytes);
-    jw_u64(w, "stored_bytes", st->stored_bytes);
-    if (st->stored_bytes)
-        jw_num(w, "dedup_ratio", dedup_ratio(st->logical_bytes, st->stored_bytes));
-    else
-        jw_null(w, "dedup_ratio");
-    jw_u64(w, "packs", st->packs);
-    jw_u64(w, "manifests", st->manifests);
-    jw_u64(w, "part_records", st->part_records);
+    int bad = json_set(o, "steps", json_object_new_uint64(st->steps));
+    bad |= json_set(o, "consistent_steps", json_object_new_uint64(st->consistent_steps));
+    bad |= json_set(o, "logical_bytes", json_object_new_uint64(st->logical_bytes));
+    bad |= json_set(o, "stored_bytes", json_object_new_uint64(st->stored_bytes));
+    bad |= st->stored_bytes
+               ? json_set_num(o, "dedup_ratio", dedup_ratio(st->logical_bytes, st->stored_bytes))
+               : json_set_null(o, "dedup_ratio");
+    bad |= json_set(o, "packs", json_object_new_uint64(st->packs));
+    bad |= json_set(o, "manifests", json_object_new_uint64(st->manifests));
+    bad |= json_set(o, "part_records", json_object_new_uint64(st->part_records));
+    return bad;
 }
 
 static void stats_text(const char *label, const st_store_stats *st)
@@ -481,29 +474,27 @@ int run_stats(cli *c, st_store *s)
     st_request_counts rq;
     st_store_requests(s, &rq);
     if (c->json) {
-        jw w = {0};
-        jw_begin_obj(&w, NULL);
-        jw_str(&w, "job", c->job);
-        stats_json_fields(&w, &total);
-        if (!c->job) {
-            jw_begin_arr(&w, "jobs");
+        json_object *o = json_object_new_object();
+        int bad = json_set_str(o, "job", c->job);
+        bad |= stats_json_fields(o, &total);
+        if (!c->job) { /* filled before it goes in: json_set releases it on failure */
+            json_object *a = json_object_new_array();
             for (size_t i = 0; i < n; i++) {
-                jw_begin_obj(&w, NULL);
-                jw_str(&w, "job", jobs[i]);
-                stats_json_fields(&w, &per[i]);
-                jw_end_obj(&w);
+                json_object *j = json_object_new_object();
+                bad |= json_set_str(j, "job", jobs[i]);
+                bad |= stats_json_fields(j, &per[i]);
+                bad |= json_push(a, j);
             }
-            jw_end_arr(&w);
+            bad |= json_set(o, "jobs", a);
         }
-        jw_begin_obj(&w, "requests");
-        jw_u64(&w, "put", rq.put);
-        jw_u64(&w, "get", rq.get);
-        jw_u64(&w, "stat", rq.stat);
-        jw_u64(&w, "list", rq.list);
-        jw_u64(&w, "delete", rq.del);
-        jw_end_obj(&w);
-        jw_end_obj(&w);
-        jw_done(&w);
+        json_object *q = json_object_new_object();
+        bad |= json_set(q, "put", json_object_new_uint64(rq.put));
+        bad |= json_set(q, "get", json_object_new_uint64(rq.get));
+        bad |= json_set(q, "stat", json_object_new_uint64(rq.stat));
+        bad |= json_set(q, "list", json_object_new_uint64(rq.list));
+        bad |= json_set(q, "delete", json_object_new_uint64(rq.del));
+        bad |= json_set(o, "requests", q);
+        rc = json_print(o, bad);
     } else if (!c->quiet) {
         if (!c->job)
             for (size_t i = 0; i < n; i++) {

@@ -23,6 +23,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "backend/st_backend_fault.h"
 #include "format/st_fmtcheck.h"
 #include "util/st_fsutil.h"
@@ -282,42 +284,53 @@ static uint64_t pending_bytes(st_vfs *v)
     return total;
 }
 
-/* The status file: one JSON object (docs/MOUNT.md describes the fields). */
-static void build_status(st_vfs *v, st_bytes *b)
+/* The status file: one JSON object (docs/MOUNT.md describes the fields) on
+ * one line, built with json-c: compact, '/' unescaped, keys in the order
+ * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
+ * (the open fails rather than showing half a document). Lock held. */
+static st_err build_status(st_vfs *v, st_bytes *b)
 {
     double secs = (double)v->upload_ns / 1e9;
-    vfs_bprintf(b, "{\"node\":");
-    vfs_json_str(b, v->node);
-    vfs_bprintf(b,
-                ",\"pending_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
-                ",\"staging_cap\":%" PRIu64 ",\"uploaded_bytes\":%" PRIu64
-                ",\"stored_bytes\":%" PRIu64 ",\"upload_rate_mbps\":%.1f,\"queue\":%zu,"
-                "\"last_error\":",
-                pending_bytes(v), v->staged_bytes, v->opts.staging_cap, v->uploaded_bytes,
-                v->stored_bytes, secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0,
-                v->nqueue);
-    vfs_json_str(b, v->last_error);
-    vfs_bprintf(b, ",\"steps\":[");
-    int first = 1;
+    json_object *root = json_object_new_object();
+    int bad = vfs_json_add(root, "node", json_object_new_string(v->node));
+    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending_bytes(v)));
+    bad |= vfs_json_add(root, "staged_bytes", json_object_new_uint64(v->staged_bytes));
+    bad |= vfs_json_add(root, "staging_cap", json_object_new_uint64(v->opts.staging_cap));
+    bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
+    bad |= vfs_json_add(root, "stored_bytes", json_object_new_uint64(v->stored_bytes));
+    bad |= vfs_json_add(root, "upload_rate_mbps",
+                        vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
+    bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
+    bad |= vfs_json_add(root, "last_error", json_object_new_string(v->last_error));
+    json_object *steps = json_object_new_array();
     for (size_t i = 0; i < v->njobs; i++) {
         vjob *j = &v->jobs[i];
         for (size_t k = 0; k < j->nsteps; k++) {
             vstep *s = &j->steps[k];
             if (vfs_deletion_find(j, s->step))
                 continue; /* listed with the deletions */
-            vfs_bprintf(b, "%s{\"job\":", first ? "" : ",");
-            vfs_json_str(b, j->name);
-            vfs_bprintf(b,
-                        ",\"step\":%" PRIu64 ",\"state\":\"%s\",\"revision\":%" PRIu32
-                        ",\"writers\":%d}",
-                        s->step, step_state_name(s), s->revision, s->writers);
-            first = 0;
+            json_object *o = json_object_new_object();
+            bad |= vfs_json_add(o, "job", json_object_new_string(j->name));
+            bad |= vfs_json_add(o, "step", json_object_new_uint64(s->step));
+            bad |= vfs_json_add(o, "state", json_object_new_string(step_state_name(s)));
+            bad |= vfs_json_add(o, "revision", json_object_new_uint64(s->revision));
+            bad |= vfs_json_add(o, "writers", json_object_new_int(s->writers));
+            bad |= vfs_json_add(steps, NULL, o);
         }
     }
-    vfs_bprintf(b, "]");
-    vfs_deletions_status(v, b);
-    vfs_gc_status(v, b);
-    vfs_bprintf(b, "}\n");
+    bad |= vfs_json_add(root, "steps", steps);
+    bad |= vfs_deletions_status(v, root);
+    bad |= vfs_gc_status(v, root);
+    size_t len = 0;
+    const char *text =
+        bad ? NULL
+            : json_object_to_json_string_length(
+                  root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    st_err e = text ? st_bytes_append(b, text, len) : ST_ERR_NOMEM;
+    if (!e)
+        e = st_bytes_put_u8(b, '\n');
+    json_object_put(root);
+    return e ? st_seterr(e, "status: out of memory") : ST_OK;
 }
 
 /* ---- namespace operations ---- */
@@ -897,8 +910,13 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
             return ST_ERR_NOMEM;
         sh->fd = -1;
         pthread_mutex_lock(&v->lock);
-        build_status(v, &sh->virt);
+        st_err e = build_status(v, &sh->virt);
         pthread_mutex_unlock(&v->lock);
+        if (e) {
+            st_bytes_free(&sh->virt);
+            free(sh);
+            return e;
+        }
         *h = sh;
         return ST_OK;
     }

@@ -37,6 +37,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
 #include "format/st_gcmark.h"
@@ -414,27 +416,28 @@ int vfs_deletions_run(st_vfs *v)
 
 /* ---- status ---- */
 
-void vfs_deletions_status(st_vfs *v, st_bytes *b)
+int vfs_deletions_status(st_vfs *v, json_object *root)
 {
-    vfs_bprintf(b, ",\"jobs\":[");
+    json_object *jobs = json_object_new_array();
+    int bad = 0;
     for (size_t i = 0; i < v->njobs; i++) {
         const vjob *j = &v->jobs[i];
-        vfs_bprintf(b, "%s{\"job\":", i ? "," : "");
-        vfs_json_str(b, j->name);
-        vfs_bprintf(b, ",\"deletions\":[");
+        json_object *jo = json_object_new_object(), *dels = json_object_new_array();
+        bad |= vfs_json_add(jo, "job", json_object_new_string(j->name));
         for (size_t k = 0; k < j->ndels; k++) {
             const vdeletion *d = &j->dels[k];
-            vfs_bprintf(b,
-                        "%s{\"step\":%" PRIu64 ",\"state\":\"%s\",\"requested_ns\":%" PRId64
-                        ",\"error\":",
-                        k ? "," : "", d->step, del_state_names[d->state], d->requested_ns);
-            vfs_json_str(b, d->error);
-            vfs_bprintf(b, "}");
+            json_object *o = json_object_new_object();
+            bad |= vfs_json_add(o, "step", json_object_new_uint64(d->step));
+            bad |= vfs_json_add(o, "state", json_object_new_string(del_state_names[d->state]));
+            bad |= vfs_json_add(o, "requested_ns", json_object_new_int64(d->requested_ns));
+            bad |= vfs_json_add(o, "error", json_object_new_string(d->error));
+            bad |= vfs_json_add(dels, NULL, o);
         }
-        vfs_bprintf(b,
-                    "],\"steps_deleted\":%" PRIu64 ",\"objects_deleted\":%" PRIu64
-                    ",\"bytes_freed\":%" PRIu64 "}",
-                    j->steps_deleted, j->objects_deleted, j->bytes_freed);
+        bad |= vfs_json_add(jo, "deletions", dels);
+        bad |= vfs_json_add(jo, "steps_deleted", json_object_new_uint64(j->steps_deleted));
+        bad |= vfs_json_add(jo, "objects_deleted", json_object_new_uint64(j->objects_deleted));
+        bad |= vfs_json_add(jo, "bytes_freed", json_object_new_uint64(j->bytes_freed));
+        bad |= vfs_json_add(jobs, NULL, jo);
     }
-    vfs_bprintf(b, "]");
+    return bad | vfs_json_add(root, "jobs", jobs);
 }

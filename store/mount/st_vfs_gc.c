@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
 #include "engine/st_catalog.h"
@@ -122,26 +124,27 @@ void *vfs_gc_main(void *arg)
     return NULL;
 }
 
-void vfs_gc_status(st_vfs *v, st_bytes *b)
+int vfs_gc_status(st_vfs *v, json_object *root)
 {
     const vgc_status *g = &v->gc_status;
-    if (!v->opts.gc_enabled) {
-        vfs_bprintf(b, ",\"gc\":{\"enabled\":false}");
-        return;
-    }
-    vfs_bprintf(b,
-                ",\"gc\":{\"enabled\":true,\"keep_last\":%" PRIu64 ",\"keep_every\":%" PRIu64
-                ",\"grace_s\":%.3f,\"interval_s\":%.3f,\"runs\":%" PRIu64
-                ",\"running\":%s,\"last_start_ns\":%" PRId64 ",\"last_duration_s\":%.3f",
-                v->opts.gc_keep_last, v->opts.gc_keep_every, v->opts.gc_grace_seconds,
-                v->opts.gc_interval_seconds, g->runs, g->running ? "true" : "false",
-                g->last_start_ns, (double)g->last_duration_ns / 1e9);
-    vfs_bprintf(b,
-                ",\"last_steps_deleted\":%" PRIu64 ",\"last_objects_deleted\":%" PRIu64
-                ",\"last_bytes_freed\":%" PRIu64 ",\"steps_deleted\":%" PRIu64
-                ",\"objects_deleted\":%" PRIu64 ",\"bytes_freed\":%" PRIu64 ",\"last_error\":",
-                g->last_steps, g->last_objects, g->last_bytes, g->total_steps, g->total_objects,
-                g->total_bytes);
-    vfs_json_str(b, g->last_error);
-    vfs_bprintf(b, "}");
+    json_object *o = json_object_new_object();
+    int bad = vfs_json_add(o, "enabled", json_object_new_boolean(v->opts.gc_enabled));
+    if (!v->opts.gc_enabled)
+        return bad | vfs_json_add(root, "gc", o);
+    bad |= vfs_json_add(o, "keep_last", json_object_new_uint64(v->opts.gc_keep_last));
+    bad |= vfs_json_add(o, "keep_every", json_object_new_uint64(v->opts.gc_keep_every));
+    bad |= vfs_json_add(o, "grace_s", vfs_json_fixed(v->opts.gc_grace_seconds, 3));
+    bad |= vfs_json_add(o, "interval_s", vfs_json_fixed(v->opts.gc_interval_seconds, 3));
+    bad |= vfs_json_add(o, "runs", json_object_new_uint64(g->runs));
+    bad |= vfs_json_add(o, "running", json_object_new_boolean(g->running));
+    bad |= vfs_json_add(o, "last_start_ns", json_object_new_int64(g->last_start_ns));
+    bad |= vfs_json_add(o, "last_duration_s", vfs_json_fixed((double)g->last_duration_ns / 1e9, 3));
+    bad |= vfs_json_add(o, "last_steps_deleted", json_object_new_uint64(g->last_steps));
+    bad |= vfs_json_add(o, "last_objects_deleted", json_object_new_uint64(g->last_objects));
+    bad |= vfs_json_add(o, "last_bytes_freed", json_object_new_uint64(g->last_bytes));
+    bad |= vfs_json_add(o, "steps_deleted", json_object_new_uint64(g->total_steps));
+    bad |= vfs_json_add(o, "objects_deleted", json_object_new_uint64(g->total_objects));
+    bad |= vfs_json_add(o, "bytes_freed", json_object_new_uint64(g->total_bytes));
+    bad |= vfs_json_add(o, "last_error", json_object_new_string(g->last_error));
+    return bad | vfs_json_add(root, "gc", o);
 }

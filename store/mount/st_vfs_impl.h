@@ -245,9 +245,13 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
 /* The newest step this node knows of in job j that has no deletion request
  * (rule R6 gives loose files to it), or VFS_NO_STEP. */
 uint64_t vfs_newest_step(const vjob *j);
-/* Status-file helpers: printf into b, and a JSON string literal. */
-void vfs_bprintf(st_bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void vfs_json_str(st_bytes *b, const char *s);
+/* Status-file helpers (json-c). vfs_json_add puts val under key of object
+ * obj, or appends it to array obj when key is NULL, taking val over; 0, or -1
+ * when obj or val is NULL (a json-c constructor ran out of memory) or the
+ * insertion failed. vfs_json_fixed: v printed with `decimals` places. */
+struct json_object;
+int vfs_json_add(struct json_object *obj, const char *key, struct json_object *val);
+struct json_object *vfs_json_fixed(double v, int decimals);
 /* The deletion request for step of job j, or NULL. */
 vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
 /* The step n's own path names (a file by its path, a directory as if it
@@ -358,13 +362,14 @@ int64_t vfs_deletions_next_due(const st_vfs *v);
 /* Adds a request read back from the journal (recovery). */
 st_err vfs_deletion_restore(st_vfs *v, const char *job, uint64_t step, const char *path,
                             int64_t requested_ns);
-/* Status: the "jobs" array (deletions and their totals). */
-void vfs_deletions_status(st_vfs *v, st_bytes *b);
+/* Status: adds the "jobs" array (deletions and their totals) to root; as
+ * vfs_json_add. */
+int vfs_deletions_status(st_vfs *v, struct json_object *root);
 
 /* st_vfs_gc.c: the background GC thread's body (started by st_vfs_start
  * when opts.gc_enabled), and the status file's "gc" object (lock held). */
 void *vfs_gc_main(void *arg);
-void vfs_gc_status(st_vfs *v, st_bytes *b);
+int vfs_gc_status(st_vfs *v, struct json_object *root);
 
 /* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
 void *vfs_uploader_main(void *arg);

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <json-c/json.h>
+
 #include "util/st_fsutil.h"
 
 void vfs_log(st_vfs *v, int level, const char *fmt, ...)
@@ -293,37 +295,6 @@ uint64_t vfs_newest_step(const vjob *j)
     return VFS_NO_STEP;
 }
 
-void vfs_json_str(st_bytes *b, const char *s)
-{
-    st_bytes_put_u8(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            st_bytes_append(b, esc, 2);
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            st_bytes_append(b, esc, 6);
-        } else {
-            st_bytes_put_u8(b, c);
-        }
-    }
-    st_bytes_put_u8(b, '"');
-}
-
-void vfs_bprintf(st_bytes *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        st_bytes_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 void vfs_timedwait(st_vfs *v, int64_t due)
 {
     if (due == INT64_MAX) {
@@ -384,4 +355,23 @@ void vfs_publish_quiet_steps(st_vfs *v)
             }
         }
     pthread_mutex_unlock(&v->lock);
+}
+
+/* ---- status-file helpers (json-c) ---- */
+
+int vfs_json_add(json_object *obj, const char *key, json_object *val)
+{
+    int rc = !obj || !val ? -1
+             : key        ? json_object_object_add(obj, key, val)
+                          : json_object_array_add(obj, val);
+    if (rc)
+        json_object_put(val);
+    return rc ? -1 : 0;
+}
+
+json_object *vfs_json_fixed(double v, int decimals)
+{
+    char text[64];
+    snprintf(text, sizeof text, "%.*f", decimals, v);
+    return json_object_new_double_s(v, text);
 }

@@ -242,6 +242,18 @@ expect 0 "wait for a durable step" -- "$ckptctl" wait --mount "$fake" --step 3
 expect 6 "wait times out" -- timeout 20 "$ckptctl" wait --mount "$fake" --step 4 --timeout 0.5
 contains "$tmp/err" "state: uploading" "wait timeout says the state"
 expect 6 "wait for an unknown step times out" -- timeout 20 "$ckptctl" --job other wait --mount "$fake" --step 3 --timeout 0.3
+# Steps above 2^53 are exact (uint64, never a double): 2^53 is listed first
+# and durable, 2^53+1 is not; a double-based reader takes one for the other.
+big=$tmp/bigmnt
+mkdir -p "$big/.ckptfs"
+cat >"$big/.ckptfs/status" <<'JSON'
+{"node":"n","last_error":"","steps":[{"job":"cli","step":9007199254740992,"state":"durable","revision":1,"writers":0},{"job":"cli","step":9007199254740993,"state":"uploading","revision":1,"writers":0}]}
+JSON
+expect 6 "wait for 2^53+1 while only 2^53 is durable" -- timeout 20 "$ckptctl" wait --mount "$big" --step 9007199254740993 --timeout 0.3
+contains "$tmp/err" "step 9007199254740993 of job cli not durable.*state: uploading" "wait names 2^53+1 and its own state"
+expect 0 "wait for 2^53" -- "$ckptctl" wait --mount "$big" --step 9007199254740992
+expect 0 "status with steps above 2^53" -- "$ckptctl" status --mount "$big"
+contains "$tmp/out" "9007199254740993  uploading" "status prints 2^53+1 exactly"
 printf '{"node": ' >"$tmp/fakebad.json"
 mkdir -p "$tmp/badmnt/.ckptfs" && cp "$tmp/fakebad.json" "$tmp/badmnt/.ckptfs/status"
 expect 3 "status of a malformed status file" -- "$ckptctl" status --mount "$tmp/badmnt"

@@ -7,11 +7,15 @@ PyTorch checkpoints.
 * Errors raise CkptError with the right code and a message.
 * commit / wait_durable against a real ckptfs mount ($CKPTFS): two ranks
   commit a step; it is durable, and consistent only once both committed.
+* Steps above 2^53 (no double holds them): ckptctl and libckpt commit,
+  wait for and report the same step, through a real mount, beside a
+  neighbour step that a double would confuse it with.
 
 Environment: CKPTCTL, CKPTFS (binaries), CKPT_LIBRARY (libckpt.so). Run by
 ctest with Debian's python3 (torch). Exits non-zero on any failure; a
 missing tool or FUSE fails too, never skips.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -237,10 +241,74 @@ def test_mount_commit_wait(tmp):
     assert tree_bytes(dest) == {os.path.join("step-000010", k): v for k, v in shards.items()}
 
 
+TWO53 = 1 << 53  # 9007199254740992: the first integer a double cannot tell from its successor
+
+
+def test_steps_above_2_53(tmp):
+    """ckptctl and libckpt agree on step numbers above 2^53, through a real
+    mount. Step 2^53 is still being written (a file open) when step 2^53+1 is
+    committed and durable, and the status file lists 2^53 first: a reader that
+    compares steps as doubles takes one for the other (ckptctl did: its wait
+    never ended, its status printed 2^53 twice)."""
+    assert CKPTFS, "set CKPTFS to the ckptfs binary"
+    store = os.path.join(tmp, "store")
+    url = "file://" + store
+    state = os.path.join(tmp, "state")
+    big = TWO53 + 1
+
+    def ctl(*args):
+        return subprocess.run([CKPTCTL, "--state-dir", state, "--job", "job", *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+
+    with mountlib.Mount(os.path.join(tmp, "mnt"), store=url, staging=os.path.join(tmp, "staging"),
+                        node="n1", binary=CKPTFS) as m:
+        os.makedirs(os.path.join(m.path, "job", "step-%d" % TWO53))
+        os.makedirs(os.path.join(m.path, "job", "step-%d" % big))
+        writing = open(os.path.join(m.path, "job", "step-%d" % TWO53, "part.bin"), "wb")
+        try:
+            writing.write(b"not done yet")
+            with open(os.path.join(m.path, "job", "step-%d" % big, "part.bin"), "wb") as f:
+                f.write(os.urandom(100000))
+            # Rank 0 commits with ckptctl, rank 1 with libckpt.
+            p = ctl("commit", "--mount", m.path, "--step", big, "--rank", 0, "--world-size", 2)
+            assert p.returncode == 0, (p.returncode, p.stderr)
+            ckpt.commit(m.path, "job", big, 1, 2)
+
+            p = ctl("wait", "--mount", m.path, "--step", big, "--timeout", 60)
+            assert p.returncode == 0, ("ckptctl wait", p.returncode, p.stdout, p.stderr)
+            assert str(big) in p.stdout, p.stdout
+            ckpt.wait_durable(m.path, "job", big, timeout=60)
+
+            # The neighbour is not durable, for both.
+            p = ctl("wait", "--mount", m.path, "--step", TWO53, "--timeout", 0.5)
+            assert p.returncode == 6, ("ckptctl wait of 2^53", p.returncode, p.stderr)
+            expect_error(ckpt.ETIMEDOUT, ckpt.wait_durable, m.path, "job", TWO53, timeout=0.5)
+
+            # The status file and both of ckptctl's renderings of it keep the numbers exact.
+            p = ctl("status", "--json", "--mount", m.path)
+            assert p.returncode == 0, p.stderr
+            states = {s["step"]: s["state"] for s in json.loads(p.stdout)["steps"]}
+            assert states.get(big) == "durable" and states.get(TWO53) not in (None, "durable"), states
+            p = ctl("status", "--mount", m.path)
+            rows = [line.split() for line in p.stdout.splitlines() if line.startswith("job ")]
+            assert ["job", str(big), "durable"] in [r[:3] for r in rows], p.stdout
+            assert [str(TWO53)] == [r[1] for r in rows if r[1] != str(big)], p.stdout
+        finally:
+            writing.close()
+
+    deadline = time.monotonic() + 60
+    while ckpt.latest_step(url, "job") != big:
+        assert time.monotonic() < deadline, ckpt.list_steps(url, "job")
+        time.sleep(0.2)
+    p = ctl("--store", url, "latest", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["step"] == big, (p.stdout, p.stderr)
+
+
 def main():
     assert CKPTCTL, "set CKPTCTL to the ckptctl binary"
     failed = 0
-    for t in (test_store_calls, test_library_lookup, test_mount_commit_wait):
+    for t in (test_store_calls, test_library_lookup, test_mount_commit_wait,
+              test_steps_above_2_53):
         tmp = mountlib.tempdir("ckpt-pybind-")
         try:
             t(tmp)

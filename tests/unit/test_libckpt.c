@@ -441,6 +441,14 @@ static void test_wait_durable_parses_status(void)
     write_status(mnt, "{\"steps\":[{\"job\":\"job\",\"step\":18446744073709551623,\"state\":"
                       "\"durable\"},{\"job\":\"job\",\"step\":7.0,\"state\":\"durable\"}]}");
     CHECK_CODE(ckpt_wait_durable(mnt, "job", 7, 0), CKPT_ETIMEDOUT);
+    /* Steps above 2^53 compare exactly: 2^53 is durable, 2^53+1 is not. */
+    write_status(mnt, "{\"steps\":[{\"job\":\"job\",\"step\":9007199254740992,\"state\":"
+                      "\"durable\"},{\"job\":\"job\",\"step\":9007199254740993,\"state\":"
+                      "\"uploading\"}]}");
+    CHECK_CODE(ckpt_wait_durable(mnt, "job", 9007199254740993ull, 0), CKPT_ETIMEDOUT);
+    CHECK(strstr(ckpt_errmsg(NULL), "step 9007199254740993 of job job") != NULL);
+    CHECK(strstr(ckpt_errmsg(NULL), "uploading") != NULL);
+    CHECK_CODE(ckpt_wait_durable(mnt, "job", 9007199254740992ull, 0), CKPT_OK);
     CHECK_CODE(ckpt_wait_durable(mnt, "", 7, 0), CKPT_EINVAL);
 }
 
