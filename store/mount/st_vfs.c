@@ -302,6 +302,11 @@ static st_err build_status(st_vfs *v, st_bytes *b)
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "last_error", json_object_new_string(v->last_error));
+    static const char *const lease_states[] = {"unknown", "held", "taken"};
+    json_object *lease = json_object_new_object();
+    bad |= vfs_json_add(lease, "state", json_object_new_string(lease_states[v->lease.state]));
+    bad |= vfs_json_add(lease, "error", json_object_new_string(v->lease.error));
+    bad |= vfs_json_add(root, "node_lease", lease);
     json_object *steps = json_object_new_array();
     for (size_t i = 0; i < v->njobs; i++) {
         vjob *j = &v->jobs[i];
