@@ -378,7 +378,12 @@ static inline st_err vh_rmtree(vh_mount *m, const char *path)
         if (!strcmp(ents[i].name, ".") || !strcmp(ents[i].name, ".."))
             continue;
         char child[PATH_MAX];
-        snprintf(child, sizeof child, "%s/%s", path, ents[i].name);
+        /* A path past PATH_MAX is an error, not a silently cut name (and
+         * checking the length keeps gcc's -Wformat-truncation quiet). */
+        if ((size_t)snprintf(child, sizeof child, "%s/%s", path, ents[i].name) >= sizeof child) {
+            e = ST_ERR_INVALID;
+            break;
+        }
         e = S_ISDIR(ents[i].mode) ? vh_rmtree(m, child) : vh_unlink(m, child);
     }
     st_vfs_dirents_free(ents, n);
