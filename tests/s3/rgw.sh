@@ -96,6 +96,13 @@ stop_daemon() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Appends "SECONDS-SINCE-START what" to DIR/log/start.timing: where the
+# bring-up time goes (docs/S3.md quotes it).
+phase() {
+    awk -v a="$(date +%s.%N)" -v b="$t0" -v w="$1" 'BEGIN { printf "%5.1f %s\n", a - b, w }' \
+        >>"$DIR/log/start.timing"
+}
+
 write_conf() {
     local fsid=$1 mon_port=$2 rgw_port=$3 ssl_port=$4 store=$5
     local frontend="beast endpoint=127.0.0.1:$rgw_port"
@@ -222,7 +229,8 @@ start_watchdog() {
     # A detached loop that stops the cluster once the owner is gone; it
     # exits by itself when the cluster is stopped (DIR/pids/mon.pid gone).
     setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -f "$3/pids/mon.pid" ]; do sleep 1; done
-                    [ -f "$3/pids/mon.pid" ] && bash "$2" stop "$3"; exit 0' \
+                    [ -f "$3/pids/mon.pid" ] && rm -f "$3/pids/watchdog.pid" && bash "$2" stop "$3"
+                    exit 0' \
         rgw-watchdog "$owner" "$(realpath "$0")" "$DIR" >/dev/null 2>&1 </dev/null &
     echo $! >"$DIR/pids/watchdog.pid"
 }
@@ -268,6 +276,7 @@ do_start() {
     timeout 60 ceph-mon -c "$DIR/ceph.conf" --mkfs -i a --monmap "$DIR/monmap" --keyring "$DIR/keyring" \
         >>"$DIR/log/mkfs.out" 2>&1 || die "ceph-mon --mkfs failed: $(tail -20 "$DIR/log/mkfs.out")"
     spawn mon ceph-mon -i a
+    phase "mon made and started"
 
     # The OSD: registered with the mon, then its store made by --mkfs.
     local uuid id
@@ -279,6 +288,7 @@ $(tail -20 "$DIR/log/mkfs.out" "$DIR/log/mon.a.log" 2>/dev/null)"
     timeout 120 ceph-osd -c "$DIR/ceph.conf" -i 0 --mkfs --osd-uuid "$uuid" \
         >>"$DIR/log/mkfs.out" 2>&1 || die "ceph-osd --mkfs failed: $(tail -20 "$DIR/log/mkfs.out")"
     spawn osd ceph-osd -i 0
+    phase "osd registered, its store made, started"
 
     # RGW creates its pools on first start; it waits for the OSD itself.
     spawn rgw radosgw -n client.rgw
@@ -295,12 +305,14 @@ $(tail -20 "$DIR/log/mkfs.out" "$DIR/log/mon.a.log" 2>/dev/null)"
         sleep 1
     done
     ((ok)) || die "radosgw-admin user create failed: $(tail -20 "$DIR/log/mkfs.out")"
+    phase "S3 user created"
     chmod 600 "$DIR/user.json"
     RGW_ACCESS_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["keys"][0]["access_key"])' "$DIR/user.json")
     RGW_SECRET_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["keys"][0]["secret_key"])' "$DIR/user.json")
     RGW_ENDPOINT=http://127.0.0.1:$rgw_port
 
     wait_bucket_put 90
+    phase "bucket PUT succeeded"
     (
         umask 077
         {
