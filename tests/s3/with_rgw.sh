@@ -9,6 +9,7 @@
 #   AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY   the RGW user's keys
 #   CKPT_S3_ENDPOINT = CKPT_TEST_S3_ENDPOINT    RGW's HTTP endpoint
 #   CKPT_TEST_STORE_URL                         s3://ckpt-test/run-<random>
+#   CKPT_TEST_S3_HTTPS_ENDPOINT                 with --https: RGW_HTTPS_ENDPOINT
 # COMMAND may call "rgw.sh stop-rgw|start-rgw|stop-osd|start-osd $RGW_DIR"
 # for fault tests. The cluster's files (logs) are kept in RGW_DIR when
 # COMMAND fails, and removed when it succeeds.
@@ -42,6 +43,7 @@ set +a
 export AWS_ACCESS_KEY_ID=$RGW_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$RGW_SECRET_KEY
 export CKPT_S3_ENDPOINT=$RGW_ENDPOINT CKPT_TEST_S3_ENDPOINT=$RGW_ENDPOINT
 export CKPT_TEST_STORE_URL=s3://$RGW_BUCKET/run-$RANDOM
+[ -z "${RGW_HTTPS_ENDPOINT:-}" ] || export CKPT_TEST_S3_HTTPS_ENDPOINT=$RGW_HTTPS_ENDPOINT
 echo "with_rgw: RGW on $RGW_ENDPOINT (cluster up in $(cat "$RGW_DIR/start_seconds") s)," \
     "store $CKPT_TEST_STORE_URL" >&2
 rc=0
