@@ -12,22 +12,38 @@ shift || true
 packages=(build-essential cmake pkg-config clang clang-format libjson-c-dev
           libxxhash-dev liblz4-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev
           python3 python3-torch libopenblas0-pthread
-          nodejs curl patch
+          nodejs curl patch openssl
           dpkg-dev man-db systemd)  # the .deb: dpkg-shlibdeps, man, systemd-analyze
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+# Ceph for the RGW tests (tests/s3/rgw.sh): no recommends, which would pull
+# in systemd units, a mgr and its Python stack (~264 MB, ~1 min without).
+ceph_packages=(ceph-mon ceph-osd radosgw ceph-common)
+
+missing_of() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+    done
+}
+install_missing() {
+    local missing
+    mapfile -t missing < <(missing_of "$@")
+    ((${#missing[@]})) || return 0
     echo "bootstrap: installing ${missing[*]}" >&2
     if [ "$(id -u)" != 0 ]; then
         echo "bootstrap: missing packages and not root; run as root or install them" >&2
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+    if [ -z "${apt_updated:-}" ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    apt-get install -y -qq "${extra_apt_args[@]}" "${missing[@]}" >/dev/null
+}
+extra_apt_args=()
+install_missing "${packages[@]}"
+extra_apt_args=(--no-install-recommends)
+install_missing "${ceph_packages[@]}"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null

@@ -894,6 +894,17 @@ static st_err parse_endpoint(s3_ctx *c, const char *ep, const char *source)
                              "S3 endpoint from %s: character '%c' not allowed in host[:port]",
                              source, ch == '@' ? '@' : '?');
     }
+    /* libs3 2.0 turns certificate checks off on every request
+     * (CURLOPT_SSL_VERIFYPEER = 0 in its request.c, with no way to turn
+     * them on): over https it would send data to, and accept answers from,
+     * any server. Refused rather than silently unauthenticated. */
+    if (c->bucket_ctx.protocol == S3ProtocolHTTPS)
+        return st_seterr(ST_ERR_INVALID,
+                         "S3 endpoint from %s: https is refused: the s3:// backend (libs3 2.0) "
+                         "cannot check a server's TLS certificate and would trust any server; "
+                         "give an http:// endpoint on a trusted network with --s3-endpoint or "
+                         "CKPT_S3_ENDPOINT",
+                         source);
     memcpy(c->host, rest, n);
     c->host[n] = '\0';
     snprintf(c->endpoint, sizeof c->endpoint, "%s://%s",
