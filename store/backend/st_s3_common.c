@@ -477,6 +477,13 @@ static const struct {
     {"AccessDenied", ST_ERR_PERMANENT,
      "access denied (AccessDenied): check the credentials and the bucket's permissions"},
     {"AccountProblem", ST_ERR_PERMANENT, "the account is blocked (AccountProblem)"},
+    {"NotSignedUp", ST_ERR_PERMANENT, "the account is not signed up for S3 (NotSignedUp)"},
+    {"Redirect", ST_ERR_PERMANENT, "redirected (Redirect): wrong endpoint or region"},
+    {"InvalidArgument", ST_ERR_INVALID, "invalid request (InvalidArgument)"},
+    {"InvalidURI", ST_ERR_INVALID, "invalid request (InvalidURI)"},
+    {"KeyTooLong", ST_ERR_INVALID, "key too long (KeyTooLong)"},
+    {"EntityTooLarge", ST_ERR_INVALID, "object too large (EntityTooLarge)"},
+    {"MetadataTooLarge", ST_ERR_INVALID, "metadata too large (MetadataTooLarge)"},
     {"InvalidRange", ST_ERR_INVALID, "range not satisfiable (InvalidRange)"},
     {"SlowDown", ST_ERR_TRANSIENT, "the server asks to slow down (SlowDown)"},
     {"RequestTimeout", ST_ERR_TRANSIENT, "the server timed out the request (RequestTimeout)"},
@@ -510,6 +517,11 @@ st_err st_s3_classify(st_s3_transport net, int http_status, const char *code, co
                 *cause = s3_codes[i].cause;
                 return s3_codes[i].class;
             }
+    if (code && *code && http_status == 0) {
+        /* A code we do not know, and no status to go by (libs3). */
+        *cause = "refused by the server";
+        return ST_ERR_PERMANENT;
+    }
     if (http_status == 404) {
         *cause = "not found";
         return ST_ERR_NOT_FOUND;
