@@ -487,45 +487,55 @@ static const struct fuse_lowlevel_ops ops = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: ckptfs MOUNTPOINT [options]\n\n"
-                 "Mounts checkpoint storage: trainers write checkpoints into MOUNTPOINT/<job>/;\n"
-                 "complete steps are deduplicated, compressed and uploaded to the store in the\n"
-                 "background; durable steps from the store are listed and readable.\n\n"
-                 "Options:\n"
-                 "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
-                 "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
-                 "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
-                 "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
-                 "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
-                 "                       ~/.aws/credentials, never from the command line\n"
-                 "  --staging DIR        local staging directory (default:\n"
-                 "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
-                 "  --node NAME          this node's name in the store (default: host name)\n"
-                 "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
-                 "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
-                 "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
-                 "                       about (N + 1) x 24 MiB\n"
-                 "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
-                 "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
-                 "  --gc-keep-last N     background GC: keep the N newest consistent steps of\n"
-                 "                       every job and delete older ones (N >= 1)\n"
-                 "  --gc-keep-every K    background GC: keep the consistent steps whose number\n"
-                 "                       is a multiple of K (K >= 1), with --gc-keep-last: too\n"
-                 "  --gc-grace SECONDS   background GC: how long an unreferenced pack waits\n"
-                 "                       before it is deleted (default 3600)\n"
-                 "  --gc-interval SECONDS  background GC: time between runs (default 600)\n"
-                 "                       Any --gc-* option runs GC over every job of the store\n"
-                 "                       on a background thread (only --gc-interval/--gc-grace:\n"
-                 "                       sweep only, no step deleted). The newest consistent\n"
-                 "                       step and pinned steps are always kept. Run it on one\n"
-                 "                       node per job: two are safe, only wasteful.\n"
-                 "  -f                   stay in the foreground, log to stderr\n"
-                 "  -d                   FUSE debug output (implies -f)\n"
-                 "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
-                 "  -h, --help           this help\n"
-                 "  --version            version\n\n"
-                 "Unmount with: fusermount3 -u MOUNTPOINT\n"
-                 "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
+    fprintf(out,
+            "usage: ckptfs MOUNTPOINT [options]\n\n"
+            "Mounts checkpoint storage: trainers write checkpoints into MOUNTPOINT/<job>/;\n"
+            "complete steps are deduplicated, compressed and uploaded to the store in the\n"
+            "background; durable steps from the store are listed and readable.\n\n"
+            "Options:\n"
+            "  --store URL          file:///abs/dir or s3://bucket/prefix\n"
+            "                       (default: $CKPT_STORE, else the embedded file:// store)\n"
+            "  --s3-endpoint URL    S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
+            "                       (default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
+            "                       come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY\n"
+            "                       (+ AWS_SESSION_TOKEN) or the AWS_PROFILE of\n"
+            "                       ~/.aws/credentials, never from the command line\n"
+            "  --s3-signature v4|v2  request signing: v4 (default; libcurl) or v2 (libs3)\n"
+            "                       (default: $CKPT_S3_SIGNATURE, else v4)\n"
+            "  --s3-region NAME     region of the bucket (default: $AWS_REGION,\n"
+            "                       $AWS_DEFAULT_REGION, the profile's, else us-east-1)\n"
+            "  --s3-addressing path|virtual  bucket in the path or in the host name\n"
+            "                       (default: $CKPT_S3_ADDRESSING; virtual on AWS, else path)\n"
+            "  --s3-ca-file PEM     CA certificates to trust for an https endpoint\n"
+            "                       (default: $CKPT_S3_CA_FILE, else the system store)\n"
+            "  --staging DIR        local staging directory (default:\n"
+            "                       $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)\n"
+            "  --node NAME          this node's name in the store (default: host name)\n"
+            "  --step-pattern RE    POSIX ERE with one group capturing the step number\n"
+            "  --staging-cap BYTES  cap on staged bytes (K, M, G suffixes); full: ENOSPC\n"
+            "  --upload-threads N   pack uploads in flight (1..32, default 4); memory is\n"
+            "                       about (N + 1) x 24 MiB\n"
+            "  --refresh SECONDS    how often the store's steps are re-listed (default 5)\n"
+            "  --drain SECONDS      at unmount, how long to wait for uploads (default 60)\n"
+            "  --gc-keep-last N     background GC: keep the N newest consistent steps of\n"
+            "                       every job and delete older ones (N >= 1)\n"
+            "  --gc-keep-every K    background GC: keep the consistent steps whose number\n"
+            "                       is a multiple of K (K >= 1), with --gc-keep-last: too\n"
+            "  --gc-grace SECONDS   background GC: how long an unreferenced pack waits\n"
+            "                       before it is deleted (default 3600)\n"
+            "  --gc-interval SECONDS  background GC: time between runs (default 600)\n"
+            "                       Any --gc-* option runs GC over every job of the store\n"
+            "                       on a background thread (only --gc-interval/--gc-grace:\n"
+            "                       sweep only, no step deleted). The newest consistent\n"
+            "                       step and pinned steps are always kept. Run it on one\n"
+            "                       node per job: two are safe, only wasteful.\n"
+            "  -f                   stay in the foreground, log to stderr\n"
+            "  -d                   FUSE debug output (implies -f)\n"
+            "  -o OPTS              FUSE mount options (e.g. allow_other)\n"
+            "  -h, --help           this help\n"
+            "  --version            version\n\n"
+            "Unmount with: fusermount3 -u MOUNTPOINT\n"
+            "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
 }
 
 static int parse_size(const char *s, uint64_t *out)
@@ -616,11 +626,19 @@ int main(int argc, char **argv)
         O_GC_KEEP_LAST,
         O_GC_KEEP_EVERY,
         O_GC_GRACE,
-        O_GC_INTERVAL
+        O_GC_INTERVAL,
+        O_SIGNATURE,
+        O_REGION,
+        O_ADDRESSING,
+        O_CA_FILE
     };
     static const struct option lopts[] = {
         {"store", required_argument, NULL, O_STORE},
         {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
+        {"s3-signature", required_argument, NULL, O_SIGNATURE},
+        {"s3-region", required_argument, NULL, O_REGION},
+        {"s3-addressing", required_argument, NULL, O_ADDRESSING},
+        {"s3-ca-file", required_argument, NULL, O_CA_FILE},
         {"upload-threads", required_argument, NULL, O_UPLOADS},
         {"staging", required_argument, NULL, O_STAGING},
         {"node", required_argument, NULL, O_NODE},
@@ -650,6 +668,10 @@ int main(int argc, char **argv)
         switch (ch) {
         case O_STORE: store = optarg; break;
         case O_ENDPOINT: vo.s3_endpoint = optarg; break;
+        case O_SIGNATURE: vo.s3_signature = optarg; break;
+        case O_REGION: vo.s3_region = optarg; break;
+        case O_ADDRESSING: vo.s3_addressing = optarg; break;
+        case O_CA_FILE: vo.s3_ca_file = optarg; break;
         case O_UPLOADS: {
             char *end;
             unsigned long n = strtoul(optarg, &end, 10);
