@@ -813,6 +813,19 @@ st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backe
     pthread_mutex_init(&c->pool_lock, NULL);
     if ((e = st_s3_config_load(&c->cfg, url, opts)) != ST_OK)
         goto out;
+    /* libs3 2.0 turns certificate checks off on every request
+     * (CURLOPT_SSL_VERIFYPEER = 0 in its request.c, with no way to turn
+     * them on): over https it would send data to, and accept answers from,
+     * any server. Refused rather than silently unauthenticated. */
+    if (c->cfg.https) {
+        e = st_seterr(ST_ERR_INVALID,
+                      "S3 endpoint %s: https is refused with --s3-signature v2: libs3 2.0 cannot "
+                      "check a server's TLS certificate and would trust any server; use "
+                      "--s3-signature v4, or give an http:// endpoint on a trusted network with "
+                      "--s3-endpoint or CKPT_S3_ENDPOINT",
+                      c->cfg.endpoint);
+        goto out;
+    }
     /* libs3 2.0 cannot send x-amz-security-token: temporary credentials
      * would fail on every request, so say so now. */
     if (c->cfg.session_token) {

@@ -409,8 +409,8 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     st_err e = ST_OK;
     if (!(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h) ||
         (extra && (!(h = curl_slist_append(hdr, extra)) || !(hdr = h))) ||
-        (body && (!(h = curl_slist_append(hdr, "Content-Type: application/octet-stream")) ||
-                  !(hdr = h) || !(h = curl_slist_append(hdr, "Expect:")) || !(hdr = h)))) {
+        (body &&
+         (!(h = curl_slist_append(hdr, "Content-Type: application/octet-stream")) || !(hdr = h)))) {
         e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
         goto out;
     }
@@ -424,6 +424,10 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
             goto out;
         }
     }
+    /* No "Expect:" line to suppress curl's 100-continue: curl would sign
+     * that empty header and then not send it, which RGW (rightly) refuses
+     * as SignatureDoesNotMatch. The 100-continue round trip costs little
+     * and lets a refusal arrive before the body is sent. */
     v4_conn *k = pool_get(c);
     if (!k) {
         e = st_seterr(ST_ERR_NOMEM, "s3 %s: cannot create a curl handle", r->op);
