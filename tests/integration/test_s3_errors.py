@@ -149,10 +149,11 @@ class Errors(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)  # a usage error: the file is missing
         self.assertIn("nope.pem", r.stderr)
 
-    def mount_last_error(self, name, endpoint, *extra):
+    def mount_last_error(self, name, endpoint, *extra, token=None):
         m = Mount(os.path.join(work, name, "mnt"), store="s3://ckpt-test/" + name,
                   staging=os.path.join(work, name, "staging"), binary=CKPTFS,
-                  extra_args=["--s3-endpoint", endpoint, "--refresh", "0.5", *extra], env=env())
+                  extra_args=["--s3-endpoint", endpoint, "--refresh", "0.5", *extra],
+                  env=env(token=token))
         with m:
             deadline = time.monotonic() + 30
             while True:
@@ -164,14 +165,15 @@ class Errors(unittest.TestCase):
                 time.sleep(0.2)
             with open("/proc/%d/cmdline" % m.pid, "rb") as f:
                 cmdline = f.read().decode(errors="replace")
-        self.assertNotIn(SECRET, text)
-        self.assertNotIn(SECRET, cmdline)
-        with open(m.log_path, errors="replace") as f:
-            self.assertNotIn(SECRET, f.read())
-        for dirpath, _, files in os.walk(os.path.join(work, name)):
-            for fn in files:
-                with open(os.path.join(dirpath, fn), "rb") as f:
-                    self.assertNotIn(SECRET.encode(), f.read(), os.path.join(dirpath, fn))
+        for secret in (SECRET, TOKEN):
+            self.assertNotIn(secret, text)
+            self.assertNotIn(secret, cmdline)
+            with open(m.log_path, errors="replace") as f:
+                self.assertNotIn(secret, f.read())
+            for dirpath, _, files in os.walk(os.path.join(work, name)):
+                for fn in files:
+                    with open(os.path.join(dirpath, fn), "rb") as f:
+                        self.assertNotIn(secret.encode(), f.read(), os.path.join(dirpath, fn))
         print("   last_error:", st.get("last_error"))
         return st.get("last_error") or ""
 
@@ -179,6 +181,16 @@ class Errors(unittest.TestCase):
         err = self.mount_last_error("mnt-secret", strict_ep)
         self.assertIn("SignatureDoesNotMatch", err)
         self.assertIn("AWS_SECRET_ACCESS_KEY", err)
+
+    def test_mount_wrong_region(self):
+        err = self.mount_last_error("mnt-region", fakes["region"][1], "--s3-region", "us-east-1")
+        self.assertIn("AuthorizationHeaderMalformed", err)
+        self.assertIn("--s3-region", err)
+
+    def test_mount_expired_token(self):
+        err = self.mount_last_error("mnt-token", fakes["token"][1], token=TOKEN)
+        self.assertIn("ExpiredToken", err)
+        self.assertIn("AWS_SESSION_TOKEN", err)
 
     def test_mount_untrusted_certificate(self):
         err = self.mount_last_error("mnt-tls", fakes["tls"][1])
