@@ -160,6 +160,11 @@ ckpt_code ckpt_open(const char *store_url, const ckpt_options *opts, ckpt_store 
         so.node = opts->node;
         so.warn = opts->warn;
         so.warn_arg = opts->warn_arg;
+        so.s3_endpoint = opts->s3_endpoint;
+        so.s3_signature = opts->s3_signature;
+        so.s3_region = opts->s3_region;
+        so.s3_addressing = opts->s3_addressing;
+        so.s3_ca_file = opts->s3_ca_file;
     }
     st_err e = st_store_open(&so, &h->st);
     if (e) {

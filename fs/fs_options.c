@@ -34,6 +34,15 @@ const fs_option fs_option_table[] = {
      "come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,\n"
      "~/.aws/credentials or a mode 0600 configuration file,\n"
      "never from the command line"},
+    {"s3-signature", 0, "v4|v2", FS_VAL_STRING, F(vo.s3_signature), 0,
+     "request signing: v4 (default; libcurl) or v2 (libs3) (default: $CKPT_S3_SIGNATURE)"},
+    {"s3-region", 0, "NAME", FS_VAL_STRING, F(vo.s3_region), 0,
+     "region of the bucket (default: $AWS_REGION, $AWS_DEFAULT_REGION, the profile's, else "
+     "us-east-1)"},
+    {"s3-addressing", 0, "path|virtual", FS_VAL_STRING, F(vo.s3_addressing), 0,
+     "bucket in the path or in the host name (default: virtual on AWS, else path)"},
+    {"s3-ca-file", 0, "PEM", FS_VAL_STRING, F(vo.s3_ca_file), 0,
+     "CA certificates to trust for an https endpoint (default: the system store)"},
     {"upload-threads", 0, "N", FS_VAL_THREADS, F(vo.upload_threads), 0,
      "pack uploads in flight (1..32, default 4); memory is\n"
      "about (N + 1) x 24 MiB"},

@@ -263,8 +263,15 @@ static void usage(FILE *out)
         "  --state-dir DIR  local state (dedup index); default ~/.cache/ckptfs\n"
         "  --node NAME      this writer's node name (default: host name)\n"
         "  --s3-endpoint URL  S3-compatible endpoint (default: $CKPT_S3_ENDPOINT, else\n"
-        "                   AWS); credentials only from AWS_ACCESS_KEY_ID /\n"
-        "                   AWS_SECRET_ACCESS_KEY or ~/.aws/credentials\n"
+        "                   AWS's for the region); credentials only from\n"
+        "                   AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN)\n"
+        "                   or the AWS_PROFILE of ~/.aws/credentials\n"
+        "  --s3-signature v4|v2  request signing (default: $CKPT_S3_SIGNATURE, else v4)\n"
+        "  --s3-region NAME   bucket region (default: $AWS_REGION, $AWS_DEFAULT_REGION,\n"
+        "                   the profile's in ~/.aws/config, else us-east-1)\n"
+        "  --s3-addressing path|virtual  (default: $CKPT_S3_ADDRESSING; virtual on AWS)\n"
+        "  --s3-ca-file PEM   CA certificates for https (default: $CKPT_S3_CA_FILE, else\n"
+        "                   the system store)\n"
         "  -q, --quiet      print only errors (latest still prints the step)\n"
         "  -h, --help       this help, or the verb's with a verb\n"
         "  --version        print the version\n\n"
@@ -338,10 +345,18 @@ static int parse_args(int argc, char **argv, cli *c)
         O_REPACK_DEAD,
         O_BATCH,
         O_PROGRESS,
+        O_SIGNATURE,
+        O_REGION,
+        O_ADDRESSING,
+        O_CA_FILE,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
         {"s3-endpoint", required_argument, NULL, O_ENDPOINT},
+        {"s3-signature", required_argument, NULL, O_SIGNATURE},
+        {"s3-region", required_argument, NULL, O_REGION},
+        {"s3-addressing", required_argument, NULL, O_ADDRESSING},
+        {"s3-ca-file", required_argument, NULL, O_CA_FILE},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
         {"to", required_argument, NULL, O_TO},
@@ -374,6 +389,10 @@ static int parse_args(int argc, char **argv, cli *c)
         switch (ch) {
         case O_STORE: c->store = optarg; break;
         case O_ENDPOINT: c->s3_endpoint = optarg; break;
+        case O_SIGNATURE: c->s3_signature = optarg; break;
+        case O_REGION: c->s3_region = optarg; break;
+        case O_ADDRESSING: c->s3_addressing = optarg; break;
+        case O_CA_FILE: c->s3_ca_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))
@@ -539,6 +558,10 @@ int main(int argc, char **argv)
     }
     st_store_options so = {.url = c.store,
                            .s3_endpoint = c.s3_endpoint,
+                           .s3_signature = c.s3_signature,
+                           .s3_region = c.s3_region,
+                           .s3_addressing = c.s3_addressing,
+                           .s3_ca_file = c.s3_ca_file,
                            .state_dir = c.state_dir,
                            .node = c.node,
                            .warn = print_warning};

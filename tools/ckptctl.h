@@ -58,6 +58,7 @@ typedef struct cli {
     const char *state_dir;
     const char *node;
     const char *s3_endpoint; /* --s3-endpoint; NULL: $CKPT_S3_ENDPOINT */
+    const char *s3_signature, *s3_region, *s3_addressing, *s3_ca_file; /* --s3-*; NULL: env */
     const char *to;
     const char *mount;
     uint64_t step;

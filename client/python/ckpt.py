@@ -78,7 +78,10 @@ class CkptError(Exception):
 
 class _Options(ctypes.Structure):
     _fields_ = [("state_dir", ctypes.c_char_p), ("node", ctypes.c_char_p),
-                ("warn", ctypes.c_void_p), ("warn_arg", ctypes.c_void_p)]
+                ("warn", ctypes.c_void_p), ("warn_arg", ctypes.c_void_p),
+                ("s3_endpoint", ctypes.c_char_p), ("s3_signature", ctypes.c_char_p),
+                ("s3_region", ctypes.c_char_p), ("s3_addressing", ctypes.c_char_p),
+                ("s3_ca_file", ctypes.c_char_p)]
 
 
 class _Step(ctypes.Structure):
@@ -298,14 +301,20 @@ class Store:
 
     url: "file:///abs/dir" or "s3://bucket/prefix"; None: $CKPT_STORE, else
     the default store. state_dir, node: as ckpt_options (None: defaults).
+    s3_endpoint, s3_signature ("v4"/"v2"), s3_region, s3_addressing
+    ("path"/"virtual"), s3_ca_file: s3:// settings as in docs/S3.md (None:
+    the environment, else the default).
     Raises CkptError (EINVAL for a malformed URL, ESTORE if unreachable).
     """
 
-    def __init__(self, url=None, state_dir=None, node=None):
+    def __init__(self, url=None, state_dir=None, node=None, s3_endpoint=None,
+                 s3_signature=None, s3_region=None, s3_addressing=None, s3_ca_file=None):
         lib = _load()
         self._lock = threading.Lock()
         self._h = None
-        opts = _Options(_b(state_dir), None if node is None else node.encode(), None, None)
+        opts = _Options(_b(state_dir), None if node is None else node.encode(), None, None,
+                        _b(s3_endpoint), _b(s3_signature), _b(s3_region), _b(s3_addressing),
+                        _b(s3_ca_file))
         h = ctypes.c_void_p()
         _check(lib.ckpt_open(_b(url), ctypes.byref(opts), ctypes.byref(h)))
         self._h = h

@@ -89,6 +89,19 @@ typedef struct st_backend_opts {
      * CKPT_S3_ENDPOINT environment variable, else https://s3.amazonaws.com.
      * This is what ckptctl/ckptfs --s3-endpoint passes. */
     const char *s3_endpoint;
+    /* s3:// request signing: "v4" (AWS signature V4 on libcurl, the
+     * default) or "v2" (libs3). NULL: $CKPT_S3_SIGNATURE, else "v4". */
+    const char *s3_signature;
+    /* Region in the V4 signature, and for the AWS endpoint derived when no
+     * endpoint is given. NULL: $AWS_REGION, $AWS_DEFAULT_REGION, the
+     * profile's region in ~/.aws/config, else "us-east-1". */
+    const char *s3_region;
+    /* "path" (host/bucket/key) or "virtual" (bucket.host/key). NULL:
+     * $CKPT_S3_ADDRESSING, else virtual for AWS endpoints, path otherwise. */
+    const char *s3_addressing;
+    /* PEM file of the CA(s) to trust for https endpoints instead of the
+     * system store. NULL: $CKPT_S3_CA_FILE, else the system store. */
+    const char *s3_ca_file;
     /* Deadline of one request: timeout_ms plus 1 s per MiB it carries
      * (default 60000). */
     unsigned timeout_ms;
@@ -116,9 +129,12 @@ st_err st_del(st_backend *b, const char *key);
  * it is created (mkdir -p) if missing. */
 st_err st_backend_file_open(const char *root, st_backend **out);
 
-/* The s3:// backend (st_backend_s3.c), without the retry wrapper: url is
- * "s3://bucket[/prefix]", opts may be NULL. Credentials come from the
- * environment or the AWS credentials file only (docs/S3.md). */
+/* The s3:// backends, without the retry wrapper: url is
+ * "s3://bucket[/prefix]", opts may be NULL; configuration and credentials
+ * as in docs/S3.md (st_s3_common.h). st_backend_s3_open signs with AWS
+ * signature V2 on libs3 (st_backend_s3.c), st_backend_s3v4_open with V4 on
+ * libcurl (st_backend_s3v4.c). */
 st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backend **out);
+st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_backend **out);
 
 #endif

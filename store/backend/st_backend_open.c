@@ -14,11 +14,13 @@
 
 #include "backend/st_backend_retry.h"
 #include "util/st_hash.h"
+#include "backend/st_s3_common.h"
 
 typedef st_err (*st_backend_open_fn)(const char *url, const st_backend_opts *opts,
                                      st_backend **out);
 
 static st_err file_url_open(const char *url, const st_backend_opts *opts, st_backend **out);
+static st_err s3_url_open(const char *url, const st_backend_opts *opts, st_backend **out);
 
 /*
  * One row per URL scheme. A NULL open function names a scheme we know but
@@ -31,7 +33,7 @@ static const struct {
     st_backend_open_fn open;
 } st_backend_schemes[] = {
     {"file", file_url_open},
-    {"s3", st_backend_s3_open},
+    {"s3", s3_url_open},
 };
 
 /*
@@ -92,6 +94,18 @@ static st_err file_url_open(const char *url, const st_backend_opts *opts, st_bac
     }
     root[o] = '\0';
     return st_backend_file_open(root, out);
+}
+
+/* s3://: signature V4 on libcurl unless V2 (libs3) is asked for
+ * (--s3-signature, $CKPT_S3_SIGNATURE; docs/S3.md). */
+static st_err s3_url_open(const char *url, const st_backend_opts *opts, st_backend **out)
+{
+    st_s3_signature sig;
+    st_err e = st_s3_signature_choice(opts, &sig);
+    if (e)
+        return e;
+    return sig == ST_S3_SIG_V2 ? st_backend_s3_open(url, opts, out)
+                               : st_backend_s3v4_open(url, opts, out);
 }
 
 st_err st_backend_open(const char *url, st_backend **out)

@@ -1,7 +1,8 @@
 /*
  * st_backend_s3 — the s3:// backend: objects in an S3 bucket through libs3
- * (Debian's libs3 2.0: AWS signature V2, path-style addressing, http or
- * https). docs/S3.md has the user's view; docs/BACKENDS.md the contract.
+ * (Debian's libs3 2.0: AWS signature V2, path-style or virtual-hosted
+ * addressing, http or https; no session tokens). docs/S3.md has the user's view; docs/BACKENDS.md
+ * the contract.
  *
  * URL: s3://bucket[/prefix]. A key k is the S3 object "prefix/k" (or "k"
  * without a prefix); list strips the prefix again and skips any object
@@ -31,10 +32,9 @@
  * contexts (N connections). The pool is bounded (POOL_MAX); extra contexts
  * are destroyed when returned.
  *
- * Error classes (classify()): 404/NoSuchKey -> ST_ERR_NOT_FOUND; network
- * failures, timeouts, 5xx, SlowDown, 429 and other unknown HTTP errors ->
- * ST_ERR_TRANSIENT; auth, missing bucket, redirects -> ST_ERR_PERMANENT;
- * 400-class request errors -> ST_ERR_INVALID.
+ * Configuration (URL, endpoint, addressing, credentials, timeouts) and
+ * error classes are shared with the V4 backend (st_s3_common.h): classify()
+ * only turns a libs3 status into what st_s3_classify() takes.
  *
  * Secrets: the secret key lives only in this instance (zeroed on close) and
  * in libs3's signing; no message built here contains it, and a server's
@@ -47,6 +47,7 @@
  * instances may still use it.
  */
 #include "backend/st_backend.h"
+#include "backend/st_s3_common.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -61,26 +62,16 @@
 #include <sys/select.h>
 #include <time.h>
 
-#define POOL_MAX           64
-#define DEFAULT_TIMEOUT_MS 60000u
-#define DEFAULT_STALL_MS   20000u
-#define LIST_PAGE_KEYS     1000
-#define DEFAULT_ENDPOINT   "https://s3.amazonaws.com"
+#define POOL_MAX       64
+#define LIST_PAGE_KEYS 1000
 /* Above this, Range end arithmetic on the server side (s3rver parses with
  * JavaScript numbers) is unsafe; such lengths are sent as "to the end". */
 #define RANGE_LEN_MAX (UINT64_C(1) << 52)
 
 typedef struct s3_ctx {
     /* Read-only after open. */
-    S3BucketContext bucket_ctx; /* points into the strings below */
-    char bucket[S3_MAX_BUCKET_NAME_SIZE + 1];
-    char prefix[ST_KEY_MAX + 2]; /* "" or "a/b/" */
-    size_t prefix_len;
-    char host[S3_MAX_HOSTNAME_SIZE + 8];      /* "host[:port]" as libs3 wants it */
-    char endpoint[S3_MAX_HOSTNAME_SIZE + 16]; /* "http://host:port", for messages */
-    char *access_key_id;
-    char *secret; /* never printed; zeroed on close */
-    unsigned timeout_ms, stall_ms;
+    st_s3_config cfg;           /* URL, endpoint, credentials, timeouts (st_s3_common.h) */
+    S3BucketContext bucket_ctx; /* points into cfg */
 
     pthread_mutex_t pool_lock;
     S3RequestContext *pool[POOL_MAX]; /* guarded by pool_lock */
@@ -137,25 +128,6 @@ typedef struct s3_call {
     int truncated;
 } s3_call;
 
-/* Copies a server message with every occurrence of the secret replaced,
- * in case a server ever echoes it. */
-static void scrub_copy(char *dst, size_t cap, const char *src, const char *secret)
-{
-    size_t o = 0, sl = secret ? strlen(secret) : 0;
-    while (*src && o + 1 < cap) {
-        if (sl && strncmp(src, secret, sl) == 0) {
-            const char *r = "[redacted]";
-            while (*r && o + 1 < cap)
-                dst[o++] = *r++;
-            src += sl;
-            continue;
-        }
-        char ch = *src++;
-        dst[o++] = (ch == '\n' || ch == '\r') ? ' ' : ch;
-    }
-    dst[o] = '\0';
-}
-
 static S3Status on_props(const S3ResponseProperties *p, void *arg)
 {
     s3_call *call = arg;
@@ -185,7 +157,8 @@ static void on_complete(S3Status status, const S3ErrorDetails *err, void *arg)
     call->done = 1;
     call->server_msg[0] = '\0';
     if (err && err->message)
-        scrub_copy(call->server_msg, sizeof call->server_msg, err->message, call->c->secret);
+        st_s3_scrub_copy(call->server_msg, sizeof call->server_msg, err->message,
+                         call->c->cfg.secret);
 }
 
 static int on_put_data(int cap, char *buf, void *arg)
@@ -278,7 +251,7 @@ static void pool_put(s3_ctx *c, S3RequestContext *rc)
 static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t bytes)
 {
     uint64_t start = now_ms(), last_move = start, seen = call->moved;
-    uint64_t deadline = c->timeout_ms + bytes / (1024 * 1024) * 1000;
+    uint64_t deadline = st_s3_deadline_ms(&c->cfg, bytes);
     for (;;) {
         int remaining = 0;
         S3Status rs = S3_runonce_request_context(rc, &remaining);
@@ -290,7 +263,7 @@ static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t
             last_move = now;
         }
         if (rs != S3StatusOK || remaining == 0 || now - start >= deadline ||
-            now - last_move >= c->stall_ms) {
+            now - last_move >= c->cfg.stall_ms) {
             if (rs == S3StatusOK && remaining != 0)
                 call->timed_out = now - start >= deadline ? 2 : 1;
             S3_destroy_request_context(rc); /* runs on_complete if still pending */
@@ -328,98 +301,70 @@ static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t
 /* ---- errors ---- */
 
 /*
- * The class of a libs3 status, and a few words for the message.
+ * The class of a libs3 status, and a few words for the message: the
+ * status is turned into what st_s3_classify() (shared with the V4
+ * backend) knows, an S3 error code, an HTTP status or a transport failure.
  */
 static st_err classify(S3Status s, const char **what)
 {
-    switch (s) {
-    case S3StatusOK: *what = "ok"; return ST_OK;
-    case S3StatusErrorNoSuchKey:
-    case S3StatusHttpErrorNotFound: *what = "not found"; return ST_ERR_NOT_FOUND;
-
-    case S3StatusOutOfMemory: *what = "out of memory"; return ST_ERR_NOMEM;
-
-    /* The network, the server being busy or broken: a later try may work. */
-    case S3StatusInternalError: /* libs3's code for most curl failures: resets, send/recv errors */
-    case S3StatusInterrupted:
-    case S3StatusNameLookupError:
-    case S3StatusFailedToConnect:
-    case S3StatusConnectionFailed:
-    case S3StatusXmlParseFailure: /* a garbled or cut response */
-    case S3StatusErrorInternalError:
-    case S3StatusErrorSlowDown:
-    case S3StatusErrorRequestTimeout:
-    case S3StatusErrorOperationAborted:
-    case S3StatusErrorIncompleteBody:
-    case S3StatusErrorTemporaryRedirect:
-    case S3StatusHttpErrorConflict:
-    case S3StatusHttpErrorUnknown: /* 429, 502, 504 and others without an S3 error body */
-    case S3StatusErrorUnknown: *what = "temporary failure"; return ST_ERR_TRANSIENT;
-
-    /* The request itself is wrong: the same call will fail again. */
-    case S3StatusErrorInvalidArgument:
-    case S3StatusErrorInvalidRange:
-    case S3StatusErrorKeyTooLong:
-    case S3StatusKeyTooLong:
-    case S3StatusUriTooLong:
-    case S3StatusErrorInvalidURI:
-    case S3StatusErrorEntityTooLarge:
-    case S3StatusErrorMetadataTooLarge:
-    case S3StatusHttpErrorBadRequest: *what = "invalid request"; return ST_ERR_INVALID;
-
-    case S3StatusErrorAccessDenied:
-    case S3StatusErrorInvalidAccessKeyId:
-    case S3StatusErrorSignatureDoesNotMatch:
-    case S3StatusHttpErrorForbidden:
-    case S3StatusErrorAccountProblem:
-    case S3StatusErrorExpiredToken:
-    case S3StatusErrorInvalidToken:
-    case S3StatusErrorNotSignedUp:
-    case S3StatusErrorRequestTimeTooSkewed:
-    case S3StatusErrorCredentialsNotSupported:
-        *what = "access denied (check the credentials and the bucket's permissions)";
-        return ST_ERR_PERMANENT;
-    case S3StatusErrorNoSuchBucket: *what = "no such bucket"; return ST_ERR_PERMANENT;
-    case S3StatusErrorPermanentRedirect:
-    case S3StatusErrorRedirect:
-    case S3StatusHttpErrorMovedTemporarily:
-        *what = "redirected (wrong endpoint or region for this bucket)";
-        return ST_ERR_PERMANENT;
-    default: *what = "refused"; return ST_ERR_PERMANENT;
+    static const struct {
+        S3Status status;
+        st_s3_transport net;
+        int http;
+    } statuses[] = {
+        /* libs3's codes for curl failures: resets, send/recv errors */
+        {S3StatusInternalError, ST_S3_NET_FAILED, 0},
+        {S3StatusInterrupted, ST_S3_NET_FAILED, 0},
+        {S3StatusNameLookupError, ST_S3_NET_FAILED, 0},
+        {S3StatusFailedToConnect, ST_S3_NET_FAILED, 0},
+        {S3StatusConnectionFailed, ST_S3_NET_FAILED, 0},
+        {S3StatusXmlParseFailure, ST_S3_NET_FAILED, 0}, /* a garbled or cut response */
+        {S3StatusServerFailedVerification, ST_S3_NET_TLS_UNTRUSTED, 0},
+        {S3StatusErrorUnknown, ST_S3_NET_OK, 0},     /* an error body without a known code */
+        {S3StatusHttpErrorUnknown, ST_S3_NET_OK, 0}, /* 429, 502, 504 and others without one */
+        {S3StatusHttpErrorMovedTemporarily, ST_S3_NET_OK, 301},
+        {S3StatusHttpErrorBadRequest, ST_S3_NET_OK, 400},
+        {S3StatusHttpErrorForbidden, ST_S3_NET_OK, 403},
+        {S3StatusHttpErrorNotFound, ST_S3_NET_OK, 404},
+        {S3StatusHttpErrorConflict, ST_S3_NET_OK, 409},
+        {S3StatusKeyTooLong, ST_S3_NET_OK, 400},
+        {S3StatusUriTooLong, ST_S3_NET_OK, 400},
+    };
+    if (s == S3StatusOK) {
+        *what = "ok";
+        return ST_OK;
     }
+    if (s == S3StatusOutOfMemory) {
+        *what = "out of memory";
+        return ST_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; i++)
+        if (statuses[i].status == s)
+            return st_s3_classify(statuses[i].net, statuses[i].http, NULL, what);
+    /* "ErrorNoSuchKey" is S3's code NoSuchKey; other names are libs3's own
+     * refusals, which a retry does not change. */
+    const char *name = S3_get_status_name(s);
+    return st_s3_classify(ST_S3_NET_OK, 0, strncmp(name, "Error", 5) == 0 ? name + 5 : name, what);
 }
 
 /* Sets the message for a failed call and returns its class. */
 static st_err call_error(s3_ctx *c, const char *op, const char *key, const s3_call *call)
 {
     if (call->nomem)
-        return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", op, c->bucket,
-                         c->prefix, key);
+        return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", op, c->cfg.bucket,
+                         c->cfg.prefix, key);
     if (call->timed_out)
         return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", op,
-                         c->bucket, c->prefix, key, c->endpoint,
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint,
                          call->timed_out == 1 ? "no byte moved for" : "not done within",
-                         call->timed_out == 1 ? c->stall_ms : c->timeout_ms);
+                         call->timed_out == 1 ? c->cfg.stall_ms : c->cfg.timeout_ms);
     const char *what;
     st_err e = classify(call->status, &what);
     if (e == ST_OK) /* callers only get here for a failure */
         e = ST_ERR_TRANSIENT;
-    return st_seterr(e, "s3 %s s3://%s/%s%s at %s: %s: %s%s%s", op, c->bucket, c->prefix, key,
-                     c->endpoint, what, S3_get_status_name(call->status),
+    return st_seterr(e, "s3 %s s3://%s/%s%s at %s: %s: %s%s%s", op, c->cfg.bucket, c->cfg.prefix,
+                     key, c->cfg.endpoint, what, S3_get_status_name(call->status),
                      call->server_msg[0] ? ": " : "", call->server_msg);
-}
-
-/* The S3 object name of key; ST_ERR_INVALID when prefix + key is too long. */
-static st_err full_key(s3_ctx *c, const char *op, const char *key, char *buf)
-{
-    size_t n = strlen(key);
-    if (c->prefix_len + n > S3_MAX_KEY_SIZE)
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 %s: key of %zu bytes under prefix \"%s\" exceeds S3's %d-byte limit",
-                         op, n, c->prefix, S3_MAX_KEY_SIZE);
-    memcpy(buf, c->prefix, c->prefix_len);
-    memcpy(buf + c->prefix_len, key, n + 1);
-    return ST_OK;
 }
 
 static void call_init(s3_call *call, s3_ctx *c)
@@ -434,7 +379,7 @@ static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
 {
     s3_ctx *c = ctx;
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = full_key(c, "put", key, fk);
+    st_err e = st_s3_full_key(&c->cfg, "put", key, fk);
     if (e)
         return e;
     S3RequestContext *rc = pool_get(c);
@@ -451,7 +396,7 @@ static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
         return call_error(c, "put", key, &call);
     if (call.put_off != len) /* the server answered before taking every byte */
         return st_seterr(ST_ERR_TRANSIENT, "s3 put s3://%s/%s%s at %s: sent %zu of %zu bytes",
-                         c->bucket, c->prefix, key, c->endpoint, call.put_off, len);
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, call.put_off, len);
     atomic_store(&c->bucket_seen, 1);
     return ST_OK;
 }
@@ -475,7 +420,7 @@ static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *si
             return st_seterr(ST_ERR_TRANSIENT,
                              "s3 stat s3://%s/%s%s at %s: incomplete response headers (connection "
                              "cut?)",
-                             c->bucket, c->prefix, key, c->endpoint);
+                             c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
         *size = call.content_length;
         atomic_store(&c->bucket_seen, 1);
         return ST_OK;
@@ -504,7 +449,7 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
 {
     s3_ctx *c = ctx;
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = full_key(c, "stat", key, fk);
+    st_err e = st_s3_full_key(&c->cfg, "stat", key, fk);
     if (e)
         return e;
     S3Status st;
@@ -520,8 +465,8 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
     if (e == ST_OK) /* it appeared meanwhile */
         return head_checked(c, key, fk, size, &st);
     if (e == ST_ERR_NOT_FOUND)
-        return st_seterr(ST_ERR_NOT_FOUND, "s3 stat s3://%s/%s%s at %s: not found", c->bucket,
-                         c->prefix, key, c->endpoint);
+        return st_seterr(ST_ERR_NOT_FOUND, "s3 stat s3://%s/%s%s at %s: not found", c->cfg.bucket,
+                         c->cfg.prefix, key, c->cfg.endpoint);
     return e;
 }
 
@@ -556,7 +501,7 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
         e = st_seterr(ST_ERR_PERMANENT,
                       "s3 get s3://%s/%s%s at %s: the server sent more than the %" PRIu64
                       " bytes asked for (does it honour Range?)",
-                      c->bucket, c->prefix, key, c->endpoint, count);
+                      c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, count);
     } else if (call.status != S3StatusOK || call.timed_out) {
         e = call_error(c, "get", key, &call);
     } else if (!call.have_props || !call.have_etag) {
@@ -564,12 +509,13 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
          * S3 GET answer has an ETag. */
         e = st_seterr(ST_ERR_TRANSIENT,
                       "s3 get s3://%s/%s%s at %s: incomplete response headers (connection cut?)",
-                      c->bucket, c->prefix, key, c->endpoint);
+                      c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
     } else if (call.content_length != out->len) {
         /* libs3 reports a connection cut mid-body as success. */
         e = st_seterr(ST_ERR_TRANSIENT,
                       "s3 get s3://%s/%s%s at %s: connection cut: got %zu of %" PRIu64 " bytes",
-                      c->bucket, c->prefix, key, c->endpoint, out->len, call.content_length);
+                      c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, out->len,
+                      call.content_length);
     } else if (out->len == 0) {
         /* Empty is right only at the end of the object (or for an empty
          * object); a cut between ETag and Content-Length also looks empty. */
@@ -580,12 +526,12 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
             e = st_seterr(ST_ERR_TRANSIENT,
                           "s3 get s3://%s/%s%s at %s: empty reply for bytes from %" PRIu64
                           " of %" PRIu64 " (connection cut?)",
-                          c->bucket, c->prefix, key, c->endpoint, off, size);
+                          c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, off, size);
         else if (e == ST_OK && size < off)
             e = st_seterr(ST_ERR_INVALID,
                           "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
                           " bytes)",
-                          c->bucket, c->prefix, key, off, size);
+                          c->cfg.bucket, c->cfg.prefix, key, off, size);
     }
     if (e) {
         st_bytes_clear(out);
@@ -600,7 +546,7 @@ static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_
     s3_ctx *c = ctx;
     st_bytes_clear(out);
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = full_key(c, "get", key, fk);
+    st_err e = st_s3_full_key(&c->cfg, "get", key, fk);
     if (e)
         return e;
     uint64_t size = 0;
@@ -613,7 +559,7 @@ static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_
             return st_seterr(ST_ERR_INVALID,
                              "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
                              " bytes)",
-                             c->bucket, c->prefix, key, off, size);
+                             c->cfg.bucket, c->cfg.prefix, key, off, size);
         if (len == 0 || off == size)
             return ST_OK;
     }
@@ -631,11 +577,11 @@ static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_
         return st_seterr(ST_ERR_INVALID,
                          "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
                          " bytes)",
-                         c->bucket, c->prefix, key, off, size);
+                         c->cfg.bucket, c->cfg.prefix, key, off, size);
     return st_seterr(ST_ERR_TRANSIENT,
                      "s3 get s3://%s/%s%s: range refused, yet the object now has %" PRIu64
                      " bytes (replaced meanwhile?)",
-                     c->bucket, c->prefix, key, size);
+                     c->cfg.bucket, c->cfg.prefix, key, size);
 }
 
 /*
@@ -661,7 +607,7 @@ static st_err list_expand_cut(s3_ctx *c, const char *cut, const char *fp, char *
             name[n] = tail[i - 1];
             name[n + 1] = '\0';
         }
-        const char *rel = name + c->prefix_len;
+        const char *rel = name + c->cfg.prefix_len;
         if (strncmp(name, fp, strlen(fp)) != 0 || !st_key_is_valid(rel))
             continue;
         uint64_t size = 0;
@@ -702,10 +648,10 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
     s3_ctx *c = ctx;
     char fp[S3_MAX_KEY_SIZE + 1];
     size_t pn = strlen(prefix);
-    if (c->prefix_len + pn > S3_MAX_KEY_SIZE)
+    if (c->cfg.prefix_len + pn > S3_MAX_KEY_SIZE)
         return ST_OK; /* no key can be that long: nothing to list */
-    memcpy(fp, c->prefix, c->prefix_len);
-    memcpy(fp + c->prefix_len, prefix, pn + 1);
+    memcpy(fp, c->cfg.prefix, c->cfg.prefix_len);
+    memcpy(fp + c->cfg.prefix_len, prefix, pn + 1);
 
     st_bytes page = {0};
     const char **index = NULL; /* the page's keys, sorted */
@@ -762,7 +708,8 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
             uint64_t size = st_le64_get((const uint8_t *)k + n + 1);
             if (strcmp(k, next_marker) > 0)
                 memcpy(next_marker, k, n + 1);
-            if (strncmp(k, c->prefix, c->prefix_len) != 0 || strncmp(k, fp, strlen(fp)) != 0)
+            if (strncmp(k, c->cfg.prefix, c->cfg.prefix_len) != 0 ||
+                strncmp(k, fp, strlen(fp)) != 0)
                 continue; /* not ours: the server ignored the prefix */
             if (n == S3_MAX_KEY_SIZE - 1) {
                 /* Maybe a 1024-byte name cut short by libs3: expand once. */
@@ -774,7 +721,7 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
                     goto out;
                 continue;
             }
-            const char *rel = k + c->prefix_len;
+            const char *rel = k + c->cfg.prefix_len;
             if (!st_key_is_valid(rel))
                 continue; /* a foreign object; no key of ours can name it */
             if (cb(arg, rel, size))
@@ -796,7 +743,7 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
         if (!call.page_keys || strcmp(next_marker, marker) <= 0) {
             e = st_seterr(ST_ERR_TRANSIENT,
                           "s3 list s3://%s/%s%s at %s: the server's listing does not advance",
-                          c->bucket, c->prefix, prefix, c->endpoint);
+                          c->cfg.bucket, c->cfg.prefix, prefix, c->cfg.endpoint);
             goto out;
         }
         memcpy(marker, next_marker, strlen(next_marker) + 1);
@@ -811,7 +758,7 @@ static st_err s3_del(void *ctx, const char *key)
 {
     s3_ctx *c = ctx;
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = full_key(c, "del", key, fk);
+    st_err e = st_s3_full_key(&c->cfg, "del", key, fk);
     if (e)
         return e;
     S3RequestContext *rc = pool_get(c);
@@ -839,11 +786,7 @@ static void s3_close(void *ctx)
     for (int i = 0; i < c->pool_n; i++)
         S3_destroy_request_context(c->pool[i]);
     pthread_mutex_destroy(&c->pool_lock);
-    if (c->secret) {
-        explicit_bzero(c->secret, strlen(c->secret));
-        free(c->secret);
-    }
-    free(c->access_key_id);
+    st_s3_config_free(&c->cfg);
     free(c);
 }
 
@@ -857,255 +800,46 @@ static const st_backend_ops s3_ops = {
     .close = s3_close,
 };
 
-/* ---- configuration: endpoint, credentials, URL ---- */
-
-/* "http[s]://host[:port][/]" into c->host, c->endpoint and the protocol. */
-static st_err parse_endpoint(s3_ctx *c, const char *ep, const char *source)
-{
-    const char *rest;
-    if (strncasecmp(ep, "http://", 7) == 0) {
-        c->bucket_ctx.protocol = S3ProtocolHTTP;
-        rest = ep + 7;
-    } else if (strncasecmp(ep, "https://", 8) == 0) {
-        c->bucket_ctx.protocol = S3ProtocolHTTPS;
-        rest = ep + 8;
-    } else {
-        return st_seterr(ST_ERR_INVALID,
-                         "S3 endpoint from %s must be a URL such as http://127.0.0.1:9000 or "
-                         "https://s3.example.com (the scheme picks http or https)",
-                         source);
-    }
-    size_t n = strcspn(rest, "/");
-    if (rest[n] == '/' && rest[n + 1] != '\0')
-        return st_seterr(ST_ERR_INVALID,
-                         "S3 endpoint from %s: a path after the host is not supported "
-                         "(path-style addressing puts the bucket there)",
-                         source);
-    if (n == 0 || n >= S3_MAX_HOSTNAME_SIZE)
-        return st_seterr(ST_ERR_INVALID, "S3 endpoint from %s: missing or over-long host", source);
-    for (size_t i = 0; i < n; i++) {
-        char ch = rest[i];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == '.' || ch == '-' || ch == ':' || ch == '[' || ch == ']' || ch == '_';
-        /* '@' in particular: credentials never travel in an endpoint URL,
-         * and this message must not repeat them. */
-        if (!ok)
-            return st_seterr(ST_ERR_INVALID,
-                             "S3 endpoint from %s: character '%c' not allowed in host[:port]",
-                             source, ch == '@' ? '@' : '?');
-    }
-    /* libs3 2.0 turns certificate checks off on every request
-     * (CURLOPT_SSL_VERIFYPEER = 0 in its request.c, with no way to turn
-     * them on): over https it would send data to, and accept answers from,
-     * any server. Refused rather than silently unauthenticated. */
-    if (c->bucket_ctx.protocol == S3ProtocolHTTPS)
-        return st_seterr(ST_ERR_INVALID,
-                         "S3 endpoint from %s: https is refused: the s3:// backend (libs3 2.0) "
-                         "cannot check a server's TLS certificate and would trust any server; "
-                         "give an http:// endpoint on a trusted network with --s3-endpoint or "
-                         "CKPT_S3_ENDPOINT",
-                         source);
-    memcpy(c->host, rest, n);
-    c->host[n] = '\0';
-    snprintf(c->endpoint, sizeof c->endpoint, "%s://%s",
-             c->bucket_ctx.protocol == S3ProtocolHTTP ? "http" : "https", c->host);
-    return ST_OK;
-}
-
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
-        s[--n] = '\0';
-    return s;
-}
-
-/*
- * The AWS shared credentials file (INI): the [profile] section's
- * aws_access_key_id and aws_secret_access_key. Values are never quoted in
- * messages, only the file and profile names.
- */
-static st_err load_credentials_file(s3_ctx *c, const char *path, const char *profile)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return st_seterr(ST_ERR_PERMANENT,
-                         "no S3 credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set "
-                         "and %s cannot be read (%s)",
-                         path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    int in_profile = 0;
-    st_err e = ST_OK;
-    while (getline(&line, &cap, f) >= 0) {
-        char *s = trim(line);
-        if (*s == '#' || *s == ';' || *s == '\0')
-            continue;
-        if (*s == '[') {
-            char *end = strchr(s, ']');
-            if (end)
-                *end = '\0';
-            char *name = trim(s + 1);
-            in_profile = strcmp(name, profile) == 0;
-            continue;
-        }
-        if (!in_profile)
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq)
-            continue;
-        *eq = '\0';
-        char *name = trim(s), *value = trim(eq + 1);
-        char **slot = strcasecmp(name, "aws_access_key_id") == 0       ? &c->access_key_id
-                      : strcasecmp(name, "aws_secret_access_key") == 0 ? &c->secret
-                                                                       : NULL;
-        if (!slot || !*value)
-            continue;
-        if (*slot) {
-            explicit_bzero(*slot, strlen(*slot));
-            free(*slot);
-        }
-        if (!(*slot = strdup(value))) {
-            e = st_seterr(ST_ERR_NOMEM, "reading %s: out of memory", path);
-            break;
-        }
-    }
-    if (line) {
-        explicit_bzero(line, cap);
-        free(line);
-    }
-    fclose(f);
-    if (!e && (!c->access_key_id || !c->secret))
-        e = st_seterr(ST_ERR_PERMANENT,
-                      "no S3 credentials: profile [%s] of %s lacks aws_access_key_id or "
-                      "aws_secret_access_key (or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
-                      profile, path);
-    return e;
-}
-
-static st_err load_credentials(s3_ctx *c)
-{
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
-    int have_id = id && *id, have_secret = secret && *secret;
-    if (have_id && have_secret) {
-        c->access_key_id = strdup(id);
-        c->secret = strdup(secret);
-        if (!c->access_key_id || !c->secret)
-            return st_seterr(ST_ERR_NOMEM, "s3: out of memory");
-        return ST_OK;
-    }
-    if (have_id != have_secret)
-        return st_seterr(ST_ERR_PERMANENT, "S3 credentials: %s is set but %s is not",
-                         have_id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-                         have_id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-    const char *profile = getenv("AWS_PROFILE");
-    if (!profile || !*profile)
-        profile = "default";
-    const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-    char path[4096];
-    if (file && *file) {
-        snprintf(path, sizeof path, "%s", file);
-    } else {
-        const char *home = getenv("HOME");
-        if (!home || !*home)
-            return st_seterr(ST_ERR_PERMANENT,
-                             "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                             "(HOME is unset, so there is no ~/.aws/credentials)");
-        snprintf(path, sizeof path, "%s/.aws/credentials", home);
-    }
-    return load_credentials_file(c, path, profile);
-}
-
-/* s3://bucket[/prefix][/]: bucket and prefix into c. */
-static st_err parse_url(s3_ctx *c, const char *url)
-{
-    const char *rest = url + strlen("s3://");
-    /* Never echo a URL that may carry user info ("KEY:SECRET@bucket"). */
-    if (strpbrk(rest, "@:"))
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 store URL: '@' and ':' are not allowed (credentials never go in the "
-                         "URL; the endpoint is set with --s3-endpoint or CKPT_S3_ENDPOINT)");
-    if (strpbrk(rest, "?#%"))
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 store URL \"%.200s\": queries, fragments and %%-escapes are not "
-                         "supported",
-                         url);
-    size_t bn = strcspn(rest, "/");
-    if (bn == 0)
-        return st_seterr(ST_ERR_INVALID, "s3 store URL \"%.200s\": expected s3://bucket[/prefix]",
-                         url);
-    if (bn > S3_MAX_BUCKET_NAME_SIZE)
-        return st_seterr(ST_ERR_INVALID, "s3 store URL: bucket name longer than %d bytes",
-                         S3_MAX_BUCKET_NAME_SIZE);
-    memcpy(c->bucket, rest, bn);
-    c->bucket[bn] = '\0';
-    S3Status vs = S3_validate_bucket_name(c->bucket, S3UriStylePath);
-    if (vs != S3StatusOK)
-        return st_seterr(ST_ERR_INVALID, "s3 store URL \"%.200s\": bad bucket name (%s)", url,
-                         S3_get_status_name(vs));
-
-    const char *p = rest + bn;
-    while (*p == '/')
-        p++;
-    size_t pn = strlen(p);
-    while (pn && p[pn - 1] == '/')
-        pn--;
-    if (pn) {
-        if (pn > ST_KEY_MAX - 1)
-            return st_seterr(ST_ERR_INVALID, "s3 store URL: prefix too long");
-        char pre[ST_KEY_MAX + 1];
-        memcpy(pre, p, pn);
-        pre[pn] = '\0';
-        if (!st_key_is_valid(pre))
-            return st_seterr(ST_ERR_INVALID,
-                             "s3 store URL \"%.200s\": the prefix must follow the key rules "
-                             "([A-Za-z0-9._-] components, none starting with '.')",
-                             url);
-        memcpy(c->prefix, pre, pn);
-        c->prefix[pn] = '/';
-        c->prefix[pn + 1] = '\0';
-        c->prefix_len = pn + 1;
-    }
-    return ST_OK;
-}
-
 st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backend **out)
 {
     if (!out)
         return st_seterr(ST_ERR_INVALID, "st_backend_s3_open: out is NULL");
     *out = NULL;
-    if (!url || strncasecmp(url, "s3://", 5) != 0)
-        return st_seterr(ST_ERR_INVALID, "s3 store URL must start with s3://");
-
     st_err e = ST_OK;
     st_backend *b = NULL;
     s3_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
     pthread_mutex_init(&c->pool_lock, NULL);
-
-    if ((e = parse_url(c, url)) != ST_OK)
+    if ((e = st_s3_config_load(&c->cfg, url, opts)) != ST_OK)
         goto out;
-
-    const char *ep = opts && opts->s3_endpoint ? opts->s3_endpoint : NULL;
-    const char *source = "--s3-endpoint";
-    if (!ep || !*ep) {
-        ep = getenv("CKPT_S3_ENDPOINT");
-        source = "CKPT_S3_ENDPOINT";
+    /* libs3 2.0 turns certificate checks off on every request
+     * (CURLOPT_SSL_VERIFYPEER = 0 in its request.c, with no way to turn
+     * them on): over https it would send data to, and accept answers from,
+     * any server. Refused rather than silently unauthenticated. */
+    if (c->cfg.https) {
+        e = st_seterr(ST_ERR_INVALID,
+                      "S3 endpoint %s: https is refused with --s3-signature v2: libs3 2.0 cannot "
+                      "check a server's TLS certificate and would trust any server; use "
+                      "--s3-signature v4, or give an http:// endpoint on a trusted network with "
+                      "--s3-endpoint or CKPT_S3_ENDPOINT",
+                      c->cfg.endpoint);
+        goto out;
     }
-    if (!ep || !*ep) {
-        ep = DEFAULT_ENDPOINT;
-        source = "the default";
+    /* libs3 2.0 cannot send x-amz-security-token: temporary credentials
+     * would fail on every request, so say so now. */
+    if (c->cfg.session_token) {
+        e = st_seterr(ST_ERR_UNSUPPORTED, "--s3-signature v2 (libs3) cannot send a session token "
+                                          "(AWS_SESSION_TOKEN): use --s3-signature v4");
+        goto out;
     }
-    if ((e = parse_endpoint(c, ep, source)) != ST_OK)
+    S3Status vs = S3_validate_bucket_name(c->cfg.bucket, c->cfg.virtual_host ? S3UriStyleVirtualHost
+                                                                             : S3UriStylePath);
+    if (vs != S3StatusOK) {
+        e = st_seterr(ST_ERR_INVALID, "s3 store URL \"%.200s\": bad bucket name (%s)", url,
+                      S3_get_status_name(vs));
         goto out;
-    c->timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
-    c->stall_ms = opts && opts->stall_timeout_ms ? opts->stall_timeout_ms : DEFAULT_STALL_MS;
-
-    if ((e = load_credentials(c)) != ST_OK)
-        goto out;
+    }
 
     pthread_once(&s3_once, s3_init_once);
     if (s3_init_status != S3StatusOK) {
@@ -1114,11 +848,12 @@ st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backe
         goto out;
     }
 
-    c->bucket_ctx.hostName = c->host;
-    c->bucket_ctx.bucketName = c->bucket;
-    c->bucket_ctx.uriStyle = S3UriStylePath;
-    c->bucket_ctx.accessKeyId = c->access_key_id;
-    c->bucket_ctx.secretAccessKey = c->secret;
+    c->bucket_ctx.hostName = c->cfg.host;
+    c->bucket_ctx.bucketName = c->cfg.bucket;
+    c->bucket_ctx.protocol = c->cfg.https ? S3ProtocolHTTPS : S3ProtocolHTTP;
+    c->bucket_ctx.uriStyle = c->cfg.virtual_host ? S3UriStyleVirtualHost : S3UriStylePath;
+    c->bucket_ctx.accessKeyId = c->cfg.access_key_id;
+    c->bucket_ctx.secretAccessKey = c->cfg.secret;
     atomic_init(&c->bucket_seen, 0);
 
     if (!(b = malloc(sizeof *b))) {

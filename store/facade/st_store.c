@@ -97,7 +97,11 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     }
 
     char state_dir[PATH_MAX], db[PATH_MAX + 64];
-    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
+                          .s3_signature = opts->s3_signature,
+                          .s3_region = opts->s3_region,
+                          .s3_addressing = opts->s3_addressing,
+                          .s3_ca_file = opts->s3_ca_file};
     st_err e = st_backend_open_opts(opts->url, &bo, &s->backend);
     if (!e)
         e = st_backend_count_wrap(&s->backend, &s->requests);

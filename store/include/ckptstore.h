@@ -25,10 +25,16 @@ typedef struct st_chunker_params st_chunker_params;
 typedef struct st_store st_store;
 
 typedef struct st_store_options {
-    const char *url;                  /* "file:///abs/dir" or "s3://bucket/prefix" */
-    const char *s3_endpoint;          /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
-    const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
-    const char *node;                 /* this writer's name; NULL: derived from the host name */
+    const char *url;         /* "file:///abs/dir" or "s3://bucket/prefix" */
+    const char *s3_endpoint; /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
+    /* s3:// request signing, addressing and TLS (docs/S3.md); NULL: the
+     * environment ($CKPT_S3_SIGNATURE, $AWS_REGION, ...), else the default. */
+    const char *s3_signature;  /* "v4" (default) or "v2" */
+    const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
+    const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
+    const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
+    const char *state_dir;     /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
+    const char *node;          /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
     void (*warn)(void *arg, const char *msg);

@@ -50,12 +50,18 @@ typedef struct st_vfs_options {
      * (st_backend.h: thread-safe), and $CKPT_FAULT does not apply to it
      * (wrap it yourself). NULL, as in the daemon: open store_url. */
     struct st_backend *backend;
-    const char *s3_endpoint;  /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
-    const char *staging_dir;  /* created if missing */
-    const char *node;         /* NULL: from the host name */
-    const char *step_pattern; /* NULL: built-in step rule */
-    uint64_t staging_cap;     /* bytes of staging data; 0: no cap but the disk */
-    double refresh_seconds;   /* how often the remote view is refreshed (default 5) */
+    const char *s3_endpoint; /* s3:// endpoint URL; NULL: $CKPT_S3_ENDPOINT, else AWS */
+    /* s3:// request signing, addressing and TLS (docs/S3.md); NULL: the
+     * environment ($CKPT_S3_SIGNATURE, $AWS_REGION, ...), else the default. */
+    const char *s3_signature;  /* "v4" (default) or "v2" */
+    const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
+    const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
+    const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
+    const char *staging_dir;   /* created if missing */
+    const char *node;          /* NULL: from the host name */
+    const char *step_pattern;  /* NULL: built-in step rule */
+    uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
+    double refresh_seconds;    /* how often the remote view is refreshed (default 5) */
     /* The node lease (docs/NODES.md): how long this daemon's claim on its
      * node name stays live without a heartbeat (default 60). */
     double node_lease_ttl_seconds;

@@ -1310,7 +1310,11 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     snprintf(path, sizeof path, "%s/data", v->staging);
     if ((e = st_mkdir_p(path)))
         goto fail;
-    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint};
+    st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
+                          .s3_signature = opts->s3_signature,
+                          .s3_region = opts->s3_region,
+                          .s3_addressing = opts->s3_addressing,
+                          .s3_ca_file = opts->s3_ca_file};
 #ifdef CKPT_TEST_HOOKS
     const char *fault = getenv("CKPT_FAULT"); /* test builds only: st_backend_fault.h */
     if (fault && *fault && !opts->backend)

@@ -199,8 +199,18 @@ void *vfs_refresher_main(void *arg)
         vfs_lease_heartbeat(v);
         vfs_publish_quiet_steps(v);
         if (st_mono_ns() >= next_refresh) {
-            if (vfs_remote_refresh(v) != ST_OK)
-                vfs_log(v, 1, "refreshing the store's steps: %s", st_errmsg());
+            /* The status shows why the store cannot be read (a refused
+             * signature, an untrusted certificate) until a refresh works. */
+            static const char what[] = "refreshing the store's steps: ";
+            st_err e = vfs_remote_refresh(v);
+            pthread_mutex_lock(&v->lock);
+            if (e)
+                snprintf(v->last_error, sizeof v->last_error, "%s%s", what, st_errmsg());
+            else if (strncmp(v->last_error, what, sizeof what - 1) == 0)
+                v->last_error[0] = '\0';
+            pthread_mutex_unlock(&v->lock);
+            if (e)
+                vfs_log(v, 1, "%s%s", what, st_errmsg());
             next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
         }
         pthread_mutex_lock(&v->lock);

@@ -1,6 +1,7 @@
 /*
  * bench_s3 — PUT and GET throughput of pack-sized objects through the s3://
- * backend (st_backend_open_opts: libs3 + the retry wrapper, as the engine
+ * backend (st_backend_open_opts: V4 on libcurl, or V2 on libs3 with
+ * CKPT_S3_SIGNATURE=v2, + the retry wrapper, as the engine
  * uses it), with N threads sharing one backend instance.
  *
  *   bench_s3 put|get THREADS OBJECTS SIZE_BYTES

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench_s3.sh BUILD_DIR [--smoke] — PUT and GET throughput of pack-sized
-# objects (24 MiB) through the s3:// backend (bench_s3, libs3) against a
-# plain upload/download of the same bytes to the same server with curl
-# (SigV4, --parallel), same run, 1/4/8 parallel streams. Prints a markdown
-# table: MB/s (10^6 bytes/s) and the backend/curl ratio.
+# objects (24 MiB) through both s3:// backends (bench_s3 with
+# CKPT_S3_SIGNATURE=v2, libs3, and =v4, libcurl) against a plain
+# upload/download of the same bytes to the same server with curl (SigV4,
+# --parallel), same run, 1/4/8 parallel streams. Prints a markdown table:
+# MB/s (10^6 bytes/s) and each backend's ratio to curl.
 #
 # Starts its own s3rver (tests/s3/s3rver.sh) and stops it by PID in an EXIT
 # trap. --smoke: 4 MiB objects, fewer of them, 1 and 4 streams (a CI-sized
@@ -57,24 +58,27 @@ curl_run() { # put|get N
     mbps $((size * objects)) "$(since "$t0")"
 }
 
-ours_run() { # put|get N
-    "$bench" "$1" "$2" "$objects" "$size" 2>/dev/null | sed -n 's/^MBps //p'
+ours_run() { # v2|v4 put|get N
+    CKPT_S3_SIGNATURE=$1 "$bench" "$2" "$3" "$objects" "$size" 2>/dev/null | sed -n 's/^MBps //p'
 }
 
-# Warm up both paths (first requests pay for page faults and connections).
-"$bench" put 2 2 "$size" >/dev/null 2>&1
-"$bench" get 2 2 "$size" >/dev/null 2>&1
+# Warm up every path (first requests pay for page faults and connections).
+for sig in v2 v4; do
+    CKPT_S3_SIGNATURE=$sig "$bench" put 2 2 "$size" >/dev/null 2>&1
+    CKPT_S3_SIGNATURE=$sig "$bench" get 2 2 "$size" >/dev/null 2>&1
+done
 curl_run put 2 >/dev/null
 curl_run get 2 >/dev/null
 
-echo "| streams | op | s3:// backend MB/s | curl MB/s | backend / curl |"
-echo "|---|---|---|---|---|"
+echo "| streams | op | v2 (libs3) MB/s | v4 (libcurl) MB/s | curl MB/s | v2 / curl | v4 / curl |"
+echo "|---|---|---|---|---|---|---|"
 for n in "${streams[@]}"; do
     for op in put get; do
-        ours=$(ours_run $op "$n")
+        v2=$(ours_run v2 $op "$n")
+        v4=$(ours_run v4 $op "$n")
         theirs=$(curl_run $op "$n")
-        [ -n "$ours" ] || { echo "bench_s3.sh: bench_s3 $op failed" >&2; exit 1; }
-        echo "| $n | ${op^^} | $ours | $theirs | $(ratio "$ours" "$theirs") |"
+        [ -n "$v2" ] && [ -n "$v4" ] || { echo "bench_s3.sh: bench_s3 $op failed" >&2; exit 1; }
+        echo "| $n | ${op^^} | $v2 | $v4 | $theirs | $(ratio "$v2" "$theirs") | $(ratio "$v4" "$theirs") |"
     done
 done
 echo

@@ -12,6 +12,9 @@
 #       --bucket NAME    bucket to create at start (repeatable; default ckpt-test)
 #       --owner PID      stop the server when process PID exits (a crashed or killed
 #                        test never leaves a server behind)
+#       --vhost-domain D virtual-hosted addressing under D: BUCKET.s3.D is the bucket
+#                        (s3rver's --service-endpoint; curl resolves *.localhost to
+#                        127.0.0.1 itself, so "localhost" needs no DNS)
 #   s3rver.sh stop DIR                 stop the instance of DIR by its PID (SIGTERM, then SIGKILL)
 #
 # Files in DIR: data/ (objects; kept across stop/start), s3rver.pid, s3rver.port,
@@ -98,13 +101,14 @@ $(tail -20 "$dir/npm-install.log")"
 do_start() {
     local dir=${1:?usage: s3rver.sh start DIR [--strict] [--port N] [--bucket NAME] [--owner PID]}
     shift
-    local strict=0 port=0 owner="" buckets=()
+    local strict=0 port=0 owner="" vhost="" buckets=()
     while [ $# -gt 0 ]; do
         case $1 in
         --strict) strict=1 ;;
         --port) port=${2:?--port needs a number}; shift ;;
         --bucket) buckets+=("${2:?--bucket needs a name}"); shift ;;
         --owner) owner=${2:?--owner needs a pid}; shift ;;
+        --vhost-domain) vhost=${2:?--vhost-domain needs a domain}; shift ;;
         *) die "start: unknown option $1" ;;
         esac
         shift
@@ -123,6 +127,7 @@ do_start() {
     # Per-request logging costs s3rver's single thread dearly: only on demand.
     [ -n "${CKPT_S3RVER_VERBOSE:-}" ] || args+=(--silent)
     ((strict)) || args+=(--allow-mismatched-signatures)
+    [ -z "$vhost" ] || args+=(--service-endpoint "$vhost")
     for b in "${buckets[@]}"; do
         args+=(--configure-bucket "$b")
     done

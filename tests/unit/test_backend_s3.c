@@ -1,6 +1,10 @@
 /*
- * test_backend_s3 — the s3:// backend against real s3rver instances that
- * this test starts itself (tests/s3/s3harness.h) and stops at exit:
+ * test_backend_s3 — the s3:// backends against real s3rver instances that
+ * this test starts itself (tests/s3/s3harness.h) and stops at exit. Run
+ * without argument it tests the V2 backend on libs3 (st_backend_s3.c);
+ * "test_backend_s3 v4" runs the same cases on the V4 backend on libcurl
+ * (st_backend_s3v4.c) against the strict instance only (no lenient server
+ * is started: every V4 signature, listings included, is checked):
  *
  *   lenient  --allow-mismatched-signatures: the shared conformance suite
  *            (libs3 2.0's V2 signature of bucket-level requests such as
@@ -46,6 +50,10 @@
 #define BAD_SECRET "Sup3r-Secret-Value-never-print-me"
 
 static s3h_server lenient, strict;
+/* The server for the suite and for bucket-level requests: lenient for V2
+ * (libs3's list signature does not match s3rver's), strict for V4. */
+static s3h_server *listing = &lenient;
+static int v4; /* argv[1] == "v4": the V4 backend (st_backend_s3v4.c) */
 
 /* The server's good key pair: s3rver's defaults, or the environment's
  * when the test runs against an external server. */
@@ -80,7 +88,7 @@ static double now_s(void)
 
 static void test_conformance(void)
 {
-    st_backend *b = open_at("s3://" BUCKET, lenient.endpoint);
+    st_backend *b = open_at("s3://" BUCKET, listing->endpoint);
     if (!b)
         return;
     CHECK(strcmp(b->ops->scheme, "s3") == 0);
@@ -99,9 +107,9 @@ static void test_conformance(void)
  * suite leans on retries to hide a bug. Only the cheap cases. */
 static void test_conformance_unwrapped(void)
 {
-    st_backend_opts o = {.s3_endpoint = lenient.endpoint};
+    st_backend_opts o = {.s3_endpoint = listing->endpoint};
     st_backend *b = NULL;
-    CHECK_OK(st_backend_s3_open("s3://" BUCKET, &o, &b));
+    CHECK_OK((v4 ? st_backend_s3v4_open : st_backend_s3_open)("s3://" BUCKET, &o, &b));
     if (!b)
         return;
     bc_b = b;
@@ -132,9 +140,9 @@ static int collect_names(void *arg, const char *key, uint64_t size)
 
 static void test_prefix(void)
 {
-    st_backend *root = open_at("s3://" BUCKET, lenient.endpoint);
-    st_backend *pre = open_at("s3://" BUCKET "/tenants/a/", lenient.endpoint);
-    st_backend *pre2 = open_at("S3://" BUCKET "//tenants/a", lenient.endpoint); /* same place */
+    st_backend *root = open_at("s3://" BUCKET, listing->endpoint);
+    st_backend *pre = open_at("s3://" BUCKET "/tenants/a/", listing->endpoint);
+    st_backend *pre2 = open_at("S3://" BUCKET "//tenants/a", listing->endpoint); /* same place */
     if (!root || !pre || !pre2)
         goto out;
     CHECK_OK(st_put(pre, "job/k1", "one", 3));
@@ -183,11 +191,11 @@ static void raw_complete(S3Status s, const S3ErrorDetails *d, void *arg)
  * bucket) are not listed. They are made with libs3 directly. */
 static void test_foreign_objects(void)
 {
-    st_backend *b = open_at("s3://" BUCKET, lenient.endpoint); /* also initialises libs3 */
+    st_backend *b = open_at("s3://" BUCKET, listing->endpoint); /* also initialises libs3 */
     if (!b)
         return;
     char host[64];
-    snprintf(host, sizeof host, "127.0.0.1:%d", lenient.port);
+    snprintf(host, sizeof host, "127.0.0.1:%d", listing->port);
     S3BucketContext bc = {.hostName = host,
                           .bucketName = BUCKET,
                           .protocol = S3ProtocolHTTP,
@@ -229,7 +237,7 @@ static void check_no_secret(const char *what)
 
 static void test_missing_bucket(void)
 {
-    st_backend_opts o = {.s3_endpoint = lenient.endpoint, .retry_attempts = 3};
+    st_backend_opts o = {.s3_endpoint = listing->endpoint, .retry_attempts = 3};
     st_backend *b = NULL;
     CHECK_OK(st_backend_open_opts("s3://no-such-bucket-ckpt/p", &o, &b));
     if (!b)
@@ -241,7 +249,7 @@ static void test_missing_bucket(void)
     CHECK_ERR(st_put(b, "k", "x", 1), ST_ERR_PERMANENT);
     CHECK(strstr(st_errmsg(), "no-such-bucket-ckpt") != NULL);
     CHECK(strstr(st_errmsg(), "no such bucket") != NULL);
-    CHECK(strstr(st_errmsg(), lenient.endpoint) != NULL);
+    CHECK(strstr(st_errmsg(), listing->endpoint) != NULL);
     fprintf(stderr, "  missing bucket: %s\n", st_errmsg());
     /* A HEAD 404 cannot tell a missing key from a missing bucket: stat
      * must still say "no such bucket", not "not found". */
@@ -412,7 +420,7 @@ static void test_urls(void)
         unsetenv("CKPT_S3_ENDPOINT");
     }
     /* CKPT_S3_ENDPOINT is used when no option is given; the option wins. */
-    setenv("CKPT_S3_ENDPOINT", lenient.endpoint, 1);
+    setenv("CKPT_S3_ENDPOINT", listing->endpoint, 1);
     st_backend *b = NULL;
     CHECK_OK(st_backend_open("s3://" BUCKET "/env", &b));
     if (b) {
@@ -599,7 +607,7 @@ static void *pt_main(void *p)
 
 static void test_parallel(void)
 {
-    st_backend *b = open_at("s3://" BUCKET, lenient.endpoint);
+    st_backend *b = open_at("s3://" BUCKET, listing->endpoint);
     if (!b)
         return;
     pthread_t th[PT_THREADS];
@@ -642,8 +650,12 @@ static int use_external_server(const char *endpoint)
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    v4 = argc > 1 && strcmp(argv[1], "v4") == 0;
+    setenv("CKPT_S3_SIGNATURE", v4 ? "v4" : "v2", 1);
+    if (v4)
+        listing = &strict;
     const char *external = getenv("CKPT_TEST_S3_ENDPOINT");
     if (external && *external) {
         if (use_external_server(external) != 0)
@@ -651,13 +663,14 @@ int main(void)
         use_good_env();
     } else {
         use_good_env();
-        if (s3h_start(&lenient, "--bucket " BUCKET) != 0 ||
+        if ((!v4 && s3h_start(&lenient, "--bucket " BUCKET) != 0) ||
             s3h_start(&strict, "--strict --bucket " BUCKET) != 0) {
             fprintf(stderr, "FAIL: cannot start s3rver (needs node and npm; see above)\n");
             return 1;
         }
     }
-    fprintf(stderr, "S3 server lenient at %s, strict at %s\n", lenient.endpoint, strict.endpoint);
+    fprintf(stderr, "signature %s; s3rver lenient at %s, strict at %s\n", v4 ? "v4" : "v2",
+            v4 ? "(none)" : lenient.endpoint, strict.endpoint);
     RUN(test_conformance);
     RUN(test_conformance_unwrapped);
     RUN(test_prefix);
@@ -669,7 +682,8 @@ int main(void)
     RUN(test_credentials);
     RUN(test_timeouts);
     RUN(test_parallel);
-    s3h_destroy(&lenient);
+    if (!v4)
+        s3h_destroy(&lenient);
     s3h_destroy(&strict);
     return ut_finish();
 }

@@ -149,6 +149,19 @@ typedef struct ckpt_options {
      *  a listing). msg is valid only during the callback. May be NULL. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
+    /*! s3:// stores (docs/S3.md). Each NULL: the environment, else the
+     *  default. s3_endpoint: "http[s]://host[:port]" ($CKPT_S3_ENDPOINT,
+     *  else AWS's endpoint for the region); s3_signature: "v4" (default) or
+     *  "v2" ($CKPT_S3_SIGNATURE); s3_region ($AWS_REGION,
+     *  $AWS_DEFAULT_REGION, the profile's region, else "us-east-1");
+     *  s3_addressing: "path" or "virtual" ($CKPT_S3_ADDRESSING; default:
+     *  virtual for AWS endpoints, path otherwise); s3_ca_file: a PEM CA
+     *  bundle for https ($CKPT_S3_CA_FILE, else the system store). */
+    const char *s3_endpoint;
+    const char *s3_signature;
+    const char *s3_region;
+    const char *s3_addressing;
+    const char *s3_ca_file;
 } ckpt_options;
 
 /*!

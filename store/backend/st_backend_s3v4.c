@@ -1,0 +1,888 @@
+/*
+ * st_backend_s3v4 — the s3:// backend signing with AWS signature V4, on
+ * libcurl (CURLOPT_AWS_SIGV4, curl >= 7.75), XML answers parsed with
+ * libxml2. The same contract, configuration (st_s3_common.h) and error
+ * classes as the V2 backend on libs3 (st_backend_s3.c); docs/S3.md has the
+ * user's view.
+ *
+ * URL: s3://bucket[/prefix]; key k is the object "prefix/k". Path-style
+ * (endpoint/bucket/key) or virtual-hosted (bucket.endpoint/key)
+ * addressing. Keys are [A-Za-z0-9._/-] (st_key_is_valid), which need no
+ * percent-encoding in a path; list queries are written sorted and encoded
+ * because curl 7.88 signs the query exactly as written.
+ *
+ * Payload hash: PUT sends the real SHA-256 of the body in
+ * x-amz-content-sha256, so the server checks the bytes it got (s3rver
+ * ignores Content-MD5; RGW and AWS answer a mismatch with 400, and
+ * UNSIGNED-PAYLOAD would let a corrupted body through). Every other request
+ * sends the hash of the empty body. curl 7.88 signs the value we send but
+ * does not add the header itself.
+ *
+ * Requests. Every op is one blocking request on the caller's thread,
+ * driven through a curl multi handle so that this file checks its clocks
+ * every 100 ms: stall (no byte moved for stall_ms; CURLOPT_LOW_SPEED_TIME
+ * would only count whole seconds) and deadline (timeout_ms + 1 s/MiB). A
+ * request past either is removed from the multi handle (which closes its
+ * connection) and reported ST_ERR_TRANSIENT. Retrying is the retry
+ * wrapper's job (st_backend_open.c wraps every backend). curl reports a
+ * body cut short (CURLE_PARTIAL_FILE) and a cut XML listing does not
+ * parse, so no answer is taken as complete unless it is.
+ *
+ * Connections. A pool of {multi, easy} pairs per instance: the multi keeps
+ * its connection cache across requests, so a thread reuses a warm,
+ * kept-alive connection; N threads at once use N pairs. DNS answers and
+ * TLS sessions are shared by all pairs (a CURLSH, locked per data kind).
+ *
+ * GET bodies are appended straight into the caller's st_bytes, reserved
+ * once from Content-Length: the only copy is curl's buffer into it.
+ *
+ * Secrets: the secret and the session token are in cfg (zeroed on close)
+ * and handed to curl for signing; no message quotes them, and server text
+ * is scrubbed of the secret before it is quoted.
+ *
+ * Threads: any op from any thread, concurrently. Shared state: cfg (read
+ * only), the pool (pool_lock), the share (share_locks), bucket_seen
+ * (atomic). curl and libxml2 are initialised once per process.
+ */
+#include <curl/curl.h>
+#include <inttypes.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/st_backend.h"
+#include "backend/st_s3_common.h"
+
+#define POOL_MAX       64
+#define LIST_PAGE_KEYS 1000
+#define ERR_BODY_MAX   (64 * 1024)
+#define POLL_MS        100
+/* Above this a Range end is sent as "to the end" (s3rver parses ranges as
+ * JavaScript numbers), as in the V2 backend. */
+#define RANGE_LEN_MAX (UINT64_C(1) << 52)
+#define EMPTY_SHA256  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+typedef struct v4_conn {
+    CURLM *multi;
+    CURL *easy;
+} v4_conn;
+
+typedef struct v4_ctx {
+    st_s3_config cfg;               /* read-only after open */
+    char sigv4[96];                 /* "aws:amz:REGION:s3" */
+    char base[ST_S3_HOST_MAX + 96]; /* "http://host/bucket/" or "http://bucket.host/" */
+
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+
+    pthread_mutex_t pool_lock;
+    v4_conn *pool[POOL_MAX]; /* guarded by pool_lock */
+    int pool_n;              /* guarded by pool_lock */
+
+    /* Set once an answer proved the bucket exists; until then a HEAD 404
+     * (no body) is checked with a GET that can say NoSuchBucket. */
+    atomic_int bucket_seen;
+} v4_ctx;
+
+/* One request: what it sends and what came back. On the caller's stack. */
+typedef struct v4_req {
+    v4_ctx *c;
+    const char *op; /* for messages: "put", "get", ... */
+    const char *key;
+
+    st_bytes *out;     /* 2xx body goes here (NULL: dropped) */
+    uint64_t want_max; /* most body bytes a 2xx may bring */
+    st_bytes err_body; /* non-2xx body, up to ERR_BODY_MAX */
+    int overflow, nomem;
+
+    uint64_t moved;         /* bytes moved either way: the stall clock */
+    uint64_t uploaded;      /* body bytes sent so far */
+    int64_t content_length; /* of the answer, -1 if unknown */
+    int timed_out;          /* 1: stall, 2: deadline */
+    CURLcode cc;
+    long status;
+    char errbuf[CURL_ERROR_SIZE];
+    char code[64]; /* S3 error code from the body, "" if none */
+    char msg[200]; /* server's message, scrubbed */
+} v4_req;
+
+/* ---- process state ---- */
+
+static pthread_once_t v4_once = PTHREAD_ONCE_INIT;
+static CURLcode v4_init_status;
+
+static void v4_init_once(void)
+{
+    v4_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+    xmlInitParser(); /* libxml2 is thread-safe once initialised */
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void share_lock(CURL *h, curl_lock_data d, curl_lock_access a, void *arg)
+{
+    (void)h;
+    (void)a;
+    pthread_mutex_lock(&((v4_ctx *)arg)->share_locks[d]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data d, void *arg)
+{
+    (void)h;
+    pthread_mutex_unlock(&((v4_ctx *)arg)->share_locks[d]);
+}
+
+/* ---- the connection pool ---- */
+
+static void conn_free(v4_conn *k)
+{
+    if (!k)
+        return;
+    if (k->easy)
+        curl_easy_cleanup(k->easy);
+    if (k->multi)
+        curl_multi_cleanup(k->multi);
+    free(k);
+}
+
+static v4_conn *pool_get(v4_ctx *c)
+{
+    v4_conn *k = NULL;
+    pthread_mutex_lock(&c->pool_lock);
+    if (c->pool_n)
+        k = c->pool[--c->pool_n];
+    pthread_mutex_unlock(&c->pool_lock);
+    if (k)
+        return k;
+    if (!(k = calloc(1, sizeof *k)) || !(k->multi = curl_multi_init()) ||
+        !(k->easy = curl_easy_init())) {
+        conn_free(k);
+        return NULL;
+    }
+    return k;
+}
+
+static void pool_put(v4_ctx *c, v4_conn *k)
+{
+    pthread_mutex_lock(&c->pool_lock);
+    if (c->pool_n < POOL_MAX) {
+        c->pool[c->pool_n++] = k;
+        k = NULL;
+    }
+    pthread_mutex_unlock(&c->pool_lock);
+    conn_free(k);
+}
+
+/* ---- callbacks ---- */
+
+static size_t on_body(char *buf, size_t size, size_t n, void *arg)
+{
+    v4_req *r = arg;
+    size_t len = size * n;
+    r->moved += len;
+    if (r->status == 0 || r->status / 100 != 2 || !r->out) {
+        if (r->err_body.len + len <= ERR_BODY_MAX && st_bytes_append(&r->err_body, buf, len))
+            r->nomem = 1;
+        return len;
+    }
+    if ((uint64_t)r->out->len + len > r->want_max) {
+        r->overflow = 1;
+        return 0; /* aborts the transfer */
+    }
+    if (st_bytes_append(r->out, buf, len) != ST_OK) {
+        r->nomem = 1;
+        return 0;
+    }
+    return len;
+}
+
+/* Learns the status from the status line before any body byte, and
+ * reserves the whole body once from Content-Length. */
+static size_t on_header(char *buf, size_t size, size_t n, void *arg)
+{
+    v4_req *r = arg;
+    size_t len = size * n;
+    r->moved += len;
+    int st;
+    if (len > 9 && strncmp(buf, "HTTP/", 5) == 0 && sscanf(buf, "HTTP/%*s %d", &st) == 1)
+        r->status = st; /* each status line, also after a 100 Continue */
+    else if (r->out && r->status / 100 == 2 && len > 15 &&
+             strncasecmp(buf, "Content-Length:", 15) == 0) {
+        unsigned long long cl = strtoull(buf + 15, NULL, 10);
+        if (cl <= r->want_max && cl <= SIZE_MAX / 2 && st_bytes_reserve(r->out, (size_t)cl))
+            r->nomem = 1;
+    }
+    return len;
+}
+
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)ut;
+    v4_req *r = arg;
+    /* The upload has no callback of ours (the body is POSTFIELDS, sent
+     * without a copy): its progress moves the stall clock here. Downloads
+     * count in on_body and on_header. */
+    (void)dn;
+    if ((uint64_t)un != r->uploaded) {
+        r->moved += (uint64_t)un - r->uploaded;
+        r->uploaded = (uint64_t)un;
+    }
+    return 0;
+}
+
+/* ---- one request ---- */
+
+/* Sets what every request has in common on the (reset) easy handle. */
+static void setup_easy(v4_ctx *c, CURL *e, v4_req *r, const char *url, struct curl_slist *hdr)
+{
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_SHARE, c->share);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, c->sigv4);
+    curl_easy_setopt(e, CURLOPT_USERNAME, c->cfg.access_key_id);
+    curl_easy_setopt(e, CURLOPT_PASSWORD, c->cfg.secret);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->cfg.stall_ms);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->cfg.ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->cfg.ca_file);
+}
+
+/*
+ * Drives the request set up on k until it completes, stalls or passes its
+ * deadline (sized for `bytes`); r->cc and r->status say how it ended.
+ */
+static void run(v4_ctx *c, v4_conn *k, v4_req *r, uint64_t bytes)
+{
+    uint64_t start = now_ms(), last_move = start, seen = 0;
+    uint64_t deadline = st_s3_deadline_ms(&c->cfg, bytes);
+    r->cc = CURLE_OK;
+    curl_multi_add_handle(k->multi, k->easy);
+    for (;;) {
+        int running = 0;
+        if (curl_multi_perform(k->multi, &running) != CURLM_OK) {
+            r->cc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        if (!running) {
+            int left;
+            CURLMsg *m = curl_multi_info_read(k->multi, &left);
+            r->cc = m && m->msg == CURLMSG_DONE ? m->data.result : CURLE_RECV_ERROR;
+            break;
+        }
+        uint64_t now = now_ms();
+        if (r->moved != seen) {
+            seen = r->moved;
+            last_move = now;
+        }
+        if (now - start >= deadline || now - last_move >= c->cfg.stall_ms) {
+            r->timed_out = now - start >= deadline ? 2 : 1;
+            r->cc = CURLE_OPERATION_TIMEDOUT;
+            break;
+        }
+        curl_multi_poll(k->multi, NULL, 0, POLL_MS, NULL);
+    }
+    /* Removing an unfinished transfer closes its connection; a finished
+     * one stays in the multi's cache for the next request. */
+    curl_multi_remove_handle(k->multi, k->easy);
+    if (r->cc == CURLE_OK) {
+        long st = 0;
+        curl_off_t cl = -1;
+        curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &st);
+        curl_easy_getinfo(k->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+        r->status = st;
+        r->content_length = cl;
+    }
+}
+
+/* The S3 error body <Error><Code/><Message/></Error> into r->code/msg. */
+static void parse_error_body(v4_req *r)
+{
+    if (!r->err_body.len)
+        return;
+    xmlDocPtr doc = xmlReadMemory((const char *)r->err_body.data, (int)r->err_body.len, NULL, NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;
+    if (root && xmlStrcmp(root->name, BAD_CAST "Error") == 0) {
+        for (xmlNodePtr n = root->children; n; n = n->next) {
+            if (n->type != XML_ELEMENT_NODE)
+                continue;
+            int is_code = xmlStrcmp(n->name, BAD_CAST "Code") == 0;
+            if (!is_code && xmlStrcmp(n->name, BAD_CAST "Message") != 0)
+                continue;
+            xmlChar *t = xmlNodeGetContent(n);
+            if (t && is_code)
+                snprintf(r->code, sizeof r->code, "%s", (const char *)t);
+            else if (t)
+                st_s3_scrub_copy(r->msg, sizeof r->msg, (const char *)t, r->c->cfg.secret);
+            xmlFree(t);
+        }
+    }
+    xmlFreeDoc(doc);
+}
+
+static st_s3_transport transport_of(const v4_req *r)
+{
+    switch (r->cc) {
+    case CURLE_OK: return ST_S3_NET_OK;
+    case CURLE_OPERATION_TIMEDOUT: return ST_S3_NET_TIMEOUT;
+    case CURLE_PEER_FAILED_VERIFICATION: return ST_S3_NET_TLS_UNTRUSTED;
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_ENGINE_NOTFOUND: return ST_S3_NET_TLS_FAILED;
+    default: return ST_S3_NET_FAILED;
+    }
+}
+
+/* The message and class of a failed request r. */
+static st_err req_error(const v4_req *r)
+{
+    const st_s3_config *g = &r->c->cfg;
+    if (r->nomem || r->cc == CURLE_OUT_OF_MEMORY)
+        return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", r->op, g->bucket,
+                         g->prefix, r->key);
+    if (r->timed_out)
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", r->op,
+                         g->bucket, g->prefix, r->key, g->endpoint,
+                         r->timed_out == 1 ? "no byte moved for" : "not done within",
+                         r->timed_out == 1 ? g->stall_ms : g->timeout_ms);
+    const char *cause;
+    st_err e = st_s3_classify(transport_of(r), (int)r->status, r->code, &cause);
+    if (e == ST_OK)
+        e = ST_ERR_TRANSIENT;
+    if (r->cc != CURLE_OK)
+        return st_seterr(e, "s3 %s s3://%s/%s%s at %s: %s: %s", r->op, g->bucket, g->prefix, r->key,
+                         g->endpoint, cause, r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->cc));
+    return st_seterr(e, "s3 %s s3://%s/%s%s at %s: %s (HTTP %ld%s%s)%s%s", r->op, g->bucket,
+                     g->prefix, r->key, g->endpoint, cause, r->status, r->code[0] ? " " : "",
+                     r->code, r->msg[0] ? ": " : "", r->msg);
+}
+
+/*
+ * One request: method on the object name `name` ("" for the bucket) with
+ * an optional query (already canonical), body (PUT) and extra header (a
+ * Range). On a 2xx answer returns ST_OK with r->status set; otherwise
+ * r->code/msg are filled and the classified error is returned.
+ */
+static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name, const char *query,
+                      const void *body, size_t body_len, const char *extra)
+{
+    char url[sizeof c->base + ST_S3_KEY_MAX + 2 * ST_S3_KEY_MAX * 3 + 128];
+    /* The bucket itself is "/bucket" in path style, not "/bucket/": the
+     * path is signed as written, and s3rver signs "/bucket". */
+    size_t base_len = strlen(c->base) - (!c->cfg.virtual_host && !name[0]);
+    snprintf(url, sizeof url, "%.*s%s%s%s", (int)base_len, c->base, name, query ? "?" : "",
+             query ? query : "");
+
+    char sha_hdr[96] = "x-amz-content-sha256: " EMPTY_SHA256;
+    if (body) {
+        unsigned char md[SHA256_DIGEST_LENGTH];
+        SHA256(body, body_len, md);
+        char *p = sha_hdr + strlen("x-amz-content-sha256: ");
+        for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
+            sprintf(p + 2 * i, "%02x", md[i]);
+    }
+    struct curl_slist *hdr = NULL, *h;
+    static const char tok_hdr[] = "x-amz-security-token: ";
+    char *tok_line = NULL;
+    st_err e = ST_OK;
+    if (!(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h) ||
+        (extra && (!(h = curl_slist_append(hdr, extra)) || !(hdr = h))) ||
+        (body &&
+         (!(h = curl_slist_append(hdr, "Content-Type: application/octet-stream")) || !(hdr = h)))) {
+        e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
+        goto out;
+    }
+    if (c->cfg.session_token) {
+        size_t n = strlen(tok_hdr) + strlen(c->cfg.session_token) + 1;
+        if (!(tok_line = malloc(n)) ||
+            (snprintf(tok_line, n, "%s%s", tok_hdr, c->cfg.session_token),
+             !(h = curl_slist_append(hdr, tok_line))) ||
+            !(hdr = h)) {
+            e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
+            goto out;
+        }
+    }
+    /* No "Expect:" line to suppress curl's 100-continue: curl would sign
+     * that empty header and then not send it, which RGW (rightly) refuses
+     * as SignatureDoesNotMatch. The 100-continue round trip costs little
+     * and lets a refusal arrive before the body is sent. */
+    v4_conn *k = pool_get(c);
+    if (!k) {
+        e = st_seterr(ST_ERR_NOMEM, "s3 %s: cannot create a curl handle", r->op);
+        goto out;
+    }
+    curl_easy_reset(k->easy); /* keeps the connection cache and the share */
+    setup_easy(c, k->easy, r, url, hdr);
+    if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(k->easy, CURLOPT_NOBODY, 1L);
+    } else if (body) {
+        curl_easy_setopt(k->easy, CURLOPT_CUSTOMREQUEST, "PUT");
+        curl_easy_setopt(k->easy, CURLOPT_POSTFIELDS, body_len ? body : "");
+        curl_easy_setopt(k->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    } else if (strcmp(method, "GET") != 0) {
+        curl_easy_setopt(k->easy, CURLOPT_CUSTOMREQUEST, method);
+    }
+    run(c, k, r, body ? body_len : (r->want_max < UINT64_MAX ? r->want_max : 0));
+    /* A handle whose transfer was cut leaves no state behind: reusable. */
+    pool_put(c, k);
+    if (r->cc == CURLE_OK && r->status / 100 == 2 && !r->nomem && !r->overflow)
+        goto out;
+    if (r->overflow) {
+        e = st_seterr(ST_ERR_PERMANENT,
+                      "s3 %s s3://%s/%s%s at %s: the server sent more than the %" PRIu64
+                      " bytes asked for (does it honour Range?)",
+                      r->op, c->cfg.bucket, c->cfg.prefix, r->key, c->cfg.endpoint, r->want_max);
+        goto out;
+    }
+    parse_error_body(r);
+    if (strcmp(r->code, "NoSuchKey") == 0)
+        atomic_store(&c->bucket_seen, 1); /* the bucket answered for its keys */
+    e = req_error(r);
+out:
+    if (e == ST_OK)
+        atomic_store(&c->bucket_seen, 1);
+    curl_slist_free_all(hdr);
+    if (tok_line) {
+        explicit_bzero(tok_line, strlen(tok_line));
+        free(tok_line);
+    }
+    st_bytes_free(&r->err_body);
+    return e;
+}
+
+static void req_init(v4_req *r, v4_ctx *c, const char *op, const char *key)
+{
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->op = op;
+    r->key = key;
+    r->want_max = UINT64_MAX;
+}
+
+/* ---- ops ---- */
+
+static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    v4_ctx *c = ctx;
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = st_s3_full_key(&c->cfg, "put", key, fk);
+    if (e)
+        return e;
+    v4_req r;
+    req_init(&r, c, "put", key);
+    return request(c, &r, "PUT", fk, NULL, data ? data : "", len, NULL);
+}
+
+/* HEAD: the size. A 404 is not told apart from a missing bucket here. */
+static st_err head(v4_ctx *c, const char *key, const char *fk, uint64_t *size)
+{
+    v4_req r;
+    req_init(&r, c, "stat", key);
+    st_err e = request(c, &r, "HEAD", fk, NULL, NULL, 0, NULL);
+    if (e)
+        return e;
+    if (r.content_length < 0)
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "s3 stat s3://%s/%s%s at %s: the answer has no Content-Length",
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
+    *size = (uint64_t)r.content_length;
+    return ST_OK;
+}
+
+static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
+                        st_bytes *out, long *status);
+
+static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
+{
+    v4_ctx *c = ctx;
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = st_s3_full_key(&c->cfg, "stat", key, fk);
+    if (e)
+        return e;
+    e = head(c, key, fk, size);
+    if (e == ST_OK || e == ST_ERR_TRANSIENT || e == ST_ERR_NOMEM ||
+        (e == ST_ERR_NOT_FOUND && atomic_load(&c->bucket_seen)))
+        return e;
+    /* A HEAD answer has no body, so it cannot say whether the key or the
+     * bucket is missing, nor why a request was refused. A 1-byte GET can. */
+    st_bytes probe = {0};
+    long status;
+    st_err pe = get_range(c, key, fk, 0, 1, &probe, &status);
+    st_bytes_free(&probe);
+    if (pe == ST_OK || status == 416) /* it appeared meanwhile, or is empty */
+        return head(c, key, fk, size);
+    if (pe == ST_ERR_NOT_FOUND)
+        return st_seterr(ST_ERR_NOT_FOUND, "s3 stat s3://%s/%s%s at %s: not found", c->cfg.bucket,
+                         c->cfg.prefix, key, c->cfg.endpoint);
+    return pe;
+}
+
+/*
+ * GET of [off, off+len) (len ST_GET_TO_END: to the end) into out; *status
+ * is the HTTP status (0 without an answer), so that v4_get can sort out a
+ * 416. The whole object is asked for without a Range header.
+ */
+static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
+                        st_bytes *out, long *status)
+{
+    uint64_t count = (len == ST_GET_TO_END || len > RANGE_LEN_MAX) ? 0 : len;
+    char range[80];
+    if (count)
+        snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-%" PRIu64, off, off + count - 1);
+    else
+        snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-", off);
+    v4_req r;
+    req_init(&r, c, "get", key);
+    r.out = out;
+    r.want_max = count ? count : (SIZE_MAX < UINT64_MAX ? SIZE_MAX : UINT64_MAX);
+    st_err e = request(c, &r, "GET", fk, NULL, NULL, 0, off || count ? range : NULL);
+    *status = r.status;
+    if (!e && r.status == 200 && off)
+        e = st_seterr(ST_ERR_PERMANENT,
+                      "s3 get s3://%s/%s%s at %s: the server ignored the Range header",
+                      c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
+    if (e)
+        st_bytes_clear(out);
+    return e;
+}
+
+static st_err past_end(v4_ctx *c, const char *key, uint64_t off, uint64_t size)
+{
+    return st_seterr(ST_ERR_INVALID,
+                     "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64 " bytes)",
+                     c->cfg.bucket, c->cfg.prefix, key, off, size);
+}
+
+static st_err v4_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    v4_ctx *c = ctx;
+    st_bytes_clear(out);
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = st_s3_full_key(&c->cfg, "get", key, fk);
+    if (e)
+        return e;
+    uint64_t size = 0;
+    /* S3 cannot express an empty range, and servers read huge offsets in
+     * doubtful ways: ask for the size and answer from the contract. */
+    if (len == 0 || off >= RANGE_LEN_MAX) {
+        if ((e = v4_stat(c, key, &size)) != ST_OK)
+            return e;
+        if (off > size)
+            return past_end(c, key, off, size);
+        if (len == 0 || off == size)
+            return ST_OK;
+    }
+    long status = 0;
+    e = get_range(c, key, fk, off, len, out, &status);
+    if (e != ST_ERR_INVALID || status != 416)
+        return e;
+    /* 416: the range starts at or past the end (or the object is empty).
+     * At the end is an empty result by the contract; past it an error. */
+    if ((e = v4_stat(c, key, &size)) != ST_OK)
+        return e;
+    if (off == size)
+        return ST_OK;
+    if (off > size)
+        return past_end(c, key, off, size);
+    return st_seterr(ST_ERR_TRANSIENT,
+                     "s3 get s3://%s/%s%s: range refused, yet the object now has %" PRIu64
+                     " bytes (replaced meanwhile?)",
+                     c->cfg.bucket, c->cfg.prefix, key, size);
+}
+
+static st_err v4_del(void *ctx, const char *key)
+{
+    v4_ctx *c = ctx;
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = st_s3_full_key(&c->cfg, "del", key, fk);
+    if (e)
+        return e;
+    v4_req r;
+    req_init(&r, c, "del", key);
+    e = request(c, &r, "DELETE", fk, NULL, NULL, 0, NULL);
+    if (e == ST_ERR_NOT_FOUND && strcmp(r.code, "NoSuchBucket") != 0)
+        return ST_OK; /* idempotent: already gone (S3 itself answers 204) */
+    return e;
+}
+
+/* ---- list ---- */
+
+/* AWS's URI encoding of a query value: unreserved characters as they are,
+ * every other byte %XX (upper-case hex). dst holds 3 * strlen(src) + 1. */
+static void uri_encode(char *dst, const char *src)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (; *src; src++) {
+        unsigned char ch = (unsigned char)*src;
+        if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+            ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+            *dst++ = (char)ch;
+        } else {
+            *dst++ = '%';
+            *dst++ = hex[ch >> 4];
+            *dst++ = hex[ch & 15];
+        }
+    }
+    *dst = '\0';
+}
+
+/* One listed page: keys as "key\0" + 8-byte size, back to back. */
+typedef struct v4_page {
+    st_bytes keys;
+    size_t n;
+    int truncated;
+    char *next_token; /* xmlFree'd */
+} v4_page;
+
+static const xmlChar *child_text(xmlNodePtr n, xmlChar **hold)
+{
+    *hold = xmlNodeGetContent(n);
+    return *hold ? *hold : BAD_CAST "";
+}
+
+/* ListObjectsV2's <ListBucketResult> into page. ST_ERR_TRANSIENT for an
+ * answer that does not parse (a cut or garbled body). */
+static st_err parse_list(const v4_req *r, const st_bytes *body, v4_page *page)
+{
+    xmlDocPtr doc = xmlReadMemory((const char *)body->data, (int)body->len, NULL, NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;
+    st_err e = ST_OK;
+    if (!root || xmlStrcmp(root->name, BAD_CAST "ListBucketResult") != 0) {
+        e = st_seterr(ST_ERR_TRANSIENT, "s3 list s3://%s/%s%s at %s: the listing does not parse",
+                      r->c->cfg.bucket, r->c->cfg.prefix, r->key, r->c->cfg.endpoint);
+        goto out;
+    }
+    for (xmlNodePtr n = root->children; n && !e; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE)
+            continue;
+        xmlChar *t = NULL;
+        if (xmlStrcmp(n->name, BAD_CAST "IsTruncated") == 0) {
+            page->truncated = xmlStrcmp(child_text(n, &t), BAD_CAST "true") == 0;
+        } else if (xmlStrcmp(n->name, BAD_CAST "NextContinuationToken") == 0) {
+            xmlFree(page->next_token);
+            page->next_token = (char *)xmlNodeGetContent(n);
+        } else if (xmlStrcmp(n->name, BAD_CAST "Contents") == 0) {
+            const xmlChar *key = NULL;
+            uint64_t size = 0;
+            xmlChar *kt = NULL;
+            for (xmlNodePtr f = n->children; f; f = f->next) {
+                xmlChar *ft = NULL;
+                if (f->type == XML_ELEMENT_NODE && xmlStrcmp(f->name, BAD_CAST "Key") == 0 && !kt)
+                    key = child_text(f, &kt);
+                else if (f->type == XML_ELEMENT_NODE && xmlStrcmp(f->name, BAD_CAST "Size") == 0)
+                    size = strtoull((const char *)child_text(f, &ft), NULL, 10);
+                xmlFree(ft);
+            }
+            size_t kn = key ? strlen((const char *)key) : 0;
+            uint8_t sz[8];
+            st_le64_put(sz, size);
+            if (kn && kn <= ST_S3_KEY_MAX &&
+                (st_bytes_append(&page->keys, key, kn + 1) || st_bytes_append(&page->keys, sz, 8)))
+                e = st_seterr(ST_ERR_NOMEM, "s3 list: out of memory");
+            else if (kn && kn <= ST_S3_KEY_MAX)
+                page->n++;
+            xmlFree(kt);
+        }
+        xmlFree(t);
+    }
+out:
+    xmlFreeDoc(doc);
+    return e;
+}
+
+static int cmp_str_p(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Delivers a page in byte order (s3rver sends its directory walk order),
+ * outside any curl callback: cb may take its time or call us again.
+ * *stop is set when cb asks to stop. */
+static st_err deliver_page(v4_ctx *c, const v4_page *page, const char *fp, st_list_cb cb, void *arg,
+                           int *stop)
+{
+    if (!page->n)
+        return ST_OK;
+    const char **index = malloc(page->n * sizeof *index);
+    if (!index)
+        return st_seterr(ST_ERR_NOMEM, "s3 list: out of memory");
+    for (size_t i = 0, at = 0; i < page->n; i++) {
+        index[i] = (const char *)page->keys.data + at;
+        at += strlen(index[i]) + 1 + 8;
+    }
+    qsort(index, page->n, sizeof *index, cmp_str_p);
+    size_t fpl = strlen(fp);
+    for (size_t i = 0; i < page->n && !*stop; i++) {
+        const char *k = index[i];
+        if (strncmp(k, fp, fpl) != 0)
+            continue; /* not ours: the server ignored the prefix */
+        const char *rel = k + c->cfg.prefix_len;
+        if (!st_key_is_valid(rel))
+            continue; /* a foreign object; no key of ours can name it */
+        *stop = cb(arg, rel, st_le64_get((const uint8_t *)k + strlen(k) + 1)) != 0;
+    }
+    free(index);
+    return ST_OK;
+}
+
+static st_err v4_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    v4_ctx *c = ctx;
+    char fp[ST_S3_KEY_MAX + 1];
+    if (st_s3_full_key(&c->cfg, "list", prefix, fp))
+        return ST_OK; /* no key can be that long: nothing to list */
+    char enc_prefix[3 * sizeof fp + 1];
+    uri_encode(enc_prefix, fp);
+    st_bytes body = {0};
+    v4_page page = {0};
+    char *token = NULL; /* the continuation token, URI-encoded */
+    st_err e = ST_OK;
+    for (int stop = 0; !stop;) {
+        /* Parameters sorted by name: curl signs the query as written. */
+        size_t qcap = strlen(enc_prefix) + (token ? strlen(token) : 0) + 96;
+        char *query = malloc(qcap);
+        if (!query) {
+            e = st_seterr(ST_ERR_NOMEM, "s3 list: out of memory");
+            break;
+        }
+        snprintf(query, qcap, "%s%s%slist-type=2&max-keys=%d%s%s",
+                 token ? "continuation-token=" : "", token ? token : "", token ? "&" : "",
+                 LIST_PAGE_KEYS, fp[0] ? "&prefix=" : "", enc_prefix);
+        v4_req r;
+        req_init(&r, c, "list", prefix);
+        st_bytes_clear(&body);
+        r.out = &body;
+        e = request(c, &r, "GET", "", query, NULL, 0, NULL);
+        free(query);
+        if (e)
+            break;
+        st_bytes_clear(&page.keys);
+        page.n = 0;
+        page.truncated = 0;
+        xmlFree(page.next_token);
+        page.next_token = NULL;
+        if ((e = parse_list(&r, &body, &page)) || (e = deliver_page(c, &page, fp, cb, arg, &stop)))
+            break;
+        if (!page.truncated)
+            break;
+        if (!page.next_token || !page.next_token[0]) {
+            e = st_seterr(ST_ERR_TRANSIENT,
+                          "s3 list s3://%s/%s%s at %s: a truncated listing without a "
+                          "continuation token",
+                          c->cfg.bucket, c->cfg.prefix, prefix, c->cfg.endpoint);
+            break;
+        }
+        free(token);
+        if (!(token = malloc(3 * strlen(page.next_token) + 1))) {
+            e = st_seterr(ST_ERR_NOMEM, "s3 list: out of memory");
+            break;
+        }
+        uri_encode(token, page.next_token);
+    }
+    free(token);
+    xmlFree(page.next_token);
+    st_bytes_free(&page.keys);
+    st_bytes_free(&body);
+    return e;
+}
+
+/* ---- open and close ---- */
+
+static void v4_close(void *ctx)
+{
+    v4_ctx *c = ctx;
+    if (!c)
+        return;
+    for (int i = 0; i < c->pool_n; i++)
+        conn_free(c->pool[i]);
+    if (c->share)
+        curl_share_cleanup(c->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&c->share_locks[i]);
+    pthread_mutex_destroy(&c->pool_lock);
+    st_s3_config_free(&c->cfg);
+    free(c);
+}
+
+static const st_backend_ops v4_ops = {
+    .scheme = "s3",
+    .put = v4_put,
+    .get = v4_get,
+    .stat = v4_stat,
+    .list = v4_list,
+    .del = v4_del,
+    .close = v4_close,
+};
+
+st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_backend **out)
+{
+    if (!out)
+        return st_seterr(ST_ERR_INVALID, "st_backend_s3v4_open: out is NULL");
+    *out = NULL;
+    st_err e = ST_OK;
+    st_backend *b = NULL;
+    v4_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
+    pthread_mutex_init(&c->pool_lock, NULL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&c->share_locks[i], NULL);
+    if ((e = st_s3_config_load(&c->cfg, url, opts)) != ST_OK)
+        goto out;
+    pthread_once(&v4_once, v4_init_once);
+    if (v4_init_status != CURLE_OK) {
+        e = st_seterr(ST_ERR_PERMANENT, "s3: curl initialisation failed: %s",
+                      curl_easy_strerror(v4_init_status));
+        goto out;
+    }
+    snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->cfg.region);
+    if (c->cfg.virtual_host)
+        snprintf(c->base, sizeof c->base, "%s://%s.%s/", c->cfg.https ? "https" : "http",
+                 c->cfg.bucket, c->cfg.host);
+    else
+        snprintf(c->base, sizeof c->base, "%s/%s/", c->cfg.endpoint, c->cfg.bucket);
+    if (!(c->share = curl_share_init())) {
+        e = st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
+        goto out;
+    }
+    curl_share_setopt(c->share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(c->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(c->share, CURLSHOPT_USERDATA, c);
+    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    atomic_init(&c->bucket_seen, 0);
+    if (!(b = malloc(sizeof *b))) {
+        e = st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
+        goto out;
+    }
+    b->ops = &v4_ops;
+    b->ctx = c;
+    *out = b;
+    c = NULL;
+out:
+    v4_close(c);
+    return e;
+}
