@@ -25,6 +25,7 @@
 
 #include "backend/st_backend_fault.h"
 #include "format/st_fmtcheck.h"
+#include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
 #include "format/st_manifest.h"
@@ -1068,8 +1069,10 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
     if (h->dirty || n->state == VFILE_WRITING) {
         if (n->state == VFILE_WRITING)
             n->state = VFILE_CLOSED;
+        ST_CRASHPOINT_IF(n->parent, "close-journal-before");
         if (n->parent)
             e = vfs_journal_put_file(v, n);
+        ST_CRASHPOINT_IF(n->parent && !e, "close-journal-after");
     }
     h->dirty = 0;
     pthread_mutex_unlock(&v->lock);
