@@ -1240,6 +1240,12 @@ static st_err recover(st_vfs *v)
         vnode *jd = vfs_job_dir(n);
         vjob *j = jd ? vfs_job(v, jd->name, 0) : NULL;
         vstep *s = j ? vfs_step(j, n->step, 0) : NULL;
+        /* The completion rules (R1 markers, R3 single-file steps) run at the
+         * release, after close() has returned: a crash in between left an
+         * acknowledged file whose step never completed. Nothing is open for
+         * writing now, so they run again (docs/MOUNT.md, crash and restart). */
+        if (s && !s->complete)
+            step_file_settled(v, j, n, 0);
         if (s && s->complete)
             vfs_enqueue(v, j->name, s->step);
         else if (s) { /* published eagerly once quiet */
