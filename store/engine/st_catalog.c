@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "util/st_array.h"
+#include "util/st_crashpoint.h"
 
 /* ---- listing ---- */
 
@@ -337,11 +338,13 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, ui
     if (e)
         goto out;
     (*puts)++;
+    ST_CRASHPOINT("manifest-put-before");
     if ((e = st_manifest_encode(m, &buf)) ||
         (e = st_key_manifest(key, sizeof key, m->job, m->step, m->node, part->revision)) ||
         (e = st_put(b, key, buf.data, buf.len)))
         goto out;
     (*puts)++;
+    ST_CRASHPOINT("manifest-put-after");
     part->step = m->step;
     part->created_ns = m->created_ns;
     snprintf(part->job, sizeof part->job, "%s", m->job);
@@ -349,11 +352,13 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, ui
     part->manifest_len = buf.len;
     part->manifest_digest = st_id_of(buf.data, buf.len);
     st_bytes_clear(&buf);
+    ST_CRASHPOINT("part-put-before");
     if ((e = st_part_encode(part, &buf)) ||
         (e = st_key_part(key, sizeof key, m->job, m->step, m->node)) ||
         (e = st_put(b, key, buf.data, buf.len)))
         goto out;
     (*puts)++;
+    ST_CRASHPOINT("part-put-after");
 out:
     st_bytes_free(&buf);
     return e;

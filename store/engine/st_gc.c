@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "util/st_idmap.h"
 #include "engine/st_catalog.h"
@@ -417,6 +418,7 @@ static st_err delete_step_objects(gc_run *g, const gc_step *st)
     for (int parts = 1; parts >= 0 && !e; parts--)
         for (size_t i = 0; i < st->nobjs && !e; i++) {
             size_t len = strlen(st->objs[i].key);
+            ST_CRASHPOINT_IF(!parts && !i, "delete-parts-gone");
             int is_part = len > sizeof suffix - 1 &&
                           !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
             if (is_part == parts) {

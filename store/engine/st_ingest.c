@@ -35,6 +35,7 @@
  * being filled: with one stream, memory is what it was before.
  */
 #include "util/st_array.h"
+#include "util/st_crashpoint.h"
 #include "engine/st_ingest.h"
 
 #include <errno.h>
@@ -209,8 +210,10 @@ static void *upload_main(void *arg)
         pthread_mutex_unlock(&g->lock);
         char key[ST_KEY_MAX];
         st_err e = st_key_pack(key, sizeof key, g->job, &b->id);
+        ST_CRASHPOINT("pack-put-before");
         if (!e)
             e = st_put(g->backend, key, b->w.data.data, b->w.data.len);
+        ST_CRASHPOINT_IF(!e, "pack-put-after");
         pthread_mutex_lock(&g->lock);
         b->err = e;
         if (e)
@@ -270,6 +273,7 @@ static st_err collect_done(st_ingest *g)
             st_state_rollback(g->state);
         else
             e = st_state_commit(g->state);
+        ST_CRASHPOINT_IF(!e, "chunks-indexed");
     }
     if (!e && g->upload_err)
         e = st_seterr(g->upload_err, "%s", g->upload_msg);
@@ -285,6 +289,7 @@ static st_err flush_pack(st_ingest *g, int stream)
     st_err e = st_pack_finish(&b->w, &b->id);
     if (e)
         return e;
+    ST_CRASHPOINT("pack-sealed");
     /* The slot was reserved when the pack opened; now it has its name. */
     g->packs[b->slot] = b->id;
     if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))

@@ -39,6 +39,7 @@
 
 #include <json-c/json.h>
 
+#include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
 #include "format/st_gcmark.h"
@@ -361,6 +362,7 @@ static void try_deletion(st_vfs *v, const char *job, uint64_t step, uint64_t id)
     pthread_mutex_unlock(&v->lock);
     st_gc_report r;
     e = st_gc_delete_step(v->backend, job, step, &r);
+    ST_CRASHPOINT_IF(!e, "delete-store-done");
     pthread_mutex_lock(&v->lock);
     d = current(v, job, step, id, &j);
     if (e) {

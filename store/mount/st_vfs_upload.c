@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 #include "engine/st_catalog.h"
@@ -445,6 +446,7 @@ void *vfs_uploader_main(void *arg)
         uint64_t logical = 0, stored = 0;
         st_err e = store_step(v, index, &snap, &revision, &logical, &stored);
         int64_t took = st_mono_ns() - t0;
+        ST_CRASHPOINT_IF(!e, "upload-published");
 
         pthread_mutex_lock(&v->lock);
         v->uploader_busy = 0;
@@ -466,6 +468,7 @@ void *vfs_uploader_main(void *arg)
             v->stored_bytes += stored;
             v->upload_ns += took;
             merge_result(v, &snap, revision);
+            ST_CRASHPOINT("upload-files-durable");
             if (s) {
                 s->revision = revision;
                 s->durable_ns = st_now_ns();

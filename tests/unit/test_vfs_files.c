@@ -261,6 +261,48 @@ static void test_crash_after_close(void)
     free(big);
 }
 
+/* The child: the last close of a single-file step and the marker of an HF
+ * step each flushed (close(2) returned to the writer) and then death before
+ * the release, which is where the completion rules (R1, R3) run. */
+static void crash_before_release_child(void)
+{
+    st_backend *own = NULL;
+    vh_mount m;
+    if (st_backend_mem_open(&own) || vh_mount_open(&m, own, "a", "relcrash-a", 0))
+        _exit(1);
+    st_vfs_handle *flat, *marker;
+    int bad = vh_mkdirs(&m, VH_JOB) != ST_OK;
+    bad |= vh_create(&m, VH_JOB "/ckpt-000003.pt", O_WRONLY, VH_PID_A, &flat) != ST_OK;
+    bad |= vh_pwrite(&m, flat, "flat step", 9, 0) != ST_OK;
+    bad |= st_vfs_flush(m.v, flat) != ST_OK;
+    bad |= vh_write_str(&m, VH_JOB "/checkpoint-4/pytorch_model.bin", "model", VH_PID_A) != ST_OK;
+    bad |= vh_create(&m, VH_JOB "/checkpoint-4/trainer_state.json", O_WRONLY, VH_PID_A, &marker) !=
+           ST_OK;
+    bad |= vh_pwrite(&m, marker, "{}", 2, 0) != ST_OK;
+    bad |= st_vfs_flush(m.v, marker) != ST_OK;
+    _exit(bad ? 2 : 0); /* no release, no st_vfs_close, no journal close */
+}
+
+/* Found by the crash matrix (close-journal-after): a step whose completing
+ * close was acknowledged must complete after the restart, not wait for a
+ * clean unmount. */
+static void test_crash_before_release(void)
+{
+    store_reset();
+    CHECK(run_crashing_child(crash_before_release_child));
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "relcrash-a", 1));
+    if (!a.v)
+        return;
+    CHECK(vh_file_is_str(&a, VH_JOB "/ckpt-000003.pt", "flat step"));
+    CHECK(vh_file_is_str(&a, VH_JOB "/checkpoint-4/trainer_state.json", "{}"));
+    CHECK(VH_WAIT(vh_consistent(store, 3) && vh_consistent(store, 4), 10));
+    CHECK(vh_part_complete(store, 3, "a"));
+    CHECK(vh_part_complete(store, 4, "a"));
+    CHECK(vh_consistent(store, 3) && vh_consistent(store, 4));
+    vh_mount_close(&a);
+}
+
 /* The child: an uploading mount (PUTs hang) dies mid-upload. */
 static void crash_during_upload_child(void)
 {
@@ -444,6 +486,7 @@ int main(void)
     RUN(test_errors);
     RUN(test_crash_after_close);
     RUN(test_crash_during_upload);
+    RUN(test_crash_before_release);
     RUN(test_rename_tmp_checkpoint);
     RUN(test_rename_over_existing);
     if (getenv("CKPT_TEST_KNOWN_BUGS"))
