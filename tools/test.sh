@@ -23,9 +23,9 @@ export CI=${CI:-1}
 # The ASan set: unit, integration and s3 tests, all but the benchmark smoke
 # runs (label bench: their figures mean nothing in a Debug+ASan build, and
 # they only repeat code paths the S3 tests run). Serially, as in the Release
-# run: the set takes about 10 min here, so CI stays well under 90 min, and
+# run: the set takes about 6 min here, so CI stays well under 90 min, and
 # the timing-bound tests (s3.outage, the kill -9 tests) see no neighbour
-# (docs/RELIABILITY.md has the figures; -j2 halves the wall time locally).
+# (docs/RELIABILITY.md has the figures).
 asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1
           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 (cd "$here/build-asan" && env "${asan_env[@]}" ctest --output-on-failure -L unit "$@")
