@@ -47,6 +47,11 @@ CKPTCTL = os.environ.get("CKPTCTL")
 
 _live_mounts = set()  # Mount objects with a daemon running (for SIGTERM/atexit)
 
+# What ASan, LSan and UBSan print when they find an error (the sanitizer
+# build, tools/test.sh). A daemon that logged one fails its test even if it
+# exited 0 (a UBSan report the build let recover, a leak found at exit).
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
 
 class MountError(RuntimeError):
     """The daemon did not mount, did not unmount, or died; the message holds
@@ -189,7 +194,10 @@ class Mount:
         self.env = env
         self.proc = None
         self.returncode = None
+        self.sanitizer_report = None  # first sanitizer line a daemon logged
+        self._sanitizer_printed = False
         self._log = None
+        self._log_start = 0
 
     # -- lifecycle
 
@@ -209,6 +217,7 @@ class Mount:
         os.makedirs(self.path, exist_ok=True)
         argv = self._argv(self.path)
         self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
         self._log.write(("\n=== %s start: %s\n" % (time.strftime("%H:%M:%S"),
                                                     " ".join(argv))).encode())
         self._log.flush()
@@ -258,6 +267,7 @@ class Mount:
             self._cleanup_hard()
             self._fail("daemon did not exit within %ss of the unmount" % timeout)
         self._reaped(rc)
+        self.check_sanitizer()
         return rc
 
     def kill9(self):
@@ -270,6 +280,7 @@ class Mount:
         self._cleanup_hard()
         if is_mounted(self.path):
             self._fail("mount still present after SIGKILL and lazy unmount")
+        self.check_sanitizer()
 
     def stop(self, timeout=None):
         """Best-effort cleanup that never raises: clean unmount (within
@@ -295,6 +306,7 @@ class Mount:
             self.stop(min(5, self.timeout))
         else:
             self.stop()
+            self.check_sanitizer()
         return False
 
     # -- logs
@@ -331,6 +343,17 @@ class Mount:
                     self.path, ",".join(missing), hint))
             time.sleep(0.1)
 
+    def check_sanitizer(self):
+        """Raises AssertionError (log printed) if a daemon of this mount
+        logged a sanitizer error; every later call raises again, so stop()
+        (which never raises) cannot hide it from __exit__ or tearDown."""
+        if self.sanitizer_report is not None:
+            if not self._sanitizer_printed:
+                self._sanitizer_printed = True
+                self.print_log("sanitizer error")
+            raise AssertionError("%s: the daemon logged a sanitizer error: %s (log: %s)" % (
+                self.path, self.sanitizer_report, self.log_path))
+
     def print_log(self, why="", tail=200):
         lines = self.log_text().splitlines()[-tail:]
         sys.stderr.write("---- %s log (%s)%s ----\n%s\n---- end of log ----\n" % (
@@ -351,6 +374,21 @@ class Mount:
             self._log.write(("=== %s exit status %s\n" % (time.strftime("%H:%M:%S"), rc)).encode())
             self._log.close()
             self._log = None
+        if self.sanitizer_report is None:
+            self.sanitizer_report = self._sanitizer_line()
+
+    def _sanitizer_line(self):
+        """The first sanitizer line the last daemon logged, or None."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if any(mark in line for mark in SANITIZER_MARKS):
+                return line.strip()
+        return None
 
     def _cleanup_hard(self):
         """SIGKILL by PID, reap, lazy-unmount. Never raises."""
@@ -596,7 +634,11 @@ class MountTestCase(unittest.TestCase):
     def tearDown(self):
         for m in self.mounts:
             m.stop()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            for m in self.mounts:
+                m.check_sanitizer()  # before the logs go with the temp dir
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def tmp_dir(self, name):
         """Creates the directory TMP/name; returns its path."""
