@@ -30,8 +30,8 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1
           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 (cd "$here/build-asan" && env "${asan_env[@]}" ctest --output-on-failure -L unit "$@")
 (cd "$here/build-asan" && env "${asan_env[@]}" ctest --output-on-failure \
-    -L 'integration|s3' -LE bench "$@")
+    -L 'integration|s3' -LE 'bench|rgw' "$@")  # RGW runs once, in the Release build (its cluster costs minutes)
 
 # Fuzz: every libFuzzer target for 60 s, from its seeds (clang build).
 CC=clang "$here/tools/bootstrap.sh" "$here/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON -DCKPT_TEST_HOOKS=ON
-(cd "$here/build-fuzz" && ctest --output-on-failure -L fuzz "$@")
+(cd "$here/build-fuzz" && ctest --output-on-failure -j2 -L fuzz "$@")  # one core each
