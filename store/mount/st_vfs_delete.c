@@ -28,6 +28,7 @@
  * refresher and GC threads. Every function here is called with v->lock held.
  */
 #include "mount/st_vfs_impl.h"
+#include "util/st_array.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -66,14 +67,8 @@ static int step_still_named(st_vfs *v, const vnode *jd, uint64_t step, const vno
 static vdeletion *deletion_add(st_vfs *v, vjob *j, uint64_t step, const char *path,
                                int64_t requested_ns)
 {
-    if (j->ndels == j->dels_cap) {
-        size_t cap = j->dels_cap ? j->dels_cap * 2 : 4;
-        vdeletion *p = realloc(j->dels, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        j->dels = p;
-        j->dels_cap = cap;
-    }
+    if (st_array_grow((void **)&j->dels, &j->dels_cap, j->ndels + 1, sizeof *j->dels))
+        return NULL;
     vdeletion *d = &j->dels[j->ndels];
     memset(d, 0, sizeof *d);
     if (!(d->path = strdup(path)))

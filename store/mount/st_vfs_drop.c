@@ -34,6 +34,7 @@ void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
         v->staged_bytes -= n->size;
         n->sid = 0;
     }
+    vfs_set_write_failed(v, n, ST_OK); /* removed: it no longer holds its step back */
     vfs_unlink_node(v, n);
     vfs_maybe_free(v, n);
 }

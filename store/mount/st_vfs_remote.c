@@ -37,6 +37,7 @@
 static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
                        const st_file_entry *f)
 {
+    int cached = 0; /* n had a fetched copy, whose journal row names it */
     if (vfs_journal_is_tombstone(v, jd->name, f->path))
         return;
     const char *base;
@@ -57,6 +58,7 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
             unlink(sp);
             v->staged_bytes -= n->size;
             n->sid = 0;
+            cached = 1;
         }
     } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
         return;
@@ -83,6 +85,11 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
     n->state = VFILE_DURABLE;
     n->step = step;
     n->version = n->durable_version = n->version + 1;
+    /* The row of the dropped copy must not name its staging file any more.
+     * If this write fails, recovery finds the file gone and serves the
+     * store's copy all the same (st_vfs_journal.c). */
+    if (cached)
+        (void)vfs_journal_put_file(v, n);
 }
 
 /* Loads one step into the view if it is consistent (no lock held on entry):
