@@ -33,7 +33,8 @@
 #include "ckptstore.h"
 
 #ifndef RENAME_NOREPLACE
-#define RENAME_NOREPLACE (1 << 0) /* renameat2(2), <linux/fs.h>; glibc's <stdio.h> with _GNU_SOURCE */
+#define RENAME_NOREPLACE                                                                           \
+    (1 << 0) /* renameat2(2), <linux/fs.h>; glibc's <stdio.h> with _GNU_SOURCE */
 #endif
 
 #define ATTR_TIMEOUT 1.0

@@ -77,15 +77,17 @@ static void step_complete(st_vfs *v, vjob *j, vstep *s)
         if (!s->blocked_complete) {
             s->blocked_complete = 1;
             if (vfs_journal_put_step(v, j->name, s)) /* a restart would forget the rule */
-                vfs_log(v, 1, "journal: step %" PRIu64 " of %s: %s", s->step, j->name,
-                        st_errmsg());
+                vfs_log(v, 1, "journal: step %" PRIu64 " of %s: %s", s->step, j->name, st_errmsg());
         }
         vfs_note_failed_files(v);
         return;
     }
     if (!s->complete) {
         s->complete = 1;
-        vfs_journal_put_step(v, j->name, s);
+        /* Without the row a restart finds the step incomplete: its files are
+         * published eagerly, and R8 or the rule's next firing completes it;
+         * the part already in the store says complete. Error in last_error. */
+        (void)vfs_journal_put_step(v, j->name, s);
         vfs_log(v, 0, "step %" PRIu64 " of job %s is complete", s->step, j->name);
     }
     if (s->writers == 0)
@@ -254,7 +256,9 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
         uint64_t named;
         if (st_steprules_marker_step(v->rules, path, content, len, &named) == ST_OK) {
             n->step = named;
-            vfs_journal_put_file(v, n);
+            /* Without the row a restart finds the marker loose: R6 gives it
+             * to the newest step, and its next close names the step again. */
+            (void)vfs_journal_put_file(v, n);
             vstep *s = vfs_step(j, named, 1);
             if (s)
                 step_complete(v, j, s);
@@ -266,7 +270,7 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
         n->step = vfs_newest_step(j);
         if (n->step == VFS_NO_STEP)
             return;
-        vfs_journal_put_file(v, n);
+        (void)vfs_journal_put_file(v, n); /* without the row, R6 applies again after a restart */
     }
     vstep *s = vfs_step(j, n->step, 1);
     if (!s)
@@ -635,8 +639,10 @@ st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
     else if (S_ISDIR(n->mode))
         e = ST_ERR_IS_DIR;
     else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        vfs_drop_file(v, n, 1);
-        e = vfs_removal_commit(v, &rm);
+        if ((e = vfs_drop_file(v, n, 1, 1)))
+            vfs_journal_rollback(v); /* the file stays: the unlink failed */
+        else
+            e = vfs_removal_commit(v, &rm);
         vjob *j = rm.jd ? vfs_job(v, rm.jd->name, 0) : NULL;
         if (j) /* it may have been the file with a failed write */
             retry_blocked_steps(v, j);
@@ -661,9 +667,9 @@ st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
     else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
         e = ST_ERR_NOT_EMPTY;
     else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if (rm.jd)
-            vfs_journal_delete(v, rm.jd->name, rm.path); /* "" for a job: all of it */
-        if (!(e = vfs_removal_commit(v, &rm))) {
+        if (rm.jd && (e = vfs_journal_delete(v, rm.jd->name, rm.path))) /* "" for a job: all */
+            vfs_journal_rollback(v);
+        else if (!(e = vfs_removal_commit(v, &rm))) {
             vfs_unlink_node(v, n);
             vfs_maybe_free(v, n);
         }
@@ -703,7 +709,11 @@ static void renamed_subtree(st_vfs *v, vjob *j, vnode *n)
     n->from_remote = 0;
     if (n->state == VFILE_DURABLE)
         n->state = VFILE_CLOSED;
-    vfs_journal_put_file(v, n);
+    /* The path itself was journaled by the rename (its error fails the
+     * rename); this row adds the new step and state, which a restart would
+     * otherwise take from the old row: the file is then uploaded again with
+     * its step found again from its path by the next change. */
+    (void)vfs_journal_put_file(v, n);
     if (n->writers == 0 && n->state != VFILE_WRITING)
         step_file_settled(v, j, n, 1);
 }
@@ -775,12 +785,12 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
     if (target) {
         if (S_ISDIR(target->mode)) {
             char tp[ST_MANIFEST_MAX_PATH + 1];
-            if (vfs_job_path(target, tp, sizeof tp))
-                vfs_journal_delete(v, jd->name, tp);
+            if (vfs_job_path(target, tp, sizeof tp) && (e = vfs_journal_delete(v, jd->name, tp)))
+                goto out; /* nothing changed yet */
             vfs_unlink_node(v, target);
             vfs_maybe_free(v, target);
-        } else {
-            vfs_drop_file(v, target, 1);
+        } else if ((e = vfs_drop_file(v, target, 1, 1))) {
+            goto out; /* nothing changed yet */
         }
     }
     char *nm = strdup(newname);
@@ -969,7 +979,9 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
         n->step = step_of_path(v, path, NULL);
     vfs_deletion_cancel(v, n);
     if ((e = make_local(v, n, 1)) || (e = open_node(v, n, flags | O_RDWR, pid, h))) {
-        vfs_drop_file(v, n, 1);
+        /* Undone whatever the journal says: a row left behind names an
+         * empty WRITING file, which recovery drops. */
+        (void)vfs_drop_file(v, n, 1, 0);
         goto out;
     }
     n->nlookup++;
@@ -1037,8 +1049,10 @@ static st_err record_commit(st_vfs *v, const char *job, uint64_t step, uint32_t 
     if (st_array_grow((void **)&s->commits, &s->commits_cap, s->ncommits + 1, sizeof *s->commits))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     s->commits[s->ncommits++] = (st_rank_commit){rank, world};
-queue:
-    vfs_journal_put_step(v, job, s);
+queue:;
+    st_err e = vfs_journal_put_step(v, job, s);
+    if (e) /* the commit write fails: the writer retries, which is idempotent */
+        return e;
     vfs_log(v, 0, "rank %u of %u committed step %" PRIu64 " of %s", rank, world, step, job);
     /* Published with this node's files of the step, once none is open. */
     s->dirty = 1;

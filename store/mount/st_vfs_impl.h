@@ -304,8 +304,10 @@ st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path)
 /* st_vfs_drop.c — every call under v->lock */
 /* Removes file n from the namespace and frees its staging data; with
  * tombstone, a file whose content is in the store stays hidden here (the
- * journal keeps a tombstone), else its journal row just goes. */
-void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+ * journal keeps a tombstone), else its journal row just goes. Returns the
+ * journal's error: with keep_on_error the file then stays (an unlink that
+ * fails), else it goes all the same (undoing a create). */
+st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error);
 /* Drops local copies of durable, unopened files until `need` more bytes fit
  * under the staging cap (they become remote again). */
 void vfs_evict_durable(st_vfs *v, uint64_t need);

@@ -109,7 +109,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     vjob *j = vfs_job(v, job, 1);
     vnode *jd = vfs_child(v->root, job);
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
-        vfs_journal_put_dir(v, jd);
+        (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
     vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
     if (jd && s && !s->remote_loaded) {
         for (size_t i = 0; i < sv.nparts; i++)
@@ -359,8 +359,10 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
         n->from_remote = 1;
         n->durable_version = n->version;
         v->staged_bytes += size;
+        /* The copy is a cache of durable content: without its row a restart
+         * fetches it again. */
         if (n->parent)
-            vfs_journal_put_file(v, n);
+            (void)vfs_journal_put_file(v, n);
     } else {
         snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
         vfs_log(v, 2, "%s", v->last_error);

@@ -376,7 +376,9 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
         n->remote = r;
         n->state = VFILE_DURABLE;
         n->durable_version = n->version;
-        vfs_journal_put_file(v, n);
+        /* Left CLOSED in the journal, the file is uploaded again after a
+         * restart: stored once more (dedup), never lost. */
+        (void)vfs_journal_put_file(v, n);
     }
 }
 
@@ -464,7 +466,9 @@ void *vfs_uploader_main(void *arg)
             if (s) {
                 s->revision = revision;
                 s->durable_ns = st_now_ns();
-                vfs_journal_put_step(v, it.job, s);
+                /* The next revision's floor is read from our part record in
+                 * the store (store_step), not only from this row. */
+                (void)vfs_journal_put_step(v, it.job, s);
             }
             vfs_log(v, 0, "step %" PRIu64 " of %s is durable (revision %u, %zu files)", it.step,
                     it.job, revision, snap.n);

@@ -240,7 +240,8 @@ static void test_rename_noreplace(void)
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-9/b", "B", VH_PID_A));
     CHECK_ERR(vh_rename_flags(&a, VH_JOB "/step-9/a", VH_JOB "/step-9/b", ST_VFS_RENAME_NOREPLACE),
               ST_ERR_EXISTS);
-    CHECK(vh_file_is_str(&a, VH_JOB "/step-9/a", "A") && vh_file_is_str(&a, VH_JOB "/step-9/b", "B"));
+    CHECK(vh_file_is_str(&a, VH_JOB "/step-9/a", "A") &&
+          vh_file_is_str(&a, VH_JOB "/step-9/b", "B"));
     CHECK_OK(vh_rename_flags(&a, VH_JOB "/step-9/a", VH_JOB "/step-9/c", ST_VFS_RENAME_NOREPLACE));
     CHECK(vh_file_is_str(&a, VH_JOB "/step-9/c", "A") && !vh_exists(&a, VH_JOB "/step-9/a"));
     CHECK_ERR(vh_rename_flags(&a, VH_JOB "/step-9/c", VH_JOB "/step-9/b", 2 /* EXCHANGE */),
@@ -295,6 +296,12 @@ static void test_log_line_escapes_names(void)
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-11/.ckpt-complete", "", VH_PID_A));
     CHECK(strstr(vh_logbuf, "bad\\nstep 12 of job job is complete") != NULL);
     CHECK(strstr(vh_logbuf, "\nstep 12 of job job is complete") == NULL); /* no forged line */
+    /* A single-file step cut short (a ZIP start, no end record) is logged
+     * with its name: "ckpt-13.p\nt" is step 13 by name. */
+    vh_log_clear();
+    CHECK_OK(vh_write(&a, VH_JOB "/ckpt-13.p\nt", "PK\x03\x04 and no end", 20, VH_PID_A));
+    CHECK(strstr(vh_logbuf, "job/ckpt-13.p\\nt looks cut short") != NULL);
+    CHECK(strchr(vh_logbuf, '\n') == vh_logbuf + strlen(vh_logbuf) - 1); /* one line */
     vh_mount_close(&a);
 }
 

@@ -344,8 +344,7 @@ static inline st_err vh_rmdir(vh_mount *m, const char *path)
 }
 
 /* rename(2); renameat2(2) with flags (ST_VFS_RENAME_NOREPLACE). */
-static inline st_err vh_rename_flags(vh_mount *m, const char *from, const char *to,
-                                     unsigned flags)
+static inline st_err vh_rename_flags(vh_mount *m, const char *from, const char *to, unsigned flags)
 {
     uint64_t dir, ndir;
     const char *base, *nbase;
