@@ -172,7 +172,7 @@ static void retry_blocked_steps(st_vfs *v, vjob *j)
             step_complete(v, j, s);
         }
     }
-    if (!v->nfailed && strstr(v->last_error, ": a write failed ("))
+    if (!v->nfailed && strstr(v->last_error, ": a write to staging failed ("))
         v->last_error[0] = '\0';
 }
 

@@ -374,7 +374,8 @@ void vfs_note_failed_files(st_vfs *v)
         if (n->step != VFS_NO_STEP)
             snprintf(step, sizeof step, "step %" PRIu64, n->step);
         snprintf(v->last_error, sizeof v->last_error,
-                 "%s/%.300s: a write failed (%s); %s waits until the file is rewritten or removed",
+                 "%s/%.300s: a write to staging failed (%s); %s waits until the file is rewritten "
+                 "or removed",
                  jd->name, path, st_strerror(n->write_failed), step);
         return;
     }

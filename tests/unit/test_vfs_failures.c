@@ -76,7 +76,7 @@ static void test_failed_write_holds_the_step(void)
         CHECK_ERR(vh_close(&a, h), ST_ERR_NOSPACE);
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-1/.ckpt-complete", "", VH_PID_A));
     CHECK(state_is(&a, 1, "writing"));
-    CHECK(last_error_has(&a, "job/step-1/model.bin: a write failed (no space left)"));
+    CHECK(last_error_has(&a, "job/step-1/model.bin: a write to staging failed (no space left)"));
     /* Quiet for longer than eager publishing waits: still nothing stored. */
     usleep(2800000); /* eager publishing waits 2 s of quiet */
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
