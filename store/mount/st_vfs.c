@@ -265,6 +265,8 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
             return;
         }
     }
+    if (n->step == VFS_NO_STEP && n->write_failed)
+        return; /* not given to a step (R6) until rewritten: it would hold it back */
     if (n->step == VFS_NO_STEP) {
         /* (R6) A file outside any step belongs to the newest step. */
         n->step = vfs_newest_step(j);

@@ -108,8 +108,10 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
         char path[ST_MANIFEST_MAX_PATH + 1];
         if (!vfs_job_path(n, path, sizeof path))
             continue; /* cannot happen: renames and creates refuse such paths */
+        /* (R6) except a file of a step's temporary directory, and a file
+         * whose write failed, which would hold this step back */
         if (n->step == VFS_NO_STEP && n->sid && n->state != VFILE_WRITING && !n->writers &&
-            !st_steprules_in_temp_dir(v->rules, path, NULL)) {
+            !n->write_failed && !st_steprules_in_temp_dir(v->rules, path, NULL)) {
             n->step = it->step;
             if (vfs_journal_put_file(v, n)) /* recovery finds it loose: R6 again */
                 vfs_log(v, 1, "journal: the step of a loose file stays unrecorded");
@@ -125,8 +127,8 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
             s->nkeep++;
             continue;
         }
-        if (n->writers || n->state == VFILE_WRITING)
-            continue;
+        if (n->step == VFS_NO_STEP || n->writers || n->state == VFILE_WRITING)
+            continue; /* not adopted above: in no step yet */
         int ours = n->remote && !strcmp(n->remote->node, v->node) && n->remote->step == it->step;
         int carry = ours && (!n->sid || n->version == n->durable_version);
         if (!carry && (!n->sid || n->from_remote))

@@ -143,6 +143,35 @@ static void test_failed_write_then_removed(void)
     vh_mount_close(&a);
 }
 
+/* A loose file whose write failed is given to no step (R6) until it is
+ * rewritten: the newest step goes on being stored without it. */
+static void test_failed_loose_file_joins_no_step(void)
+{
+    store_reset();
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "loose-a", 1));
+    if (!a.v)
+        return;
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/x", "x", VH_PID_A));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/.ckpt-complete", "", VH_PID_A));
+    CHECK(VH_WAIT(vh_part_revision(store, 20, "a") == 1, 20));
+    st_vfs_handle *h = NULL;
+    CHECK_OK(vh_create(&a, VH_JOB "/notes.txt", O_WRONLY, VH_PID_A, &h));
+    if (h) {
+        CHECK_OK(vh_pwrite(&a, h, "half", 4, 0));
+        st_vfs_write_failed(a.v, h, ST_ERR_NOSPACE);
+        CHECK_ERR(vh_close(&a, h), ST_ERR_NOSPACE);
+    }
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/y", "y", VH_PID_A)); /* R5: stored again */
+    CHECK(VH_WAIT(vh_part_revision(store, 20, "a") == 2, 20));
+    CHECK(strcmp(vh_stored(store, 20, NULL), "step-20/.ckpt-complete,step-20/x,step-20/y") == 0);
+    CHECK_OK(vh_write_str(&a, VH_JOB "/notes.txt", "whole", VH_PID_A)); /* R6 now */
+    CHECK(VH_WAIT(vh_part_revision(store, 20, "a") == 3, 20));
+    CHECK(strcmp(vh_stored(store, 20, NULL),
+                 "notes.txt,step-20/.ckpt-complete,step-20/x,step-20/y") == 0);
+    vh_mount_close(&a);
+}
+
 /* Unlinked, or renamed over, while open for writing: the close still gives
  * the step's writer count back, so the step is uploaded (before the fix it
  * stayed "complete, writers 1" for ever, not even at unmount). */
@@ -311,6 +340,7 @@ int main(void)
         return 1;
     RUN(test_failed_write_holds_the_step);
     RUN(test_failed_write_then_removed);
+    RUN(test_failed_loose_file_joins_no_step);
     RUN(test_unlinked_writer_releases_its_step);
     RUN(test_rename_past_the_path_limit);
     RUN(test_rename_noreplace);
