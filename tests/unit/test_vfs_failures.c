@@ -23,6 +23,15 @@ static void store_reset(void)
     CHECK_OK(st_backend_mem_open(&store));
 }
 
+/* A fresh store and a mount of node "a" on staging dir `staging`; 0 if it
+ * is open. */
+static int fresh_mount(vh_mount *m, const char *staging, int start)
+{
+    store_reset();
+    CHECK_OK(vh_mount_open(m, store, "a", staging, start));
+    return m->v ? 0 : -1;
+}
+
 static int state_is(vh_mount *m, uint64_t step, const char *want)
 {
     const char *s = vh_state(m, step);
@@ -114,10 +123,8 @@ out:
  * (st_vfs_write_failed, what fs/ckptfs.c calls) behaves the same. */
 static void test_failed_write_then_removed(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "rm-a", 0));
-    if (!a.v)
+    if (fresh_mount(&a, "rm-a", 0))
         return;
     st_vfs_handle *h = NULL;
     CHECK_OK(vh_create(&a, VH_JOB "/step-2/shard.bin", O_WRONLY, VH_PID_A, &h));
@@ -147,10 +154,8 @@ static void test_failed_write_then_removed(void)
  * rewritten: the newest step goes on being stored without it. */
 static void test_failed_loose_file_joins_no_step(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "loose-a", 1));
-    if (!a.v)
+    if (fresh_mount(&a, "loose-a", 1))
         return;
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/x", "x", VH_PID_A));
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/.ckpt-complete", "", VH_PID_A));
@@ -177,10 +182,8 @@ static void test_failed_loose_file_joins_no_step(void)
  * stayed "complete, writers 1" for ever, not even at unmount). */
 static void test_unlinked_writer_releases_its_step(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "unl-a", 0));
-    if (!a.v)
+    if (fresh_mount(&a, "unl-a", 0))
         return;
     st_vfs_handle *h = NULL, *g = NULL;
     CHECK_OK(vh_create(&a, VH_JOB "/step-5/scratch.bin", O_WRONLY, VH_PID_A, &h));
@@ -224,10 +227,8 @@ static void test_unlinked_writer_releases_its_step(void)
  * 4096 bytes is refused; the file stays where it was and is stored. */
 static void test_rename_past_the_path_limit(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "long-a", 1));
-    if (!a.v)
+    if (fresh_mount(&a, "long-a", 1))
         return;
     char path[PATH_MAX], name200[201], name255[256], file[255];
     memset(name200, 'd', 200);
@@ -260,10 +261,8 @@ static void test_rename_past_the_path_limit(void)
  * renames; other flags are not supported. */
 static void test_rename_noreplace(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "norepl-a", 0));
-    if (!a.v)
+    if (fresh_mount(&a, "norepl-a", 0))
         return;
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-9/a", "A", VH_PID_A));
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-9/b", "B", VH_PID_A));
@@ -282,10 +281,8 @@ static void test_rename_noreplace(void)
  * about them (their content is in the store) and serves them from there. */
 static void test_restart_with_durable_copies_gone(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "gone-a", 1));
-    if (!a.v)
+    if (fresh_mount(&a, "gone-a", 1))
         return;
     CHECK_OK(vh_write_str(&a, VH_JOB "/ckpt-000010.pt", "ten", VH_PID_A));
     CHECK(VH_WAIT(vh_consistent(store, 10), 20));
@@ -309,10 +306,8 @@ static void test_restart_with_durable_copies_gone(void)
 /* A file name with a newline is escaped in the log line that names it. */
 static void test_log_line_escapes_names(void)
 {
-    store_reset();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "log-a", 0));
-    if (!a.v)
+    if (fresh_mount(&a, "log-a", 0))
         return;
     vh_log_clear();
     st_vfs_handle *h = NULL;
