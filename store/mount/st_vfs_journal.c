@@ -327,7 +327,8 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         if (state == VFILE_WRITING) {
             /* never acknowledged: not kept (see the file comment) */
             unlink(sp);
-            exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
+            /* A row left behind is dropped the same way at the next start. */
+            (void)exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
             return;
         }
     }
