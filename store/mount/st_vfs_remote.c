@@ -112,9 +112,19 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
         (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
     vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
     if (jd && s && !s->remote_loaded) {
-        for (size_t i = 0; i < sv.nparts; i++)
+        for (size_t i = 0; i < sv.nparts; i++) {
+            /* This node's own part, of a revision it published or while it
+             * publishes a newer one: the tree here is newer than the store,
+             * and a path of that part missing here was renamed or removed
+             * since (merging it would bring a ghost back). After a lost
+             * staging (revision 0, nothing queued) the part is merged. */
+            const st_part *p = &sv.parts[i];
+            if (!strcmp(p->node, v->node) &&
+                (p->revision <= s->revision || s->uploading || s->queued))
+                continue;
             for (size_t f = 0; f < sv.manifests[i].nfiles; f++)
-                merge_file(v, jd, &sv.parts[i], k->step, &sv.manifests[i].files[f]);
+                merge_file(v, jd, p, k->step, &sv.manifests[i].files[f]);
+        }
         s->remote_loaded = 1;
         if (!s->durable_ns)
             s->durable_ns = sv.created_ns;
