@@ -35,6 +35,11 @@
 #include "fs_log.h"
 #include "fs_options.h"
 
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE                                                                           \
+    (1 << 0) /* renameat2(2), <linux/fs.h>; glibc's <stdio.h> with _GNU_SOURCE */
+#endif
+
 #define ATTR_TIMEOUT 1.0
 #define MAX_WRITE    (1u << 20)
 
@@ -61,6 +66,7 @@ static int errmap(st_err e)
     case ST_ERR_NAME: return EINVAL;
     case ST_ERR_BUSY: return EBUSY;
     case ST_ERR_CROSS: return EXDEV;
+    case ST_ERR_TOO_LONG: return ENAMETOOLONG;
     case ST_ERR_IO:
     case ST_ERR_TRANSIENT:
     case ST_ERR_PERMANENT:
@@ -220,11 +226,15 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                       const char *newname, unsigned int flags)
 {
-    if (flags) { /* RENAME_NOREPLACE / RENAME_EXCHANGE: not needed by trainers */
+    /* renameat2: RENAME_NOREPLACE is an existence check the model does
+     * under its lock; RENAME_EXCHANGE and RENAME_WHITEOUT are not offered. */
+    if (flags & ~(unsigned)RENAME_NOREPLACE) {
         fuse_reply_err(req, EINVAL);
         return;
     }
-    fuse_reply_err(req, errmap(st_vfs_rename(vfs_of(req), parent, name, newparent, newname)));
+    unsigned vflags = (flags & RENAME_NOREPLACE) ? ST_VFS_RENAME_NOREPLACE : 0;
+    fuse_reply_err(req,
+                   errmap(st_vfs_rename(vfs_of(req), parent, name, newparent, newname, vflags)));
 }
 
 static void op_unsupported_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
@@ -344,6 +354,9 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
     out.buf[0].pos = off;
     ssize_t n = fuse_buf_copy(&out, in, 0);
     if (n < 0) {
+        /* The staging disk refused the bytes: the file is not what the
+         * writer meant, and must not be published as it is. */
+        st_vfs_write_failed(v, h, n == -ENOSPC || n == -EDQUOT ? ST_ERR_NOSPACE : ST_ERR_IO);
         fuse_reply_err(req, (int)-n);
         return;
     }

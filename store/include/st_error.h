@@ -31,6 +31,7 @@ typedef enum st_err {
     ST_ERR_NAME = 15,      /* a name that is too long or not allowed here */
     ST_ERR_BUSY = 16,      /* in use */
     ST_ERR_CROSS = 17,     /* rename of an entry that lives only in the store */
+    ST_ERR_TOO_LONG = 18,  /* a path would exceed the manifest's path limit */
 } st_err;
 
 /*! Short fixed description of a code ("object not found"). Never NULL. */

@@ -124,9 +124,14 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
  *  in the journal when they return. */
 st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name);
 st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name);
-/*! Replaces an existing target file (or empty directory) atomically. */
+#define ST_VFS_RENAME_NOREPLACE 1 /* renameat2's RENAME_NOREPLACE: fail if the target exists */
+/*! Replaces an existing target file (or empty directory) atomically; with
+ *  ST_VFS_RENAME_NOREPLACE in flags an existing target fails the rename with
+ *  ST_ERR_EXISTS instead. Other flags: ST_ERR_UNSUPPORTED. A rename that
+ *  would make some path below the entry longer than the manifest's limit
+ *  (4096 bytes) fails with ST_ERR_TOO_LONG: that file could not be stored. */
 st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newparent,
-                     const char *newname);
+                     const char *newname, unsigned flags);
 
 /*! One directory entry for readdir. */
 typedef struct st_vfs_dirent {
@@ -158,9 +163,17 @@ size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_
  *  be exceeded (after evicting what is durable), ST_ERR_READ_ONLY for a
  *  handle not open for writing. */
 st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len);
+/*! The write through h failed (the staging disk full: ST_ERR_NOSPACE; or
+ *  ST_ERR_IO): the file's step neither completes nor uploads until the file
+ *  is truncated to 0 and written again, or removed; the status file's
+ *  last_error names it, and the handle's next flush returns `why`.
+ *  st_vfs_write_prepare records its own refusals. */
+void st_vfs_write_failed(st_vfs *v, st_vfs_handle *h, st_err why);
 /*! After `written` bytes were written at off. */
 void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written);
-/*! flush (every close(2)) and fsync: data durable in staging, journal updated. */
+/*! flush (every close(2)) and fsync: data durable in staging, journal updated.
+ *  Returns the error of a write through h that failed since the last flush
+ *  (ST_ERR_NOSPACE), so close(2) says the file is not whole. */
 st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
 /*! Last close of this handle: may complete the file's step. */
 void st_vfs_release(st_vfs *v, st_vfs_handle *h);

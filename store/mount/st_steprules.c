@@ -327,6 +327,37 @@ void st_steprules_match(const st_steprules *r, const char *path, st_step_match *
     }
 }
 
+/* HF Trainer's temporary name of a step directory: "tmp-" then a step
+ * directory component ("tmp-checkpoint-500"), written, then renamed to the
+ * step's real name. */
+#define TEMP_STEP_PREFIX     "tmp-"
+#define TEMP_STEP_PREFIX_LEN 4
+
+int st_steprules_in_temp_dir(const st_steprules *r, const char *path, uint64_t *step)
+{
+    if (!r || !path)
+        return 0;
+    size_t start = 0;
+    for (;;) {
+        size_t end = start;
+        while (path[end] != '\0' && path[end] != '/')
+            end++;
+        if (path[end] == '\0')
+            return 0; /* the final component is the file itself */
+        size_t len = end - start;
+        uint64_t found = 0;
+        if (len > TEMP_STEP_PREFIX_LEN &&
+            !memcmp(path + start, TEMP_STEP_PREFIX, TEMP_STEP_PREFIX_LEN) &&
+            match_component(r, path + start + TEMP_STEP_PREFIX_LEN, len - TEMP_STEP_PREFIX_LEN,
+                            false, &found) == COMP_STEP) {
+            if (step)
+                *step = found;
+            return 1;
+        }
+        start = end + 1;
+    }
+}
+
 /* The final component of path (after the last '/'); "" for "a/". */
 static const char *final_component(const char *path)
 {

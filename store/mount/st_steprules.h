@@ -60,6 +60,16 @@ typedef struct st_step_match {
  *  step component, or a number that does not fit in 63 bits, gives matched 0. */
 void st_steprules_match(const st_steprules *r, const char *path, st_step_match *m);
 
+/*!
+ * 1 if a directory component of path is the temporary name of a step
+ * directory, "tmp-" followed by a step directory component
+ * ("tmp-checkpoint-500/pytorch_model.bin": HF Trainer writes there, then
+ * renames the directory to "checkpoint-500"); *step (may be NULL) gets that
+ * step. Such files belong to no step until renamed, and rule R6 never gives
+ * them to another one (docs/STEPS.md §3). 0 otherwise.
+ */
+int st_steprules_in_temp_dir(const st_steprules *r, const char *path, uint64_t *step);
+
 typedef enum st_marker_kind {
     ST_MARKER_NONE = 0,
     ST_MARKER_IN_STEP = 1,   /* inside a step dir: completes that step */

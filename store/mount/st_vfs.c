@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE /* sync_file_range */
 #include "mount/st_vfs_impl.h"
+#include "util/st_array.h"
 #include "backend/st_backend_open.h"
 
 #include <errno.h>
@@ -42,6 +43,10 @@ struct st_vfs_handle {
     int writable;
     int dirty;     /* written since the last flush */
     uint64_t step; /* the step whose writer count this handle holds */
+    /* The job of that step: the file may leave the tree (unlinked, or
+     * renamed over) while open, and its step's count must still drop. */
+    char job[ST_JOB_MAX + 1];
+    st_err write_error; /* a write through this handle failed: flush reports it */
     uint64_t start_version;
     uint64_t writeback_from; /* start of the range not yet handed to writeback */
     st_bytes virt;           /* a virtual file's content */
@@ -60,9 +65,32 @@ static void step_complete(st_vfs *v, vjob *j, vstep *s)
 {
     if (vfs_deletion_find(j, s->step))
         return; /* removed through the mount */
+    vnode *bad = vfs_failed_file(v, j->name, s->step);
+    if (bad) {
+        /* Its content is not what the writer meant: publishing the step
+         * would make a truncated file part of a consistent checkpoint. */
+        if (!s->blocked_complete) {
+            char path[ST_MANIFEST_MAX_PATH + 1];
+            vfs_log(v, 1,
+                    "step %" PRIu64 " of job %s stays incomplete: a write to %s failed (%s); "
+                    "rewrite or remove the file",
+                    s->step, j->name, vfs_job_path(bad, path, sizeof path) ? path : "?",
+                    st_strerror(bad->write_failed));
+        }
+        if (!s->blocked_complete) {
+            s->blocked_complete = 1;
+            if (vfs_journal_put_step(v, j->name, s)) /* a restart would forget the rule */
+                vfs_log(v, 1, "journal: step %" PRIu64 " of %s: %s", s->step, j->name, st_errmsg());
+        }
+        vfs_note_failed_files(v);
+        return;
+    }
     if (!s->complete) {
         s->complete = 1;
-        vfs_journal_put_step(v, j->name, s);
+        /* Without the row a restart finds the step incomplete: its files are
+         * published eagerly, and R8 or the rule's next firing completes it;
+         * the part already in the store says complete. Error in last_error. */
+        (void)vfs_journal_put_step(v, j->name, s);
         vfs_log(v, 0, "step %" PRIu64 " of job %s is complete", s->step, j->name);
     }
     if (s->writers == 0)
@@ -116,9 +144,39 @@ static void step_writer_open(st_vfs *v, vjob *j, vnode *n, pid_t pid, st_vfs_han
         vstep *old = &j->steps[i];
         if (old->step >= n->step)
             break;
-        if (!old->complete && old->writers == 0 && wrote_step(old, pid))
+        if (old->complete || !wrote_step(old, pid))
+            continue;
+        if (old->writers == 0)
             step_complete(v, j, old);
+        else
+            old->moved_on = 1; /* completes at the last close of a file of it */
     }
+}
+
+/* After a file of job j stopped being a reason to wait (closed, rewritten,
+ * removed): the steps whose completion or upload waited for a file with a
+ * failed write go on once no such file is left and nothing is open. */
+static void retry_blocked_steps(st_vfs *v, vjob *j)
+{
+    for (size_t i = 0; i < j->nsteps; i++) {
+        vstep *s = &j->steps[i];
+        if ((!s->blocked_complete && !s->blocked_upload) || s->writers ||
+            vfs_failed_file(v, j->name, s->step))
+            continue;
+        if (s->blocked_upload) {
+            s->blocked_upload = 0;
+            s->dirty = 1; /* published eagerly once quiet, or queued below */
+            s->last_activity_ns = st_mono_ns();
+            if (s->complete)
+                vfs_enqueue(v, j->name, s->step);
+        }
+        if (s->blocked_complete) {
+            s->blocked_complete = 0;
+            step_complete(v, j, s);
+        }
+    }
+    if (!v->nfailed && strstr(v->last_error, ": a write to staging failed ("))
+        v->last_error[0] = '\0';
 }
 
 /* RANK and WORLD_SIZE of a writer process, from its environment (torchrun
@@ -191,6 +249,8 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
     char path[ST_MANIFEST_MAX_PATH + 1];
     if (!vfs_job_path(n, path, sizeof path))
         return;
+    if (n->step == VFS_NO_STEP && st_steprules_in_temp_dir(v->rules, path, NULL))
+        return; /* tmp-checkpoint-N/: no rule applies before the rename (STEPS.md §3) */
     st_marker_kind mk = st_steprules_marker_kind(v->rules, path);
     if (mk == ST_MARKER_NAMES_STEP && n->sid) {
         /* (R2) latest / latest_checkpointed_iteration.txt name their step. */
@@ -199,31 +259,37 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
         uint64_t named;
         if (st_steprules_marker_step(v->rules, path, content, len, &named) == ST_OK) {
             n->step = named;
-            vfs_journal_put_file(v, n);
+            /* Without the row a restart finds the marker loose: R6 gives it
+             * to the newest step, and its next close names the step again. */
+            (void)vfs_journal_put_file(v, n);
             vstep *s = vfs_step(j, named, 1);
             if (s)
                 step_complete(v, j, s);
             return;
         }
     }
+    if (n->step == VFS_NO_STEP && n->write_failed)
+        return; /* not given to a step (R6) until rewritten: it would hold it back */
     if (n->step == VFS_NO_STEP) {
         /* (R6) A file outside any step belongs to the newest step. */
         n->step = vfs_newest_step(j);
         if (n->step == VFS_NO_STEP)
             return;
-        vfs_journal_put_file(v, n);
+        (void)vfs_journal_put_file(v, n); /* without the row, R6 applies again after a restart */
     }
     vstep *s = vfs_step(j, n->step, 1);
     if (!s)
         return;
     int single_file = 0;
     step_of_path(v, path, &single_file);
-    if (single_file && s->writers == 0 && !file_whole(v, n)) {
+    if (single_file && !file_whole(v, n)) {
         /* A writer killed in the middle of torch.save closes its file too. */
         vfs_log(v, 1, "%s/%s looks cut short; step %" PRIu64 " stays incomplete", j->name, path,
                 s->step);
         return;
     }
+    if (single_file && s->writers)
+        s->moved_on = 1; /* (R3) complete once the other file of the step closes */
     if (mk == ST_MARKER_IN_STEP || (single_file && s->writers == 0))
         step_complete(v, j, s); /* (R1 markers, R3 single-file steps) */
     else if (s->complete && modified && s->writers == 0)
@@ -344,16 +410,21 @@ static st_err build_status(st_vfs *v, st_bytes *b)
 static st_err check_name(const char *name)
 {
     size_t len = strlen(name);
-    if (len == 0 || len > NAME_MAX)
-        return st_seterr(ST_ERR_NAME, "name too long");
+    if (len == 0)
+        return st_seterr(ST_ERR_NAME, "empty name");
+    if (len > NAME_MAX)
+        return st_seterr(ST_ERR_TOO_LONG, "name longer than %d bytes", NAME_MAX);
     if (!strcmp(name, ".") || !strcmp(name, ".."))
         return st_seterr(ST_ERR_NAME, "reserved name");
     return ST_OK;
 }
 
 /* Checks that a new entry `name` may be made in dir: job directories only at
- * the root, no files at the root, and the path fits a manifest. */
-static st_err check_new_entry(st_vfs *v, vnode *dir, const char *name, int is_dir)
+ * the root, no files at the root, and the path fits a manifest, also for the
+ * `below` bytes of the longest path under the entry (a directory moved by a
+ * rename: "/sub/file"); a file whose path does not fit could never be
+ * stored, so the operation is refused instead of losing it at the upload. */
+static st_err check_new_entry(st_vfs *v, vnode *dir, const char *name, int is_dir, size_t below)
 {
     st_err e = check_name(name);
     if (e)
@@ -367,9 +438,23 @@ static st_err check_new_entry(st_vfs *v, vnode *dir, const char *name, int is_di
     }
     char path[ST_MANIFEST_MAX_PATH + 1];
     if (!vfs_job_path(dir, path, sizeof path) ||
-        strlen(path) + 1 + strlen(name) > ST_MANIFEST_MAX_PATH)
-        return st_seterr(ST_ERR_NAME, "path too long");
+        strlen(path) + 1 + strlen(name) + below > ST_MANIFEST_MAX_PATH)
+        return st_seterr(ST_ERR_TOO_LONG, "a path would be longer than %d bytes",
+                         ST_MANIFEST_MAX_PATH);
     return ST_OK;
+}
+
+/* Bytes of the longest path below n, relative to n ("/a/b": 4); 0 for a
+ * file or an empty directory. */
+static size_t longest_below(const vnode *n)
+{
+    size_t longest = 0;
+    for (size_t i = 0; i < n->nkids; i++) {
+        size_t len = 1 + strlen(n->kids[i]->name) + longest_below(n->kids[i]);
+        if (len > longest)
+            longest = len;
+    }
+    return longest;
 }
 
 st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *out)
@@ -444,6 +529,7 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
         return ST_OK;
     }
     char path[PATH_MAX];
+    vfs_set_write_failed(v, n, ST_OK); /* rewritten from the start */
     if (n->sid) {
         vfs_staging_path(v, n->sid, path, sizeof path);
         if (truncate(path, 0) < 0)
@@ -542,7 +628,7 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
         e = ST_ERR_NOT_FOUND;
     else if (!S_ISDIR(dir->mode))
         e = ST_ERR_NOT_DIR;
-    else if ((e = check_new_entry(v, dir, name, 1)))
+    else if ((e = check_new_entry(v, dir, name, 1, 0)))
         ;
     else if (vfs_child(dir, name))
         e = ST_ERR_EXISTS;
@@ -574,8 +660,13 @@ st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
     else if (S_ISDIR(n->mode))
         e = ST_ERR_IS_DIR;
     else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        vfs_drop_file(v, n, 1);
-        e = vfs_removal_commit(v, &rm);
+        if ((e = vfs_drop_file(v, n, 1, 1)))
+            vfs_journal_rollback(v); /* the file stays: the unlink failed */
+        else
+            e = vfs_removal_commit(v, &rm);
+        vjob *j = rm.jd ? vfs_job(v, rm.jd->name, 0) : NULL;
+        if (j) /* it may have been the file with a failed write */
+            retry_blocked_steps(v, j);
     }
     pthread_mutex_unlock(&v->lock);
     return e;
@@ -597,9 +688,9 @@ st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
     else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
         e = ST_ERR_NOT_EMPTY;
     else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if (rm.jd)
-            vfs_journal_delete(v, rm.jd->name, rm.path); /* "" for a job: all of it */
-        if (!(e = vfs_removal_commit(v, &rm))) {
+        if (rm.jd && (e = vfs_journal_delete(v, rm.jd->name, rm.path))) /* "" for a job: all */
+            vfs_journal_rollback(v);
+        else if (!(e = vfs_removal_commit(v, &rm))) {
             vfs_unlink_node(v, n);
             vfs_maybe_free(v, n);
         }
@@ -639,14 +730,20 @@ static void renamed_subtree(st_vfs *v, vjob *j, vnode *n)
     n->from_remote = 0;
     if (n->state == VFILE_DURABLE)
         n->state = VFILE_CLOSED;
-    vfs_journal_put_file(v, n);
+    /* The path itself was journaled by the rename (its error fails the
+     * rename); this row adds the new step and state, which a restart would
+     * otherwise take from the old row: the file is then uploaded again with
+     * its step found again from its path by the next change. */
+    (void)vfs_journal_put_file(v, n);
     if (n->writers == 0 && n->state != VFILE_WRITING)
         step_file_settled(v, j, n, 1);
 }
 
 st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newparent,
-                     const char *newname)
+                     const char *newname, unsigned flags)
 {
+    if (flags & ~(unsigned)ST_VFS_RENAME_NOREPLACE)
+        return st_seterr(ST_ERR_UNSUPPORTED, "rename flags 0x%x", flags);
     if (parent <= ST_VFS_STATUS_INO && parent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
     if (newparent <= ST_VFS_STATUS_INO && newparent != ST_VFS_ROOT_INO)
@@ -671,7 +768,11 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
         e = st_seterr(ST_ERR_CROSS, "rename across jobs or of a job directory");
         goto out;
     }
-    if ((e = check_new_entry(v, ndir, newname, S_ISDIR(n->mode))))
+    if (target && (flags & ST_VFS_RENAME_NOREPLACE)) {
+        e = st_seterr(ST_ERR_EXISTS, "%s exists", newname);
+        goto out;
+    }
+    if ((e = check_new_entry(v, ndir, newname, S_ISDIR(n->mode), longest_below(n))))
         goto out;
     for (vnode *p = ndir; p; p = p->parent)
         if (p == n) {
@@ -705,12 +806,12 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
     if (target) {
         if (S_ISDIR(target->mode)) {
             char tp[ST_MANIFEST_MAX_PATH + 1];
-            if (vfs_job_path(target, tp, sizeof tp))
-                vfs_journal_delete(v, jd->name, tp);
+            if (vfs_job_path(target, tp, sizeof tp) && (e = vfs_journal_delete(v, jd->name, tp)))
+                goto out; /* nothing changed yet */
             vfs_unlink_node(v, target);
             vfs_maybe_free(v, target);
-        } else {
-            vfs_drop_file(v, target, 1);
+        } else if ((e = vfs_drop_file(v, target, 1, 1))) {
+            goto out; /* nothing changed yet */
         }
     }
     char *nm = strdup(newname);
@@ -727,8 +828,10 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
     if (vfs_job_path(n, to, sizeof to))
         e = vfs_journal_rename(v, jd->name, from, to);
     vfs_deletion_cancel(v, n); /* the step its new name names is written again */
-    if (j)
+    if (j) {
         renamed_subtree(v, j, n);
+        retry_blocked_steps(v, j); /* the target may have been a file with a failed write */
+    }
 out:
     pthread_mutex_unlock(&v->lock);
     return e;
@@ -847,8 +950,10 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
         n->writers++;
         vnode *jd = vfs_job_dir(n);
         vjob *j = jd ? vfs_job(v, jd->name, 1) : NULL;
-        if (j)
+        if (j) {
+            snprintf(h->job, sizeof h->job, "%s", j->name);
             step_writer_open(v, j, n, pid, h);
+        }
     }
     *out = h;
     return ST_OK;
@@ -885,7 +990,7 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
         }
         goto out;
     }
-    if ((e = check_new_entry(v, dir, name, 0)))
+    if ((e = check_new_entry(v, dir, name, 0, 0)))
         goto out;
     if (!(n = vfs_node_new(v, dir, name, S_IFREG | (mode & 07777)))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
@@ -895,7 +1000,9 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
         n->step = step_of_path(v, path, NULL);
     vfs_deletion_cancel(v, n);
     if ((e = make_local(v, n, 1)) || (e = open_node(v, n, flags | O_RDWR, pid, h))) {
-        vfs_drop_file(v, n, 1);
+        /* Undone whatever the journal says: a row left behind names an
+         * empty WRITING file, which recovery drops. */
+        (void)vfs_drop_file(v, n, 1, 0);
         goto out;
     }
     n->nlookup++;
@@ -965,13 +1072,13 @@ static st_err record_commit(st_vfs *v, const char *job, uint64_t step, uint32_t 
             s->commits[i].world_size = world;
             goto queue;
         }
-    st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
-    if (!p)
+    if (st_array_grow((void **)&s->commits, &s->commits_cap, s->ncommits + 1, sizeof *s->commits))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
-    s->commits = p;
     s->commits[s->ncommits++] = (st_rank_commit){rank, world};
-queue:
-    vfs_journal_put_step(v, job, s);
+queue:;
+    st_err e = vfs_journal_put_step(v, job, s);
+    if (e) /* the commit write fails: the writer retries, which is idempotent */
+        return e;
     vfs_log(v, 0, "rank %u of %u committed step %" PRIu64 " of %s", rank, world, step, job);
     /* Published with this node's files of the step, once none is open. */
     s->dirty = 1;
@@ -1042,12 +1149,24 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
         if (v->staged_bytes + growth > v->opts.staging_cap) {
             e = st_seterr(ST_ERR_NOSPACE, "staging cap of %" PRIu64 " bytes reached",
                           v->opts.staging_cap);
-            snprintf(v->last_error, sizeof v->last_error,
-                     "staging full: a write was refused with ENOSPC");
+            h->write_error = e;
+            vfs_set_write_failed(v, n, e);
+            vfs_note_failed_files(v);
         }
     }
     pthread_mutex_unlock(&v->lock);
     return e;
+}
+
+void st_vfs_write_failed(st_vfs *v, st_vfs_handle *h, st_err why)
+{
+    if (!h->node || !why)
+        return;
+    pthread_mutex_lock(&v->lock);
+    h->write_error = why;
+    vfs_set_write_failed(v, h->node, why);
+    vfs_note_failed_files(v);
+    pthread_mutex_unlock(&v->lock);
 }
 
 void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written)
@@ -1083,12 +1202,15 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
         return ST_OK;
     /* The data must be on the staging disk before close() returns: that is
      * the acknowledgement the trainer gets (DESIGN: close is durable locally). */
-    if (h->dirty && fdatasync(h->fd) < 0)
-        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
-                         strerror(errno));
+    st_err e = ST_OK;
+    if (h->dirty && fdatasync(h->fd) < 0) {
+        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
+                      strerror(errno));
+        st_vfs_write_failed(v, h, e); /* written data may be lost */
+        return e;
+    }
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
-    st_err e = ST_OK;
     if (h->dirty || n->state == VFILE_WRITING) {
         if (n->state == VFILE_WRITING)
             n->state = VFILE_CLOSED;
@@ -1098,6 +1220,10 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
         ST_CRASHPOINT_IF(n->parent && !e, "close-journal-after");
     }
     h->dirty = 0;
+    if (!e && h->write_error) /* close(2) reports the write that failed, as NFS does */
+        e = st_seterr(h->write_error, "an earlier write to this file failed: %s",
+                      st_strerror(h->write_error));
+    h->write_error = ST_OK;
     pthread_mutex_unlock(&v->lock);
     return e;
 }
@@ -1116,8 +1242,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
     n->opens--;
     if (h->writable) {
         n->writers--;
-        vnode *jd = vfs_job_dir(n);
-        vjob *j = jd ? vfs_job(v, jd->name, 1) : NULL;
+        /* By the job recorded at open: an unlinked file has no job dir. */
+        vjob *j = h->job[0] ? vfs_job(v, h->job, 0) : NULL;
         vstep *s = j && h->step != VFS_NO_STEP ? vfs_step(j, h->step, 0) : NULL;
         if (s && s->writers > 0)
             s->writers--;
@@ -1125,9 +1251,10 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
             s->last_activity_ns = st_mono_ns();
         if (n->state == VFILE_WRITING && n->parent) {
             /* Released without a flush (the kernel always flushes first;
-             * this is the belt to its braces). */
+             * this is the belt to its braces). A journal error is in
+             * last_error; the file's next change or close writes the row. */
             n->state = VFILE_CLOSED;
-            vfs_journal_put_file(v, n);
+            (void)vfs_journal_put_file(v, n);
         }
         if (j && n->parent && n->writers == 0)
             step_file_settled(v, j, n, n->version != h->start_version);
@@ -1146,6 +1273,13 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
             s->upload_waits = 0;
             vfs_enqueue(v, j->name, s->step);
         }
+        if (s && s->moved_on && s->writers == 0) {
+            s->moved_on = 0; /* (R3, R4) the last file of it open for writing closed */
+            if (!s->complete)
+                step_complete(v, j, s);
+        }
+        if (j)
+            retry_blocked_steps(v, j);
     }
     vfs_maybe_free(v, n);
     pthread_mutex_unlock(&v->lock);

@@ -28,6 +28,7 @@
  * refresher and GC threads. Every function here is called with v->lock held.
  */
 #include "mount/st_vfs_impl.h"
+#include "util/st_array.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -69,14 +70,8 @@ static int step_still_named(st_vfs *v, const vnode *jd, uint64_t step, const vno
 static vdeletion *deletion_add(st_vfs *v, vjob *j, uint64_t step, const char *path,
                                int64_t requested_ns)
 {
-    if (j->ndels == j->dels_cap) {
-        size_t cap = j->dels_cap ? j->dels_cap * 2 : 4;
-        vdeletion *p = realloc(j->dels, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        j->dels = p;
-        j->dels_cap = cap;
-    }
+    if (st_array_grow((void **)&j->dels, &j->dels_cap, j->ndels + 1, sizeof *j->dels))
+        return NULL;
     vdeletion *d = &j->dels[j->ndels];
     memset(d, 0, sizeof *d);
     if (!(d->path = strdup(path)))
@@ -158,7 +153,8 @@ int vfs_rmdir_drop_unseen(st_vfs *v, vnode *n)
         if (!unseen_remote_file(n, n->kids[i]))
             return 0;
     while (n->nkids)
-        vfs_drop_file(v, n->kids[n->nkids - 1], 1);
+        if (vfs_drop_file(v, n->kids[n->nkids - 1], 1, 1))
+            return 0; /* the journal failed (last_error): the rmdir fails as not empty */
     return 1;
 }
 
@@ -219,7 +215,9 @@ void vfs_deletion_cancel(st_vfs *v, vnode *n)
     if (!d)
         return;
     uint64_t step = d->step;
-    vfs_journal_drop_deletion(v, j->name, step);
+    if (vfs_journal_drop_deletion(v, j->name, step))
+        return; /* the request stays, here as in the journal: the old version is
+                   deleted first, then the new files are uploaded (error in last_error) */
     deletion_remove(j, d);
     /* The old version stays hidden: the new files written here replace it. */
     vstep *s = vfs_step(j, step, 1);
@@ -274,7 +272,9 @@ static void move_file(st_vfs *v, vjob *j, vnode *n)
     n->from_remote = 0;
     if (n->state == VFILE_DURABLE)
         n->state = VFILE_CLOSED;
-    vfs_journal_put_file(v, n);
+    /* Without the row, a restart finds the file in the deleted step again
+     * and the request moves it again (state moving_files). */
+    (void)vfs_journal_put_file(v, n);
     vstep *s = to != VFS_NO_STEP ? vfs_step(j, to, 1) : NULL;
     if (!s)
         return;
@@ -383,8 +383,10 @@ static void try_deletion(st_vfs *v, const char *job, uint64_t step, uint64_t id)
     st_gc_report_free(&r);
     if (!d)
         return; /* written again meanwhile: the new version is uploaded next */
-    vfs_journal_drop_tombstones(v, job, d->path); /* what they hid is gone */
-    vfs_journal_drop_deletion(v, job, step);
+    /* Rows left behind make a restart run the request again, which finds
+     * nothing left to delete and drops them (docs/MOUNT.md, the crash table). */
+    (void)vfs_journal_drop_tombstones(v, job, d->path); /* what they hid is gone */
+    (void)vfs_journal_drop_deletion(v, job, step);
     deletion_remove(j, d);
     vfs_forget_step(v, j, step);
 }

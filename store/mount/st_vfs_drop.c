@@ -17,16 +17,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
+st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
 {
     char path[ST_MANIFEST_MAX_PATH + 1];
     vnode *jd = vfs_job_dir(n);
+    st_err e = ST_OK;
     if (jd && vfs_job_path(n, path, sizeof path)) {
         if (tombstone && (n->remote || n->from_remote))
-            vfs_journal_tombstone(v, jd->name, path);
+            e = vfs_journal_tombstone(v, jd->name, path);
         else
-            vfs_journal_delete(v, jd->name, path);
+            e = vfs_journal_delete(v, jd->name, path);
     }
+    if (e && keep_on_error)
+        return e; /* the file stays, as the journal says */
     if (n->sid) {
         char sp[PATH_MAX];
         vfs_staging_path(v, n->sid, sp, sizeof sp);
@@ -34,8 +37,10 @@ void vfs_drop_file(st_vfs *v, vnode *n, int tombstone)
         v->staged_bytes -= n->size;
         n->sid = 0;
     }
+    vfs_set_write_failed(v, n, ST_OK); /* removed: it no longer holds its step back */
     vfs_unlink_node(v, n);
     vfs_maybe_free(v, n);
+    return e;
 }
 
 /* Frees staging space by dropping local copies of durable, unopened files
@@ -54,7 +59,9 @@ void vfs_evict_durable(st_vfs *v, uint64_t need)
         unlink(sp);
         v->staged_bytes -= n->size;
         n->sid = 0;
-        vfs_journal_put_file(v, n);
+        /* If the row keeps naming the staging file, recovery finds it gone
+         * and serves the durable content from the store all the same. */
+        (void)vfs_journal_put_file(v, n);
     }
 }
 
@@ -64,13 +71,16 @@ static void forget_file(st_vfs *v, vnode *jd, vnode *n, uint64_t step)
 {
     char path[ST_MANIFEST_MAX_PATH + 1];
     vnode *dir = n->parent;
-    vfs_drop_file(v, n, 0);
+    /* On a journal error the file stays, as the journal says (the error is
+     * in last_error); the refresh that finds the step gone tries again. */
+    if (vfs_drop_file(v, n, 0, 1))
+        return;
     while (dir && dir != jd && !dir->nkids && vfs_job_path(dir, path, sizeof path)) {
         int last;
         vnode *up = dir->parent;
         if (vfs_named_step(v, dir, path, &last) != step)
             break;
-        vfs_journal_delete(v, jd->name, path);
+        (void)vfs_journal_delete(v, jd->name, path); /* at worst an empty dir after a restart */
         vfs_unlink_node(v, dir);
         vfs_maybe_free(v, dir);
         dir = up;
@@ -98,5 +108,7 @@ void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step)
     size_t i = (size_t)(s - j->steps);
     memmove(j->steps + i, j->steps + i + 1, (j->nsteps - i - 1) * sizeof *j->steps);
     j->nsteps--;
-    vfs_journal_drop_step(v, j->name, step);
+    /* A row left behind recreates an empty step at a restart, which holds
+     * no file and is forgotten again: harmless. */
+    (void)vfs_journal_drop_step(v, j->name, step);
 }

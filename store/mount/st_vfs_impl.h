@@ -78,6 +78,12 @@ struct vnode {
     uint32_t world;  /* its WORLD_SIZE, 0: unknown */
     vremote *remote; /* where its durable content lives, NULL: nowhere */
     int fetching;    /* a fetch of the remote content is under way */
+    /* A write to the file failed (ST_ERR_NOSPACE: the staging cap or the
+     * disk; ST_ERR_IO) since it was last truncated to 0: its content is not
+     * what the writer meant, so its step neither completes nor uploads until
+     * the file is rewritten or removed (docs/STEPS.md, "A failed write").
+     * 0: none. Counted in st_vfs.nfailed while the file is in the tree. */
+    st_err write_failed;
     /* When the remote view added this node (st_mono_ns; 0: made here), and,
      * for a directory, when it was last listed: a remote file added after
      * the listing was never seen by whoever empties the directory. */
@@ -98,8 +104,13 @@ typedef struct vstep {
     int64_t last_activity_ns; /* last writer open or close (eager publishing) */
     int dirty;                /* closed changes not yet queued (eager publishing) */
     int upload_waits;         /* completed while writers were open: queue at the last close */
+    int moved_on;             /* a rule fired while files of it were open for writing (R3:
+                                 its single file closed; R4: its writer opened a newer
+                                 step): complete at the last close */
+    int blocked_complete;     /* a rule fired while a file of it had a failed write */
+    int blocked_upload;       /* an upload was due while a file of it had a failed write */
     st_rank_commit *commits;  /* explicit per-rank commits made on this node */
-    size_t ncommits;
+    size_t ncommits, commits_cap;
 } vstep;
 
 /* A request to delete a step from the store (st_vfs_delete.c draws its life). */
@@ -172,11 +183,13 @@ struct st_vfs {
 
     /* namespace (lock) */
     vnode **inodes; /* indexed by ino; NULL once freed */
-    uint64_t ninodes, inodes_cap;
+    uint64_t ninodes;
+    size_t inodes_cap;
     vnode *root;
     void *journal; /* sqlite3*, used under lock */
     uint64_t next_sid;
     uint64_t staged_bytes; /* bytes of staging files */
+    uint64_t nfailed;      /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;
 
@@ -218,6 +231,8 @@ struct st_vfs {
  *                     completion rules, status, open/close */
 
 /* st_vfs_tree.c — every call under v->lock unless it says otherwise */
+/* One message to opts.log, its control bytes escaped ("\\n"): a name with a
+ * newline stays on its line. No lock needed. */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
@@ -252,6 +267,14 @@ uint64_t vfs_newest_step(const vjob *j);
 struct json_object;
 int vfs_json_add(struct json_object *obj, const char *key, struct json_object *val);
 struct json_object *vfs_json_fixed(double v, int decimals);
+/* A file of step of job (in the tree) whose write failed, or NULL: such a
+ * step neither completes nor uploads (vnode.write_failed). */
+vnode *vfs_failed_file(st_vfs *v, const char *job, uint64_t step);
+/* Sets or clears n's write_failed, keeping v->nfailed. */
+void vfs_set_write_failed(st_vfs *v, vnode *n, st_err why);
+/* Puts the first file with a failed write, and why, in v->last_error (the
+ * status file says which file blocks which step); nothing if none. */
+void vfs_note_failed_files(st_vfs *v);
 /* The deletion request for step of job j, or NULL. */
 vdeletion *vfs_deletion_find(const vjob *j, uint64_t step);
 /* The step n's own path names (a file by its path, a directory as if it
@@ -315,8 +338,10 @@ st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path)
 /* st_vfs_drop.c — every call under v->lock */
 /* Removes file n from the namespace and frees its staging data; with
  * tombstone, a file whose content is in the store stays hidden here (the
- * journal keeps a tombstone), else its journal row just goes. */
-void vfs_drop_file(st_vfs *v, vnode *n, int tombstone);
+ * journal keeps a tombstone), else its journal row just goes. Returns the
+ * journal's error: with keep_on_error the file then stays (an unlink that
+ * fails), else it goes all the same (undoing a create). */
+st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error);
 /* Drops local copies of durable, unopened files until `need` more bytes fit
  * under the staging cap (they become remote again). */
 void vfs_evict_durable(st_vfs *v, uint64_t need);

@@ -45,6 +45,7 @@ static const char journal_schema[] =
     "  state INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL DEFAULT -1,"
     "  remote_step INTEGER NOT NULL DEFAULT -1, remote_node TEXT, remote_rev INTEGER,"
     "  remote_path TEXT, rank INTEGER NOT NULL DEFAULT -1, world INTEGER NOT NULL DEFAULT 0,"
+    "  failed INTEGER NOT NULL DEFAULT 0,"
     "  PRIMARY KEY (job, path)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS steps ("
     "  job TEXT NOT NULL, step INTEGER NOT NULL, complete INTEGER NOT NULL,"
@@ -56,9 +57,16 @@ static const char journal_schema[] =
 
 #define DB(v) ((sqlite3 *)(v)->journal)
 
+/* The column a journal of an older version lacks (vnode.write_failed). */
+static const char journal_add_failed[] =
+    "ALTER TABLE entries ADD COLUMN failed INTEGER NOT NULL DEFAULT 0";
+
 static st_err jerr(st_vfs *v, const char *what)
 {
-    st_err e = st_seterr(ST_ERR_IO, "journal: %s: %s", what, sqlite3_errmsg(DB(v)));
+    /* A full staging disk is ENOSPC to the writer, not EIO. */
+    int full = sqlite3_errcode(DB(v)) == SQLITE_FULL;
+    st_err e = st_seterr(full ? ST_ERR_NOSPACE : ST_ERR_IO, "journal: %s: %s", what,
+                         sqlite3_errmsg(DB(v)));
     snprintf(v->last_error, sizeof v->last_error, "%s", st_errmsg());
     vfs_log(v, 2, "%s", st_errmsg());
     return e;
@@ -110,6 +118,8 @@ st_err vfs_journal_open(st_vfs *v)
         sqlite3_free(msg);
         return e;
     }
+    /* Fails with "duplicate column" on every journal that has it: fine. */
+    (void)sqlite3_exec(db, journal_add_failed, NULL, NULL, NULL);
     return ST_OK;
 }
 
@@ -128,13 +138,13 @@ st_err vfs_journal_put_file(st_vfs *v, vnode *n)
     const vremote *r = n->remote;
     return exec(v,
                 "INSERT OR REPLACE INTO entries VALUES"
-                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
-                "ttiiiiiiininii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
+                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
+                "ttiiiiiiininiii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
                 (int64_t)n->mode, n->mtime_ns, (int64_t)n->state,
                 n->step == VFS_NO_STEP ? (int64_t)-1 : (int64_t)n->step,
                 r ? (int64_t)r->step : (int64_t)-1, r ? r->node : NULL,
                 r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL, (int64_t)n->rank,
-                (int64_t)n->world);
+                (int64_t)n->world, (int64_t)n->write_failed);
 }
 
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
@@ -210,8 +220,11 @@ st_err vfs_journal_put_step(st_vfs *v, const char *job, const vstep *s)
     for (size_t i = 0; i < s->ncommits && len < sizeof commits - 24; i++)
         len += (size_t)snprintf(commits + len, sizeof commits - len, "%s%u:%u", i ? "," : "",
                                 s->commits[i].rank, s->commits[i].world_size);
+    /* complete: 1 complete, 2 a rule fired while a file of the step had a
+     * failed write (vstep.blocked_complete), 0 neither. */
+    int64_t complete = s->complete ? 1 : s->blocked_complete ? 2 : 0;
     return exec(v, "INSERT OR REPLACE INTO steps VALUES (?1, ?2, ?3, ?4, ?5)", "tiiit", job,
-                (int64_t)s->step, (int64_t)s->complete, (int64_t)s->revision, commits);
+                (int64_t)s->step, complete, (int64_t)s->revision, commits);
 }
 
 st_err vfs_journal_drop_step(st_vfs *v, const char *job, uint64_t step)
@@ -265,10 +278,9 @@ static void parse_commits(vstep *s, const char *text)
         int used;
         if (sscanf(text, "%u:%u%n", &rank, &world, &used) != 2 || rank >= world)
             return;
-        st_rank_commit *p = realloc(s->commits, (s->ncommits + 1) * sizeof *p);
-        if (!p)
+        if (st_array_grow((void **)&s->commits, &s->commits_cap, s->ncommits + 1,
+                          sizeof *s->commits))
             return;
-        s->commits = p;
         s->commits[s->ncommits++] = (st_rank_commit){rank, world};
         text += used;
         if (*text == ',')
@@ -315,17 +327,24 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         if (state == VFILE_WRITING) {
             /* never acknowledged: not kept (see the file comment) */
             unlink(sp);
-            exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
+            /* A row left behind is dropped the same way at the next start. */
+            (void)exec(v, "DELETE FROM entries WHERE job=?1 AND path=?2", "tt", job, path);
             return;
-        }
-        if (stat(sp, &st) < 0) {
-            vfs_log(v, 2, "journal names %s/%s but its staging file is gone", job, path);
-            sid = 0;
         }
     }
     int64_t rstep = sqlite3_column_int64(q, 9);
     const char *rnode = (const char *)sqlite3_column_text(q, 10);
     const char *rpath = (const char *)sqlite3_column_text(q, 12);
+    int stored = state == VFILE_DURABLE && rstep >= 0 && rnode && rpath;
+    int lost_local = 0;
+    if (sid && stat(sp, &st) < 0) {
+        /* A durable file's content is served from the store: its local copy
+         * is only a cache, and the row is corrected below (lost_local). */
+        if (!stored)
+            vfs_log(v, 2, "journal names %s/%s but its staging file is gone", job, path);
+        sid = 0;
+        lost_local = 1;
+    }
     if (!sid && (rstep < 0 || !rnode || !rpath))
         return; /* nothing left to serve it from */
     vnode *n = vfs_node_new(v, dir, base, S_IFREG | (mode & 07777));
@@ -357,6 +376,12 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     }
     if (n->step != VFS_NO_STEP)
         vfs_step(j, n->step, 1);
+    vfs_set_write_failed(v, n, (st_err)sqlite3_column_int(q, 15));
+    /* The row says "no local copy" from now on, so a restart says nothing
+     * more about it. A failed write leaves the old row: the next start
+     * corrects it then. */
+    if (lost_local)
+        (void)vfs_journal_put_file(v, n);
 }
 
 st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *ndels)
@@ -381,7 +406,9 @@ st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *nde
         vstep *s = j ? vfs_step(j, (uint64_t)sqlite3_column_int64(q, 1), 1) : NULL;
         if (!s)
             continue;
-        s->complete = sqlite3_column_int(q, 2);
+        int complete = sqlite3_column_int(q, 2);
+        s->complete = complete == 1;
+        s->blocked_complete = complete == 2;
         s->revision = (uint32_t)sqlite3_column_int64(q, 3);
         if (!s->ncommits)
             parse_commits(s, (const char *)sqlite3_column_text(q, 4));

@@ -37,6 +37,7 @@
 static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
                        const st_file_entry *f)
 {
+    int cached = 0; /* n had a fetched copy, whose journal row names it */
     if (vfs_journal_is_tombstone(v, jd->name, f->path))
         return;
     const char *base;
@@ -57,6 +58,7 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
             unlink(sp);
             v->staged_bytes -= n->size;
             n->sid = 0;
+            cached = 1;
         }
     } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
         return;
@@ -83,6 +85,11 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
     n->state = VFILE_DURABLE;
     n->step = step;
     n->version = n->durable_version = n->version + 1;
+    /* The row of the dropped copy must not name its staging file any more.
+     * If this write fails, recovery finds the file gone and serves the
+     * store's copy all the same (st_vfs_journal.c). */
+    if (cached)
+        (void)vfs_journal_put_file(v, n);
 }
 
 /* Loads one step into the view if it is consistent (no lock held on entry):
@@ -102,12 +109,22 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     vjob *j = vfs_job(v, job, 1);
     vnode *jd = vfs_child(v->root, job);
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
-        vfs_journal_put_dir(v, jd);
+        (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
     vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
     if (jd && s && !s->remote_loaded) {
-        for (size_t i = 0; i < sv.nparts; i++)
+        for (size_t i = 0; i < sv.nparts; i++) {
+            /* This node's own part, of a revision it published or while it
+             * publishes a newer one: the tree here is newer than the store,
+             * and a path of that part missing here was renamed or removed
+             * since (merging it would bring a ghost back). After a lost
+             * staging (revision 0, nothing queued) the part is merged. */
+            const st_part *p = &sv.parts[i];
+            if (!strcmp(p->node, v->node) &&
+                (p->revision <= s->revision || s->uploading || s->queued))
+                continue;
             for (size_t f = 0; f < sv.manifests[i].nfiles; f++)
-                merge_file(v, jd, &sv.parts[i], k->step, &sv.manifests[i].files[f]);
+                merge_file(v, jd, p, k->step, &sv.manifests[i].files[f]);
+        }
         s->remote_loaded = 1;
         if (!s->durable_ns)
             s->durable_ns = sv.created_ns;
@@ -363,8 +380,10 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
         n->from_remote = 1;
         n->durable_version = n->version;
         v->staged_bytes += size;
+        /* The copy is a cache of durable content: without its row a restart
+         * fetches it again. */
         if (n->parent)
-            vfs_journal_put_file(v, n);
+            (void)vfs_journal_put_file(v, n);
     } else {
         snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
         vfs_log(v, 2, "%s", v->last_error);

@@ -11,6 +11,7 @@
  * on v->changed.
  */
 #include "mount/st_vfs_impl.h"
+#include "util/st_array.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -25,31 +26,48 @@
 
 #include "util/st_fsutil.h"
 
+/* Copies msg into out with control bytes written as C escapes ("\\n",
+ * "\\x01"): a file name holding a newline must not split a log line, nor
+ * forge one. */
+static void escape_controls(const char *msg, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 < cap; p++) {
+        if (*p >= 0x20 && *p != 0x7f) {
+            out[o++] = (char)*p;
+            continue;
+        }
+        out[o++] = '\\';
+        switch (*p) {
+        case '\n': out[o++] = 'n'; break;
+        case '\r': out[o++] = 'r'; break;
+        case '\t': out[o++] = 't'; break;
+        default: o += (size_t)snprintf(out + o, cap - o, "x%02x", *p); break;
+        }
+    }
+    out[o] = '\0';
+}
+
 void vfs_log(st_vfs *v, int level, const char *fmt, ...)
 {
     if (!v->opts.log)
         return;
-    char msg[1024];
+    char msg[1024], line[4 * sizeof msg];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    v->opts.log(v->opts.log_arg, level, msg);
+    escape_controls(msg, line, sizeof line);
+    v->opts.log(v->opts.log_arg, level, line);
 }
 
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
 {
-    if (v->ninodes >= v->inodes_cap) {
-        uint64_t cap = v->inodes_cap ? v->inodes_cap * 2 : 1024;
-        while (cap <= v->ninodes)
-            cap *= 2;
-        vnode **p = realloc(v->inodes, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        memset(p + v->inodes_cap, 0, (cap - v->inodes_cap) * sizeof *p);
-        v->inodes = p;
-        v->inodes_cap = cap;
-    }
+    size_t old_cap = v->inodes_cap;
+    if (st_array_grow((void **)&v->inodes, &v->inodes_cap, v->ninodes + 1, sizeof *v->inodes))
+        return NULL;
+    /* slots below ninodes that were never used read as freed inodes */
+    memset(v->inodes + old_cap, 0, (v->inodes_cap - old_cap) * sizeof *v->inodes);
     vnode *n = calloc(1, sizeof *n);
     if (!n || !(n->name = strdup(name))) {
         free(n);
@@ -103,14 +121,8 @@ st_err vfs_link(vnode *dir, vnode *child)
     size_t i = kid_index(dir, child->name, &found);
     if (found)
         return st_seterr(ST_ERR_EXISTS, "%s exists", child->name);
-    if (dir->nkids == dir->kids_cap) {
-        size_t cap = dir->kids_cap ? dir->kids_cap * 2 : 8;
-        vnode **p = realloc(dir->kids, cap * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        dir->kids = p;
-        dir->kids_cap = cap;
-    }
+    if (st_array_grow((void **)&dir->kids, &dir->kids_cap, dir->nkids + 1, sizeof *dir->kids))
+        return ST_ERR_NOMEM;
     memmove(dir->kids + i + 1, dir->kids + i, (dir->nkids - i) * sizeof *dir->kids);
     dir->kids[i] = child;
     dir->nkids++;
@@ -220,14 +232,8 @@ vjob *vfs_job(st_vfs *v, const char *name, int create)
             return &v->jobs[i];
     if (!create)
         return NULL;
-    if (v->njobs == v->jobs_cap) {
-        size_t cap = v->jobs_cap ? v->jobs_cap * 2 : 8;
-        vjob *p = realloc(v->jobs, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        v->jobs = p;
-        v->jobs_cap = cap;
-    }
+    if (st_array_grow((void **)&v->jobs, &v->jobs_cap, v->njobs + 1, sizeof *v->jobs))
+        return NULL;
     vjob *j = &v->jobs[v->njobs++];
     memset(j, 0, sizeof *j);
     snprintf(j->name, sizeof j->name, "%s", name);
@@ -248,14 +254,8 @@ vstep *vfs_step(vjob *j, uint64_t step, int create)
     }
     if (!create)
         return NULL;
-    if (j->nsteps == j->steps_cap) {
-        size_t cap = j->steps_cap ? j->steps_cap * 2 : 16;
-        vstep *p = realloc(j->steps, cap * sizeof *p);
-        if (!p)
-            return NULL;
-        j->steps = p;
-        j->steps_cap = cap;
-    }
+    if (st_array_grow((void **)&j->steps, &j->steps_cap, j->nsteps + 1, sizeof *j->steps))
+        return NULL;
     memmove(j->steps + lo + 1, j->steps + lo, (j->nsteps - lo) * sizeof *j->steps);
     j->nsteps++;
     memset(&j->steps[lo], 0, sizeof j->steps[lo]);
@@ -269,15 +269,9 @@ void vfs_enqueue(st_vfs *v, const char *job, uint64_t step)
     vstep *s = j ? vfs_step(j, step, 0) : NULL;
     if (!s || s->queued || vfs_deletion_find(j, step))
         return; /* a step removed through the mount is never published again */
-    if (v->nqueue == v->queue_cap) {
-        size_t cap = v->queue_cap ? v->queue_cap * 2 : 16;
-        upload_item *p = realloc(v->queue, cap * sizeof *p);
-        if (!p) {
-            vfs_log(v, 2, "out of memory queueing step %" PRIu64 " of %s", step, job);
-            return;
-        }
-        v->queue = p;
-        v->queue_cap = cap;
+    if (st_array_grow((void **)&v->queue, &v->queue_cap, v->nqueue + 1, sizeof *v->queue)) {
+        vfs_log(v, 2, "out of memory queueing step %" PRIu64 " of %s", step, job);
+        return;
     }
     upload_item *it = &v->queue[v->nqueue++];
     snprintf(it->job, sizeof it->job, "%s", job);
@@ -313,6 +307,49 @@ void vfs_timedwait(st_vfs *v, int64_t due)
         ts.tv_nsec -= 1000000000;
     }
     pthread_cond_timedwait(&v->changed, &v->lock, &ts);
+}
+
+vnode *vfs_failed_file(st_vfs *v, const char *job, uint64_t step)
+{
+    if (!v->nfailed)
+        return NULL; /* the common case costs nothing */
+    vnode *jd = vfs_child(v->root, job);
+    for (uint64_t i = 0; jd && i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        if (n && n->write_failed && n->parent && n->step == step && vfs_job_dir(n) == jd)
+            return n;
+    }
+    return NULL;
+}
+
+void vfs_set_write_failed(st_vfs *v, vnode *n, st_err why)
+{
+    if (why && !n->parent)
+        return; /* unlinked while open: nothing will publish it */
+    if (why && !n->write_failed)
+        v->nfailed++;
+    else if (!why && n->write_failed)
+        v->nfailed--;
+    n->write_failed = why;
+}
+
+void vfs_note_failed_files(st_vfs *v)
+{
+    for (uint64_t i = 0; v->nfailed && i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        vnode *jd = n && n->write_failed && n->parent ? vfs_job_dir(n) : NULL;
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!jd || !vfs_job_path(n, path, sizeof path))
+            continue;
+        char step[32] = "no step yet";
+        if (n->step != VFS_NO_STEP)
+            snprintf(step, sizeof step, "step %" PRIu64, n->step);
+        snprintf(v->last_error, sizeof v->last_error,
+                 "%s/%.300s: a write to staging failed (%s); %s waits until the file is rewritten "
+                 "or removed",
+                 jd->name, path, st_strerror(n->write_failed), step);
+        return;
+    }
 }
 
 vdeletion *vfs_deletion_find(const vjob *j, uint64_t step)

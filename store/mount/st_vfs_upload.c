@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/st_array.h"
 #include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
@@ -63,7 +64,7 @@ typedef struct snapshot {
     st_part part;          /* what this node's part record will say, minus the manifest */
     uint64_t metadata_sid; /* a DCP .metadata among the files: its staging id */
     char **keep;           /* naming markers now in another step (see carry_moved) */
-    size_t nkeep;
+    size_t nkeep, keep_cap;
     char metadata_dir[ST_MANIFEST_MAX_PATH + 1];
 } snapshot;
 
@@ -105,41 +106,36 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
         vnode *n = v->inodes[i];
         if (!n || !n->parent || !S_ISREG(n->mode) || vfs_job_dir(n) != jd)
             continue;
-        if (n->step == VFS_NO_STEP && n->sid && n->state != VFILE_WRITING && !n->writers) {
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        if (!vfs_job_path(n, path, sizeof path))
+            continue; /* cannot happen: renames and creates refuse such paths */
+        /* (R6) except a file of a step's temporary directory, and a file
+         * whose write failed, which would hold this step back */
+        if (n->step == VFS_NO_STEP && n->sid && n->state != VFILE_WRITING && !n->writers &&
+            !n->write_failed && !st_steprules_in_temp_dir(v->rules, path, NULL)) {
             n->step = it->step;
-            vfs_journal_put_file(v, n);
+            if (vfs_journal_put_file(v, n)) /* recovery finds it loose: R6 again */
+                vfs_log(v, 1, "journal: the step of a loose file stays unrecorded");
         }
         if (n->step != it->step && n->step != VFS_NO_STEP) {
             /* A naming marker (`latest`) that moved on to a newer step: the
              * version this step published stays in it. */
-            char mp[ST_MANIFEST_MAX_PATH + 1];
-            char **k;
-            if (vfs_job_path(n, mp, sizeof mp) &&
-                st_steprules_marker_kind(v->rules, mp) == ST_MARKER_NAMES_STEP &&
-                (k = realloc(s->keep, (s->nkeep + 1) * sizeof *k))) {
-                s->keep = k;
-                if ((k[s->nkeep] = strdup(mp)))
-                    s->nkeep++;
-            }
+            if (st_steprules_marker_kind(v->rules, path) != ST_MARKER_NAMES_STEP)
+                continue;
+            if (st_array_grow((void **)&s->keep, &s->keep_cap, s->nkeep + 1, sizeof *s->keep) ||
+                !(s->keep[s->nkeep] = strdup(path)))
+                return st_seterr(ST_ERR_NOMEM, "out of memory");
+            s->nkeep++;
             continue;
         }
-        if (n->writers || n->state == VFILE_WRITING)
-            continue;
+        if (n->step == VFS_NO_STEP || n->writers || n->state == VFILE_WRITING)
+            continue; /* not adopted above: in no step yet */
         int ours = n->remote && !strcmp(n->remote->node, v->node) && n->remote->step == it->step;
         int carry = ours && (!n->sid || n->version == n->durable_version);
         if (!carry && (!n->sid || n->from_remote))
             continue; /* another node's file: in its own manifest */
-        char path[ST_MANIFEST_MAX_PATH + 1];
-        if (!vfs_job_path(n, path, sizeof path))
-            continue;
-        if (s->n == s->cap) {
-            size_t cap = s->cap ? s->cap * 2 : 16;
-            snap_file *p = realloc(s->files, cap * sizeof *p);
-            if (!p)
-                return st_seterr(ST_ERR_NOMEM, "out of memory");
-            s->files = p;
-            s->cap = cap;
-        }
+        if (st_array_grow((void **)&s->files, &s->cap, s->n + 1, sizeof *s->files))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
         snap_file *f = &s->files[s->n];
         memset(f, 0, sizeof *f);
         f->ino = n->ino;
@@ -191,7 +187,7 @@ static void expect_dcp_shards(st_vfs *v, snapshot *s)
     int fd = open(sp, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
-    size_t cap = 16u << 20, got = 0;
+    size_t cap = 16u << 20, got = 0, expected_cap = s->part.nexpected;
     uint8_t *buf = malloc(cap);
     if (buf)
         st_read_full(fd, buf, cap, &got, sp);
@@ -217,11 +213,10 @@ static void expect_dcp_shards(st_vfs *v, snapshot *s)
             dup |= !strcmp(s->part.expected[e], path);
         if (dup || n <= 0 || (size_t)n >= sizeof path || s->part.nexpected >= ST_PART_MAX_EXPECTED)
             continue;
-        char **p = realloc(s->part.expected, (s->part.nexpected + 1) * sizeof *p);
-        if (!p)
+        if (st_array_grow((void **)&s->part.expected, &expected_cap, s->part.nexpected + 1,
+                          sizeof *s->part.expected))
             break;
-        s->part.expected = p;
-        if ((p[s->part.nexpected] = strdup(path)))
+        if ((s->part.expected[s->part.nexpected] = strdup(path)))
             s->part.nexpected++;
         i = k + 6;
     }
@@ -388,7 +383,9 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
         n->remote = r;
         n->state = VFILE_DURABLE;
         n->durable_version = n->version;
-        vfs_journal_put_file(v, n);
+        /* Left CLOSED in the journal, the file is uploaded again after a
+         * restart: stored once more (dedup), never lost. */
+        (void)vfs_journal_put_file(v, n);
     }
 }
 
@@ -432,6 +429,11 @@ void *vfs_uploader_main(void *arg)
             s->upload_waits = 1; /* re-queued by the last writer's close */
             continue;
         }
+        if (vfs_failed_file(v, it.job, it.step)) {
+            s->blocked_upload = 1; /* queued again once the file is rewritten or removed */
+            vfs_note_failed_files(v);
+            continue;
+        }
         snapshot snap;
         if (take_snapshot(v, &it, &snap) || (!snap.n && !snap.part.ncommits)) {
             snapshot_free(&snap);
@@ -464,6 +466,7 @@ void *vfs_uploader_main(void *arg)
         } else {
             backoff = 1;
             v->last_error[0] = '\0';
+            vfs_note_failed_files(v); /* still true after this upload */
             v->uploaded_bytes += logical;
             v->stored_bytes += stored;
             v->upload_ns += took;
@@ -472,7 +475,9 @@ void *vfs_uploader_main(void *arg)
             if (s) {
                 s->revision = revision;
                 s->durable_ns = st_now_ns();
-                vfs_journal_put_step(v, it.job, s);
+                /* The next revision's floor is read from our part record in
+                 * the store (store_step), not only from this row. */
+                (void)vfs_journal_put_step(v, it.job, s);
             }
             vfs_log(v, 0, "step %" PRIu64 " of %s is durable (revision %u, %zu files)", it.step,
                     it.job, revision, snap.n);

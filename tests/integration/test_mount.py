@@ -251,6 +251,103 @@ class MountTest(MountTestCase):
         self.assertIn("staging", read_status(m)["last_error"])
         m.assert_fault_fired()
 
+    def test_failed_write_is_not_published(self):
+        # Issue 12, bug 1: over --staging-cap the write fails with ENOSPC; the
+        # truncated file must not be published with its step, whatever
+        # completes the step (the marker, eager publishing, the unmount),
+        # until it is rewritten. close() says ENOSPC too, never EIO.
+        m = self.mount("a", extra=("--staging-cap", "4M"))
+        d = os.path.join(m.path, JOB, "step-1")
+        os.makedirs(d)
+        fd = os.open(os.path.join(d, "model.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.write(fd, os.urandom(3 << 20))
+            with self.assertRaises(OSError) as cm:
+                for _ in range(4):  # a write across the cap is short first
+                    os.write(fd, os.urandom(1 << 20))
+            self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        finally:
+            with self.assertRaises(OSError) as cm:
+                os.close(fd)
+            self.assertEqual(cm.exception.errno, errno.ENOSPC)
+        open(os.path.join(d, ".ckpt-complete"), "w").close()
+        time.sleep(4)  # eager publishing waits 2 s of quiet
+        st = read_status(m)
+        self.assertEqual(step_state(st, 1), "writing")
+        self.assertIn("step-1/model.bin", st["last_error"])
+        self.assertIn("no space left", st["last_error"])
+        self.assertNotIn(1, [s["step"] for s in list_steps(CKPTCTL, self.store, JOB)])
+        m.unmount()  # R8 leaves it alone too
+        self.assertNotIn(1, [s["step"] for s in list_steps(CKPTCTL, self.store, JOB)])
+        m.start()  # the journal remembers the failed write
+        time.sleep(3)
+        self.assertNotIn(1, [s["step"] for s in list_steps(CKPTCTL, self.store, JOB)])
+        whole = os.urandom(1 << 20)
+        with open(os.path.join(d, "model.bin"), "wb") as f:
+            f.write(whole)
+        self.durable(1, timeout=60)
+        b = self.mount("b")
+        with open(os.path.join(b.path, JOB, "step-1", "model.bin"), "rb") as f:
+            self.assertEqual(f.read(), whole)
+
+    def test_unlinked_writer_and_rename_edges(self):
+        # Issue 12, bug 2: a file unlinked while open for writing still gives
+        # its step's writer count back at its close, so the step is uploaded.
+        m = self.mount("a")
+        d = os.path.join(m.path, JOB, "step-3")
+        os.makedirs(d)
+        scratch = open(os.path.join(d, "scratch.bin"), "wb")
+        os.unlink(os.path.join(d, "scratch.bin"))
+        with open(os.path.join(d, "model.bin"), "wb") as f:
+            f.write(b"model 3")
+        open(os.path.join(d, ".ckpt-complete"), "w").close()
+        scratch.write(b"late")
+        scratch.close()
+        self.durable(3, timeout=30)
+
+        # renameat2: RENAME_NOREPLACE works (EEXIST on an existing target);
+        # RENAME_EXCHANGE is refused with EINVAL.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_fdcwd, noreplace, exchange = -100, 1, 2
+
+        def renameat2(src, dst, flags):
+            rc = libc.renameat2(at_fdcwd, src.encode(), at_fdcwd, dst.encode(), flags)
+            return 0 if rc == 0 else ctypes.get_errno()
+        a, b, c = (os.path.join(d, n) for n in ("a", "b", "c"))
+        for p in (a, b):
+            with open(p, "w") as f:
+                f.write(p)
+        self.assertEqual(renameat2(a, b, noreplace), errno.EEXIST)
+        self.assertEqual(renameat2(a, c, noreplace), 0)
+        self.assertEqual(renameat2(c, b, exchange), errno.EINVAL)
+        with open(c) as f:
+            self.assertEqual(f.read(), a)
+
+        # Issue 12, bug 7: a rename that pushes a path below it past the
+        # manifest's 4096 bytes is refused with ENAMETOOLONG (the file stays).
+        top = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        fds = [top]
+        try:
+            os.mkdir("d" * 200, dir_fd=top)
+            for i in range(19):
+                fds.append(os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+                if i < 18:
+                    os.mkdir("d" * 200, dir_fd=fds[-1])
+            # step-3/ + 19 directories of 200 bytes + a file of 254: 4080 bytes
+            ffd = os.open("f" * 254, os.O_WRONLY | os.O_CREAT, dir_fd=fds[-1])
+            os.write(ffd, b"deep")
+            os.close(ffd)
+            with self.assertRaises(OSError) as cm:
+                os.rename("d" * 200, "y" * 255, src_dir_fd=top, dst_dir_fd=top)
+            self.assertEqual(cm.exception.errno, errno.ENAMETOOLONG)
+            ffd = os.open("f" * 254, os.O_RDONLY, dir_fd=fds[-1])
+            self.assertEqual(os.read(ffd, 16), b"deep")
+            os.close(ffd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     def test_truncated_save_is_not_complete(self):
         m = self.mount("a")
         d = os.path.join(m.path, JOB)

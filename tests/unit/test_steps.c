@@ -795,6 +795,42 @@ static void random_robustness(const char *pattern, uint64_t seed)
     st_steprules_free(r);
 }
 
+/* A step's temporary directory (docs/STEPS.md §3): "tmp-" + a step directory
+ * component, anywhere above the file; the file itself never counts. */
+static void test_temp_dirs(void)
+{
+    st_steprules *r = rules_or_die(NULL);
+    static const struct {
+        const char *path;
+        int in_temp;
+        uint64_t step;
+    } cases[] = {
+        {"tmp-checkpoint-500/pytorch_model.bin", 1, 500},
+        {"tmp-checkpoint-500/global_step500/mp_rank_00_model_states.pt", 1, 500},
+        {"out/tmp-step_7/x", 1, 7},
+        {"tmp-checkpoint-500", 0, 0},   /* a file by that name */
+        {"tmp-ckpt-5.pt", 0, 0},        /* a file */
+        {"checkpoint-500/x", 0, 0},     /* the real name */
+        {"tmp-checkpoint-/x", 0, 0},    /* no number */
+        {"tmp-stepping/x", 0, 0},       /* not a step component */
+        {"tmp-ckpt-5.d/x", 0, 0},       /* a directory takes no extension */
+        {"tmpcheckpoint-500/x", 0, 0},  /* the prefix is "tmp-" */
+        {"TMP-checkpoint-500/x", 0, 0}, /* as HF writes it, lower case */
+        {"", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *p = exact_dup(cases[i].path);
+        uint64_t step = 0;
+        int got = st_steprules_in_temp_dir(r, p, &step);
+        if (got != cases[i].in_temp || (got && step != cases[i].step))
+            fprintf(stderr, "  %s: in_temp %d step %llu\n", cases[i].path, got,
+                    (unsigned long long)step);
+        CHECK(got == cases[i].in_temp && (!got || step == cases[i].step));
+        free(p);
+    }
+    st_steprules_free(r);
+}
+
 static void test_random_builtin(void)
 {
     random_robustness(NULL, 0xC0FFEE01);
@@ -815,6 +851,7 @@ int main(void)
     RUN(test_pattern_invalid);
     RUN(test_marker_kinds);
     RUN(test_marker_content);
+    RUN(test_temp_dirs);
     RUN(test_random_builtin);
     RUN(test_random_pattern_valid);
     return ut_finish();

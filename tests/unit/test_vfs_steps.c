@@ -220,12 +220,9 @@ static void test_r4_writer_moves_on(void)
 }
 
 /*
- * KNOWN BUG (kept out of the default run): R4 says step S is complete "once
- * nothing of S is open for writing" after its writer opened a file of a
- * newer step. The mount checks only at that open (step_writer_open in
- * store/st_vfs.c): if a file of S is still open then, closing it later
- * completes nothing, and S waits for eager publishing (complete = 0), R7 or
- * R8. Run with CKPT_TEST_KNOWN_BUGS=1.
+ * R4 when a file of S is still open as its writer moves on: S completes
+ * "once nothing of S is open for writing", at the later close of that file
+ * (the mount used to check only at the open of the newer step's file).
  */
 static void test_r4_completes_when_the_last_file_of_s_closes(void)
 {
@@ -238,7 +235,7 @@ static void test_r4_completes_when_the_last_file_of_s_closes(void)
     CHECK(is_writing(&m, 3));
     if (old)
         CHECK_OK(vh_close(&m, old));
-    CHECK(is_queued(&m, 3)); /* fails: "writing" */
+    CHECK(is_queued(&m, 3));
     if (next)
         CHECK_OK(vh_close(&m, next));
     vh_mount_close(&m);
@@ -397,11 +394,7 @@ int main(void)
     RUN(test_r2_naming_markers);
     RUN(test_r3_single_file);
     RUN(test_r4_writer_moves_on);
-    if (getenv("CKPT_TEST_KNOWN_BUGS"))
-        RUN(test_r4_completes_when_the_last_file_of_s_closes);
-    else
-        fprintf(stderr, "skip   test_r4_completes_when_the_last_file_of_s_closes (known bug; "
-                        "CKPT_TEST_KNOWN_BUGS=1 runs it)\n");
+    RUN(test_r4_completes_when_the_last_file_of_s_closes);
     RUN(test_r5_change_after_completion);
     RUN(test_r6_loose_files);
     RUN(test_r7_explicit_commit);

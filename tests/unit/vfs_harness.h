@@ -80,9 +80,23 @@ static inline void vh_teardown(void)
     ut_rmtree(vh_tmp);
 }
 
+/* The --staging-cap of the mounts opened next (0: none). */
+static uint64_t vh_staging_cap;
+
+/* Every log line of every mount since the last vh_log_clear(), each ended
+ * by '\n' (a test checks what was logged, and that one message is one line). */
+static char vh_logbuf[1 << 16];
+
+static inline void vh_log_clear(void)
+{
+    vh_logbuf[0] = '\0';
+}
+
 /* Logs of the mounts go to stderr only with CKPT_TEST_VERBOSE set. */
 static inline void vh_log(void *arg, int level, const char *msg)
 {
+    size_t used = strlen(vh_logbuf);
+    snprintf(vh_logbuf + used, sizeof vh_logbuf - used, "%s\n", msg);
     if (getenv("CKPT_TEST_VERBOSE"))
         fprintf(stderr, "  [%s] %s%s\n", (const char *)arg, level >= 2 ? "error: " : "", msg);
 }
@@ -117,6 +131,7 @@ static inline st_err vh_mount_open_fault(vh_mount *m, st_backend *store, const c
         .staging_dir = m->staging,
         .node = m->node,
         .refresh_seconds = 0.1,
+        .staging_cap = vh_staging_cap,
         .drain_seconds = fault ? 1 : 20, /* a failing store: do not wait at unmount */
         .log = vh_log,
         .log_arg = m->node,
@@ -328,14 +343,20 @@ static inline st_err vh_rmdir(vh_mount *m, const char *path)
     return e ? e : st_vfs_rmdir(m->v, dir, base);
 }
 
-static inline st_err vh_rename(vh_mount *m, const char *from, const char *to)
+/* rename(2); renameat2(2) with flags (ST_VFS_RENAME_NOREPLACE). */
+static inline st_err vh_rename_flags(vh_mount *m, const char *from, const char *to, unsigned flags)
 {
     uint64_t dir, ndir;
     const char *base, *nbase;
     st_err e = vh_parent(m, from, &dir, &base);
     if (!e)
         e = vh_parent(m, to, &ndir, &nbase);
-    return e ? e : st_vfs_rename(m->v, dir, base, ndir, nbase);
+    return e ? e : st_vfs_rename(m->v, dir, base, ndir, nbase, flags);
+}
+
+static inline st_err vh_rename(vh_mount *m, const char *from, const char *to)
+{
+    return vh_rename_flags(m, from, to, 0);
 }
 
 /* The entries of directory path other than "." and "..", sorted (readdir
