@@ -323,7 +323,8 @@ static void test_log_line_escapes_names(void)
     /* A single-file step cut short (a ZIP start, no end record) is logged
      * with its name: "ckpt-13.p\nt" is step 13 by name. */
     vh_log_clear();
-    CHECK_OK(vh_write(&a, VH_JOB "/ckpt-13.p\nt", "PK\x03\x04 and no end", 20, VH_PID_A));
+    static const char cut_zip[] = "PK\x03\x04 and no end";
+    CHECK_OK(vh_write(&a, VH_JOB "/ckpt-13.p\nt", cut_zip, sizeof cut_zip - 1, VH_PID_A));
     CHECK(strstr(vh_logbuf, "job/ckpt-13.p\\nt looks cut short") != NULL);
     CHECK(strchr(vh_logbuf, '\n') == vh_logbuf + strlen(vh_logbuf) - 1); /* one line */
     vh_mount_close(&a);
