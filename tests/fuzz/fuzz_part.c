@@ -17,20 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_input.h"
 #include "format/st_part.h"
 #include "util/st_hash.h"
 #include "util/st_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int all_zero(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return 0;
-    return 1;
-}
 
 static int same_part(const st_part *a, const st_part *b)
 {
@@ -50,17 +42,10 @@ static int same_part(const st_part *a, const st_part *b)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
-        return 0;
-    uint8_t mode = data[0];
-    size_t len = size - 1;
-    uint8_t *buf = malloc(len ? len : 1); /* exact size: an overread is an ASan report */
+    size_t len;
+    uint8_t *buf = fuzz_object_copy(data, size, &len);
     if (!buf)
         return 0;
-    if (len)
-        memcpy(buf, data + 1, len);
-    if ((mode & 1) && len >= 8)
-        st_le64_put(buf + len - 8, st_hash64(buf, len - 8));
 
     st_part p;
     st_err e = st_part_decode(buf, len, &p);
@@ -77,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         st_bytes_free(&re);
         st_part_free(&p);
     } else if ((e != ST_ERR_CORRUPT && e != ST_ERR_UNSUPPORTED && e != ST_ERR_NOMEM) ||
-               !all_zero(&p, sizeof p)) {
+               !fuzz_all_zero(&p, sizeof p)) {
         abort();
     }
     free(buf);
