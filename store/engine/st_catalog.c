@@ -2,6 +2,7 @@
  * st_catalog — part records and manifests in and out of the store, and the
  * consistency rule. See st_catalog.h, docs/PROTOCOL.md, docs/CONSISTENCY.md.
  */
+#define _GNU_SOURCE /* qsort_r */
 #include "engine/st_catalog.h"
 
 #include <inttypes.h>
@@ -61,8 +62,28 @@ typedef struct list_ctx {
     st_step_keys *steps;
     size_t n, cap;
     size_t nodes_cap; /* capacity of steps[n - 1].nodes, the step being filled */
+    /* Manifest keys listed before the step's first part record
+     * ("a.r3.manifest" sorts before "b.commit"): the largest revision,
+     * given to the step if a part record of it follows. */
+    uint64_t pending_step;
+    uint32_t pending_revision;
     int oom;
 } list_ctx;
+
+/* Notes the revision of a manifest key of step (listing order). */
+static void note_revision(list_ctx *l, uint64_t step, uint32_t revision)
+{
+    if (l->n && l->steps[l->n - 1].step == step) {
+        if (revision > l->steps[l->n - 1].max_revision)
+            l->steps[l->n - 1].max_revision = revision;
+        return;
+    }
+    if (l->pending_step != step || !l->pending_revision)
+        l->pending_revision = 0;
+    l->pending_step = step;
+    if (revision > l->pending_revision)
+        l->pending_revision = revision;
+}
 
 static int add_node(list_ctx *l, const char *node)
 {
@@ -80,13 +101,21 @@ static int collect_part(void *arg, const char *key, uint64_t size)
     uint64_t step;
     const char *rest;
     char node[ST_NODE_MAX + 1];
-    if (st_key_parse_step(key, l->job, &step, &rest) != ST_OK || !st_key_parse_part(rest, node))
+    uint32_t revision;
+    if (st_key_parse_step(key, l->job, &step, &rest) != ST_OK)
+        return 0;
+    if (st_key_parse_manifest(rest, node, &revision)) {
+        note_revision(l, step, revision);
+        return 0;
+    }
+    if (!st_key_parse_part(rest, node))
         return 0;
     /* The listing is in key order, so one step's parts arrive together. */
     if (!l->n || l->steps[l->n - 1].step != step) {
         if (st_array_grow((void **)&l->steps, &l->cap, l->n + 1, sizeof *l->steps))
             return l->oom = 1;
-        l->steps[l->n++] = (st_step_keys){step, 0, NULL};
+        uint32_t listed = l->pending_step == step ? l->pending_revision : 0;
+        l->steps[l->n++] = (st_step_keys){step, 0, NULL, listed};
         l->nodes_cap = 0;
     }
     if (add_node(l, node))
@@ -205,19 +234,94 @@ void st_stepview_free(st_stepview *v)
     }
     free(v->parts);
     free(v->manifests);
+    free(v->entries);
     memset(v, 0, sizeof *v);
+}
+
+/* ---- one version per path ---- */
+
+/* By path; among versions of one path, the winning one first (qsort_r,
+ * arg: the view). */
+static int entry_order(const void *pa, const void *pb, void *arg)
+{
+    const st_stepview *v = arg;
+    const st_stepfile *a = pa, *b = pb;
+    int c = strcmp(a->f->path, b->f->path);
+    if (c || a->part == b->part)
+        return c;
+    return st_part_supersedes(&v->parts[a->part], &v->parts[b->part]) ? -1 : 1;
+}
+
+static int entry_path_cmp(const void *key, const void *elem)
+{
+    return strcmp(key, ((const st_stepfile *)elem)->f->path);
+}
+
+/* Sets v->conflict if a path is also the directory of another: for every
+ * entry, each of its ancestors is looked up among the (sorted) entries. */
+static void find_conflict(st_stepview *v)
+{
+    char dir[ST_MANIFEST_MAX_PATH + 1];
+    v->conflict[0] = '\0';
+    for (size_t i = 0; i < v->nentries; i++) {
+        const char *path = v->entries[i].f->path;
+        for (const char *slash = strchr(path, '/'); slash; slash = strchr(slash + 1, '/')) {
+            size_t len = (size_t)(slash - path);
+            if (len >= sizeof dir)
+                break;
+            memcpy(dir, path, len);
+            dir[len] = '\0';
+            const st_stepfile *file =
+                bsearch(dir, v->entries, v->nentries, sizeof *v->entries, entry_path_cmp);
+            if (file) {
+                snprintf(v->conflict, sizeof v->conflict,
+                         "%.100s is a file (node %.40s) and a directory (%.100s, node %.40s)", dir,
+                         v->parts[file->part].node, path, v->parts[v->entries[i].part].node);
+                return;
+            }
+        }
+    }
+}
+
+/* Fills v->entries with the winning version of every path; 0, or -1 when
+ * out of memory (no entries then). */
+static int resolve_paths(st_stepview *v)
+{
+    size_t n = 0;
+    free(v->entries);
+    v->entries = NULL;
+    v->nentries = 0;
+    for (size_t i = 0; i < v->nparts; i++)
+        n += v->manifests[i].nfiles;
+    if (!(v->entries = malloc((n ? n : 1) * sizeof *v->entries)))
+        return -1;
+    for (size_t i = 0; i < v->nparts; i++)
+        for (size_t k = 0; k < v->manifests[i].nfiles; k++)
+            v->entries[v->nentries++] =
+                (st_stepfile){&v->manifests[i].files[k], &v->manifests[i], i};
+    qsort_r(v->entries, v->nentries, sizeof *v->entries, entry_order, v);
+    size_t kept = 0;
+    for (size_t i = 0; i < v->nentries; i++)
+        if (!kept || strcmp(v->entries[kept - 1].f->path, v->entries[i].f->path))
+            v->entries[kept++] = v->entries[i]; /* the first of a path wins */
+    v->nentries = kept;
+    find_conflict(v);
+    return 0;
+}
+
+st_err st_stepview_check_paths(const st_stepview *v, const char *job)
+{
+    if (!v->conflict[0])
+        return ST_OK;
+    return st_seterr(ST_ERR_CORRUPT, "step %" PRIu64 " of job %s: %s", v->step, job, v->conflict);
 }
 
 /* ---- the consistency rule ---- */
 
-/* 1 if some manifest of v holds path. */
+/* 1 if the step holds path. */
 static int has_path(const st_stepview *v, const char *path)
 {
-    for (size_t i = 0; i < v->nparts; i++)
-        for (size_t k = 0; k < v->manifests[i].nfiles; k++)
-            if (!strcmp(v->manifests[i].files[k].path, path))
-                return 1;
-    return 0;
+    return bsearch(path, v->entries, v->nentries, sizeof *v->entries, entry_path_cmp) != NULL;
 }
 
 /* Appends "what r1,r2,..." for the ranks < world not set in seen to why. */
@@ -246,6 +350,12 @@ void st_stepview_evaluate(st_stepview *v)
     v->complete = 0;
     v->files = v->bytes = 0;
     v->why[0] = '\0';
+    uint8_t *seen = NULL, *committed = NULL;
+    if (resolve_paths(v)) {
+        snprintf(v->why, sizeof v->why, "out of memory evaluating the step");
+        v->consistent = 0;
+        goto out;
+    }
     for (size_t i = 0; i < v->nparts; i++) {
         const st_part *p = &v->parts[i];
         v->complete |= p->complete;
@@ -259,29 +369,29 @@ void st_stepview_evaluate(st_stepview *v)
             if (p->commits[c].world_size > commit_world)
                 commit_world = p->commits[c].world_size;
         }
-        v->files += v->manifests[i].nfiles;
-        for (size_t k = 0; k < v->manifests[i].nfiles; k++)
-            v->bytes += v->manifests[i].files[k].size;
     }
+    v->files = v->nentries;
+    for (size_t i = 0; i < v->nentries; i++)
+        v->bytes += v->entries[i].f->size;
     v->world_size = commit_world > world ? commit_world : world;
 
     /* Writer ranks present among the files (bounded by the world size). */
     uint32_t span = v->world_size ? v->world_size : 1;
-    uint8_t *seen = calloc(span, 1), *committed = calloc(span, 1);
+    seen = calloc(span, 1);
+    committed = calloc(span, 1);
     if (!seen || !committed) {
         snprintf(v->why, sizeof v->why, "out of memory evaluating the step");
         v->consistent = 0;
         goto out;
     }
     v->ranks = 0;
-    for (size_t i = 0; i < v->nparts; i++)
-        for (size_t k = 0; k < v->manifests[i].nfiles; k++) {
-            int32_t r = v->manifests[i].files[k].rank;
-            if (r >= 0 && (uint32_t)r < span && !seen[r]) {
-                seen[r] = 1;
-                v->ranks++;
-            }
+    for (size_t i = 0; i < v->nentries; i++) {
+        int32_t r = v->entries[i].f->rank;
+        if (r >= 0 && (uint32_t)r < span && !seen[r]) {
+            seen[r] = 1;
+            v->ranks++;
         }
+    }
 
     int ok = 1;
     if (any_commit) { /* rule 1: explicit per-rank commits decide */
@@ -327,6 +437,44 @@ out:
 
 /* ---- publishing ---- */
 
+typedef struct revision_scan {
+    size_t prefix_len; /* of "jobs/J/steps/S/": every listed key starts so */
+    uint32_t max;
+} revision_scan;
+
+static int max_revision_cb(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    revision_scan *r = arg;
+    uint32_t revision;
+    char node[ST_NODE_MAX + 1];
+    if (strlen(key) > r->prefix_len &&
+        st_key_parse_manifest(key + r->prefix_len, node, &revision) && revision > r->max)
+        r->max = revision;
+    return 0;
+}
+
+/* Raises part->revision past every manifest revision of the step in the
+ * store: the per-step sequence of docs/CONSISTENCY.md. */
+static st_err next_revision(st_backend *b, const st_manifest *m, st_part *part)
+{
+    char prefix[ST_KEY_MAX];
+    revision_scan r = {0};
+    st_err e = st_key_step_prefix(prefix, sizeof prefix, m->job, m->step);
+    if (!e) {
+        r.prefix_len = strlen(prefix);
+        e = st_list(b, prefix, max_revision_cb, &r);
+    }
+    if (e)
+        return e;
+    if (r.max == UINT32_MAX)
+        return st_seterr(ST_ERR_INVALID, "step %" PRIu64 " of job %s has no revision left", m->step,
+                         m->job);
+    if (part->revision <= r.max)
+        part->revision = r.max + 1;
+    return ST_OK;
+}
+
 st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts)
 {
     st_bytes buf = {0};
@@ -338,6 +486,8 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, ui
     if (e)
         goto out;
     (*puts)++;
+    if ((e = next_revision(b, m, part)))
+        goto out;
     ST_CRASHPOINT("manifest-put-before");
     if ((e = st_manifest_encode(m, &buf)) ||
         (e = st_key_manifest(key, sizeof key, m->job, m->step, m->node, part->revision)) ||

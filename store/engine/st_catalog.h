@@ -30,6 +30,10 @@ typedef struct st_step_keys {
     uint64_t step;
     size_t nnodes;
     char (*nodes)[ST_NODE_MAX + 1]; /* malloc'd */
+    /* The largest revision among the step's manifest keys, published or
+     * not: it changes whenever a node publishes its part of the step again,
+     * so a reader can tell a step changed from the listing alone. */
+    uint32_t max_revision;
 } st_step_keys;
 
 /*! Steps of job that have at least one part record, ascending, from one
@@ -43,6 +47,13 @@ st_err st_catalog_load_part(st_backend *b, const char *job, uint64_t step, const
 
 /*! Fetches the manifest a part record names and checks it against it. */
 st_err st_catalog_load_manifest(st_backend *b, const st_part *p, st_bytes *buf, st_manifest *m);
+
+/*! One path of a step and the version of it that every reader takes. */
+typedef struct st_stepfile {
+    const st_file_entry *f;
+    const st_manifest *m; /* the manifest holding f (its packs) */
+    size_t part;          /* index of that manifest's part in the view */
+} st_stepfile;
 
 /*! One step with all its parts and manifests, and the verdict of the
  *  consistency rule (docs/CONSISTENCY.md). */
@@ -58,6 +69,13 @@ typedef struct st_stepview {
     uint64_t files, bytes;
     int64_t created_ns;
     char why[160]; /* "" when consistent */
+    /* One entry per path, sorted by path, each the winning version
+     * (st_part_supersedes; docs/CONSISTENCY.md, "One version per path").
+     * Restore, verify and the mount read these, never the manifests'
+     * files directly. Points into manifests; malloc'd. */
+    size_t nentries;
+    st_stepfile *entries;
+    char conflict[400]; /* "" unless some path is both a file and a directory */
 } st_stepview;
 
 /*! Loads every part of k and evaluates it. A part that cannot be read makes
@@ -66,9 +84,18 @@ st_err st_catalog_load_view(st_backend *b, const char *job, const st_step_keys *
                             st_stepview *v);
 void st_stepview_free(st_stepview *v);
 
-/*! Applies the consistency rule to the loaded parts (sets consistent,
- *  complete, world_size, ranks, files, bytes, why). Pure. */
+/*! Picks one version per path (sets entries, conflict) and applies the
+ *  consistency rule to it (sets consistent, complete, world_size, ranks,
+ *  files, bytes, why). Pure but for the entries array, which it replaces. */
 void st_stepview_evaluate(st_stepview *v);
+
+/*!
+ * ST_OK if the step's paths can be laid out as a tree; ST_ERR_CORRUPT (the
+ * step is damaged: docs/CONSISTENCY.md) if one path is both a file and the
+ * directory of another. The one check restore, verify, GC and the mount
+ * share, so they all judge such a step alike. job names it in the message.
+ */
+st_err st_stepview_check_paths(const st_stepview *v, const char *job);
 
 /*!
  * The newest consistent step of job among steps lowest <= step < below:
@@ -84,9 +111,13 @@ st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t low
 
 /*!
  * Publishes this node's part of a step whose packs are all stored: the job
- * registry entry, the manifest m (step, job, node, created_ns filled in) as
- * revision part->revision, then the part record (its manifest fields are
- * filled here from what was written). Adds the PUTs made to *puts.
+ * registry entry, the manifest m (step, job, node, created_ns filled in),
+ * then the part record (its manifest fields are filled here from what was
+ * written). part->revision is the smallest revision the caller accepts; it
+ * is raised past every revision the step's listing holds (one LIST), so the
+ * part's versions win over every part already published
+ * (docs/CONSISTENCY.md, "One version per path"), and on return says the
+ * revision written. Adds the PUTs made to *puts.
  */
 st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts);
 

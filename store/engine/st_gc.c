@@ -209,31 +209,6 @@ static st_err list_steps(st_backend *b, const char *job, step_list *l)
     return e;
 }
 
-/* For "nodes/<node>.r<rev>.manifest": the node and revision, 1; else 0. */
-static int parse_manifest_rest(const char *rest, char *node, uint32_t *rev)
-{
-    static const char prefix[] = "nodes/", suffix[] = ".manifest";
-    size_t len = strlen(rest), pl = sizeof prefix - 1, sl = sizeof suffix - 1;
-    if (len <= pl + sl || strncmp(rest, prefix, pl) || strcmp(rest + len - sl, suffix))
-        return 0;
-    const char *end = rest + len - sl, *p = end;
-    while (p > rest + pl && p[-1] >= '0' && p[-1] <= '9')
-        p--;
-    if (p == end || p - 2 < rest + pl || p[-1] != 'r' || p[-2] != '.')
-        return 0;
-    uint64_t v = 0;
-    for (const char *q = p; q < end; q++)
-        if ((v = v * 10 + (uint64_t)(*q - '0')) > UINT32_MAX)
-            return 0;
-    size_t n = (size_t)(p - 2 - (rest + pl));
-    if (n == 0 || n > ST_NODE_MAX)
-        return 0;
-    memcpy(node, rest + pl, n);
-    node[n] = '\0';
-    *rev = (uint32_t)v;
-    return 1;
-}
-
 /* ---- the report, batches and stop ---- */
 
 typedef struct u64_list {
@@ -711,7 +686,7 @@ static st_err scan_references(gc_run *g, const step_list *l, const step_list *de
                 char node[ST_NODE_MAX + 1];
                 uint32_t rev;
                 if (st_key_parse_step(st->objs[o].key, g->job, &step, &rest) ||
-                    !parse_manifest_rest(rest, node, &rev) || strcmp(node, part.node) ||
+                    !st_key_parse_manifest(rest, node, &rev) || strcmp(node, part.node) ||
                     rev >= part.revision)
                     continue;
                 if (st_array_grow((void **)old, &old_cap, *nold + 1, sizeof **old))
@@ -935,22 +910,26 @@ out:
 static int view_restorable(const st_stepview *v, const pack_list *packs, char *why, size_t cap)
 {
     char hex[ST_ID_HEX_LEN + 1];
-    for (size_t p = 0; p < v->nparts; p++) {
-        const st_manifest *m = &v->manifests[p];
-        for (size_t f = 0; f < m->nfiles; f++)
-            for (size_t k = 0; k < m->files[f].nchunks; k++) {
-                const st_chunk_ref *c = &m->files[f].chunks[k];
-                uint32_t at;
-                if (!st_idmap_get(&packs->index, &m->packs[c->pack], &at)) {
-                    snprintf(why, cap, "pack %s is missing", st_id_hex(&m->packs[c->pack], hex));
-                    return 0;
-                }
-                if (c->offset + c->stored_len > packs->v[at].size) {
-                    snprintf(why, cap, "pack %s is shorter than %s needs",
-                             st_id_hex(&m->packs[c->pack], hex), m->files[f].path);
-                    return 0;
-                }
+    if (v->conflict[0]) { /* st_stepview_check_paths: restore refuses it */
+        snprintf(why, cap, "%.190s", v->conflict);
+        return 0;
+    }
+    for (size_t e = 0; e < v->nentries; e++) { /* the versions restore reads */
+        const st_manifest *m = v->entries[e].m;
+        const st_file_entry *f = v->entries[e].f;
+        for (size_t k = 0; k < f->nchunks; k++) {
+            const st_chunk_ref *c = &f->chunks[k];
+            uint32_t at;
+            if (!st_idmap_get(&packs->index, &m->packs[c->pack], &at)) {
+                snprintf(why, cap, "pack %s is missing", st_id_hex(&m->packs[c->pack], hex));
+                return 0;
             }
+            if (c->offset + c->stored_len > packs->v[at].size) {
+                snprintf(why, cap, "pack %s is shorter than %s needs",
+                         st_id_hex(&m->packs[c->pack], hex), f->path);
+                return 0;
+            }
+        }
     }
     return 1;
 }

@@ -358,28 +358,28 @@ static st_err plan_tasks(rjob *j)
     return ST_OK;
 }
 
-/* Picks the files of v selected by rank and stages an empty copy of each. */
+/* Picks the files of v selected by rank (one version per path: v->entries)
+ * and stages an empty copy of each. */
 static st_err collect_files(rjob *j, const st_stepview *v, int rank)
 {
     size_t cap = 0;
-    for (size_t p = 0; p < v->nparts; p++)
-        for (size_t k = 0; k < v->manifests[p].nfiles; k++) {
-            const st_file_entry *f = &v->manifests[p].files[k];
-            if (rank >= 0 && f->rank != rank)
-                continue;
-            if (st_array_grow((void **)&j->files, &cap, j->nfiles + 1, sizeof *j->files))
-                return st_seterr(ST_ERR_NOMEM, "out of memory");
-            rfile *rf = &j->files[j->nfiles++];
-            memset(rf, 0, sizeof *rf);
-            rf->m = &v->manifests[p];
-            rf->f = f;
-            if (st_hasher_init(&rf->digest))
-                return st_seterr(ST_ERR_NOMEM, "out of memory");
-            rf->digest_init = 1;
-            st_err e = create_staged(j, rf, j->nfiles - 1);
-            if (e)
-                return e;
-        }
+    for (size_t i = 0; i < v->nentries; i++) {
+        const st_file_entry *f = v->entries[i].f;
+        if (rank >= 0 && f->rank != rank)
+            continue;
+        if (st_array_grow((void **)&j->files, &cap, j->nfiles + 1, sizeof *j->files))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        rfile *rf = &j->files[j->nfiles++];
+        memset(rf, 0, sizeof *rf);
+        rf->m = v->entries[i].m;
+        rf->f = f;
+        if (st_hasher_init(&rf->digest))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        rf->digest_init = 1;
+        st_err e = create_staged(j, rf, j->nfiles - 1);
+        if (e)
+            return e;
+    }
     return ST_OK;
 }
 
@@ -521,7 +521,9 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
     char stage[64];
     int dest_fd = -1, staged = 0;
     snprintf(stage, sizeof stage, ".ckpt-restore.%ld.%" PRIu64, (long)getpid(), v->step);
-    st_err e = st_mkdir_p(dest);
+    st_err e = st_stepview_check_paths(v, job); /* before anything is staged */
+    if (!e)
+        e = st_mkdir_p(dest);
     if (!e && (dest_fd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         e = st_seterr(ST_ERR_IO, "open %s: %s", dest, strerror(errno));
     if (!e && mkdirat(dest_fd, stage, 0700) < 0)
@@ -609,27 +611,29 @@ st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_re
     st_err e = load_step(s, job, step, &v);
     if (e)
         return e;
-    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (devnull < 0)
+    int devnull = -1;
+    /* What restore would refuse, verify fails the same way. */
+    e = st_stepview_check_paths(&v, job);
+    if (!e && (devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
         e = st_seterr(ST_ERR_IO, "open /dev/null: %s", strerror(errno));
     if (!e)
         e = st_restorer_new(s->backend, job, &rs);
     char first_bad[300] = "";
-    for (size_t p = 0; !e && p < v.nparts; p++)
-        for (size_t k = 0; k < v.manifests[p].nfiles; k++) {
-            const st_file_entry *f = &v.manifests[p].files[k];
-            st_err fe = st_restore_file(rs, &v.manifests[p], f, devnull);
-            r.files++;
-            r.chunks += f->nchunks;
-            r.bytes += f->size;
-            if (fe == ST_ERR_CORRUPT) {
-                if (!r.bad_files++)
-                    snprintf(first_bad, sizeof first_bad, "%s", st_errmsg());
-            } else if (fe) {
-                e = fe;
-                break;
-            }
+    /* The versions restore would give back (v.entries), not the shadowed. */
+    for (size_t i = 0; !e && i < v.nentries; i++) {
+        const st_file_entry *f = v.entries[i].f;
+        st_err fe = st_restore_file(rs, v.entries[i].m, f, devnull);
+        r.files++;
+        r.chunks += f->nchunks;
+        r.bytes += f->size;
+        if (fe == ST_ERR_CORRUPT) {
+            if (!r.bad_files++)
+                snprintf(first_bad, sizeof first_bad, "%s", st_errmsg());
+        } else if (fe) {
+            e = fe;
+            break;
         }
+    }
     if (!e && r.bad_files)
         e = st_seterr(ST_ERR_CORRUPT,
                       "%" PRIu64 " of %" PRIu64 " files failed verification; "

@@ -283,3 +283,34 @@ void st_part_free(st_part *p)
     free(p->commits);
     memset(p, 0, sizeof *p);
 }
+
+int st_key_parse_manifest(const char *rest, char *node, uint32_t *rev)
+{
+    static const char prefix[] = "nodes/", suffix[] = ".manifest";
+    size_t len = strlen(rest), pl = sizeof prefix - 1, sl = sizeof suffix - 1;
+    if (len <= pl + sl || strncmp(rest, prefix, pl) || strcmp(rest + len - sl, suffix))
+        return 0;
+    const char *end = rest + len - sl, *p = end;
+    while (p > rest + pl && p[-1] >= '0' && p[-1] <= '9')
+        p--;
+    if (p == end || p - 2 < rest + pl || p[-1] != 'r' || p[-2] != '.')
+        return 0;
+    uint64_t v = 0;
+    for (const char *q = p; q < end; q++)
+        if ((v = v * 10 + (uint64_t)(*q - '0')) > UINT32_MAX)
+            return 0;
+    size_t n = (size_t)(p - 2 - (rest + pl));
+    if (n == 0 || n > ST_NODE_MAX)
+        return 0;
+    memcpy(node, rest + pl, n);
+    node[n] = '\0';
+    *rev = (uint32_t)v;
+    return 1;
+}
+
+int st_part_supersedes(const st_part *a, const st_part *b)
+{
+    if (a->revision != b->revision)
+        return a->revision > b->revision;
+    return strcmp(a->node, b->node) > 0;
+}

@@ -69,6 +69,10 @@ st_err st_key_parse_step(const char *key, const char *job, uint64_t *step, const
  *  node name into node (ST_NODE_MAX + 1 bytes) and returns 1, else 0. */
 int st_key_parse_part(const char *rest, char *node);
 
+/*! For a rest of "nodes/<node>.r<revision>.manifest" copies the node name
+ *  into node (ST_NODE_MAX + 1 bytes), sets *revision and returns 1, else 0. */
+int st_key_parse_manifest(const char *rest, char *node, uint32_t *revision);
+
 #define ST_PART_MAX_EXPECTED 65536
 #define ST_PART_MAX_COMMITS  65536
 
@@ -99,5 +103,12 @@ st_err st_part_encode(const st_part *p, st_bytes *out);
 /*! On success *p owns its arrays (st_part_free); on failure *p is empty. */
 st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p);
 void st_part_free(st_part *p);
+
+/*!
+ * 1 if part a's version of a path wins over part b's when both parts of one
+ * step hold that path (docs/CONSISTENCY.md, "One version per path"): the
+ * larger revision, then the larger node name (strcmp). 0 if b wins or a is b.
+ */
+int st_part_supersedes(const st_part *a, const st_part *b);
 
 #endif

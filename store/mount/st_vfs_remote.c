@@ -51,7 +51,10 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         if (n->sid && !n->from_remote)
             return; /* written here: the local file wins */
         if (n->remote && n->remote->step > step)
-            return;   /* a newer step already provides this path */
+            return; /* a newer step already provides this path */
+        if (n->remote && n->remote->step == step && n->remote->revision == part->revision &&
+            !strcmp(n->remote->node, part->node))
+            return;   /* this very version (a step merged again) */
         if (n->sid) { /* a cached copy of an older step's content */
             char sp[PATH_MAX];
             vfs_staging_path(v, n->sid, sp, sizeof sp);
@@ -93,7 +96,10 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
 }
 
 /* Loads one step into the view if it is consistent (no lock held on entry):
- * a step that is not is never shown (docs/CONSISTENCY.md). */
+ * a step that is not is never shown (docs/CONSISTENCY.md), nor one whose
+ * paths cannot be laid out as a tree (st_stepview_check_paths). Each path
+ * shows the version every reader takes (sv.entries). Called again when the
+ * step's listed revision changed: paths then point at their new version. */
 static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_bytes *buf)
 {
     st_stepview sv;
@@ -105,27 +111,32 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
         st_stepview_free(&sv);
         return;
     }
+    if (st_stepview_check_paths(&sv, job)) {
+        vfs_log(v, 1, "not showing step %" PRIu64 " of %s: %s", k->step, job, st_errmsg());
+        st_stepview_free(&sv);
+        return;
+    }
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 1);
     vnode *jd = vfs_child(v->root, job);
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
         (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
     vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
-    if (jd && s && !s->remote_loaded) {
-        for (size_t i = 0; i < sv.nparts; i++) {
+    if (jd && s && (!s->remote_loaded || s->remote_revision)) {
+        for (size_t i = 0; i < sv.nentries; i++) {
             /* This node's own part, of a revision it published or while it
              * publishes a newer one: the tree here is newer than the store,
              * and a path of that part missing here was renamed or removed
              * since (merging it would bring a ghost back). After a lost
              * staging (revision 0, nothing queued) the part is merged. */
-            const st_part *p = &sv.parts[i];
+            const st_part *p = &sv.parts[sv.entries[i].part];
             if (!strcmp(p->node, v->node) &&
                 (p->revision <= s->revision || s->uploading || s->queued))
                 continue;
-            for (size_t f = 0; f < sv.manifests[i].nfiles; f++)
-                merge_file(v, jd, p, k->step, &sv.manifests[i].files[f]);
+            merge_file(v, jd, p, k->step, sv.entries[i].f);
         }
         s->remote_loaded = 1;
+        s->remote_revision = k->max_revision;
         if (!s->durable_ns)
             s->durable_ns = sv.created_ns;
     }
@@ -133,14 +144,17 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     st_stepview_free(&sv);
 }
 
-/* 1 if the view already holds this step as the store has it, or must not
- * show it (its deletion was requested here). */
-static int step_loaded(st_vfs *v, const char *job, uint64_t step)
+/* 1 if the view already holds this step as the store has it (merged at the
+ * revision listed now, or not to be merged again), or must not show it (its
+ * deletion was requested here). */
+static int step_loaded(st_vfs *v, const char *job, const st_step_keys *k)
 {
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 0);
-    vstep *s = j ? vfs_step(j, step, 0) : NULL;
-    int loaded = (s && s->remote_loaded) || vfs_deletion_find(j, step);
+    vstep *s = j ? vfs_step(j, k->step, 0) : NULL;
+    int loaded =
+        (s && s->remote_loaded && (!s->remote_revision || s->remote_revision == k->max_revision)) ||
+        vfs_deletion_find(j, k->step);
     pthread_mutex_unlock(&v->lock);
     return loaded;
 }
@@ -167,6 +181,7 @@ static void forget_vanished(st_vfs *v, const char *job, const st_step_keys *step
                 continue; /* removed: the next one moved to k */
             s->durable_ns = 0;
             s->remote_loaded = 0;
+            s->remote_revision = 0;
         }
         k++;
     }
@@ -187,7 +202,7 @@ st_err vfs_remote_refresh(st_vfs *v)
             break;
         forget_vanished(v, jobs[i], steps, n, listed_ns);
         for (size_t k = 0; k < n; k++)
-            if (!step_loaded(v, jobs[i], steps[k].step))
+            if (!step_loaded(v, jobs[i], &steps[k]))
                 load_step(v, jobs[i], &steps[k], &buf);
         st_step_keys_free(steps, n);
     }

@@ -334,7 +334,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.node = v->node;
     m.job = s->job;
     uint64_t puts = 0;
-    s->part.revision = base + 1;
+    s->part.revision = base + 1; /* raised past the other nodes' by the publish */
     /* Only the holder of the node name writes its part records
      * (docs/NODES.md); the step stays queued otherwise. */
     e = vfs_lease_check(v);
@@ -342,7 +342,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         e = st_catalog_publish(v->backend, &m, &s->part, &puts);
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
-        *revision = base + 1;
+        *revision = s->part.revision;
         *logical = st_ingest_get_stats(g)->logical_bytes;
         *stored = st_ingest_get_stats(g)->stored_bytes;
     }

@@ -19,6 +19,7 @@ static st_stepview view;
 
 static void reset(void)
 {
+    free(view.entries); /* st_stepview_evaluate's, the one thing it allocates */
     memset(parts, 0, sizeof parts);
     memset(mans, 0, sizeof mans);
     memset(files, 0, sizeof files);
