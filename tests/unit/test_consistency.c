@@ -1,7 +1,8 @@
 /*
  * Unit tests of the consistency rule (st_stepview_evaluate,
  * docs/CONSISTENCY.md) on steps built in memory: one writer, DCP-style
- * expected shards, rank coverage, explicit per-rank commits.
+ * expected shards, rank coverage, explicit per-rank commits; one version
+ * per path (st_stepview entries) and the x vs x/y check.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -126,11 +127,66 @@ static void test_explicit_commits(void)
     CHECK(view.consistent && view.world_size == 3); /* commits decide; complete not needed */
 }
 
+/* The size of the version of path the view resolved to, or -1. */
+static int64_t resolved_size(const char *path)
+{
+    for (size_t i = 0; i < view.nentries; i++)
+        if (!strcmp(view.entries[i].f->path, path))
+            return (int64_t)view.entries[i].f->size;
+    return -1;
+}
+
+/* Two parts hold config.json: the larger revision wins, then the larger
+ * node name, whatever the order of the parts in the view. */
+static void test_one_version_per_path(void)
+{
+    for (int order = 0; order < 2; order++)
+        for (int tie = 0; tie < 2; tie++) {
+            reset();
+            size_t first = add_part(1, 0, 0), second = add_part(1, 0, 0);
+            size_t a = order ? second : first, b = order ? first : second;
+            strcpy(parts[a].node, "node-a");
+            strcpy(parts[b].node, "node-b");
+            parts[a].revision = 5;
+            parts[b].revision = tie ? 5 : 4;
+            add_file(a, "config.json", -1, 100);
+            add_file(a, "model-a.bin", 0, 10);
+            add_file(b, "config.json", -1, 200);
+            add_file(b, "model-b.bin", 1, 20);
+            st_stepview_evaluate(&view);
+            CHECK(view.consistent && view.files == 3);
+            CHECK(resolved_size("config.json") == (tie ? 200 : 100));
+            CHECK(view.bytes == 30 + (tie ? 200 : 100));
+            CHECK(resolved_size("model-a.bin") == 10 && resolved_size("model-b.bin") == 20);
+            CHECK_OK(st_stepview_check_paths(&view, "job"));
+        }
+}
+
+/* x and x/y, in one manifest or across parts: one check says so. */
+static void test_file_and_directory(void)
+{
+    for (int across = 0; across < 2; across++) {
+        reset();
+        size_t a = add_part(1, 0, 0), b = across ? add_part(1, 0, 0) : a;
+        strcpy(parts[a].node, "a");
+        strcpy(parts[b].node, "b");
+        add_file(a, "step-7/x", -1, 1);
+        add_file(a, "step-7/x-2", -1, 1); /* sorts between x and x/y */
+        add_file(b, "step-7/x/y", -1, 1);
+        st_stepview_evaluate(&view);
+        CHECK_ERR(st_stepview_check_paths(&view, "job"), ST_ERR_CORRUPT);
+        CHECK(strstr(st_errmsg(), "step 7 of job job: step-7/x is a file") != NULL);
+    }
+}
+
 int main(void)
 {
     RUN(test_single_writer);
     RUN(test_dcp_expected_shards);
     RUN(test_rank_coverage);
     RUN(test_explicit_commits);
+    RUN(test_one_version_per_path);
+    RUN(test_file_and_directory);
+    free(view.entries);
     return ut_finish();
 }
