@@ -137,8 +137,12 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
         }
         s->remote_loaded = 1;
         s->remote_revision = k->max_revision;
+        /* This node's clock, not the writer's created_ns: forget_vanished
+         * compares it with this node's listing time, and a writer whose
+         * clock is ahead would keep a step deleted by GC in the view until
+         * this clock caught up. */
         if (!s->durable_ns)
-            s->durable_ns = sv.created_ns;
+            s->durable_ns = st_now_ns();
     }
     pthread_mutex_unlock(&v->lock);
     st_stepview_free(&sv);

@@ -10,7 +10,8 @@
  * - a step whose parts hold both x and x/y fails verify and restore alike
  *   (ST_ERR_CORRUPT, one message) and is not shown by a mount;
  * - after an external GC (st_gc_run, what `ckptctl gc` runs) a writing mount
- *   drops the deleted steps from its view and status.
+ *   drops the deleted steps from its view and status, also when the node
+ *   that wrote them has a clock ahead of this one.
  */
 #include "vfs_harness.h"
 
@@ -190,6 +191,35 @@ static void test_external_gc_leaves_the_writing_mount(void)
     vh_mount_close(&w);
 }
 
+/* A step published by a node whose clock is an hour ahead (its created_ns
+ * in this node's future): once an external GC deletes it, the mount drops it
+ * at the next refresh, not an hour later. */
+static void test_external_gc_with_a_writer_clock_ahead(void)
+{
+    store_reset();
+    vh_mount w;
+    CHECK_OK(vh_mount_open(&w, store, "node-w", "skew-w", 1));
+    if (!w.v)
+        return;
+    st_rank_commit commit = {0, 1};
+    st_manifest m;
+    memset(&m, 0, sizeof m);
+    m.step = 7;
+    m.job = VH_JOB;
+    m.node = "node-ahead";
+    m.created_ns = st_now_ns() + 3600ll * 1000000000;
+    st_part part = {.revision = 1, .complete = 1, .ncommits = 1, .commits = &commit};
+    uint64_t puts = 0;
+    CHECK_OK(st_catalog_publish(store, &m, &part, &puts));
+    CHECK(VH_WAIT(strcmp(vh_state(&w, 7), "durable") == 0, 10));
+    st_gc_report r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(st_gc_delete_step(store, VH_JOB, 7, &r));
+    st_gc_report_free(&r);
+    CHECK(VH_WAIT(strcmp(vh_state(&w, 7), "") == 0, 10));
+    vh_mount_close(&w);
+}
+
 int main(void)
 {
     if (vh_setup("versions"))
@@ -197,6 +227,7 @@ int main(void)
     RUN(test_resumed_job_version_wins_everywhere);
     RUN(test_file_and_directory_fail_alike);
     RUN(test_external_gc_leaves_the_writing_mount);
+    RUN(test_external_gc_with_a_writer_clock_ahead);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
