@@ -708,11 +708,8 @@ static void test_pack_usable(void)
 
 int main(void)
 {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
+    if (ut_tmp_store(root, url, sizeof url))
         return 1;
-    }
-    snprintf(url, sizeof url, "file://%s/store", root);
     RUN(test_retention_and_sweep);
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);

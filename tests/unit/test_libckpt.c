@@ -454,11 +454,8 @@ static void test_wait_durable_parses_status(void)
 
 int main(void)
 {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
+    if (ut_tmp_store(root, url, sizeof url))
         return 1;
-    }
-    snprintf(url, sizeof url, "file://%s/store", root);
     RUN(test_version_and_strings);
     RUN(test_open_errors);
     RUN(test_list_latest_restore);
