@@ -646,10 +646,38 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     return e;
 }
 
-st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
+/* The unlink of regular file n, its removal begun (rm): dropped from staging,
+ * the deletion committed. */
+static st_err remove_file(st_vfs *v, vnode *n, vfs_removal *rm)
 {
-    if (parent == ST_VFS_CTL_DIR_INO)
-        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    st_err e = vfs_drop_file(v, n, 1, 1);
+    if (e)
+        vfs_journal_rollback(v); /* the file stays: the unlink failed */
+    else
+        e = vfs_removal_commit(v, rm);
+    vjob *j = rm->jd ? vfs_job(v, rm->jd->name, 0) : NULL;
+    if (j) /* it may have been the file with a failed write */
+        retry_blocked_steps(v, j);
+    return e;
+}
+
+/* The rmdir of empty directory n, its removal begun (rm). */
+static st_err remove_dir(st_vfs *v, vnode *n, vfs_removal *rm)
+{
+    st_err e = ST_OK;
+    if (rm->jd && (e = vfs_journal_delete(v, rm->jd->name, rm->path))) /* "" for a job: all */
+        vfs_journal_rollback(v);
+    else if (!(e = vfs_removal_commit(v, rm))) {
+        vfs_unlink_node(v, n);
+        vfs_maybe_free(v, n);
+    }
+    return e;
+}
+
+/* unlink (want_dir 0) or rmdir (1) of name in parent: the checks both share,
+ * then the removal of a file or of a directory. */
+static st_err remove_entry(st_vfs *v, uint64_t parent, const char *name, int want_dir)
+{
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent);
@@ -657,46 +685,28 @@ st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
     vfs_removal rm;
     if (!n)
         e = ST_ERR_NOT_FOUND;
-    else if (S_ISDIR(n->mode))
-        e = ST_ERR_IS_DIR;
-    else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if ((e = vfs_drop_file(v, n, 1, 1)))
-            vfs_journal_rollback(v); /* the file stays: the unlink failed */
-        else
-            e = vfs_removal_commit(v, &rm);
-        vjob *j = rm.jd ? vfs_job(v, rm.jd->name, 0) : NULL;
-        if (j) /* it may have been the file with a failed write */
-            retry_blocked_steps(v, j);
-    }
+    else if (!S_ISDIR(n->mode) != !want_dir)
+        e = want_dir ? ST_ERR_NOT_DIR : ST_ERR_IS_DIR;
+    else if (want_dir && n->nkids && !vfs_rmdir_drop_unseen(v, n))
+        e = ST_ERR_NOT_EMPTY;
+    else if (!(e = vfs_removal_begin(v, n, &rm)))
+        e = want_dir ? remove_dir(v, n, &rm) : remove_file(v, n, &rm);
     pthread_mutex_unlock(&v->lock);
     return e;
+}
+
+st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
+{
+    if (parent == ST_VFS_CTL_DIR_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    return remove_entry(v, parent, name, 0);
 }
 
 st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
 {
     if (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME))
         return st_seterr(ST_ERR_READ_ONLY, "reserved");
-    pthread_mutex_lock(&v->lock);
-    st_err e = ST_OK;
-    vnode *dir = get_node(v, parent);
-    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
-    vfs_removal rm;
-    if (!n)
-        e = ST_ERR_NOT_FOUND;
-    else if (!S_ISDIR(n->mode))
-        e = ST_ERR_NOT_DIR;
-    else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
-        e = ST_ERR_NOT_EMPTY;
-    else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if (rm.jd && (e = vfs_journal_delete(v, rm.jd->name, rm.path))) /* "" for a job: all */
-            vfs_journal_rollback(v);
-        else if (!(e = vfs_removal_commit(v, &rm))) {
-            vfs_unlink_node(v, n);
-            vfs_maybe_free(v, n);
-        }
-    }
-    pthread_mutex_unlock(&v->lock);
-    return e;
+    return remove_entry(v, parent, name, 1);
 }
 
 /* 1 if n or anything under it lives only in the store. */
