@@ -239,6 +239,9 @@ vnode *vfs_child(const vnode *dir, const char *name);
 /* Frees n once nothing refers to it: out of the tree, no kernel reference,
  * no open handle, no fetch. */
 void vfs_maybe_free(st_vfs *v, vnode *n);
+/* Points n at its content in the store: path in step's manifest revision of
+ * node (n->remote made or updated). 0 when out of memory (n unchanged). */
+int vfs_set_remote(vnode *n, const char *path, uint64_t step, uint32_t revision, const char *node);
 st_err vfs_link(vnode *dir, vnode *child);
 void vfs_unlink_node(st_vfs *v, vnode *child);
 /* Frees n now, whatever refers to it (st_vfs_close). */

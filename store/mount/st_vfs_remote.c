@@ -65,20 +65,8 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
     } else {
         n->merged_ns = st_mono_ns();
     }
-    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
-    char *p = strdup(f->path);
-    if (!r || !p) {
-        free(p);
-        if (!n->remote)
-            free(r);
+    if (!vfs_set_remote(n, f->path, step, part->revision, part->node))
         return;
-    }
-    free(r->path);
-    r->path = p;
-    r->step = step;
-    r->revision = part->revision;
-    snprintf(r->node, sizeof r->node, "%s", part->node);
-    n->remote = r;
     n->mode = S_IFREG | (f->mode & 07777);
     n->size = f->size;
     n->mtime_ns = f->mtime_ns;

@@ -141,6 +141,25 @@ void vfs_node_free(st_vfs *v, vnode *n)
     free(n);
 }
 
+int vfs_set_remote(vnode *n, const char *path, uint64_t step, uint32_t revision, const char *node)
+{
+    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
+    char *p = strdup(path);
+    if (!r || !p) {
+        free(p);
+        if (!n->remote)
+            free(r);
+        return 0;
+    }
+    free(r->path);
+    r->path = p;
+    r->step = step;
+    r->revision = revision;
+    snprintf(r->node, sizeof r->node, "%s", node);
+    n->remote = r;
+    return 1;
+}
+
 void vfs_maybe_free(st_vfs *v, vnode *n)
 {
     if (!n->parent && n != v->root && n->nlookup == 0 && n->opens == 0 && !n->fetching)

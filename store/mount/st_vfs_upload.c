@@ -367,20 +367,8 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
         char path[ST_MANIFEST_MAX_PATH + 1];
         if (!vfs_job_path(n, path, sizeof path) || strcmp(path, f->path))
             continue;
-        vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
-        char *p = strdup(f->path);
-        if (!r || !p) {
-            free(p);
-            if (!n->remote)
-                free(r);
+        if (!vfs_set_remote(n, f->path, s->step, revision, v->node))
             continue;
-        }
-        free(r->path);
-        r->path = p;
-        r->step = s->step;
-        r->revision = revision;
-        snprintf(r->node, sizeof r->node, "%s", v->node);
-        n->remote = r;
         n->state = VFILE_DURABLE;
         n->durable_version = n->version;
         /* Left CLOSED in the journal, the file is uploaded again after a
