@@ -64,7 +64,42 @@ static ckpt_mountctl_err open_failed(const char *mount, const char *path, int er
     return say(msg, CKPT_MOUNTCTL_EIO, "open %s: %s", path, strerror(err));
 }
 
-/* ------------------------------------------------------------------ commit */
+/* ---------------------------------------------------------- control files */
+
+/* Writes line (len bytes, ending in '\n') to MOUNT/.ckptfs/FILE with one
+ * write(): the daemon takes the lines of one write call. An error of the
+ * write is the daemon's answer: EINVAL refused, ENOENT no such job. */
+static ckpt_mountctl_err control_write(const char *mount, const char *file, char *line, int len,
+                                       char *msg)
+{
+    char path[PATH_MAX];
+    ckpt_mountctl_err e = control_path(mount, file, path, sizeof path, msg);
+    if (e)
+        return e;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return open_failed(mount, path, errno, msg);
+    ssize_t w;
+    do
+        w = write(fd, line, (size_t)len);
+    while (w < 0 && errno == EINTR);
+    int werr = errno;
+    int cerr = close(fd) < 0 ? errno : 0;
+    line[len - 1] = '\0'; /* for the messages */
+    if (w < 0 && (werr == EINVAL || werr == ENOENT))
+        return say(msg, werr == EINVAL ? CKPT_MOUNTCTL_EINVAL : CKPT_MOUNTCTL_ENOJOB,
+                   "the mount refused the %s \"%s\": %s", file, line, strerror(werr));
+    if (w < 0)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\" through %s: %s", file, line, path,
+                   strerror(werr));
+    if (w != len)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\" through %s: short write (%zd of %d bytes)",
+                   file, line, path, w, len);
+    if (cerr)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\": close %s: %s", file, line, path,
+                   strerror(cerr));
+    return CKPT_MOUNTCTL_OK;
+}
 
 ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint64_t step,
                                        int64_t rank, int64_t world_size, char *msg)
@@ -82,30 +117,13 @@ ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint6
                    rank, world_size);
     int len = snprintf(line, sizeof line, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", job, step,
                        rank, world_size);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return open_failed(mount, path, errno, msg);
-    /* One write(): the daemon takes the lines of one write call. */
-    ssize_t w;
-    do
-        w = write(fd, line, (size_t)len);
-    while (w < 0 && errno == EINTR);
-    int werr = errno;
-    int cerr = close(fd) < 0 ? errno : 0;
-    line[len - 1] = '\0'; /* for the messages */
-    if (w < 0 && (werr == EINVAL || werr == ENOENT))
-        return say(msg, werr == EINVAL ? CKPT_MOUNTCTL_EINVAL : CKPT_MOUNTCTL_ENOJOB,
-                   "the mount refused the commit \"%s\": %s", line, strerror(werr));
-    if (w < 0)
-        return say(msg, CKPT_MOUNTCTL_EIO, "commit \"%s\" through %s: %s", line, path,
-                   strerror(werr));
-    if (w != len)
-        return say(msg, CKPT_MOUNTCTL_EIO,
-                   "commit \"%s\" through %s: short write (%zd of %d bytes)", line, path, w, len);
-    if (cerr)
-        return say(msg, CKPT_MOUNTCTL_EIO, "commit \"%s\": close %s: %s", line, path,
-                   strerror(cerr));
-    return CKPT_MOUNTCTL_OK;
+    return control_write(mount, "commit", line, len, msg);
+}
+
+ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg)
+{
+    char line[] = "drain\n";
+    return control_write(mount, "drain", line, (int)sizeof line - 1, msg);
 }
 
 /* ------------------------------------------------------------------ status */

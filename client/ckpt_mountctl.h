@@ -1,9 +1,10 @@
 /*
  * ckpt_mountctl — the mount-control protocol of a local ckptfs mount, once,
- * for libckpt (ckpt_commit, ckpt_wait_durable) and ckptctl (commit, wait,
- * status):
+ * for libckpt (ckpt_commit, ckpt_wait_durable, ckpt_drain) and ckptctl
+ * (commit, wait, status, drain):
  *
  *   MOUNT/.ckptfs/commit  write-only; one line "JOB STEP RANK WORLD\n" per write()
+ *   MOUNT/.ckptfs/drain   write-only; "drain\n", a preemption notice
  *   MOUNT/.ckptfs/status  read-only; one JSON object (docs/MOUNT.md lists the fields)
  *
  * Internal to client/: not installed. Built as an object library that goes
@@ -67,6 +68,14 @@ int ckpt_mountctl_job_ok(const char *job);
  */
 ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint64_t step,
                                        int64_t rank, int64_t world_size, char *msg);
+
+/*!
+ * A preemption notice: writes "drain\n" to MOUNT/.ckptfs/drain. The daemon
+ * uploads each job's newest complete step first from then on
+ * (docs/SHUTDOWN.md) and keeps serving. ENOMOUNT: no ckptfs at MOUNT, or
+ * one too old to have the file.
+ */
+ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg);
 
 /*!
  * Reads MOUNT/.ckptfs/status to its end (a FUSE file's st_size may be stale)

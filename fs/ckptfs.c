@@ -11,7 +11,10 @@
  *
  * The options are the rows of fs_option_table (fs_options.c); a
  * configuration file (fs_config.c) sets the same ones; messages go through
- * fs_log.c.
+ * fs_log.c. Signals (docs/SHUTDOWN.md): SIGTERM, SIGINT and SIGHUP end the
+ * FUSE loop (libfuse's handlers), then st_vfs_close drains; SIGUSR1 is a
+ * preemption notice (fs_drain_signal.c). The service manager hears READY=1
+ * once the mount serves and STOPPING=1 when the loop ends (fs_notify.c).
  *
  * Threads: libfuse's worker threads call the ops concurrently; all shared
  * state is inside st_vfs.
@@ -23,6 +26,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +36,9 @@
 
 #include "ckptstore.h"
 #include "fs_config.h"
+#include "fs_drain_signal.h"
 #include "fs_log.h"
+#include "fs_notify.h"
 #include "fs_options.h"
 
 #ifndef RENAME_NOREPLACE
@@ -634,7 +640,14 @@ int main(int argc, char **argv)
     char shortopts[16], why[512];
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     st_vfs *v = NULL;
+    fs_drain_signal *usr1 = NULL;
     int rc = 1;
+    /* Before any thread exists: every thread inherits SIGUSR1 blocked, and
+     * only fs_drain_signal's waits for it (an early one stays pending). */
+    if (fs_drain_signal_block()) {
+        fprintf(stderr, "ckptfs: cannot block SIGUSR1\n");
+        return 1;
+    }
     fs_settings_init(&s);
     s.vo.log = fs_log_vfs;
     s.store = getenv("CKPT_STORE");
@@ -697,11 +710,25 @@ int main(int argc, char **argv)
         fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
+    if (fs_drain_signal_start(v, &usr1))
+        fs_log_write(FS_LOG_WARN, "cannot start the SIGUSR1 thread: use ckptctl drain");
     fs_logf(FS_LOG_INFO, "%s mounted on %s (staging %s)", s.store, s.mountpoint, s.staging);
+    if (fs_notify("READY=1"))
+        fs_logf(FS_LOG_WARN, "cannot notify the service manager (NOTIFY_SOCKET): %s",
+                strerror(errno));
     struct fuse_loop_config *cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(cfg, 16);
-    rc = fuse_session_loop_mt(se, cfg) ? 1 : 0;
+    /* libfuse 3.14 returns the signal that ended the loop (its handler
+     * stores it as the session's error): SIGTERM, SIGINT or SIGHUP is the
+     * ordinary way to stop, and the exit says so (systemd would mark the unit
+     * failed otherwise). */
+    int loop = fuse_session_loop_mt(se, cfg);
+    rc = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : 1;
     fuse_loop_cfg_destroy(cfg);
+    char stopping[96];
+    snprintf(stopping, sizeof stopping, "STOPPING=1\nSTATUS=draining uploads (up to %.0f s)",
+             s.vo.drain_seconds > 0 ? s.vo.drain_seconds : 60.0);
+    (void)fs_notify(stopping); /* a failure was logged at READY */
 out_unmount:
     fuse_session_unmount(se);
 out_signals:
@@ -709,6 +736,7 @@ out_signals:
 out_session:
     fuse_session_destroy(se);
 out:
+    fs_drain_signal_stop(usr1); /* NULL: no-op */
     st_vfs_close(v); /* completes closed steps and drains uploads (--drain); NULL: no-op */
     fuse_opt_free_args(&args);
     fs_config_free(conf);

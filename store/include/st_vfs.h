@@ -12,7 +12,8 @@
  * were written elsewhere appear as remote files, fetched and verified on open.
  *
  * Inode numbers are never reused during a mount; ino 1 is the root, 2 the
- * read-only ".ckptfs" directory holding the "status" file (ino 3).
+ * read-only ".ckptfs" directory holding the control files "status" (ino 3),
+ * "commit" (4) and "drain" (5).
  *
  * Threads: every function may be called from any FUSE worker thread; the
  * namespace is guarded by one mutex inside st_vfs, never held across I/O to
@@ -32,10 +33,12 @@
 
 #include "st_error.h"
 
-#define ST_VFS_ROOT_INO    1
-#define ST_VFS_CTL_DIR_INO 2
-#define ST_VFS_STATUS_INO  3
-#define ST_VFS_COMMIT_INO  4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
+#define ST_VFS_ROOT_INO     1
+#define ST_VFS_CTL_DIR_INO  2
+#define ST_VFS_STATUS_INO   3
+#define ST_VFS_COMMIT_INO   4                /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
+#define ST_VFS_DRAIN_INO    5                /* ".ckptfs/drain": write "drain\n" (st_vfs_drain) */
+#define ST_VFS_LAST_CTL_INO ST_VFS_DRAIN_INO /* inodes 2..this are the control entries */
 
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
@@ -99,11 +102,18 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
  *  thread with opts.gc_enabled. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: a GC run under way is told to stop, every step whose files are
- *  all closed becomes complete, the uploader gets up to drain_seconds to make
- *  them durable; what is left (uploads, deletion requests) stays in staging
- *  and the journal for the next start. */
+/*! Unmount: a GC run under way is told to stop, the uploader switches to
+ *  the draining order (st_vfs_drain), every step whose files are all closed
+ *  becomes complete, the uploader gets up to drain_seconds to make them
+ *  durable; what is left (uploads, deletion requests) stays in staging and
+ *  the journal for the next start (docs/SHUTDOWN.md). */
 void st_vfs_close(st_vfs *v);
+
+/*! A preemption notice: from now on the uploader takes the newest complete
+ *  step of each job first (docs/SHUTDOWN.md, "The upload order"); the mount
+ *  keeps serving. One-way; idempotent. Any thread; async-signal-unsafe (it
+ *  takes the mount's lock): call it from a thread, not a signal handler. */
+void st_vfs_drain(st_vfs *v);
 
 /* Namespace operations. Entries returned by lookup/mkdir/create count one
  * kernel reference each, released by st_vfs_forget(). */
@@ -155,7 +165,8 @@ int st_vfs_handle_fd(const st_vfs_handle *h);
 /*! Writes to a virtual file (.ckptfs/commit: one or more lines
  *  "JOB STEP RANK WORLD_SIZE\n", each an explicit commit of that step by that
  *  rank, rule 1 of docs/CONSISTENCY.md). ST_ERR_INVALID for a malformed line:
- *  nothing of that write is recorded. */
+ *  nothing of that write is recorded. .ckptfs/drain: "drain" (a newline
+ *  optional) calls st_vfs_drain(); anything else is ST_ERR_INVALID. */
 st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len);
 /*! Reads a virtual file's bytes (status). Returns bytes copied. */
 size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len);

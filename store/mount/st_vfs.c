@@ -36,9 +36,11 @@
 #define CTL_DIR_NAME ".ckptfs"
 #define STATUS_NAME  "status"
 #define COMMIT_NAME  "commit"
+#define DRAIN_NAME   "drain"
 
 struct st_vfs_handle {
-    vnode *node; /* NULL for the status file */
+    vnode *node;  /* NULL for a control file */
+    uint64_t ctl; /* a control file's ino (ST_VFS_STATUS_INO...), 0 for a file */
     int fd;
     int writable;
     int dirty;     /* written since the last flush */
@@ -302,9 +304,9 @@ static void virt_attr(uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
-    a->mode = ino == ST_VFS_CTL_DIR_INO  ? (S_IFDIR | 0555)
-              : ino == ST_VFS_COMMIT_INO ? (S_IFREG | 0222)
-                                         : (S_IFREG | 0444);
+    a->mode = ino == ST_VFS_CTL_DIR_INO                             ? (S_IFDIR | 0555)
+              : ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO ? (S_IFREG | 0222)
+                                                                    : (S_IFREG | 0444);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
     a->mtime_ns = a->ctime_ns = st_now_ns();
 }
@@ -351,6 +353,21 @@ static uint64_t pending_bytes(st_vfs *v)
     return total;
 }
 
+/* Adds "eta_durable_seconds" to root: the seconds until the pending bytes
+ * are durable at the upload rate this daemon measured (bytes made durable
+ * per second spent uploading), or null while no upload has finished to
+ * measure it. As vfs_json_add. Lock held. */
+static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
+{
+    static const char key[] = "eta_durable_seconds";
+    if (!pending)
+        return vfs_json_add(root, key, vfs_json_fixed(0.0, 1));
+    if (!v->uploaded_bytes || v->upload_ns <= 0)
+        return json_object_object_add(root, key, NULL) ? -1 : 0; /* json-c's null */
+    double rate = (double)v->uploaded_bytes / ((double)v->upload_ns / 1e9);
+    return vfs_json_add(root, key, vfs_json_fixed((double)pending / rate, 1));
+}
+
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
  * one line, built with json-c: compact, '/' unescaped, keys in the order
  * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
@@ -358,9 +375,10 @@ static uint64_t pending_bytes(st_vfs *v)
 static st_err build_status(st_vfs *v, st_bytes *b)
 {
     double secs = (double)v->upload_ns / 1e9;
+    uint64_t pending = pending_bytes(v);
     json_object *root = json_object_new_object();
     int bad = vfs_json_add(root, "node", json_object_new_string(v->node));
-    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending_bytes(v)));
+    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending));
     bad |= vfs_json_add(root, "staged_bytes", json_object_new_uint64(v->staged_bytes));
     bad |= vfs_json_add(root, "staging_cap", json_object_new_uint64(v->opts.staging_cap));
     bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
@@ -368,6 +386,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
+    bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
+    bad |= add_eta_durable(root, v, pending);
     bad |= vfs_json_add(root, "last_error", json_object_new_string(v->last_error));
     static const char *const lease_states[] = {"unknown", "held", "taken"};
     json_object *lease = json_object_new_object();
@@ -468,6 +488,8 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             virt_attr(ST_VFS_STATUS_INO, out);
         else if (!strcmp(name, COMMIT_NAME))
             virt_attr(ST_VFS_COMMIT_INO, out);
+        else if (!strcmp(name, DRAIN_NAME))
+            virt_attr(ST_VFS_DRAIN_INO, out);
         else
             return ST_ERR_NOT_FOUND;
         return ST_OK;
@@ -492,7 +514,7 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
 
 void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 {
-    if (ino <= ST_VFS_COMMIT_INO)
+    if (ino <= ST_VFS_LAST_CTL_INO)
         return;
     pthread_mutex_lock(&v->lock);
     vnode *n = get_node(v, ino);
@@ -505,7 +527,7 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
-    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO) {
+    if (ino >= ST_VFS_CTL_DIR_INO && ino <= ST_VFS_LAST_CTL_INO) {
         virt_attr(ino, out);
         return ST_OK;
     }
@@ -556,9 +578,10 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
-    if (ino <= ST_VFS_COMMIT_INO && ino != ST_VFS_ROOT_INO) {
-        if (ino == ST_VFS_COMMIT_INO && which == ST_VFS_SET_SIZE && size == 0) {
-            virt_attr(ino, out); /* O_TRUNC of the commit file: nothing to do */
+    if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
+        if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) && which == ST_VFS_SET_SIZE &&
+            size == 0) {
+            virt_attr(ino, out); /* O_TRUNC of a write-only control file: nothing to do */
             return ST_OK;
         }
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
@@ -618,7 +641,7 @@ out:
 
 st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out)
 {
-    if (parent == ST_VFS_CTL_DIR_INO || parent == ST_VFS_STATUS_INO ||
+    if ((parent >= ST_VFS_CTL_DIR_INO && parent <= ST_VFS_LAST_CTL_INO) ||
         (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)))
         return st_seterr(ST_ERR_READ_ONLY, "reserved");
     pthread_mutex_lock(&v->lock);
@@ -754,9 +777,9 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
 {
     if (flags & ~(unsigned)ST_VFS_RENAME_NOREPLACE)
         return st_seterr(ST_ERR_UNSUPPORTED, "rename flags 0x%x", flags);
-    if (parent <= ST_VFS_STATUS_INO && parent != ST_VFS_ROOT_INO)
+    if (parent <= ST_VFS_LAST_CTL_INO && parent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
-    if (newparent <= ST_VFS_STATUS_INO && newparent != ST_VFS_ROOT_INO)
+    if (newparent <= ST_VFS_LAST_CTL_INO && newparent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
@@ -854,15 +877,16 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(4, sizeof *out);
+        out = calloc(5, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
         out[1] = (st_vfs_dirent){ST_VFS_ROOT_INO, S_IFDIR, strdup("..")};
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
         out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
+        out[4] = (st_vfs_dirent){ST_VFS_DRAIN_INO, S_IFREG, strdup(DRAIN_NAME)};
         *ents = out;
-        *n = 4;
+        *n = 5;
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -1043,13 +1067,15 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
         *h = sh;
         return ST_OK;
     }
-    if (ino == ST_VFS_COMMIT_INO) {
+    if (ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) {
         if ((flags & O_ACCMODE) == O_RDONLY)
-            return st_seterr(ST_ERR_READ_ONLY, "commit is write-only");
+            return st_seterr(ST_ERR_READ_ONLY, "%s is write-only",
+                             ino == ST_VFS_COMMIT_INO ? COMMIT_NAME : DRAIN_NAME);
         st_vfs_handle *ch = calloc(1, sizeof *ch);
         if (!ch)
             return ST_ERR_NOMEM;
         ch->fd = -1;
+        ch->ctl = ino;
         ch->writable = 1;
         *h = ch;
         return ST_OK;
@@ -1097,10 +1123,24 @@ queue:;
     return ST_OK;
 }
 
+/* A write to .ckptfs/drain: "drain", a newline optional (docs/SHUTDOWN.md). */
+static st_err drain_write(st_vfs *v, const void *buf, size_t len)
+{
+    static const char word[] = "drain";
+    size_t n = sizeof word - 1;
+    if (len < n || len > n + 1 || memcmp(buf, word, n) ||
+        (len == n + 1 && ((const char *)buf)[n] != '\n'))
+        return st_seterr(ST_ERR_INVALID, "expected \"drain\"");
+    st_vfs_drain(v);
+    return ST_OK;
+}
+
 st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len)
 {
     if (h->node || !h->writable)
         return st_seterr(ST_ERR_READ_ONLY, "not a control file open for writing");
+    if (h->ctl == ST_VFS_DRAIN_INO)
+        return drain_write(v, buf, len);
     char text[4096];
     if (len >= sizeof text)
         return st_seterr(ST_ERR_INVALID, "commit lines are short: at most %zu bytes",
@@ -1483,13 +1523,14 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         goto fail;
     else if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
         goto fail;
-    /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
+    /* inodes 0 (unused), 1 root; 2 to ST_VFS_LAST_CTL_INO are the virtual
+     * control entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    v->ninodes = ST_VFS_COMMIT_INO + 1;
+    v->ninodes = ST_VFS_LAST_CTL_INO + 1;
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);
     if (!e)
@@ -1544,12 +1585,25 @@ st_err st_vfs_start(st_vfs *v)
     return e;
 }
 
+void st_vfs_drain(st_vfs *v)
+{
+    pthread_mutex_lock(&v->lock);
+    if (!v->draining)
+        vfs_log(v, 0, "draining: the newest complete steps upload first (%zu queued)", v->nqueue);
+    v->draining = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+}
+
 void st_vfs_close(st_vfs *v)
 {
     if (!v)
         return;
     v->gc_stop = 1; /* a GC run under way ends after its current batch */
     if (v->uploader_started) {
+        /* Draining before R8 queues the steps it completes: the newest of
+         * them goes first (docs/SHUTDOWN.md, "SIGTERM and unmount"). */
+        st_vfs_drain(v);
         st_vfs_complete_all(v, NULL, 1);
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");

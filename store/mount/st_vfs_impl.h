@@ -197,6 +197,7 @@ struct st_vfs {
     upload_item *queue;
     size_t nqueue, queue_cap;
     int stopping;
+    int draining; /* newest complete step first (docs/SHUTDOWN.md); set once */
     int uploader_busy;
     char last_error[512];
     uint64_t uploaded_bytes; /* logical bytes made durable */

@@ -14,6 +14,12 @@
  * are carried over from that manifest without re-reading them, which also
  * covers files whose local copy was evicted.
  *
+ * The order (docs/SHUTDOWN.md): the oldest queued step first; once the
+ * mount drains (a preemption notice, SIGTERM, unmount), a complete step
+ * before an incomplete one and each job's newest complete step first
+ * (next_queue_item). Any order is safe: each upload is one whole step, and
+ * the dedup index only knows chunks whose packs are already stored.
+ *
  * Between two uploads, or when the queue is empty, the thread carries out
  * the deletion requests that are due (st_vfs_delete.c): being this thread,
  * a deletion never runs while this node publishes a part of the same step.
@@ -385,6 +391,45 @@ static void wait_seconds(st_vfs *v, int seconds)
         vfs_timedwait(v, until);
 }
 
+/* 1 when queue item it is a step marked complete (lock held). */
+static int item_complete(st_vfs *v, const upload_item *it)
+{
+    vjob *j = vfs_job(v, it->job, 0);
+    vstep *s = j ? vfs_step(j, it->step, 0) : NULL;
+    return s && s->complete;
+}
+
+/* How far item i is from the front in the draining order: 0 for a complete
+ * step with no newer complete step of its job queued, 1 for the second
+ * newest, ...; incomplete steps after every complete one (lock held). */
+static size_t drain_rank(st_vfs *v, size_t i)
+{
+    const upload_item *it = &v->queue[i];
+    if (!item_complete(v, it))
+        return v->nqueue;
+    size_t newer = 0;
+    for (size_t k = 0; k < v->nqueue; k++)
+        newer += k != i && v->queue[k].step > it->step && !strcmp(v->queue[k].job, it->job) &&
+                 item_complete(v, &v->queue[k]);
+    return newer;
+}
+
+/* The index of the queue item to upload next (lock held, queue not empty):
+ * the front in normal order; when draining, the lowest drain_rank, ties in
+ * queue order. */
+static size_t next_queue_item(st_vfs *v)
+{
+    size_t best = 0, best_rank = SIZE_MAX;
+    for (size_t i = 0; v->draining && i < v->nqueue && best_rank; i++) {
+        size_t rank = drain_rank(v, i);
+        if (rank < best_rank) {
+            best = i;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
 void *vfs_uploader_main(void *arg)
 {
     st_vfs *v = arg;
@@ -405,8 +450,9 @@ void *vfs_uploader_main(void *arg)
             vfs_timedwait(v, vfs_deletions_next_due(v));
             continue;
         }
-        upload_item it = v->queue[0];
-        memmove(v->queue, v->queue + 1, (v->nqueue - 1) * sizeof *v->queue);
+        size_t next = next_queue_item(v);
+        upload_item it = v->queue[next];
+        memmove(v->queue + next, v->queue + next + 1, (v->nqueue - next - 1) * sizeof *v->queue);
         v->nqueue--;
         vjob *j = vfs_job(v, it.job, 0);
         vstep *s = j ? vfs_step(j, it.step, 0) : NULL;
