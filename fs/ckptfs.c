@@ -33,6 +33,8 @@
 #include "ckptstore.h"
 #include "fs_config.h"
 #include "fs_log.h"
+#include "fs_metrics.h"
+#include "fs_metrics_http.h"
 #include "fs_options.h"
 
 #ifndef RENAME_NOREPLACE
@@ -500,7 +502,8 @@ static void usage(FILE *out)
                  "  -h, --help           this help\n"
                  "  --version            version\n\n"
                  "Unmount with: fusermount3 -u MOUNTPOINT\n"
-                 "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
+                 "Status: MOUNTPOINT/.ckptfs/status (JSON); metrics: MOUNTPOINT/.ckptfs/metrics\n"
+                 "(Prometheus text, also on --metrics-listen)\n");
 }
 
 static int default_staging(char *buf, size_t cap)
@@ -634,9 +637,12 @@ int main(int argc, char **argv)
     char shortopts[16], why[512];
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     st_vfs *v = NULL;
+    fs_metrics_http *metrics_port = NULL;
     int rc = 1;
     fs_settings_init(&s);
     s.vo.log = fs_log_vfs;
+    s.vo.metrics = fs_metrics_of_vfs;
+    s.vo.metrics_arg = (void *)CKPT_PROJECT_VERSION;
     s.store = getenv("CKPT_STORE");
     struct option *lopts = fs_options_getopt(flag_opts, sizeof flag_opts / sizeof flag_opts[0],
                                              "hfd", shortopts, sizeof shortopts);
@@ -677,6 +683,16 @@ int main(int argc, char **argv)
     s.vo.store_url = s.store;
     s.vo.staging_dir = s.staging;
 
+    /* The port is bound before anything is mounted: a busy one stops the
+     * start with its reason (fs_metrics_http.h). */
+    int port_warn = 0;
+    if (s.metrics_listen &&
+        fs_metrics_http_bind(s.metrics_listen, &metrics_port, &port_warn, why, sizeof why)) {
+        fs_logf(FS_LOG_ERROR, "--metrics-listen %s", why);
+        rc = 2;
+        goto out;
+    }
+
     st_err e = st_vfs_open(&s.vo, &v);
     if (e) {
         fs_log_write(FS_LOG_ERROR, st_errmsg()[0] ? st_errmsg() : st_strerror(e));
@@ -697,6 +713,17 @@ int main(int argc, char **argv)
         fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
+    if (metrics_port) {
+        if (fs_metrics_http_start(metrics_port, v, CKPT_PROJECT_VERSION, why, sizeof why)) {
+            fs_logf(FS_LOG_ERROR, "--metrics-listen %s: %s", s.metrics_listen, why);
+            goto out_unmount;
+        }
+        if (port_warn)
+            fs_logf(FS_LOG_WARN,
+                    "metrics served on %s, not loopback: anyone who reaches it reads them",
+                    s.metrics_listen);
+        fs_logf(FS_LOG_INFO, "metrics served on %s (GET /metrics)", s.metrics_listen);
+    }
     fs_logf(FS_LOG_INFO, "%s mounted on %s (staging %s)", s.store, s.mountpoint, s.staging);
     struct fuse_loop_config *cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(cfg, 16);
@@ -709,6 +736,7 @@ out_signals:
 out_session:
     fuse_session_destroy(se);
 out:
+    fs_metrics_http_free(metrics_port); /* its thread reads v */
     st_vfs_close(v); /* completes closed steps and drains uploads (--drain); NULL: no-op */
     fuse_opt_free_args(&args);
     fs_config_free(conf);

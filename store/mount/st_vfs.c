@@ -36,6 +36,7 @@
 #define CTL_DIR_NAME ".ckptfs"
 #define STATUS_NAME  "status"
 #define COMMIT_NAME  "commit"
+#define METRICS_NAME "metrics"
 
 struct st_vfs_handle {
     vnode *node; /* NULL for the status file */
@@ -326,31 +327,6 @@ static vnode *get_node(st_vfs *v, uint64_t ino)
 
 /* ---- status ---- */
 
-static const char *step_state_name(const vstep *s)
-{
-    if (s->uploading)
-        return "uploading";
-    if (s->queued)
-        return "queued";
-    if (s->durable_ns && !s->writers)
-        return "durable";
-    if (s->complete)
-        return "complete";
-    return "writing";
-}
-
-/* Bytes of local files not yet durable. */
-static uint64_t pending_bytes(st_vfs *v)
-{
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < v->ninodes; i++) {
-        vnode *n = v->inodes[i];
-        if (n && n->parent && S_ISREG(n->mode) && n->sid && n->state != VFILE_DURABLE)
-            total += n->size;
-    }
-    return total;
-}
-
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
  * one line, built with json-c: compact, '/' unescaped, keys in the order
  * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
@@ -360,7 +336,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     double secs = (double)v->upload_ns / 1e9;
     json_object *root = json_object_new_object();
     int bad = vfs_json_add(root, "node", json_object_new_string(v->node));
-    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending_bytes(v)));
+    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(vfs_pending_bytes(v)));
     bad |= vfs_json_add(root, "staged_bytes", json_object_new_uint64(v->staged_bytes));
     bad |= vfs_json_add(root, "staging_cap", json_object_new_uint64(v->opts.staging_cap));
     bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
@@ -384,7 +360,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
             json_object *o = json_object_new_object();
             bad |= vfs_json_add(o, "job", json_object_new_string(j->name));
             bad |= vfs_json_add(o, "step", json_object_new_uint64(s->step));
-            bad |= vfs_json_add(o, "state", json_object_new_string(step_state_name(s)));
+            bad |= vfs_json_add(o, "state",
+                                json_object_new_string(st_vfs_step_state_name(vfs_step_state(s))));
             bad |= vfs_json_add(o, "revision", json_object_new_uint64(s->revision));
             bad |= vfs_json_add(o, "writers", json_object_new_int(s->writers));
             bad |= vfs_json_add(steps, NULL, o);
@@ -403,6 +380,19 @@ static st_err build_status(st_vfs *v, st_bytes *b)
         e = st_bytes_put_u8(b, '\n');
     json_object_put(root);
     return e ? st_seterr(e, "status: out of memory") : ST_OK;
+}
+
+/* The metrics file: the caller's renderer (st_vfs_options.metrics), called
+ * without the lock since it takes it itself (st_vfs_get_stats). */
+static st_err build_metrics(st_vfs *v, st_bytes *b)
+{
+    char *text = NULL;
+    size_t len = 0;
+    st_err e = v->opts.metrics(v->opts.metrics_arg, v, &text, &len);
+    if (!e)
+        e = st_bytes_append(b, text, len);
+    free(text);
+    return e;
 }
 
 /* ---- namespace operations ---- */
@@ -468,6 +458,8 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             virt_attr(ST_VFS_STATUS_INO, out);
         else if (!strcmp(name, COMMIT_NAME))
             virt_attr(ST_VFS_COMMIT_INO, out);
+        else if (!strcmp(name, METRICS_NAME) && v->opts.metrics)
+            virt_attr(ST_VFS_METRICS_INO, out);
         else
             return ST_ERR_NOT_FOUND;
         return ST_OK;
@@ -492,7 +484,7 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
 
 void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 {
-    if (ino <= ST_VFS_COMMIT_INO)
+    if (ino <= ST_VFS_LAST_VIRT_INO)
         return;
     pthread_mutex_lock(&v->lock);
     vnode *n = get_node(v, ino);
@@ -505,7 +497,8 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
-    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO) {
+    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO ||
+        (ino == ST_VFS_METRICS_INO && v->opts.metrics)) {
         virt_attr(ino, out);
         return ST_OK;
     }
@@ -556,7 +549,7 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
-    if (ino <= ST_VFS_COMMIT_INO && ino != ST_VFS_ROOT_INO) {
+    if (ino <= ST_VFS_LAST_VIRT_INO && ino != ST_VFS_ROOT_INO) {
         if (ino == ST_VFS_COMMIT_INO && which == ST_VFS_SET_SIZE && size == 0) {
             virt_attr(ino, out); /* O_TRUNC of the commit file: nothing to do */
             return ST_OK;
@@ -744,9 +737,9 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
 {
     if (flags & ~(unsigned)ST_VFS_RENAME_NOREPLACE)
         return st_seterr(ST_ERR_UNSUPPORTED, "rename flags 0x%x", flags);
-    if (parent <= ST_VFS_STATUS_INO && parent != ST_VFS_ROOT_INO)
+    if (parent <= ST_VFS_LAST_VIRT_INO && parent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
-    if (newparent <= ST_VFS_STATUS_INO && newparent != ST_VFS_ROOT_INO)
+    if (newparent <= ST_VFS_LAST_VIRT_INO && newparent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
@@ -844,15 +837,18 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(4, sizeof *out);
+        out = calloc(5, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
         out[1] = (st_vfs_dirent){ST_VFS_ROOT_INO, S_IFDIR, strdup("..")};
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
         out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
+        count = 4;
+        if (v->opts.metrics)
+            out[count++] = (st_vfs_dirent){ST_VFS_METRICS_INO, S_IFREG, strdup(METRICS_NAME)};
         *ents = out;
-        *n = 4;
+        *n = count;
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -1015,16 +1011,21 @@ out:
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h)
 {
     *h = NULL;
-    if (ino == ST_VFS_STATUS_INO) {
+    if (ino == ST_VFS_STATUS_INO || (ino == ST_VFS_METRICS_INO && v->opts.metrics)) {
         if ((flags & O_ACCMODE) != O_RDONLY)
-            return st_seterr(ST_ERR_READ_ONLY, "status is read-only");
+            return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
         st_vfs_handle *sh = calloc(1, sizeof *sh);
         if (!sh)
             return ST_ERR_NOMEM;
         sh->fd = -1;
-        pthread_mutex_lock(&v->lock);
-        st_err e = build_status(v, &sh->virt);
-        pthread_mutex_unlock(&v->lock);
+        st_err e;
+        if (ino == ST_VFS_METRICS_INO) {
+            e = build_metrics(v, &sh->virt);
+        } else {
+            pthread_mutex_lock(&v->lock);
+            e = build_status(v, &sh->virt);
+            pthread_mutex_unlock(&v->lock);
+        }
         if (e) {
             st_bytes_free(&sh->virt);
             free(sh);
@@ -1468,18 +1469,23 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         vfs_log(v, 2, "CKPT_FAULT is set but IGNORED: built without -DCKPT_TEST_HOOKS=ON");
 #endif
     if (opts->backend)
-        v->backend = opts->backend; /* borrowed: see st_vfs_options */
-    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
+        v->store_backend = opts->backend; /* borrowed: see st_vfs_options */
+    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->store_backend)))
         goto fail;
-    else if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+    v->retry_backend = opts->backend ? NULL : v->store_backend;
+    if (!opts->backend && fault && *fault && (e = st_backend_fault_wrap(&v->store_backend, fault)))
         goto fail;
-    /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
+    /* Counted outermost: one request per call the mount makes, whatever
+     * the retries and the injected faults did below it. */
+    if ((e = st_backend_count_borrow(v->store_backend, &v->requests, &v->backend)))
+        goto fail;
+    /* inodes 0 (unused), 1 root; 2 to 5 are the virtual control entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    v->ninodes = ST_VFS_COMMIT_INO + 1;
+    v->ninodes = ST_VFS_LAST_VIRT_INO + 1;
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);
     if (!e)
@@ -1565,8 +1571,9 @@ void st_vfs_close(st_vfs *v)
     free(v->jobs);
     free(v->queue);
     st_steprules_free(v->rules);
+    st_backend_close(v->backend); /* the count wrapper only */
     if (!v->opts.backend)
-        st_backend_close(v->backend);
+        st_backend_close(v->store_backend);
     free(v->store_url);
     free(v->staging);
     pthread_cond_destroy(&v->changed);
