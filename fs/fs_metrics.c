@@ -48,7 +48,7 @@ static void put_double(FILE *out, const char *name, const char *type, const char
                        double value)
 {
     put_family(out, name, type, help);
-    fprintf(out, "%s %.9g\n", name, value);
+    fprintf(out, "%s %.6f\n", name, value); /* %g would round a unix time to 10 s */
 }
 
 static void put_requests(FILE *out, const st_vfs_stats *s)
