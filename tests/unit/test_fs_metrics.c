@@ -168,6 +168,50 @@ static void test_vfs_stats_move(void)
     st_backend_close(store);
 }
 
+static uint64_t upload_failures(st_vfs *v)
+{
+    st_vfs_stats s;
+    uint64_t n = st_vfs_get_stats(v, &s) ? 0 : s.upload_failures;
+    st_vfs_stats_free(&s);
+    return n;
+}
+
+/* A store that refuses the step's packs: the failed upload tries, the
+ * PUTs that failed as transient, the error count and its time all show;
+ * none of it counts as uploaded. */
+static void test_vfs_stats_errors(void)
+{
+    st_backend *store = NULL;
+    vh_mount a;
+    CHECK_OK(st_backend_mem_open(&store));
+    CHECK_OK(vh_mount_open_fault(&a, store, "n1", "a", 1, "fail_key=.pack"));
+    if (!a.v) {
+        st_backend_close(store);
+        return;
+    }
+    int64_t t0 = st_now_ns();
+    CHECK_OK(vh_mkdirs(&a, VH_JOB "/step-000001"));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/model.bin", "weights", VH_PID_A));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/.ckpt-complete", "", VH_PID_A));
+    CHECK(VH_WAIT(upload_failures(a.v) > 0, 10));
+    st_vfs_stats s;
+    CHECK_OK(st_vfs_get_stats(a.v, &s));
+    CHECK(s.upload_failures >= 1 && s.uploads == 0 && s.uploaded_bytes == 0);
+    CHECK(s.errors >= 1);
+    CHECK(s.last_error_unix_ns >= t0 && s.last_error_unix_ns <= st_now_ns());
+    CHECK(s.requests[ST_REQ_PUT][ST_REQ_TRANSIENT] >= 1);
+    CHECK(s.njobs == 1 && s.jobs[0].steps[ST_VFS_STEP_DURABLE] == 0);
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(fs_metrics_render(&s, "0.1.0", &text, &len));
+    CHECK(text && strstr(text, "ckptfs_store_requests_total{kind=\"put\",result=\"transient\"} "));
+    CHECK(text && !strstr(text, "ckptfs_last_error_timestamp_seconds 0.000000\n"));
+    free(text);
+    st_vfs_stats_free(&s);
+    vh_mount_close(&a);
+    st_backend_close(store);
+}
+
 int main(void)
 {
     if (vh_setup("fsmetrics"))
@@ -176,6 +220,7 @@ int main(void)
     RUN(test_label_escaping);
     RUN(test_request_results);
     RUN(test_vfs_stats_move);
+    RUN(test_vfs_stats_errors);
     vh_teardown();
     return ut_finish();
 }
