@@ -37,6 +37,7 @@
 #define STATUS_NAME  "status"
 #define COMMIT_NAME  "commit"
 #define DRAIN_NAME   "drain"
+#define METRICS_NAME "metrics"
 
 struct st_vfs_handle {
     vnode *node;  /* NULL for a control file */
@@ -328,44 +329,15 @@ static vnode *get_node(st_vfs *v, uint64_t ino)
 
 /* ---- status ---- */
 
-static const char *step_state_name(const vstep *s)
-{
-    if (s->uploading)
-        return "uploading";
-    if (s->queued)
-        return "queued";
-    if (s->durable_ns && !s->writers)
-        return "durable";
-    if (s->complete)
-        return "complete";
-    return "writing";
-}
-
-/* Bytes of local files not yet durable. */
-static uint64_t pending_bytes(st_vfs *v)
-{
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < v->ninodes; i++) {
-        vnode *n = v->inodes[i];
-        if (n && n->parent && S_ISREG(n->mode) && n->sid && n->state != VFILE_DURABLE)
-            total += n->size;
-    }
-    return total;
-}
-
-/* Adds "eta_durable_seconds" to root: the seconds until the pending bytes
- * are durable at the upload rate this daemon measured (bytes made durable
- * per second spent uploading), or null while no upload has finished to
- * measure it. As vfs_json_add. Lock held. */
+/* Adds "eta_durable_seconds" to root (vfs_eta_durable_seconds), null while
+ * the rate is unknown. As vfs_json_add. Lock held. */
 static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
 {
     static const char key[] = "eta_durable_seconds";
-    if (!pending)
-        return vfs_json_add(root, key, vfs_json_fixed(0.0, 1));
-    if (!v->uploaded_bytes || v->upload_ns <= 0)
+    double eta = vfs_eta_durable_seconds(v, pending);
+    if (eta < 0)
         return json_object_object_add(root, key, NULL) ? -1 : 0; /* json-c's null */
-    double rate = (double)v->uploaded_bytes / ((double)v->upload_ns / 1e9);
-    return vfs_json_add(root, key, vfs_json_fixed((double)pending / rate, 1));
+    return vfs_json_add(root, key, vfs_json_fixed(eta, 1));
 }
 
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
@@ -375,7 +347,7 @@ static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
 static st_err build_status(st_vfs *v, st_bytes *b)
 {
     double secs = (double)v->upload_ns / 1e9;
-    uint64_t pending = pending_bytes(v);
+    uint64_t pending = vfs_pending_bytes(v);
     json_object *root = json_object_new_object();
     int bad = vfs_json_add(root, "node", json_object_new_string(v->node));
     bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending));
@@ -404,7 +376,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
             json_object *o = json_object_new_object();
             bad |= vfs_json_add(o, "job", json_object_new_string(j->name));
             bad |= vfs_json_add(o, "step", json_object_new_uint64(s->step));
-            bad |= vfs_json_add(o, "state", json_object_new_string(step_state_name(s)));
+            bad |= vfs_json_add(o, "state",
+                                json_object_new_string(st_vfs_step_state_name(vfs_step_state(s))));
             bad |= vfs_json_add(o, "revision", json_object_new_uint64(s->revision));
             bad |= vfs_json_add(o, "writers", json_object_new_int(s->writers));
             bad |= vfs_json_add(steps, NULL, o);
@@ -423,6 +396,19 @@ static st_err build_status(st_vfs *v, st_bytes *b)
         e = st_bytes_put_u8(b, '\n');
     json_object_put(root);
     return e ? st_seterr(e, "status: out of memory") : ST_OK;
+}
+
+/* The metrics file: the caller's renderer (st_vfs_options.metrics), called
+ * without the lock since it takes it itself (st_vfs_get_stats). */
+static st_err build_metrics(st_vfs *v, st_bytes *b)
+{
+    char *text = NULL;
+    size_t len = 0;
+    st_err e = v->opts.metrics(v->opts.metrics_arg, v, &text, &len);
+    if (!e)
+        e = st_bytes_append(b, text, len);
+    free(text);
+    return e;
 }
 
 /* ---- namespace operations ---- */
@@ -490,6 +476,8 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             virt_attr(ST_VFS_COMMIT_INO, out);
         else if (!strcmp(name, DRAIN_NAME))
             virt_attr(ST_VFS_DRAIN_INO, out);
+        else if (!strcmp(name, METRICS_NAME) && v->opts.metrics)
+            virt_attr(ST_VFS_METRICS_INO, out);
         else
             return ST_ERR_NOT_FOUND;
         return ST_OK;
@@ -527,7 +515,8 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
-    if (ino >= ST_VFS_CTL_DIR_INO && ino <= ST_VFS_LAST_CTL_INO) {
+    if (ino >= ST_VFS_CTL_DIR_INO && ino <= ST_VFS_LAST_CTL_INO &&
+        (ino != ST_VFS_METRICS_INO || v->opts.metrics)) {
         virt_attr(ino, out);
         return ST_OK;
     }
@@ -877,7 +866,7 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(5, sizeof *out);
+        out = calloc(6, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
@@ -885,8 +874,11 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
         out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
         out[4] = (st_vfs_dirent){ST_VFS_DRAIN_INO, S_IFREG, strdup(DRAIN_NAME)};
+        count = 5;
+        if (v->opts.metrics)
+            out[count++] = (st_vfs_dirent){ST_VFS_METRICS_INO, S_IFREG, strdup(METRICS_NAME)};
         *ents = out;
-        *n = 5;
+        *n = count;
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -1049,16 +1041,22 @@ out:
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h)
 {
     *h = NULL;
-    if (ino == ST_VFS_STATUS_INO) {
+    if (ino == ST_VFS_STATUS_INO || (ino == ST_VFS_METRICS_INO && v->opts.metrics)) {
         if ((flags & O_ACCMODE) != O_RDONLY)
-            return st_seterr(ST_ERR_READ_ONLY, "status is read-only");
+            return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
         st_vfs_handle *sh = calloc(1, sizeof *sh);
         if (!sh)
             return ST_ERR_NOMEM;
         sh->fd = -1;
-        pthread_mutex_lock(&v->lock);
-        st_err e = build_status(v, &sh->virt);
-        pthread_mutex_unlock(&v->lock);
+        sh->ctl = ino;
+        st_err e;
+        if (ino == ST_VFS_METRICS_INO) {
+            e = build_metrics(v, &sh->virt);
+        } else {
+            pthread_mutex_lock(&v->lock);
+            e = build_status(v, &sh->virt);
+            pthread_mutex_unlock(&v->lock);
+        }
         if (e) {
             st_bytes_free(&sh->virt);
             free(sh);
@@ -1518,13 +1516,19 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         vfs_log(v, 2, "CKPT_FAULT is set but IGNORED: built without -DCKPT_TEST_HOOKS=ON");
 #endif
     if (opts->backend)
-        v->backend = opts->backend; /* borrowed: see st_vfs_options */
-    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
+        v->store_backend = opts->backend; /* borrowed: see st_vfs_options */
+    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->store_backend)))
         goto fail;
-    else if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+    v->retry_backend = opts->backend ? NULL : v->store_backend;
+    if (!opts->backend && fault && *fault && (e = st_backend_fault_wrap(&v->store_backend, fault)))
         goto fail;
     /* inodes 0 (unused), 1 root; 2 to ST_VFS_LAST_CTL_INO are the virtual
      * control entries */
+    /* Counted outermost: one request per call the mount makes, whatever
+     * the retries and the injected faults did below it. */
+    if ((e = st_backend_count_borrow(v->store_backend, &v->requests, &v->backend)))
+        goto fail;
+    /* inodes 0 (unused), 1 root; 2 to 5 are the virtual control entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
@@ -1629,8 +1633,9 @@ void st_vfs_close(st_vfs *v)
     free(v->jobs);
     free(v->queue);
     st_steprules_free(v->rules);
+    st_backend_close(v->backend); /* the count wrapper only */
     if (!v->opts.backend)
-        st_backend_close(v->backend);
+        st_backend_close(v->store_backend);
     free(v->store_url);
     free(v->staging);
     pthread_cond_destroy(&v->changed);

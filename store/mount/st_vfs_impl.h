@@ -6,6 +6,7 @@
  *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
  *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
  *   st_vfs_gc.c       the background GC thread (--gc-* options)
+ *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
  *
  * Locking: v->lock guards every vnode, vjob and vstep field and the journal
  * connection; it is never held across store I/O or bulk file I/O. The
@@ -31,6 +32,7 @@
 #include <sys/types.h>
 
 #include "backend/st_backend.h"
+#include "backend/st_backend_count.h"
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
 #include "format/st_lease.h"
@@ -175,7 +177,10 @@ struct st_vfs {
     char *store_url;
     char *staging;
     char node[ST_NODE_MAX + 1];
-    st_backend *backend;
+    st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
+    st_backend *store_backend; /* what that wraps: owned unless opts.backend */
+    st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
+    st_backend_counts requests;
     st_steprules *rules;
 
     pthread_mutex_t lock;
@@ -199,10 +204,15 @@ struct st_vfs {
     int stopping;
     int draining; /* newest complete step first (docs/SHUTDOWN.md); set once */
     int uploader_busy;
-    char last_error[512];
+    char last_error[512];    /* set through vfs_set_error; "" once the cause is gone */
+    uint64_t errors;         /* errors recorded since start (vfs_error_seen) */
+    int64_t last_error_ns;   /* wall clock of the newest of them, 0: none */
     uint64_t uploaded_bytes; /* logical bytes made durable */
     uint64_t stored_bytes;   /* pack bytes PUT */
-    int64_t upload_ns;       /* time spent uploading */
+    uint64_t new_raw_bytes;  /* raw bytes of the chunks dedup did not find */
+    uint64_t chunks, new_chunks;
+    uint64_t uploads, upload_failures; /* step uploads that published / failed */
+    int64_t upload_ns;                 /* time spent uploading */
     pthread_t uploader;
     int uploader_started;
     pthread_t refresher;
@@ -228,6 +238,7 @@ struct st_vfs {
  *   st_vfs_delete.c   steps deleted through the mount
  *   st_vfs_upload.c   the uploader thread
  *   st_vfs_gc.c       the background GC thread
+ *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
  *   st_vfs.c          the st_vfs.h API: namespace operations, handles,
  *                     completion rules, status, open/close */
 
@@ -235,6 +246,10 @@ struct st_vfs {
 /* One message to opts.log, its control bytes escaped ("\\n"): a name with a
  * newline stays on its line. No lock needed. */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error happened: counts it and stamps its time (the metrics' errors and
+ * last error time). vfs_set_error also puts its text in v->last_error. */
+void vfs_error_seen(st_vfs *v);
+void vfs_set_error(st_vfs *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
 /* Frees n once nothing refers to it: out of the tree, no kernel reference,
@@ -259,6 +274,14 @@ char *vfs_job_path(const vnode *n, char *buf, size_t cap);
 vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base);
 vjob *vfs_job(st_vfs *v, const char *name, int create);
 vstep *vfs_step(vjob *j, uint64_t step, int create);
+/* A step's state as the status file and the metrics name it. */
+st_vfs_step_state vfs_step_state(const vstep *s);
+/* Bytes of local files not yet durable. */
+uint64_t vfs_pending_bytes(const st_vfs *v);
+/* Seconds until pending bytes are durable at the upload rate this daemon
+ * measured (bytes made durable per second spent uploading); 0 when nothing
+ * is pending, -1 while no upload has finished to measure the rate. */
+double vfs_eta_durable_seconds(const st_vfs *v, uint64_t pending);
 void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap);
 void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
 /* The newest step this node knows of in job j that has no deletion request

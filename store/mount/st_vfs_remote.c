@@ -210,7 +210,7 @@ void *vfs_refresher_main(void *arg)
             st_err e = vfs_remote_refresh(v);
             pthread_mutex_lock(&v->lock);
             if (e)
-                snprintf(v->last_error, sizeof v->last_error, "%s%s", what, st_errmsg());
+                vfs_set_error(v, "%s%s", what, st_errmsg());
             else if (strncmp(v->last_error, what, sizeof what - 1) == 0)
                 v->last_error[0] = '\0';
             pthread_mutex_unlock(&v->lock);
@@ -373,7 +373,7 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
         if (n->parent)
             (void)vfs_journal_put_file(v, n);
     } else {
-        snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
+        vfs_set_error(v, "fetching %s: %s", n->name, st_errmsg());
         vfs_log(v, 2, "%s", v->last_error);
     }
     pthread_cond_broadcast(&v->changed);

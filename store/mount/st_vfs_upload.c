@@ -278,9 +278,10 @@ static st_err carry_moved(st_ingest *g, const st_manifest *prev, const snapshot 
     return ST_OK;
 }
 
-/* The store side of one upload: no lock held. */
+/* The store side of one upload: no lock held. *got: the ingest's figures
+ * (metrics), set when the step was published. */
 static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revision,
-                         uint64_t *logical, uint64_t *stored)
+                         st_ingest_stats *got)
 {
     st_bytes buf = {0};
     st_part mine = {0};
@@ -349,8 +350,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
         *revision = base + 1;
-        *logical = st_ingest_get_stats(g)->logical_bytes;
-        *stored = st_ingest_get_stats(g)->stored_bytes;
+        *got = *st_ingest_get_stats(g);
     }
 out:
     st_manifest_free(&m);
@@ -439,7 +439,7 @@ void *vfs_uploader_main(void *arg)
     st_err oe = st_state_open(path, &index);
     pthread_mutex_lock(&v->lock);
     if (oe) {
-        snprintf(v->last_error, sizeof v->last_error, "dedup index: %s", st_errmsg());
+        vfs_set_error(v, "dedup index: %s", st_errmsg());
         vfs_log(v, 2, "uploader cannot start: %s", v->last_error);
     }
     int backoff = 1;
@@ -479,8 +479,8 @@ void *vfs_uploader_main(void *arg)
         pthread_mutex_unlock(&v->lock);
 
         int64_t t0 = st_mono_ns();
-        uint64_t logical = 0, stored = 0;
-        st_err e = store_step(v, index, &snap, &revision, &logical, &stored);
+        st_ingest_stats got = {0};
+        st_err e = store_step(v, index, &snap, &revision, &got);
         int64_t took = st_mono_ns() - t0;
         ST_CRASHPOINT_IF(!e, "upload-published");
 
@@ -491,8 +491,8 @@ void *vfs_uploader_main(void *arg)
         if (s)
             s->uploading = 0;
         if (e) {
-            snprintf(v->last_error, sizeof v->last_error, "uploading step %" PRIu64 " of %s: %s",
-                     it.step, it.job, st_errmsg());
+            vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());
+            v->upload_failures++;
             vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);
             vfs_enqueue(v, it.job, it.step);
             wait_seconds(v, backoff);
@@ -501,8 +501,12 @@ void *vfs_uploader_main(void *arg)
             backoff = 1;
             v->last_error[0] = '\0';
             vfs_note_failed_files(v); /* still true after this upload */
-            v->uploaded_bytes += logical;
-            v->stored_bytes += stored;
+            v->uploaded_bytes += got.logical_bytes;
+            v->stored_bytes += got.stored_bytes;
+            v->new_raw_bytes += got.new_raw_bytes;
+            v->chunks += got.chunks;
+            v->new_chunks += got.new_chunks;
+            v->uploads++;
             v->upload_ns += took;
             merge_result(v, &snap, revision);
             ST_CRASHPOINT("upload-files-durable");
