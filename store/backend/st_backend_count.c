@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 typedef struct count_ctx {
+    /* Our table: del_many only when inner has it, so that a store without
+     * batch requests is deleted through count_del and counted per key. */
+    st_backend_ops ops;
     st_backend *inner;
     st_backend_counts *c;
 } count_ctx;
@@ -45,6 +48,14 @@ static st_err count_del(void *ctx, const char *key)
     return x->inner->ops->del(x->inner->ctx, key);
 }
 
+static st_err count_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    count_ctx *x = ctx;
+    atomic_fetch_add(&x->c->delete_batch, 1);
+    atomic_fetch_add(&x->c->keys_batch_deleted, n);
+    return x->inner->ops->del_many(x->inner->ctx, items, n);
+}
+
 static void count_close(void *ctx)
 {
     count_ctx *x = ctx;
@@ -52,13 +63,14 @@ static void count_close(void *ctx)
     free(x);
 }
 
-static const st_backend_ops count_ops = {
+static const st_backend_ops count_ops_template = {
     .scheme = "count",
     .put = count_put,
     .get = count_get,
     .stat = count_stat,
     .list = count_list,
     .del = count_del,
+    .del_many = count_del_many,
     .close = count_close,
 };
 
@@ -73,7 +85,10 @@ st_err st_backend_count_wrap(st_backend **b, st_backend_counts *counts)
     }
     x->inner = *b;
     x->c = counts;
-    w->ops = &count_ops;
+    x->ops = count_ops_template;
+    if (!x->inner->ops->del_many)
+        x->ops.del_many = NULL;
+    w->ops = &x->ops;
     w->ctx = x;
     *b = w;
     return ST_OK;

@@ -14,6 +14,10 @@
 
 typedef struct st_backend_counts {
     atomic_uint_fast64_t put, get, stat, list, del;
+    /* Batched deletes: one per request that carried many keys (S3
+     * DeleteObjects); keys_batch_deleted counts the keys they carried. A
+     * backend without a batch request is counted per key in del. */
+    atomic_uint_fast64_t delete_batch, keys_batch_deleted;
 } st_backend_counts;
 
 /*! Wraps *b; counts land in *counts (caller-owned, must outlive *b). */

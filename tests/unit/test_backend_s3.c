@@ -117,6 +117,7 @@ static void test_conformance_unwrapped(void)
     RUN(bc_case_roundtrip);
     RUN(bc_case_ranges);
     RUN(bc_case_not_found);
+    RUN(bc_case_del_many);
     RUN(bc_case_list_order);
     RUN(bc_case_left_nothing);
     st_backend_close(b);
