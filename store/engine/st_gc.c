@@ -514,21 +514,24 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
     }
 }
 
-/* Deletes every object of a step: its part records first (it is then
- * invisible), then every other object under its prefix: two batches, so
- * that no other object goes before the last part record. */
-static st_err delete_step_objects(gc_run *g, const gc_step *st)
+/* Deletes every object of steps[0..n): their part records first (each
+ * step is then invisible), then every other object under their prefixes:
+ * two batches, so that no other object goes before the last part record. */
+static st_err delete_step_objects(gc_run *g, const gc_step *const *steps, size_t n)
 {
     static const char suffix[] = ".commit";
     st_err e = ST_OK;
     for (int parts = 1; parts >= 0 && !e; parts--) {
-        ST_CRASHPOINT_IF(!parts && st->nobjs, "delete-parts-gone");
-        for (size_t i = 0; i < st->nobjs && !e; i++) {
-            size_t len = strlen(st->objs[i].key);
-            int is_part = len > sizeof suffix - 1 &&
-                          !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
-            if (is_part == parts)
-                e = queue_key(g, st->objs[i].key, st->objs[i].size);
+        for (size_t k = 0; k < n && !e; k++) {
+            const gc_step *st = steps[k];
+            ST_CRASHPOINT_IF(!parts && !k && st->nobjs, "delete-parts-gone");
+            for (size_t i = 0; i < st->nobjs && !e; i++) {
+                size_t len = strlen(st->objs[i].key);
+                int is_part = len > sizeof suffix - 1 &&
+                              !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
+                if (is_part == parts)
+                    e = queue_key(g, st->objs[i].key, st->objs[i].size);
+            }
         }
         if (e)
             queue_clear(&g->q);
@@ -538,16 +541,17 @@ static st_err delete_step_objects(gc_run *g, const gc_step *st)
     return e;
 }
 
-/* Deletes one step retention picked (or the mount asked for) and records it. */
-static st_err delete_step(gc_run *g, const gc_step *st)
+/* Deletes steps[0..n) that retention picked (or the mount asked for), as
+ * one unit, and records them. */
+static st_err delete_steps(gc_run *g, const gc_step *const *steps, size_t n)
 {
     st_gc_report *r = g->r;
-    st_err e = delete_step_objects(g, st);
-    if (!e && !st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap,
-                             r->steps_deleted + 1, sizeof *r->deleted_steps))
-        r->deleted_steps[r->steps_deleted++] = st->step;
-    else if (!e)
+    st_err e = delete_step_objects(g, steps, n);
+    if (!e && st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap, r->steps_deleted + n,
+                            sizeof *r->deleted_steps))
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < n && !e; k++)
+        r->deleted_steps[r->steps_deleted++] = steps[k]->step;
     return e;
 }
 
@@ -617,7 +621,7 @@ static st_err finish_intents(gc_run *g, step_list *l)
                 if (st->step != steps.v[k] || st->keys.nnodes || !st->nobjs || st->finished)
                     continue;
                 st->finished = 1; /* once, even if two intents list it */
-                if (!(e = delete_step_objects(g, st)))
+                if (!(e = delete_step_objects(g, (const gc_step *const[]){st}, 1)))
                     unit_done(g);
             }
         free(steps.v);
@@ -643,9 +647,26 @@ static st_err delete_picked(gc_run *g, step_list *l)
         return ST_OK;
     if (!g->dry_run && (e = intent_put(g, l, intent, sizeof intent)))
         return e;
-    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++)
-        if (l->steps[i].deleted && !(e = delete_step(g, &l->steps[i])))
+    /* Steps go a batch at a time: as many whole steps as hold about
+     * g->batch objects (at least one). */
+    const gc_step **group = malloc(l->n * sizeof *group);
+    size_t ngroup = 0, nobjs = 0;
+    if (!group)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++) {
+        if (!l->steps[i].deleted)
+            continue;
+        group[ngroup++] = &l->steps[i];
+        nobjs += l->steps[i].nobjs;
+        int last = 1;
+        for (size_t j = i + 1; j < l->n && last; j++)
+            last = !l->steps[j].deleted;
+        if ((nobjs >= g->batch || last) && !(e = delete_steps(g, group, ngroup))) {
+            ngroup = nobjs = 0;
             unit_done(g);
+        }
+    }
+    free(group);
     /* Every step it names is whole again (deleted, or not touched). Not
      * reported: the run made it itself. Left behind on an error, for the
      * next run to finish. */
