@@ -719,10 +719,13 @@ static void delete_error(v4_ctx *c, xmlNodePtr n, st_del_item *items, size_t n_i
 }
 
 /* The answer to DeleteObjects: <DeleteResult> with <Deleted> (ignored: the
- * items start ST_OK) and <Error> entries. ST_ERR_TRANSIENT for an answer
- * that does not parse (a cut body). */
+ * items start ST_OK) and <Error> entries; an empty 2xx body is a quiet
+ * answer with nothing to report. ST_ERR_TRANSIENT for an answer that does
+ * not parse (a cut body). */
 static st_err parse_delete_result(v4_ctx *c, const st_bytes *body, st_del_item *items, size_t n)
 {
+    if (!body->len)
+        return ST_OK;
     xmlDocPtr doc = xmlReadMemory((const char *)body->data, (int)body->len, NULL, NULL,
                                   XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;
@@ -759,14 +762,15 @@ static st_err v4_del_many(void *ctx, st_del_item *items, size_t n)
     char fk[ST_S3_KEY_MAX + 1];
     if (atomic_load(&c->no_batch_delete))
         return st_del_many_each(v4_del, ctx, items, n);
+    size_t sendable = 0;
     for (size_t i = 0; i < n; i++)
-        items[i].err = st_s3_full_key(&c->cfg, "del_many", items[i].key, fk);
+        sendable += !(items[i].err = st_s3_full_key(&c->cfg, "del_many", items[i].key, fk));
     xmlChar *xml = NULL;
     int len = 0;
     st_bytes answer = {0};
-    st_err e = delete_xml(c, items, n, &xml, &len);
-    if (e)
-        goto out;
+    st_err e = ST_OK;
+    if (!sendable || (e = delete_xml(c, items, n, &xml, &len)))
+        goto out; /* nothing to send (every name too long), or no memory */
     unsigned char md5[EVP_MAX_MD_SIZE];
     unsigned md5_len = 0;
     char md5_hdr[64] = "Content-MD5: ";

@@ -14,6 +14,16 @@
  *                                    V4 one delete_batch per 1000 keys, no
  *                                    single DELETE; V2 (libs3) N DELETEs
  *   s3_delete_batch check PREFIX     nothing is left under PREFIX
+ *   s3_delete_batch errors           against tests/s3/fake_s3_delete.py:
+ *                                    per-key <Error>s mapped to st_err
+ *                                    (AccessDenied permanent, InternalError
+ *                                    transient, NoSuchKey deleted), and
+ *                                    retried: the script checks that only
+ *                                    the transient key is sent again
+ *   s3_delete_batch nobatch          against fake_s3_delete.py --no-batch:
+ *                                    two st_del_many of 3 keys all succeed,
+ *                                    key by key (the script checks one
+ *                                    refused POST, then 6 DELETEs)
  *
  * Exit status 0 when everything held, 1 otherwise.
  */
@@ -77,23 +87,61 @@ out:
     free(keys);
 }
 
+/* Per-key results of one DeleteObjects answer, through the retry wrapper. */
+static void run_errors(st_backend *b)
+{
+    st_del_item items[] = {{.key = "e/ok1"},
+                           {.key = "e/deny1"},
+                           {.key = "e/busy1"},
+                           {.key = "e/gone1"},
+                           {.key = "e/ok2"}};
+    const st_err want[] = {ST_OK, ST_ERR_PERMANENT, ST_ERR_TRANSIENT, ST_OK, ST_OK};
+    st_err e = st_del_many(b, items, 5);
+    fprintf(stderr, "s3_delete_batch errors: %s: %s\n", st_strerror(e), st_errmsg());
+    CHECK_ERR(e, ST_ERR_PERMANENT); /* the first failed item's */
+    for (size_t i = 0; i < 5; i++) {
+        CHECK(items[i].err == want[i]);
+        if (items[i].err != want[i])
+            fprintf(stderr, "  %s: %s, want %s\n", items[i].key, st_strerror(items[i].err),
+                    st_strerror(want[i]));
+    }
+}
+
+/* A store without DeleteObjects: every key deleted all the same. */
+static void run_nobatch(st_backend *b)
+{
+    for (int round = 0; round < 2; round++) {
+        st_del_item items[] = {{.key = "n/a"}, {.key = "n/b"}, {.key = "n/c"}};
+        CHECK_OK(st_del_many(b, items, 3));
+        CHECK(st_del_items_result(items, 3) == ST_OK);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
     int ok_args = (argc == 4 && (!strcmp(mode, "put") || !strcmp(mode, "del"))) ||
-                  (argc == 3 && !strcmp(mode, "check"));
+                  (argc == 3 && !strcmp(mode, "check")) ||
+                  (argc == 2 && (!strcmp(mode, "errors") || !strcmp(mode, "nobatch")));
     if (!ok_args || !getenv("CKPT_S3_ENDPOINT")) {
         fprintf(stderr, "usage: CKPT_S3_ENDPOINT=... s3_delete_batch put|del N PREFIX | "
-                        "check PREFIX\n");
+                        "check PREFIX | errors | nobatch\n");
         return 2;
     }
-    /* No retries: a request that failed would be sent again and the
-     * script's request count would not be the backend's. */
-    st_backend_opts o = {.retry_attempts = 1};
+    /* No retries (a request that failed would be sent again and the
+     * script's request count would not be the backend's), but in "errors",
+     * which is about them: 3 tries, short waits. */
+    int errors = !strcmp(mode, "errors");
+    st_backend_opts o = {.retry_attempts = errors ? 3 : 1, .retry_base_ms = 1, .retry_max_ms = 2};
     st_backend *b = NULL;
     CHECK_OK(st_backend_open_opts("s3://ckpt-test", &o, &b));
     if (!b)
         return ut_finish();
+    if (errors || !strcmp(mode, "nobatch")) {
+        (errors ? run_errors : run_nobatch)(b);
+        st_backend_close(b);
+        return ut_finish();
+    }
     const char *prefix = argv[argc - 1];
     size_t n = argc == 4 ? strtoul(argv[2], NULL, 10) : 0;
     char key[64];
