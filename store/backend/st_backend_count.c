@@ -6,6 +6,9 @@
 #include <stdlib.h>
 
 typedef struct count_ctx {
+    /* Our table: del_many only when inner has it, so that a store without
+     * batch requests is deleted through count_del and counted per key. */
+    st_backend_ops ops;
     st_backend *inner;
     st_backend_counts *c;
     int owns_inner; /* close closes inner too */
@@ -58,6 +61,13 @@ static st_err count_del(void *ctx, const char *key)
     return counted(x, ST_REQ_DELETE, x->inner->ops->del(x->inner->ctx, key));
 }
 
+static st_err count_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    count_ctx *x = ctx;
+    atomic_fetch_add(&x->c->keys_batch_deleted, n);
+    return counted(x, ST_REQ_DELETE_BATCH, x->inner->ops->del_many(x->inner->ctx, items, n));
+}
+
 static void count_close(void *ctx)
 {
     count_ctx *x = ctx;
@@ -66,13 +76,14 @@ static void count_close(void *ctx)
     free(x);
 }
 
-static const st_backend_ops count_ops = {
+static const st_backend_ops count_ops_template = {
     .scheme = "count",
     .put = count_put,
     .get = count_get,
     .stat = count_stat,
     .list = count_list,
     .del = count_del,
+    .del_many = count_del_many,
     .close = count_close,
 };
 
@@ -88,7 +99,10 @@ static st_err wrap(st_backend *inner, st_backend_counts *counts, int owns, st_ba
     x->inner = inner;
     x->c = counts;
     x->owns_inner = owns;
-    w->ops = &count_ops;
+    x->ops = count_ops_template;
+    if (!x->inner->ops->del_many)
+        x->ops.del_many = NULL;
+    w->ops = &x->ops;
     w->ctx = x;
     *out = w;
     return ST_OK;
@@ -114,7 +128,8 @@ uint64_t st_backend_counts_of(const st_backend_counts *c, st_req_kind kind)
 
 const char *st_req_kind_name(st_req_kind kind)
 {
-    static const char *const names[ST_REQ_KINDS] = {"put", "get", "stat", "list", "delete"};
+    static const char *const names[ST_REQ_KINDS] = {"put",  "get",    "stat",
+                                                    "list", "delete", "delete_batch"};
     return (unsigned)kind < ST_REQ_KINDS ? names[kind] : "?";
 }
 

@@ -23,7 +23,8 @@ typedef enum st_req_kind {
     ST_REQ_STAT = 2,
     ST_REQ_LIST = 3,
     ST_REQ_DELETE = 4,
-    ST_REQ_KINDS = 5
+    ST_REQ_DELETE_BATCH = 5, /* one request deleting many keys (st_del_many) */
+    ST_REQ_KINDS = 6
 } st_req_kind;
 
 /* How a request ended: from its st_err (backend errors are classified,
@@ -38,6 +39,9 @@ typedef enum st_req_result {
 
 typedef struct st_backend_counts {
     atomic_uint_fast64_t n[ST_REQ_KINDS][ST_REQ_RESULTS];
+    /* Keys carried by the ST_REQ_DELETE_BATCH requests (S3 DeleteObjects). A
+     * backend without a batch request is counted per key as ST_REQ_DELETE. */
+    atomic_uint_fast64_t keys_batch_deleted;
 } st_backend_counts;
 
 /*! Wraps *b; counts land in *counts (caller-owned, must outlive *b).
@@ -51,7 +55,7 @@ st_err st_backend_count_borrow(st_backend *inner, st_backend_counts *counts, st_
 /*! Requests of one kind, whatever their result. */
 uint64_t st_backend_counts_of(const st_backend_counts *c, st_req_kind kind);
 
-/*! "put", "get", "stat", "list", "delete"; "ok", "not_found", "transient",
+/*! "put", "get", "stat", "list", "delete", "delete_batch"; "ok", "not_found", "transient",
  *  "error". Static strings; "?" out of range. */
 const char *st_req_kind_name(st_req_kind kind);
 const char *st_req_result_name(st_req_result result);

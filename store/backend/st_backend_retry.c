@@ -15,6 +15,9 @@
  *   get   the inner backend clears out on every error (st_backend.h), so a
  *         retry starts from an empty buffer.
  *   stat, del   idempotent.
+ *   del_many    idempotent per key; a retry carries only the keys whose
+ *         result was transient (a whole request that failed left all of
+ *         them so), so a key deleted or refused for good is not sent again.
  *   list  a retry lists again from the start, and the wrapper's callback
  *         drops every key <= the last one already delivered. Listings are
  *         ascending, so the caller sees each key once, in order, as if the
@@ -212,6 +215,44 @@ static st_err retry_del(void *ctx, const char *key)
     return e;
 }
 
+static st_err retry_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    retry_ctx *c = ctx;
+    /* todo: the items still to delete, copies of items[idx[i]]. */
+    st_del_item *todo = malloc(n * sizeof *todo);
+    size_t *idx = malloc(n * sizeof *idx);
+    if (!todo || !idx) {
+        free(todo);
+        free(idx);
+        return st_seterr(ST_ERR_NOMEM, "del_many: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = items[i];
+        idx[i] = i;
+    }
+    uint64_t t0 = now_ms();
+    size_t m = n;
+    unsigned tries = 0;
+    do {
+        tries++;
+        c->inner->ops->del_many(c->inner->ctx, todo, m);
+        size_t left = 0;
+        for (size_t i = 0; i < m; i++) {
+            items[idx[i]].err = todo[i].err;
+            if (todo[i].err == ST_ERR_TRANSIENT) {
+                todo[left] = todo[i];
+                idx[left++] = idx[i];
+            }
+        }
+        m = left;
+        /* Tried again while some key failed transiently, even when the
+         * batch's first failure is permanent: that key's result is final. */
+    } while (m && retry_again(c, ST_ERR_TRANSIENT, tries, t0));
+    free(todo);
+    free(idx);
+    return st_del_items_result(items, n);
+}
+
 static void retry_close(void *ctx)
 {
     retry_ctx *c = ctx;
@@ -228,6 +269,7 @@ static const st_backend_ops retry_ops_template = {
     .stat = retry_stat,
     .list = retry_list,
     .del = retry_del,
+    .del_many = retry_del_many,
     .close = retry_close,
 };
 
@@ -247,6 +289,10 @@ st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, s
     }
     c->ops = retry_ops_template;
     c->ops.scheme = inner->ops->scheme;
+    /* del_many only over a store with batch requests; without, st_del_many
+     * loops over retry_del, which retries each key on its own. */
+    if (!inner->ops->del_many)
+        c->ops.del_many = NULL;
     c->inner = inner;
     c->policy = policy ? *policy : (st_retry_policy){0};
     if (!c->policy.attempts)

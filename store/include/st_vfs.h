@@ -236,7 +236,7 @@ const char *st_vfs_step_state_name(st_vfs_step_state s);
 
 /* Store requests by kind and result: the same order as st_vfs_request_kind_name
  * and st_vfs_request_result_name give names for. */
-#define ST_VFS_REQ_KINDS   5 /* put, get, stat, list, delete */
+#define ST_VFS_REQ_KINDS   6 /* put, get, stat, list, delete, delete_batch */
 #define ST_VFS_REQ_RESULTS 4 /* ok, not_found, transient (retries used up), error */
 const char *st_vfs_request_kind_name(int kind);
 const char *st_vfs_request_result_name(int result);
