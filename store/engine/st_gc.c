@@ -779,6 +779,8 @@ static st_err ref_manifest(ref_set *s, const st_manifest *m, int held)
             const st_chunk_ref *c = &m->files[f].chunks[k];
             uint8_t where[ST_ID_LEN + 8];
             uint32_t one;
+            if (st_chunk_is_hole(c)) /* in no pack */
+                continue;
             memcpy(where, m->packs[c->pack].b, ST_ID_LEN);
             for (int i = 0; i < 8; i++)
                 where[ST_ID_LEN + i] = (uint8_t)(c->offset >> (8 * i));
@@ -1085,6 +1087,8 @@ static int view_restorable(const st_stepview *v, const pack_list *packs, char *w
             for (size_t k = 0; k < m->files[f].nchunks; k++) {
                 const st_chunk_ref *c = &m->files[f].chunks[k];
                 uint32_t at;
+                if (st_chunk_is_hole(c)) /* needs no pack */
+                    continue;
                 if (!st_idmap_get(&packs->index, &m->packs[c->pack], &at)) {
                     snprintf(why, cap, "pack %s is missing", st_id_hex(&m->packs[c->pack], hex));
                     return 0;
