@@ -193,7 +193,10 @@ class LoadTest(MountTestCase):
             self.wait("node a's writers half way",
                       lambda: all(len(self.record(j)[0]) >= STEPS // 2 for j in a_jobs),
                       WRITE_TIMEOUT)
+            running = sum(self.writers[j].poll() is None for j in a_jobs)
             mounts["a"].kill9()
+            # A kill after node a's writers ended would test only the uploads.
+            self.assertGreater(running, 0, "node a's writers all done before the kill")
             time.sleep(1)
             mounts["a"].start()
 
@@ -235,10 +238,10 @@ class LoadTest(MountTestCase):
             self.assertTrue(set(sorted(acked)[-KEEP:]) <= set(steps),
                             "%s: after unmount %s" % (job, steps))
         print("load figures: store %s, nodes 2, writers %d, steps acknowledged %d, "
-              "steps cut short by the kill %d, files %d, bytes %d, kills 1, gc runs %d, "
+              "node a's writers running at the kill %d, steps cut short by it %d, files %d, bytes %d, kills 1, gc runs %d, "
               "steps deleted by gc %d, packs deleted %d, bytes freed %d, kept steps "
               "verified+restored %d, write phase %.0f s, total %.0f s, lost 0"
-              % (self.store.split(":")[0], len(self.writers), fig["steps"], fig["failed"],
+              % (self.store.split(":")[0], len(self.writers), fig["steps"], running, fig["failed"],
                  fig["files"], fig["bytes"], totals["runs"], totals["steps_deleted"],
                  totals["packs_deleted"], totals["bytes_freed"], fig["kept"], written,
                  time.monotonic() - started))
