@@ -11,7 +11,11 @@ what was acknowledged.
   and fsynced only after every close() (and the DCP rename) of the step
   returned: {"step": N, "layout": L, "files": {relpath: sha256}, "bytes":
   B}; a step
-  that hit an error: {"step": N, "layout": L, "error": "..."}.
+  that hit an error: {"step": N, "layout": L, "error": "...", "files": the
+  acknowledged ones, "intended": every file it meant to write or was
+  writing, with the sha256 of its whole content}. The daemon may have
+  made such a step whole anyway (killed after it committed the last close
+  or rename, before the reply): then it must hold exactly "intended".
 * SIZE_CLASS: "small" (CI: files up to 64 KiB) or "full" (up to 4 MiB).
 * USE_TORCH: 1 to add torch.save layouts (imports torch: seconds, memory).
 
@@ -44,6 +48,7 @@ torch = None
 if use_torch:
     import torch  # noqa: F811 (Debian's python3-torch)
 written = [0]  # bytes the current step wrote
+intended = {}  # the current step's files as meant: {relpath: sha256}, set before each open
 FROZEN = random.Random(seed ^ 0x5EED).randbytes(min(MAX_SIZE, 48 << 10))
 
 
@@ -52,14 +57,16 @@ def payload():
 
 
 def write_file(rel, data, fsync=False):
-    """Writes data to JOB_DIR/rel; returns its sha256 once close() returned."""
+    """Writes data to JOB_DIR/rel; returns its sha256 once close() returned.
+    The file is in `intended` from before its open."""
+    intended[rel] = hashlib.sha256(data).hexdigest()
     with open(os.path.join(job_dir, rel), "wb") as f:
         f.write(data)
         written[0] += len(data)
         if fsync:
             f.flush()
             os.fsync(f.fileno())
-    return hashlib.sha256(data).hexdigest()
+    return intended[rel]
 
 
 def torch_bytes():
@@ -97,6 +104,7 @@ def step_dcp(step, files):
         files[rel] = write_file(rel, FROZEN if r == 0 else payload(), fsync=True)
     meta = json.dumps({"step": step, "shards": sorted(files)}).encode()
     write_file(d + "/.metadata.tmp", meta, fsync=True)
+    intended[d + "/.metadata"] = intended.pop(d + "/.metadata.tmp")
     os.rename(os.path.join(job_dir, d, ".metadata.tmp"), os.path.join(job_dir, d, ".metadata"))
     files[d + "/.metadata"] = hashlib.sha256(meta).hexdigest()
 
@@ -129,12 +137,14 @@ with open(record_path, "a") as record:
         step += 1
         layout = rng.choice(sorted(LAYOUTS))
         files = {}
+        intended.clear()
         written[0] = 0
         try:
             LAYOUTS[layout](step, files)
             line = {"step": step, "layout": layout, "files": files, "bytes": written[0]}
         except (OSError, RuntimeError) as e:  # torch raises RuntimeError for I/O
-            line = {"step": step, "layout": layout, "error": str(e)}
+            line = {"step": step, "layout": layout, "error": str(e), "files": files,
+                    "intended": dict(intended)}
         record.write(json.dumps(line) + "\n")
         record.flush()
         os.fsync(record.fileno())
