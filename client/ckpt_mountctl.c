@@ -264,30 +264,36 @@ typedef struct step_seen {
     char last_error[256]; /* the daemon's last_error */
 } step_seen;
 
-static ckpt_mountctl_err look(const char *mount, const char *job, uint64_t step, step_seen *seen,
-                              char *msg)
+int ckpt_mountctl_step_state(const json_object *doc, const char *job, uint64_t step, char *state,
+                             size_t cap, char *last_error, size_t err_cap)
 {
-    json_object *doc, *steps;
-    ckpt_mountctl_err e = ckpt_mountctl_status_load(mount, &doc, msg);
-    if (e)
-        return e;
-    seen->state[0] = '\0';
-    snprintf(seen->last_error, sizeof seen->last_error, "%s",
-             ckpt_mountctl_get_str(doc, "last_error"));
+    json_object *steps;
+    state[0] = '\0';
+    snprintf(last_error, err_cap, "%s", ckpt_mountctl_get_str(doc, "last_error"));
     if (!json_object_object_get_ex(doc, "steps", &steps) ||
-        !json_object_is_type(steps, json_type_array)) {
-        e = say(msg, CKPT_MOUNTCTL_ECORRUPT, "%s/.ckptfs/status: no \"steps\" array", mount);
-        goto out;
-    }
+        !json_object_is_type(steps, json_type_array))
+        return -1;
     for (size_t i = 0, n = json_object_array_length(steps); i < n; i++) {
         const json_object *el = json_object_array_get_idx(steps, i);
         uint64_t s;
         if (job_is(el, job) && !ckpt_mountctl_get_u64(el, "step", &s) && s == step) {
-            snprintf(seen->state, sizeof seen->state, "%s", ckpt_mountctl_get_str(el, "state"));
+            snprintf(state, cap, "%s", ckpt_mountctl_get_str(el, "state"));
             break;
         }
     }
-out:
+    return 0;
+}
+
+static ckpt_mountctl_err look(const char *mount, const char *job, uint64_t step, step_seen *seen,
+                              char *msg)
+{
+    json_object *doc;
+    ckpt_mountctl_err e = ckpt_mountctl_status_load(mount, &doc, msg);
+    if (e)
+        return e;
+    if (ckpt_mountctl_step_state(doc, job, step, seen->state, sizeof seen->state, seen->last_error,
+                                 sizeof seen->last_error))
+        e = say(msg, CKPT_MOUNTCTL_ECORRUPT, "%s/.ckptfs/status: no \"steps\" array", mount);
     json_object_put(doc);
     return e;
 }

@@ -109,6 +109,16 @@ int ckpt_mountctl_get_u64(const json_object *obj, const char *key, uint64_t *v);
 const char *ckpt_mountctl_get_str(const json_object *obj, const char *key);
 
 /*!
+ * The state of (job, step) in a parsed status document doc: "durable",
+ * "uploading", ... into state[cap] (truncated to fit; "" when no element of
+ * "steps" has that job and step), and the daemon's last_error into
+ * last_error[err_cap] ("" when none). Returns 0, or -1 when doc has no
+ * "steps" array. Pure: no I/O, doc is only read.
+ */
+int ckpt_mountctl_step_state(const json_object *doc, const char *job, uint64_t step, char *state,
+                             size_t cap, char *last_error, size_t err_cap);
+
+/*!
  * Waits until the mount lists (job, step) as durable: reads the status file
  * at once, then every 50 ms, backing off to 500 ms. timeout_s < 0: no limit;
  * 0: one look. ETIMEDOUT's message gives the last state seen and the
