@@ -136,3 +136,8 @@ st_err st_del(st_backend *b, const char *key)
         return e;
     return b->ops->del(b->ctx, key);
 }
+
+int st_backend_observer_stops(const st_backend_observer *o)
+{
+    return o && o->should_stop && o->should_stop(o->arg);
+}
