@@ -201,3 +201,8 @@ st_err st_del_many(st_backend *b, st_del_item *items, size_t n)
     }
     return first_failure_result(&first);
 }
+
+int st_backend_observer_stops(const st_backend_observer *o)
+{
+    return o && o->should_stop && o->should_stop(o->arg);
+}

@@ -89,6 +89,30 @@ typedef struct st_backend {
     void *ctx;
 } st_backend;
 
+/*!
+ * What the user of a backend hears of every try of a request, and how it
+ * stops waiting for one (st_backend_opts.observer; docs/BACKENDS.md,
+ * "Observing and stopping requests"). Both callbacks run on the thread that
+ * made the call, with no backend lock held; they must be cheap and must not
+ * call the backend. Either may be NULL.
+ */
+typedef struct st_backend_observer {
+    /* After every try the retry wrapper makes (st_backend_retry.h): e is its
+     * result, ST_OK or an error whose message is st_errmsg(); try_no counts
+     * the tries of this call from 1. A failed try is heard at once, not only
+     * when the retries run out. */
+    void (*on_try)(void *arg, st_err e, unsigned try_no);
+    /* Non-zero: the caller no longer waits. The retry wrapper returns the
+     * last error instead of waiting for another try (a wait under way ends
+     * within 50 ms), and an S3 request in flight is aborted within 100 ms
+     * (ST_ERR_TRANSIENT, "aborted: the caller stopped waiting"). */
+    int (*should_stop)(void *arg);
+    void *arg;
+} st_backend_observer;
+
+/*! 1 when o asks to stop now (o or its should_stop may be NULL: 0). */
+int st_backend_observer_stops(const st_backend_observer *o);
+
 /*! 1 if key is acceptable to every backend, else 0. */
 int st_key_is_valid(const char *key);
 
@@ -130,6 +154,9 @@ typedef struct st_backend_opts {
     unsigned retry_attempts;
     unsigned retry_base_ms;
     unsigned retry_max_ms;
+    /* Hears every try and may stop requests (st_backend_observer above).
+     * Borrowed: it must outlive the backend. NULL: none. */
+    const st_backend_observer *observer;
 } st_backend_opts;
 
 /*! Closes b: calls ops->close(ctx), then frees b. NULL is a no-op. */

@@ -109,7 +109,7 @@ typedef struct s3_call {
     S3Status status;
     char server_msg[200]; /* the server's error text, scrubbed; "" if none */
     uint64_t moved;       /* bytes moved either way: the stall clock */
-    int timed_out;        /* 1: stall, 2: deadline */
+    int timed_out;        /* 1: stall, 2: deadline, 3: the observer stopped it */
 
     /* put */
     const uint8_t *put_data;
@@ -262,10 +262,13 @@ static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t
             seen = call->moved;
             last_move = now;
         }
+        int stop = st_backend_observer_stops(c->cfg.observer);
         if (rs != S3StatusOK || remaining == 0 || now - start >= deadline ||
-            now - last_move >= c->cfg.stall_ms) {
+            now - last_move >= c->cfg.stall_ms || stop) {
             if (rs == S3StatusOK && remaining != 0)
-                call->timed_out = now - start >= deadline ? 2 : 1;
+                call->timed_out = now - start >= deadline              ? 2
+                                  : now - last_move >= c->cfg.stall_ms ? 1
+                                                                       : 3;
             S3_destroy_request_context(rc); /* runs on_complete if still pending */
             if (!call->done || call->status == S3StatusInterrupted)
                 call->status = rs != S3StatusOK ? rs : S3StatusInternalError;
@@ -353,6 +356,9 @@ static st_err call_error(s3_ctx *c, const char *op, const char *key, const s3_ca
     if (call->nomem)
         return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", op, c->cfg.bucket,
                          c->cfg.prefix, key);
+    if (call->timed_out == 3)
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: aborted: %s", op,
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, ST_S3_STOPPED);
     if (call->timed_out)
         return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", op,
                          c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint,

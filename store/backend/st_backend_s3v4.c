@@ -23,7 +23,8 @@
  * every 100 ms: stall (no byte moved for stall_ms; CURLOPT_LOW_SPEED_TIME
  * would only count whole seconds) and deadline (timeout_ms + 1 s/MiB). A
  * request past either is removed from the multi handle (which closes its
- * connection) and reported ST_ERR_TRANSIENT. Retrying is the retry
+ * connection) and reported ST_ERR_TRANSIENT, as is one the observer stops
+ * (st_backend_observer: a caller past its deadline). Retrying is the retry
  * wrapper's job (st_backend_open.c wraps every backend). curl reports a
  * body cut short (CURLE_PARTIAL_FILE) and a cut XML listing does not
  * parse, so no answer is taken as complete unless it is.
@@ -108,7 +109,7 @@ typedef struct v4_req {
     uint64_t moved;         /* bytes moved either way: the stall clock */
     uint64_t uploaded;      /* body bytes sent so far */
     int64_t content_length; /* of the answer, -1 if unknown */
-    int timed_out;          /* 1: stall, 2: deadline */
+    int timed_out;          /* 1: stall, 2: deadline, 3: the observer stopped it */
     CURLcode cc;
     long status;
     char errbuf[CURL_ERROR_SIZE];
@@ -305,6 +306,11 @@ static void run(v4_ctx *c, v4_conn *k, v4_req *r, uint64_t bytes)
             r->cc = CURLE_OPERATION_TIMEDOUT;
             break;
         }
+        if (st_backend_observer_stops(c->cfg.observer)) {
+            r->timed_out = 3;
+            r->cc = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
         curl_multi_poll(k->multi, NULL, 0, POLL_MS, NULL);
     }
     /* Removing an unfinished transfer closes its connection; a finished
@@ -366,6 +372,9 @@ static st_err req_error(const v4_req *r)
     if (r->nomem || r->cc == CURLE_OUT_OF_MEMORY)
         return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", r->op, g->bucket,
                          g->prefix, r->key);
+    if (r->timed_out == 3)
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: aborted: %s", r->op,
+                         g->bucket, g->prefix, r->key, g->endpoint, ST_S3_STOPPED);
     if (r->timed_out)
         return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", r->op,
                          g->bucket, g->prefix, r->key, g->endpoint,

@@ -360,7 +360,12 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
-    bad |= vfs_json_add(root, "last_error", json_object_new_string(v->last_error));
+    /* While the store is unreachable that is the error to show; an upload's
+     * own error comes back if it outlives the outage. */
+    char store_error[sizeof v->last_error] = "";
+    bad |= vfs_health_status(v, root, store_error, sizeof store_error);
+    bad |= vfs_json_add(root, "last_error",
+                        json_object_new_string(store_error[0] ? store_error : v->last_error));
     static const char *const lease_states[] = {"unknown", "held", "taken"};
     json_object *lease = json_object_new_object();
     bad |= vfs_json_add(lease, "state", json_object_new_string(lease_states[v->lease.state]));
@@ -1478,6 +1483,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         v->opts.gc_interval_seconds = 600;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->changed, NULL);
+    vfs_health_init(v);
     v->next_sid = 1;
     st_err e = ST_OK;
     char path[PATH_MAX];
@@ -1505,7 +1511,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
                           .s3_signature = opts->s3_signature,
                           .s3_region = opts->s3_region,
                           .s3_addressing = opts->s3_addressing,
-                          .s3_ca_file = opts->s3_ca_file};
+                          .s3_ca_file = opts->s3_ca_file,
+                          .observer = &v->health.observer};
 #ifdef CKPT_TEST_HOOKS
     const char *fault = getenv("CKPT_FAULT"); /* test builds only: st_backend_fault.h */
     if (fault && *fault && !opts->backend)
@@ -1543,11 +1550,18 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if (e)
         goto fail;
     /* The lease is read only when the store answered the refresh: a dead
-     * endpoint must not delay the mount twice (docs/NODES.md). */
+     * endpoint must not delay the mount twice (docs/NODES.md). Both share
+     * one bound: a store that does not answer within it is left to the
+     * refresher thread (docs/MOUNT.md, "The store is down"). */
+    vfs_bound outer = vfs_bound_set((vfs_bound){.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
+                                                .outage_budget_ns = VFS_OPEN_OUTAGE_NS});
     int store_up = vfs_remote_refresh(v) == ST_OK;
     if (!store_up)
-        vfs_log(v, 1, "cannot load the store's steps yet: %s", st_errmsg());
-    if ((e = vfs_lease_open(v, store_up)))
+        vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
+                st_errmsg());
+    e = vfs_lease_open(v, store_up);
+    vfs_bound_set(outer);
+    if (e)
         goto fail;
     *out = v;
     return ST_OK;
@@ -1612,6 +1626,9 @@ void st_vfs_close(st_vfs *v)
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }
+    /* Past the drain nothing waits for the store: requests in flight and
+     * retry waits of every thread end within 100 ms (docs/MOUNT.md). */
+    vfs_health_stop_all(v);
     stop_thread(v, v->gc, &v->gc_started);
     stop_thread(v, v->refresher, &v->refresher_started);
     stop_thread(v, v->uploader, &v->uploader_started);
@@ -1640,5 +1657,6 @@ void st_vfs_close(st_vfs *v)
     free(v->staging);
     pthread_cond_destroy(&v->changed);
     pthread_mutex_destroy(&v->lock);
+    vfs_health_destroy(v);
     free(v);
 }

@@ -28,6 +28,7 @@
 #define ST_VFS_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -167,6 +168,37 @@ typedef struct vlease {
     char error[400];      /* (lock) why TAKEN, or the last store error */
 } vlease;
 
+/* The store's health as this mount sees it (st_vfs_health.c). */
+typedef struct vhealth {
+    st_backend_observer observer; /* handed to the backend at open */
+    pthread_mutex_t lock;         /* guards the fields below but the atomics */
+    _Atomic int down;             /* the last try failed transiently */
+    _Atomic int64_t since_ns;     /* monotonic time of the outage's first failed try */
+    _Atomic int stop_all;         /* set at close past the drain: every request stops */
+    uint64_t failed_tries;        /* in this outage */
+    uint64_t outages;             /* since start */
+    char error[400];              /* the last failed try's message */
+} vhealth;
+
+/* How long the calling thread waits for the store (vfs_bound_set); 0 fields:
+ * no bound. stop_at_ns: a monotonic deadline for every request; a request
+ * past it stops. outage_budget_ns: a request stops once the store has been
+ * unreachable this long (a read fails rather than hangs). */
+typedef struct vfs_bound {
+    int64_t stop_at_ns;
+    int64_t outage_budget_ns;
+} vfs_bound;
+
+/* What last_error and the log say while the store cannot be reached. */
+#define VFS_UNREACHABLE "the store is unreachable"
+
+/* docs/MOUNT.md, "The store is down": the mount waits this long for the
+ * store at start (and 1 s once it failed: a refused connection), and a read
+ * of a remote file gives up once the store has been unreachable this long. */
+#define VFS_OPEN_STORE_WAIT_NS (5ll * 1000000000)
+#define VFS_OPEN_OUTAGE_NS     (1ll * 1000000000)
+#define VFS_FETCH_OUTAGE_NS    (10ll * 1000000000)
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -221,6 +253,7 @@ struct st_vfs {
     uint64_t next_deletion_id; /* (lock) */
 
     vlease lease;
+    vhealth health;
 
     /* background GC (st_vfs_gc.c); gc_status under lock */
     pthread_t gc;
@@ -232,6 +265,7 @@ struct st_vfs {
 /* The modules, bottom to top; each calls only those above it in this list
  * (tests/lint/check_cycles.py):
  *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
+ *   st_vfs_health.c   the store's health, bounds on waiting for it
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_drop.c     files leaving the namespace or staging
  *   st_vfs_remote.c   the remote view and fetch
@@ -314,6 +348,24 @@ uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *
  * when the marker completing the step lives on another node. */
 #define EAGER_QUIET_NS (2ll * 1000000000)
 void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
+
+/* st_vfs_health.c — no call needs v->lock (see the file's comment) */
+/* At open, before the backend: sets up v->health and its observer. */
+void vfs_health_init(st_vfs *v);
+void vfs_health_destroy(st_vfs *v);
+/* Sets the calling thread's bound, returning the one it replaces (to be
+ * restored by the caller: bounds nest). */
+vfs_bound vfs_bound_set(vfs_bound b);
+vfs_bound vfs_bound_get(void);
+/* Every request of every thread stops now (unmount past its drain). */
+void vfs_health_stop_all(st_vfs *v);
+int vfs_health_stopping(st_vfs *v);
+/* 1 while the store is unreachable. */
+int vfs_health_down(st_vfs *v);
+/* Status: adds the "store" object to root; while the store is unreachable,
+ * writes what last_error shows into last_error[cap] (else leaves it). As
+ * vfs_json_add. */
+int vfs_health_status(st_vfs *v, struct json_object *root, char *last_error, size_t cap);
 
 /* st_vfs_lease.c — the node lease (docs/NODES.md); no call holds v->lock */
 /* At open: the instance id (STAGING/instance), then (check_now) a read of

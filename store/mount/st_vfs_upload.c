@@ -490,7 +490,17 @@ void *vfs_uploader_main(void *arg)
         s = j ? vfs_step(j, it.step, 0) : NULL;
         if (s)
             s->uploading = 0;
-        if (e) {
+        if (e && vfs_health_stopping(v)) {
+            /* The unmount's drain is over and stopped this upload: no error
+             * of the store's. Everything stays staged and journaled. */
+            vfs_log(v, 1,
+                    "step %" PRIu64 " of %s stays in staging: the unmount stopped its upload "
+                    "past --drain; it resumes at the next start",
+                    it.step, it.job);
+            vfs_enqueue(v, it.job, it.step);
+            while (!v->stopping) /* every later try would stop the same way */
+                vfs_timedwait(v, INT64_MAX);
+        } else if (e) {
             vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());
             v->upload_failures++;
             vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);

@@ -127,7 +127,7 @@ static void test_sparse_roundtrip(void)
     uint64_t holes = hole_bytes_of(f, &nholes);
     printf("  ingest: %zu extents, %zu holes (%llu bytes), %llu new raw bytes, %llu PUTs\n",
            f->nchunks, nholes, (unsigned long long)holes, (unsigned long long)stats.new_raw_bytes,
-           (unsigned long long)counts.put);
+           (unsigned long long)st_backend_counts_of(&counts, ST_REQ_PUT));
     CHECK(f->size == SPARSE_SIZE);
     CHECK(holes == stats.hole_bytes);
     /* Everything but the random data is a hole: the file's holes and the
@@ -135,8 +135,8 @@ static void test_sparse_roundtrip(void)
     CHECK(holes >= SPARSE_SIZE - SPARSE_DATA - 2 * 2 * MIB);
     CHECK(stats.new_raw_bytes <= SPARSE_DATA + 2 * 2 * MIB);
     CHECK(stats.new_raw_bytes >= SPARSE_DATA);
-    CHECK(counts.put == 1); /* one pack */
-    CHECK(nholes <= 8);     /* adjacent holes merged */
+    CHECK(st_backend_counts_of(&counts, ST_REQ_PUT) == 1); /* one pack */
+    CHECK(nholes <= 8);                                    /* adjacent holes merged */
 
     /* The manifest is version 2 and round-trips. */
     st_bytes enc = {0};
@@ -149,12 +149,12 @@ static void test_sparse_roundtrip(void)
      * only for the chunks. */
     st_restorer *r = NULL;
     CHECK_OK(st_restorer_new(b, "job", &r));
-    uint64_t gets = counts.get;
+    uint64_t gets = st_backend_counts_of(&counts, ST_REQ_GET);
     int fd = open(seq, O_RDWR | O_CREAT | O_TRUNC, 0644);
     CHECK(fd >= 0);
     CHECK_OK(st_restore_file(r, &d, &d.files[0], fd));
     close(fd);
-    uint64_t seq_gets = counts.get - gets;
+    uint64_t seq_gets = st_backend_counts_of(&counts, ST_REQ_GET) - gets;
     CHECK(files_equal(src, seq));
     CHECK(allocated(seq) < 8 * MIB);
     CHECK(seq_gets >= 1 && seq_gets <= 4);
@@ -163,7 +163,7 @@ static void test_sparse_roundtrip(void)
 
     /* By chunk ranges into a file sized first (the parallel restore's way),
      * then the digest read back: holes are hashed, not read. */
-    gets = counts.get;
+    gets = st_backend_counts_of(&counts, ST_REQ_GET);
     fd = open(par, O_RDWR | O_CREAT | O_TRUNC, 0644);
     CHECK(fd >= 0 && ftruncate(fd, (off_t)d.files[0].size) == 0);
     size_t half = d.files[0].nchunks / 2;
@@ -173,7 +173,7 @@ static void test_sparse_roundtrip(void)
     close(fd);
     CHECK(files_equal(src, par));
     CHECK(allocated(par) < 8 * MIB);
-    CHECK(counts.get - gets <= 5);
+    CHECK(st_backend_counts_of(&counts, ST_REQ_GET) - gets <= 5);
 
     /* Verify's way: a restore to /dev/null checks the digest, holes included. */
     fd = open("/dev/null", O_WRONLY);
@@ -227,7 +227,8 @@ static void test_written_zeros_and_dense(void)
     ingest_one(b, state, zeros, &m, &stats);
     size_t nholes = 0;
     CHECK(hole_bytes_of(&m.files[0], &nholes) == len && nholes == 1);
-    CHECK(stats.new_raw_bytes == 0 && counts.put == 0); /* nothing stored at all */
+    CHECK(stats.new_raw_bytes == 0 &&
+          st_backend_counts_of(&counts, ST_REQ_PUT) == 0); /* nothing stored at all */
     st_manifest_free(&m);
 
     ingest_one(b, state, dense, &m, &stats);
