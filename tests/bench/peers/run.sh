@@ -13,11 +13,11 @@
 # full:1024:3 on RGW, then one repetition each of bf16, finetune and ddp at
 # 1024 MiB and full at 256 and 4096 MiB (the growth plot) on s3rver; 3
 # saves per run. --plan (repeatable) replaces the plan for every server.
-# --smoke: s3rver only, every scenario at 8 MiB, 1 repetition, 1 save (CI,
+# --smoke: s3rver only, full, finetune and ddp at 8 MiB, 1 repetition, 1 save (CI,
 # label bench: fails when a scenario errors or a restore is not
 # byte-identical, never on a timing).
 #
-# Writes into --out (default tests/bench/peers/results in the source tree,
+# Writes into --out (default docs/peers in the source tree, linked from the page,
 # or a temp dir with --smoke): results.jsonl (every run), peers.json (every
 # figure: per-run values and the medians/ranges/ratios the tables show),
 # *.png (plots), peers.md (the section), and, unless --smoke or --doc "",
@@ -70,7 +70,7 @@ unset CKPT_STORE CKPT_JOB
 
 work=$(mktemp -d "$workdir/ckpt-peers.XXXXXX")
 if [ -z "$out" ]; then
-    if [ "$smoke" = 1 ]; then out=$work/out; else out=$here/results; fi
+    if [ "$smoke" = 1 ]; then out=$work/out; else out=$src/docs/peers; fi
 fi
 mkdir -p "$out"
 : >"$out/results.jsonl"
@@ -98,7 +98,7 @@ trap 'exit 143' TERM
 
 default_plan() { # SERVER
     if [ "$smoke" = 1 ]; then
-        echo full:8:1 bf16:8:1 finetune:8:1 ddp:8:1
+        echo full:8:1 finetune:8:1 ddp:8:1 # bf16 is full with another dtype
     elif [ "$1" = s3rver ]; then
         echo full:1024:5 bf16:1024:1 finetune:1024:1 ddp:1024:1 full:256:1 full:4096:1
     else

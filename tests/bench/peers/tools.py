@@ -176,12 +176,16 @@ class FileMount(Tool):
     def resume_begin(self):
         return self._mount("resume", fresh_dir=False)
 
+    mounts_prefix = False  # True: the tool mounts bucket/PREFIX itself, the job is MNT
+
     def _mount(self, phase, fresh_dir):
         mnt = os.path.join(self.work, "mnt." + phase)
         cache = os.path.join(self.work, "cache." + phase)
         os.makedirs(cache)
         self.daemon = Daemon(self.name, self.argv(mnt, cache), mnt, self.log(phase), self.env,
                              self.unmount_cmd)
+        if self.mounts_prefix:
+            return mnt
         job = os.path.join(mnt, self.prefix)
         if fresh_dir:
             os.makedirs(job)
@@ -207,8 +211,12 @@ class S3fs(FileMount):
 
 class Rclone(FileMount):
     """rclone 1.60 mount with its VFS cache in mode `writes` or `full`
-    (defaults otherwise: a file uploads 5 s after its last close)."""
+    (defaults otherwise: a file uploads 5 s after its last close). It mounts
+    bucket/PREFIX: s3rver 3.7.1 leaves a prefix out of a delimited listing
+    when its keys lie two levels deeper (a/b/c gives no a/), and rclone,
+    unlike s3fs, writes no directory objects that would show it."""
     unmount_cmd = ("fusermount", "-u")
+    mounts_prefix = True
 
     def __init__(self, ctx, prefix, work, mode):
         self.mode, self.name = mode, "rclone-" + mode
@@ -220,7 +228,7 @@ class Rclone(FileMount):
         self.env["RCLONE_CONFIG"] = conf
 
     def argv(self, mnt, cache):
-        return ["rclone", "mount", "store:" + self.ctx.bucket, mnt, "--vfs-cache-mode", self.mode,
+        return ["rclone", "mount", "store:%s/%s" % (self.ctx.bucket, self.prefix), mnt, "--vfs-cache-mode", self.mode,
                 "--cache-dir", cache, "--s3-no-check-bucket", "--log-level", "NOTICE"]
 
 
