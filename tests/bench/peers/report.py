@@ -195,7 +195,7 @@ def section(summary, runs, machine, command, out):
     L += ["```", "", "Command: `%s`" % command, ""]
     L += [METHOD, ""]
     failed = [r for r in runs if "error" in r]
-    keys = sorted(summary, key=lambda k: (k[0] != "s3rver", k[1] != "full", k[2] != 1024, k))
+    keys = sorted(summary, key=lambda k: (k[0] != "s3rver", k[1] != "full", k[2] != 256, k))
     for key in keys:
         res = summary[key]
         reps = max(v["reps"] for v in res.values())
@@ -229,7 +229,7 @@ store checks, report.py this section):
 * **Workloads**, real PyTorch (Debian's 1.13): a transformer (embedding,
   encoder layers of width 1024, final norm) with its AdamW state after one
   step, saved as `torch.save({"step", "model", "optim"}, ckpt-{step:06d}.pt)`
-  every 10 steps, 3 saves per run. `full`: fp32, every value changes between
+  every 10 steps, 2 saves per run (--saves). `full`: fp32, every value changes between
   saves; `bf16`: weights and AdamW state in bf16; `finetune`: frozen
   backbone, only the last two layers and the norm train (only they and their
   AdamW state change); `ddp`: 4 forked rank processes save the same state at
@@ -287,7 +287,7 @@ def main():
                    "summary": [{"server": k[0], "scenario": k[1], "size_mib": k[2], "tools": v}
                                for k, v in sorted(summary.items())]}, f, indent=1)
     for server in sorted({k[0] for k in summary}):
-        main_keys = [k for k in summary if k[0] == server and k[2] == 1024] or \
+        main_keys = [k for k in summary if k[0] == server and k[2] == 256] or \
                     [k for k in summary if k[0] == server]
         name = "peers_%s_bars.png" % server
         bars(summary, sorted(main_keys), os.path.join(a.out, name),
