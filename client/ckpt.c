@@ -405,3 +405,8 @@ ckpt_code ckpt_wait_durable(const char *mountpoint, const char *job, uint64_t st
     return code_from_mountctl(
         ckpt_mountctl_wait_durable(mountpoint, job, step, timeout_s, tls_errmsg));
 }
+
+ckpt_code ckpt_drain(const char *mountpoint)
+{
+    return code_from_mountctl(ckpt_mountctl_drain(mountpoint, tls_errmsg));
+}

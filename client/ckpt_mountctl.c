@@ -64,7 +64,42 @@ static ckpt_mountctl_err open_failed(const char *mount, const char *path, int er
     return say(msg, CKPT_MOUNTCTL_EIO, "open %s: %s", path, strerror(err));
 }
 
-/* ------------------------------------------------------------------ commit */
+/* ---------------------------------------------------------- control files */
+
+/* Writes line (len bytes, ending in '\n') to MOUNT/.ckptfs/FILE with one
+ * write(): the daemon takes the lines of one write call. An error of the
+ * write is the daemon's answer: EINVAL refused, ENOENT no such job. */
+static ckpt_mountctl_err control_write(const char *mount, const char *file, char *line, int len,
+                                       char *msg)
+{
+    char path[PATH_MAX];
+    ckpt_mountctl_err e = control_path(mount, file, path, sizeof path, msg);
+    if (e)
+        return e;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return open_failed(mount, path, errno, msg);
+    ssize_t w;
+    do
+        w = write(fd, line, (size_t)len);
+    while (w < 0 && errno == EINTR);
+    int werr = errno;
+    int cerr = close(fd) < 0 ? errno : 0;
+    line[len - 1] = '\0'; /* for the messages */
+    if (w < 0 && (werr == EINVAL || werr == ENOENT))
+        return say(msg, werr == EINVAL ? CKPT_MOUNTCTL_EINVAL : CKPT_MOUNTCTL_ENOJOB,
+                   "the mount refused the %s \"%s\": %s", file, line, strerror(werr));
+    if (w < 0)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\" through %s: %s", file, line, path,
+                   strerror(werr));
+    if (w != len)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\" through %s: short write (%zd of %d bytes)",
+                   file, line, path, w, len);
+    if (cerr)
+        return say(msg, CKPT_MOUNTCTL_EIO, "%s \"%s\": close %s: %s", file, line, path,
+                   strerror(cerr));
+    return CKPT_MOUNTCTL_OK;
+}
 
 ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint64_t step,
                                        int64_t rank, int64_t world_size, char *msg)
@@ -82,30 +117,13 @@ ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint6
                    rank, world_size);
     int len = snprintf(line, sizeof line, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", job, step,
                        rank, world_size);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return open_failed(mount, path, errno, msg);
-    /* One write(): the daemon takes the lines of one write call. */
-    ssize_t w;
-    do
-        w = write(fd, line, (size_t)len);
-    while (w < 0 && errno == EINTR);
-    int werr = errno;
-    int cerr = close(fd) < 0 ? errno : 0;
-    line[len - 1] = '\0'; /* for the messages */
-    if (w < 0 && (werr == EINVAL || werr == ENOENT))
-        return say(msg, werr == EINVAL ? CKPT_MOUNTCTL_EINVAL : CKPT_MOUNTCTL_ENOJOB,
-                   "the mount refused the commit \"%s\": %s", line, strerror(werr));
-    if (w < 0)
-        return say(msg, CKPT_MOUNTCTL_EIO, "commit \"%s\" through %s: %s", line, path,
-                   strerror(werr));
-    if (w != len)
-        return say(msg, CKPT_MOUNTCTL_EIO,
-                   "commit \"%s\" through %s: short write (%zd of %d bytes)", line, path, w, len);
-    if (cerr)
-        return say(msg, CKPT_MOUNTCTL_EIO, "commit \"%s\": close %s: %s", line, path,
-                   strerror(cerr));
-    return CKPT_MOUNTCTL_OK;
+    return control_write(mount, "commit", line, len, msg);
+}
+
+ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg)
+{
+    char line[] = "drain\n";
+    return control_write(mount, "drain", line, (int)sizeof line - 1, msg);
 }
 
 /* ------------------------------------------------------------------ status */
@@ -246,30 +264,36 @@ typedef struct step_seen {
     char last_error[256]; /* the daemon's last_error */
 } step_seen;
 
-static ckpt_mountctl_err look(const char *mount, const char *job, uint64_t step, step_seen *seen,
-                              char *msg)
+int ckpt_mountctl_step_state(const json_object *doc, const char *job, uint64_t step, char *state,
+                             size_t cap, char *last_error, size_t err_cap)
 {
-    json_object *doc, *steps;
-    ckpt_mountctl_err e = ckpt_mountctl_status_load(mount, &doc, msg);
-    if (e)
-        return e;
-    seen->state[0] = '\0';
-    snprintf(seen->last_error, sizeof seen->last_error, "%s",
-             ckpt_mountctl_get_str(doc, "last_error"));
+    json_object *steps;
+    state[0] = '\0';
+    snprintf(last_error, err_cap, "%s", ckpt_mountctl_get_str(doc, "last_error"));
     if (!json_object_object_get_ex(doc, "steps", &steps) ||
-        !json_object_is_type(steps, json_type_array)) {
-        e = say(msg, CKPT_MOUNTCTL_ECORRUPT, "%s/.ckptfs/status: no \"steps\" array", mount);
-        goto out;
-    }
+        !json_object_is_type(steps, json_type_array))
+        return -1;
     for (size_t i = 0, n = json_object_array_length(steps); i < n; i++) {
         const json_object *el = json_object_array_get_idx(steps, i);
         uint64_t s;
         if (job_is(el, job) && !ckpt_mountctl_get_u64(el, "step", &s) && s == step) {
-            snprintf(seen->state, sizeof seen->state, "%s", ckpt_mountctl_get_str(el, "state"));
+            snprintf(state, cap, "%s", ckpt_mountctl_get_str(el, "state"));
             break;
         }
     }
-out:
+    return 0;
+}
+
+static ckpt_mountctl_err look(const char *mount, const char *job, uint64_t step, step_seen *seen,
+                              char *msg)
+{
+    json_object *doc;
+    ckpt_mountctl_err e = ckpt_mountctl_status_load(mount, &doc, msg);
+    if (e)
+        return e;
+    if (ckpt_mountctl_step_state(doc, job, step, seen->state, sizeof seen->state, seen->last_error,
+                                 sizeof seen->last_error))
+        e = say(msg, CKPT_MOUNTCTL_ECORRUPT, "%s/.ckptfs/status: no \"steps\" array", mount);
     json_object_put(doc);
     return e;
 }

@@ -1,9 +1,10 @@
 /*
  * ckpt_mountctl — the mount-control protocol of a local ckptfs mount, once,
- * for libckpt (ckpt_commit, ckpt_wait_durable) and ckptctl (commit, wait,
- * status):
+ * for libckpt (ckpt_commit, ckpt_wait_durable, ckpt_drain) and ckptctl
+ * (commit, wait, status, drain):
  *
  *   MOUNT/.ckptfs/commit  write-only; one line "JOB STEP RANK WORLD\n" per write()
+ *   MOUNT/.ckptfs/drain   write-only; "drain\n", a preemption notice
  *   MOUNT/.ckptfs/status  read-only; one JSON object (docs/MOUNT.md lists the fields)
  *
  * Internal to client/: not installed. Built as an object library that goes
@@ -69,6 +70,14 @@ ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint6
                                        int64_t rank, int64_t world_size, char *msg);
 
 /*!
+ * A preemption notice: writes "drain\n" to MOUNT/.ckptfs/drain. The daemon
+ * uploads each job's newest complete step first from then on
+ * (docs/SHUTDOWN.md) and keeps serving. ENOMOUNT: no ckptfs at MOUNT, or
+ * one too old to have the file.
+ */
+ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg);
+
+/*!
  * Reads MOUNT/.ckptfs/status to its end (a FUSE file's st_size may be stale)
  * into *text: malloc'd, NUL-terminated, *len bytes without the NUL; the
  * caller frees it. ECORRUPT if it is larger than CKPT_MOUNTCTL_STATUS_MAX.
@@ -98,6 +107,16 @@ int ckpt_mountctl_get_u64(const json_object *obj, const char *key, uint64_t *v);
 /*! Member key of obj as a string; "" when absent or not a string. Valid as
  *  long as obj is. */
 const char *ckpt_mountctl_get_str(const json_object *obj, const char *key);
+
+/*!
+ * The state of (job, step) in a parsed status document doc: "durable",
+ * "uploading", ... into state[cap] (truncated to fit; "" when no element of
+ * "steps" has that job and step), and the daemon's last_error into
+ * last_error[err_cap] ("" when none). Returns 0, or -1 when doc has no
+ * "steps" array. Pure: no I/O, doc is only read.
+ */
+int ckpt_mountctl_step_state(const json_object *doc, const char *job, uint64_t step, char *state,
+                             size_t cap, char *last_error, size_t err_cap);
 
 /*!
  * Waits until the mount lists (job, step) as durable: reads the status file

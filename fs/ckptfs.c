@@ -11,7 +11,10 @@
  *
  * The options are the rows of fs_option_table (fs_options.c); a
  * configuration file (fs_config.c) sets the same ones; messages go through
- * fs_log.c.
+ * fs_log.c. Signals (docs/SHUTDOWN.md): SIGTERM, SIGINT and SIGHUP end the
+ * FUSE loop (libfuse's handlers), then st_vfs_close drains; SIGUSR1 is a
+ * preemption notice (fs_drain_signal.c). The service manager hears READY=1
+ * once the mount serves and STOPPING=1 when the loop ends (fs_notify.c).
  *
  * Threads: libfuse's worker threads call the ops concurrently; all shared
  * state is inside st_vfs.
@@ -23,6 +26,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +36,11 @@
 
 #include "ckptstore.h"
 #include "fs_config.h"
+#include "fs_drain_signal.h"
 #include "fs_log.h"
+#include "fs_notify.h"
+#include "fs_metrics.h"
+#include "fs_metrics_http.h"
 #include "fs_options.h"
 
 #ifndef RENAME_NOREPLACE
@@ -500,7 +508,8 @@ static void usage(FILE *out)
                  "  -h, --help           this help\n"
                  "  --version            version\n\n"
                  "Unmount with: fusermount3 -u MOUNTPOINT\n"
-                 "Status: MOUNTPOINT/.ckptfs/status (JSON)\n");
+                 "Status: MOUNTPOINT/.ckptfs/status (JSON); metrics: MOUNTPOINT/.ckptfs/metrics\n"
+                 "(Prometheus text, also on --metrics-listen)\n");
 }
 
 static int default_staging(char *buf, size_t cap)
@@ -634,9 +643,19 @@ int main(int argc, char **argv)
     char shortopts[16], why[512];
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     st_vfs *v = NULL;
+    fs_drain_signal *usr1 = NULL;
+    fs_metrics_http *metrics_port = NULL;
     int rc = 1;
+    /* Before any thread exists: every thread inherits SIGUSR1 blocked, and
+     * only fs_drain_signal's waits for it (an early one stays pending). */
+    if (fs_drain_signal_block()) {
+        fprintf(stderr, "ckptfs: cannot block SIGUSR1\n");
+        return 1;
+    }
     fs_settings_init(&s);
     s.vo.log = fs_log_vfs;
+    s.vo.metrics = fs_metrics_of_vfs;
+    s.vo.metrics_arg = (void *)CKPT_PROJECT_VERSION;
     s.store = getenv("CKPT_STORE");
     struct option *lopts = fs_options_getopt(flag_opts, sizeof flag_opts / sizeof flag_opts[0],
                                              "hfd", shortopts, sizeof shortopts);
@@ -677,6 +696,16 @@ int main(int argc, char **argv)
     s.vo.store_url = s.store;
     s.vo.staging_dir = s.staging;
 
+    /* The port is bound before anything is mounted: a busy one stops the
+     * start with its reason (fs_metrics_http.h). */
+    int port_warn = 0;
+    if (s.metrics_listen &&
+        fs_metrics_http_bind(s.metrics_listen, &metrics_port, &port_warn, why, sizeof why)) {
+        fs_logf(FS_LOG_ERROR, "--metrics-listen %s", why);
+        rc = 2;
+        goto out;
+    }
+
     st_err e = st_vfs_open(&s.vo, &v);
     if (e) {
         fs_log_write(FS_LOG_ERROR, st_errmsg()[0] ? st_errmsg() : st_strerror(e));
@@ -697,11 +726,36 @@ int main(int argc, char **argv)
         fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
+    if (fs_drain_signal_start(v, &usr1))
+        fs_log_write(FS_LOG_WARN, "cannot start the SIGUSR1 thread: use ckptctl drain");
+    if (metrics_port) {
+        if (fs_metrics_http_start(metrics_port, v, CKPT_PROJECT_VERSION, why, sizeof why)) {
+            fs_logf(FS_LOG_ERROR, "--metrics-listen %s: %s", s.metrics_listen, why);
+            goto out_unmount;
+        }
+        if (port_warn)
+            fs_logf(FS_LOG_WARN,
+                    "metrics served on %s, not loopback: anyone who reaches it reads them",
+                    s.metrics_listen);
+        fs_logf(FS_LOG_INFO, "metrics served on %s (GET /metrics)", s.metrics_listen);
+    }
     fs_logf(FS_LOG_INFO, "%s mounted on %s (staging %s)", s.store, s.mountpoint, s.staging);
+    if (fs_notify("READY=1"))
+        fs_logf(FS_LOG_WARN, "cannot notify the service manager (NOTIFY_SOCKET): %s",
+                strerror(errno));
     struct fuse_loop_config *cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_max_threads(cfg, 16);
-    rc = fuse_session_loop_mt(se, cfg) ? 1 : 0;
+    /* libfuse 3.14 returns the signal that ended the loop (its handler
+     * stores it as the session's error): SIGTERM, SIGINT or SIGHUP is the
+     * ordinary way to stop, and the exit says so (systemd would mark the unit
+     * failed otherwise). */
+    int loop = fuse_session_loop_mt(se, cfg);
+    rc = loop == 0 || loop == SIGTERM || loop == SIGINT || loop == SIGHUP ? 0 : 1;
     fuse_loop_cfg_destroy(cfg);
+    char stopping[96];
+    snprintf(stopping, sizeof stopping, "STOPPING=1\nSTATUS=draining uploads (up to %.0f s)",
+             s.vo.drain_seconds > 0 ? s.vo.drain_seconds : 60.0);
+    (void)fs_notify(stopping); /* a failure was logged at READY */
 out_unmount:
     fuse_session_unmount(se);
 out_signals:
@@ -709,6 +763,8 @@ out_signals:
 out_session:
     fuse_session_destroy(se);
 out:
+    fs_drain_signal_stop(usr1);         /* NULL: no-op */
+    fs_metrics_http_free(metrics_port); /* its thread reads v */
     st_vfs_close(v); /* completes closed steps and drains uploads (--drain); NULL: no-op */
     fuse_opt_free_args(&args);
     fs_config_free(conf);

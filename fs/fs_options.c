@@ -80,6 +80,10 @@ const fs_option fs_option_table[] = {
      "node per job: two are safe, only wasteful."},
     {"log-level", 0, "LEVEL", FS_VAL_LOG_LEVEL, F(log_level), 0,
      "error, warn, info (default) or debug"},
+    {"metrics-listen", 0, "HOST:PORT", FS_VAL_STRING, F(metrics_listen), 0,
+     "serve Prometheus metrics on GET http://HOST:PORT/metrics\n"
+     "(default: off; PORT alone: 127.0.0.1; an address other\n"
+     "than loopback only when named, never 0.0.0.0 or ::)"},
     {"fuse-options", 'o', "OPTS", FS_VAL_APPEND, F(fuse_opts), 0,
      "FUSE mount options (e.g. allow_other); -o OPTS"},
     {"aws-access-key-id", 0, "KEY", FS_VAL_STRING, F(aws_access_key_id), FS_OPT_SECRET,

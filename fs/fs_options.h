@@ -26,9 +26,10 @@ typedef struct fs_settings {
     const char *store;
     const char *staging;
     const char *mountpoint;
-    const char *config; /* --config FILE, the source of fstab/mount -t fuse.ckptfs */
-    char *fuse_opts;    /* every -o / fuse-options value joined with ',' */
-    int log_level;      /* FS_LOG_*: messages above it are dropped */
+    const char *config;         /* --config FILE, the source of fstab/mount -t fuse.ckptfs */
+    char *fuse_opts;            /* every -o / fuse-options value joined with ',' */
+    int log_level;              /* FS_LOG_*: messages above it are dropped */
+    const char *metrics_listen; /* --metrics-listen HOST:PORT, NULL: no port */
     /* Configuration file only (FS_OPT_SECRET), never argv: */
     const char *aws_access_key_id;
     const char *aws_secret_access_key;

@@ -11,9 +11,11 @@ shift || true
 
 packages=(build-essential cmake pkg-config clang clang-format libjson-c-dev
           libxxhash-dev liblz4-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev libcurl4-openssl-dev libxml2-dev libssl-dev
+          libmicrohttpd-dev python3-prometheus-client
           python3 python3-torch libopenblas0-pthread
           nodejs curl patch openssl
-          dpkg-dev man-db systemd)  # the .deb: dpkg-shlibdeps, man, systemd-analyze
+          dpkg-dev man-db systemd  # the .deb: dpkg-shlibdeps, man, systemd-analyze
+          s3fs rclone awscli python3-matplotlib)  # tests/bench/peers: the peers and plots
 # Ceph for the RGW tests (tests/s3/rgw.sh): no recommends, which would pull
 # in systemd units, a mgr and its Python stack (~264 MB, ~1 min without).
 ceph_packages=(ceph-mon ceph-osd radosgw ceph-common)

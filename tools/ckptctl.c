@@ -7,7 +7,7 @@
  * the verb), the verb table with each verb's help, the shared error helpers,
  * and opening the store for the verbs that need one. The verbs live in
  * ckptctl_store.c (put get restore ls latest verify stats) and
- * ckptctl_mount.c (commit wait status); --json documents are built with
+ * ckptctl_mount.c (commit wait status drain); --json documents are built with
  * json-c and printed by json_print here.
  *
  * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
@@ -98,6 +98,13 @@ static const verb verbs[] = {
      "staging use, upload totals and rate, the upload queue, the last error, and\n"
      "every step the mount knows with its state. --json prints the status file as\n"
      "it is.\n"},
+    {"drain", run_drain, 0, OPT_MOUNT, "drain MOUNT | drain --mount M",
+     "A preemption notice to the ckptfs mount at M (writes \"drain\" to\n"
+     "M/.ckptfs/drain; SIGUSR1 to the daemon does the same): from now on it uploads\n"
+     "each job's newest complete step first, then the rest, and keeps serving\n"
+     "(docs/SHUTDOWN.md). Prints the estimated time until every pending byte is\n"
+     "durable (status eta_durable_seconds). Then wait for the newest step with\n"
+     "ckptctl wait.\n"},
     {"gc", run_gc, 1, OPT_GC | OPT_JSON,
      "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
      "             [--progress] [--dry-run] [--json]",

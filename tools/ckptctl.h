@@ -100,7 +100,7 @@ typedef struct verb {
 
 /* ---- verbs (one function each) ---- */
 verb_fn run_put, run_get, run_restore, run_ls, run_latest, run_verify, run_stats, run_commit,
-    run_wait, run_status, run_gc, run_pin, run_unpin;
+    run_wait, run_status, run_drain, run_gc, run_pin, run_unpin;
 
 /* ---- errors ---- */
 

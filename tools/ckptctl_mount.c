@@ -1,6 +1,6 @@
 /*
  * ckptctl_mount — the verbs that talk to a local ckptfs mount through its
- * control files, never to the store: commit, wait, status. The protocol is
+ * control files, never to the store: commit, wait, status, drain. The protocol is
  * libckpt's own (client/ckpt_mountctl.h, linked in), so ckptctl and the
  * library cannot drift apart; this file maps its errors to exit codes and
  * prints the status file for people.
@@ -198,6 +198,18 @@ static void print_gc(const json_object *doc)
     printf("%-16s %s\n", "gc last error", err[0] ? err : "-");
 }
 
+/* The upload order and the time to durable (docs/SHUTDOWN.md). */
+static void print_drain(const json_object *doc)
+{
+    json_object *eta = NULL;
+    char when[48] = "unknown (no upload measured yet)";
+    if (json_object_object_get_ex(doc, "eta_durable_seconds", &eta) && eta)
+        snprintf(when, sizeof when, "%.1f s", json_object_get_double(eta));
+    printf("%-16s %s; every pending byte durable in %s\n", "upload order",
+           true_of(doc, "draining") ? "draining (newest complete step first)" : "oldest first",
+           when);
+}
+
 static void print_status(const json_object *doc)
 {
     printf("%-16s %s\n", "node", ckpt_mountctl_get_str(doc, "node"));
@@ -212,6 +224,7 @@ static void print_status(const json_object *doc)
     printf("%-16s %.1f MiB made durable, %.1f MiB of packs stored, %.1f MB/s\n", "uploaded",
            mib(u64_of(doc, "uploaded_bytes")), mib(u64_of(doc, "stored_bytes")),
            num_of(doc, "upload_rate_mbps"));
+    print_drain(doc);
     const char *err = ckpt_mountctl_get_str(doc, "last_error");
     printf("%-16s %s\n", "last error", err[0] ? err : "-");
     print_deletions(doc);
@@ -229,6 +242,38 @@ static void print_status(const json_object *doc)
                ckpt_mountctl_get_str(st, "job"), u64_of(st, "step"),
                ckpt_mountctl_get_str(st, "state"), u64_of(st, "revision"), u64_of(st, "writers"));
     }
+}
+
+/* ---- drain ---- */
+
+int run_drain(cli *c, st_store *s)
+{
+    (void)s;
+    if (!c->mount && c->argc == 1) {
+        c->mount = c->argv[0]; /* ckptctl drain MOUNT */
+        c->argc = 0;
+    }
+    if (!need_mount(c))
+        return EXIT_USAGE;
+    if (c->argc) {
+        fprintf(stderr, "ckptctl drain: unexpected argument '%s'\n", c->argv[0]);
+        return EXIT_USAGE;
+    }
+    char msg[CKPT_MOUNTCTL_MSG_CAP];
+    ckpt_mountctl_err e = ckpt_mountctl_drain(c->mount, msg);
+    if (e)
+        return mountctl_fail(e, msg);
+    if (c->quiet)
+        return EXIT_OK;
+    /* What the operator needs next: how long until it is all safe. */
+    json_object *doc = NULL;
+    if ((e = ckpt_mountctl_status_load(c->mount, &doc, msg)))
+        return mountctl_fail(e, msg);
+    printf("%s is draining: %" PRIu64 " steps queued, %.1f MiB not yet durable\n", c->mount,
+           u64_of(doc, "queue"), mib(u64_of(doc, "pending_bytes")));
+    print_drain(doc);
+    json_object_put(doc);
+    return EXIT_OK;
 }
 
 int run_status(cli *c, st_store *s)

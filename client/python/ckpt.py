@@ -35,7 +35,7 @@ import threading
 
 __all__ = [
     "CkptError", "Store", "Step", "RestoreResult", "VerifyResult", "Stats",
-    "latest_step", "list_steps", "list_jobs", "restore", "verify", "commit", "wait_durable",
+    "latest_step", "list_steps", "list_jobs", "restore", "verify", "commit", "wait_durable", "drain",
     "version", "library_path",
     "OK", "ENOTFOUND", "EINVAL", "EIO", "ECORRUPT", "ESTORE", "ENOMEM", "ETIMEDOUT",
     "EEXIST", "ENOSPC", "EUNSUPPORTED",
@@ -249,6 +249,7 @@ def _declare(lib):
         "ckpt_requests": (None, [c.c_void_p, P(_Requests)]),
         "ckpt_commit": (c.c_int, [c.c_char_p, c.c_char_p, c.c_uint64, c.c_int, c.c_int]),
         "ckpt_wait_durable": (c.c_int, [c.c_char_p, c.c_char_p, c.c_uint64, c.c_double]),
+        "ckpt_drain": (c.c_int, [c.c_char_p]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -525,3 +526,11 @@ def wait_durable(mountpoint, job, step, timeout=None):
     if timeout is not None and t < 0:
         raise CkptError(EINVAL, "timeout must be >= 0 or None")
     _check(lib.ckpt_wait_durable(_b(mountpoint), _job(job), _step_arg(step), t))
+
+
+def drain(mountpoint):
+    """A preemption notice to the ckptfs mount at mountpoint: its uploader
+    takes each job's newest complete step first from now on (docs/SHUTDOWN.md);
+    the mount keeps serving. Follow with wait_durable on the newest step.
+    Raises CkptError: ENOTFOUND (not a ckptfs mount), EIO."""
+    _check(_load().ckpt_drain(_b(mountpoint)))

@@ -1,6 +1,7 @@
 /*
  * st_backend — key rules and the validating wrappers every caller goes
- * through (st_put, st_get, st_stat, st_list, st_del). Opening a backend
+ * through (st_put, st_get, st_stat, st_list, st_del, st_del_many), and the
+ * one generic batched delete for backends without a batch request. Opening a backend
  * from a URL is st_backend_open.c, a layer above the backends.
  *
  * Invariants: no key that fails st_key_is_valid() ever reaches a backend's
@@ -14,6 +15,7 @@
 #include "backend/st_backend.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -135,4 +137,72 @@ st_err st_del(st_backend *b, const char *key)
     if (e)
         return e;
     return b->ops->del(b->ctx, key);
+}
+
+/* ---- batched delete ---- */
+
+st_err st_del_items_result(const st_del_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (items[i].err)
+            return items[i].err;
+    return ST_OK;
+}
+
+/* The first failure of a batch and its message: the one the caller gets,
+ * although later keys overwrite the thread's message. */
+typedef struct first_failure {
+    st_err e;
+    char msg[512];
+} first_failure;
+
+static void first_failure_note(first_failure *f, st_err e)
+{
+    if (e && !f->e) {
+        f->e = e;
+        snprintf(f->msg, sizeof f->msg, "%s", st_errmsg());
+    }
+}
+
+static st_err first_failure_result(const first_failure *f)
+{
+    return f->e ? st_seterr(f->e, "%s", f->msg) : ST_OK;
+}
+
+st_err st_del_many_each(st_err (*del)(void *ctx, const char *key), void *ctx, st_del_item *items,
+                        size_t n)
+{
+    first_failure first = {0};
+    for (size_t i = 0; i < n; i++) {
+        items[i].err = del(ctx, items[i].key);
+        first_failure_note(&first, items[i].err);
+    }
+    return first_failure_result(&first);
+}
+
+st_err st_del_many(st_backend *b, st_del_item *items, size_t n)
+{
+    if (n && !items)
+        return st_seterr(ST_ERR_INVALID, "del_many: items is NULL with n %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        st_err e = key_require("del_many", items[i].key, 0);
+        if (e) {
+            for (size_t j = 0; j < n; j++)
+                items[j].err = e;
+            return e;
+        }
+    }
+    first_failure first = {0};
+    for (size_t at = 0; at < n; at += ST_DEL_BATCH_MAX) {
+        size_t m = n - at < ST_DEL_BATCH_MAX ? n - at : ST_DEL_BATCH_MAX;
+        first_failure_note(&first, b->ops->del_many
+                                       ? b->ops->del_many(b->ctx, items + at, m)
+                                       : st_del_many_each(b->ops->del, b->ctx, items + at, m));
+    }
+    return first_failure_result(&first);
+}
+
+int st_backend_observer_stops(const st_backend_observer *o)
+{
+    return o && o->should_stop && o->should_stop(o->arg);
 }

@@ -34,11 +34,19 @@
 
 #define ST_KEY_MAX    1024
 #define ST_GET_TO_END UINT64_MAX
+/* Most keys one del_many call carries: S3 DeleteObjects' limit. */
+#define ST_DEL_BATCH_MAX 1000
 
 /*! Called once per listed key, in ascending byte order of key, on the
  *  thread that called list; key is valid only during the call. Return 0 to
  *  continue, non-zero to stop the listing (list then returns ST_OK). */
 typedef int (*st_list_cb)(void *arg, const char *key, uint64_t size);
+
+/*! One key of a batched delete (st_del_many) and its own result. */
+typedef struct st_del_item {
+    const char *key; /* in: owned by the caller */
+    st_err err;      /* out: ST_OK (also when the key did not exist) or why it was not deleted */
+} st_del_item;
 
 typedef struct st_backend_ops {
     const char *scheme; /* "file", "s3" */
@@ -63,6 +71,15 @@ typedef struct st_backend_ops {
     /*! Removes key. ST_OK also when it did not exist (idempotent). */
     st_err (*del)(void *ctx, const char *key);
 
+    /*! Optional (NULL: st_del_many loops over del). Removes items[0..n)
+     *  (1 <= n <= ST_DEL_BATCH_MAX, keys valid and distinct) in as few
+     *  requests as the store allows, in no particular order, and sets every
+     *  item's err: each key as del would, and a failure of the whole request
+     *  in every item it left undecided. Returns ST_OK when every item is
+     *  ST_OK, else the err of the first failed item, whose st_errmsg() it
+     *  leaves set. */
+    st_err (*del_many)(void *ctx, st_del_item *items, size_t n);
+
     /*! Releases ctx. */
     void (*close)(void *ctx);
 } st_backend_ops;
@@ -71,6 +88,30 @@ typedef struct st_backend {
     const st_backend_ops *ops;
     void *ctx;
 } st_backend;
+
+/*!
+ * What the user of a backend hears of every try of a request, and how it
+ * stops waiting for one (st_backend_opts.observer; docs/BACKENDS.md,
+ * "Observing and stopping requests"). Both callbacks run on the thread that
+ * made the call, with no backend lock held; they must be cheap and must not
+ * call the backend. Either may be NULL.
+ */
+typedef struct st_backend_observer {
+    /* After every try the retry wrapper makes (st_backend_retry.h): e is its
+     * result, ST_OK or an error whose message is st_errmsg(); try_no counts
+     * the tries of this call from 1. A failed try is heard at once, not only
+     * when the retries run out. */
+    void (*on_try)(void *arg, st_err e, unsigned try_no);
+    /* Non-zero: the caller no longer waits. The retry wrapper returns the
+     * last error instead of waiting for another try (a wait under way ends
+     * within 50 ms), and an S3 request in flight is aborted within 100 ms
+     * (ST_ERR_TRANSIENT, "aborted: the caller stopped waiting"). */
+    int (*should_stop)(void *arg);
+    void *arg;
+} st_backend_observer;
+
+/*! 1 when o asks to stop now (o or its should_stop may be NULL: 0). */
+int st_backend_observer_stops(const st_backend_observer *o);
 
 /*! 1 if key is acceptable to every backend, else 0. */
 int st_key_is_valid(const char *key);
@@ -113,6 +154,9 @@ typedef struct st_backend_opts {
     unsigned retry_attempts;
     unsigned retry_base_ms;
     unsigned retry_max_ms;
+    /* Hears every try and may stop requests (st_backend_observer above).
+     * Borrowed: it must outlive the backend. NULL: none. */
+    const st_backend_observer *observer;
 } st_backend_opts;
 
 /*! Closes b: calls ops->close(ctx), then frees b. NULL is a no-op. */
@@ -124,6 +168,29 @@ st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_
 st_err st_stat(st_backend *b, const char *key, uint64_t *size);
 st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
 st_err st_del(st_backend *b, const char *key);
+
+/*!
+ * Deletes items[0..n) (any n), with one per-key result each in items[i].err,
+ * through b's del_many in slices of ST_DEL_BATCH_MAX, or key by key when b
+ * has none. Every key is checked first: one invalid key refuses the whole
+ * call (ST_ERR_INVALID, nothing deleted, every err set to it). Keys in one
+ * call are deleted in no particular order: a caller that needs "a before b"
+ * makes two calls. Returns ST_OK or the first failed item's err (its
+ * message in st_errmsg()); items after a failed one are still attempted.
+ */
+st_err st_del_many(st_backend *b, st_del_item *items, size_t n);
+
+/*!
+ * The generic batched delete for a backend or wrapper whose store has no
+ * batch request: del(ctx, key) for each item, in order, with the same
+ * result rules as ops->del_many. Wrappers call it with their own del so a
+ * fallback is counted, retried or faulted per key.
+ */
+st_err st_del_many_each(st_err (*del)(void *ctx, const char *key), void *ctx, st_del_item *items,
+                        size_t n);
+
+/*! The first failed item's err among items[0..n), or ST_OK. */
+st_err st_del_items_result(const st_del_item *items, size_t n);
 
 /* The file:// backend (st_backend_file.c). root must be an absolute path;
  * it is created (mkdir -p) if missing. */

@@ -6,63 +6,88 @@
 #include <stdlib.h>
 
 typedef struct count_ctx {
+    /* Our table: del_many only when inner has it, so that a store without
+     * batch requests is deleted through count_del and counted per key. */
+    st_backend_ops ops;
     st_backend *inner;
     st_backend_counts *c;
+    int owns_inner; /* close closes inner too */
 } count_ctx;
+
+static st_req_result result_of(st_err e)
+{
+    switch (e) {
+    case ST_OK: return ST_REQ_OK;
+    case ST_ERR_NOT_FOUND: return ST_REQ_NOT_FOUND;
+    case ST_ERR_TRANSIENT: return ST_REQ_TRANSIENT;
+    default: return ST_REQ_ERROR;
+    }
+}
+
+/* Counts a request that returned e, and passes e on. */
+static st_err counted(count_ctx *x, st_req_kind kind, st_err e)
+{
+    atomic_fetch_add(&x->c->n[kind][result_of(e)], 1);
+    return e;
+}
 
 static st_err count_put(void *ctx, const char *key, const void *data, size_t len)
 {
     count_ctx *x = ctx;
-    atomic_fetch_add(&x->c->put, 1);
-    return x->inner->ops->put(x->inner->ctx, key, data, len);
+    return counted(x, ST_REQ_PUT, x->inner->ops->put(x->inner->ctx, key, data, len));
 }
 
 static st_err count_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     count_ctx *x = ctx;
-    atomic_fetch_add(&x->c->get, 1);
-    return x->inner->ops->get(x->inner->ctx, key, off, len, out);
+    return counted(x, ST_REQ_GET, x->inner->ops->get(x->inner->ctx, key, off, len, out));
 }
 
 static st_err count_stat(void *ctx, const char *key, uint64_t *size)
 {
     count_ctx *x = ctx;
-    atomic_fetch_add(&x->c->stat, 1);
-    return x->inner->ops->stat(x->inner->ctx, key, size);
+    return counted(x, ST_REQ_STAT, x->inner->ops->stat(x->inner->ctx, key, size));
 }
 
 static st_err count_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     count_ctx *x = ctx;
-    atomic_fetch_add(&x->c->list, 1);
-    return x->inner->ops->list(x->inner->ctx, prefix, cb, arg);
+    return counted(x, ST_REQ_LIST, x->inner->ops->list(x->inner->ctx, prefix, cb, arg));
 }
 
 static st_err count_del(void *ctx, const char *key)
 {
     count_ctx *x = ctx;
-    atomic_fetch_add(&x->c->del, 1);
-    return x->inner->ops->del(x->inner->ctx, key);
+    return counted(x, ST_REQ_DELETE, x->inner->ops->del(x->inner->ctx, key));
+}
+
+static st_err count_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    count_ctx *x = ctx;
+    atomic_fetch_add(&x->c->keys_batch_deleted, n);
+    return counted(x, ST_REQ_DELETE_BATCH, x->inner->ops->del_many(x->inner->ctx, items, n));
 }
 
 static void count_close(void *ctx)
 {
     count_ctx *x = ctx;
-    st_backend_close(x->inner);
+    if (x->owns_inner)
+        st_backend_close(x->inner);
     free(x);
 }
 
-static const st_backend_ops count_ops = {
+static const st_backend_ops count_ops_template = {
     .scheme = "count",
     .put = count_put,
     .get = count_get,
     .stat = count_stat,
     .list = count_list,
     .del = count_del,
+    .del_many = count_del_many,
     .close = count_close,
 };
 
-st_err st_backend_count_wrap(st_backend **b, st_backend_counts *counts)
+static st_err wrap(st_backend *inner, st_backend_counts *counts, int owns, st_backend **out)
 {
     count_ctx *x = calloc(1, sizeof *x);
     st_backend *w = calloc(1, sizeof *w);
@@ -71,10 +96,45 @@ st_err st_backend_count_wrap(st_backend **b, st_backend_counts *counts)
         free(w);
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     }
-    x->inner = *b;
+    x->inner = inner;
     x->c = counts;
-    w->ops = &count_ops;
+    x->owns_inner = owns;
+    x->ops = count_ops_template;
+    if (!x->inner->ops->del_many)
+        x->ops.del_many = NULL;
+    w->ops = &x->ops;
     w->ctx = x;
-    *b = w;
+    *out = w;
     return ST_OK;
+}
+
+st_err st_backend_count_wrap(st_backend **b, st_backend_counts *counts)
+{
+    return wrap(*b, counts, 1, b);
+}
+
+st_err st_backend_count_borrow(st_backend *inner, st_backend_counts *counts, st_backend **out)
+{
+    return wrap(inner, counts, 0, out);
+}
+
+uint64_t st_backend_counts_of(const st_backend_counts *c, st_req_kind kind)
+{
+    uint64_t total = 0;
+    for (int r = 0; r < ST_REQ_RESULTS; r++)
+        total += atomic_load(&c->n[kind][r]);
+    return total;
+}
+
+const char *st_req_kind_name(st_req_kind kind)
+{
+    static const char *const names[ST_REQ_KINDS] = {"put",  "get",    "stat",
+                                                    "list", "delete", "delete_batch"};
+    return (unsigned)kind < ST_REQ_KINDS ? names[kind] : "?";
+}
+
+const char *st_req_result_name(st_req_result result)
+{
+    static const char *const names[ST_REQ_RESULTS] = {"ok", "not_found", "transient", "error"};
+    return (unsigned)result < ST_REQ_RESULTS ? names[result] : "?";
 }

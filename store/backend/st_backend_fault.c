@@ -15,6 +15,7 @@
 #include <time.h>
 
 typedef struct fault_ctx {
+    st_backend_ops ops; /* del_many only when inner has it (as the count wrapper) */
     st_backend *inner;
     unsigned put_delay_ms;
     char fail_key[256];               /* "" : none */
@@ -69,6 +70,12 @@ static st_err fault_del(void *ctx, const char *key)
     return f->inner->ops->del(f->inner->ctx, key);
 }
 
+static st_err fault_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    fault_ctx *f = ctx;
+    return f->inner->ops->del_many(f->inner->ctx, items, n);
+}
+
 static void fault_close(void *ctx)
 {
     fault_ctx *f = ctx;
@@ -76,13 +83,14 @@ static void fault_close(void *ctx)
     free(f);
 }
 
-static const st_backend_ops fault_ops = {
+static const st_backend_ops fault_ops_template = {
     .scheme = "fault",
     .put = fault_put,
     .get = fault_get,
     .stat = fault_stat,
     .list = fault_list,
     .del = fault_del,
+    .del_many = fault_del_many,
     .close = fault_close,
 };
 
@@ -112,7 +120,10 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->delay_told, 0);
     atomic_init(&f->fail_told, 0);
     f->inner = *b;
-    w->ops = &fault_ops;
+    f->ops = fault_ops_template;
+    if (!f->inner->ops->del_many)
+        f->ops.del_many = NULL;
+    w->ops = &f->ops;
     w->ctx = f;
     *b = w;
     return ST_OK;

@@ -131,7 +131,8 @@ static st_err open_wrapped(st_backend_open_fn open, const char *url, const st_ba
     if (opts)
         policy = (st_retry_policy){.attempts = opts->retry_attempts,
                                    .base_ms = opts->retry_base_ms,
-                                   .max_ms = opts->retry_max_ms};
+                                   .max_ms = opts->retry_max_ms,
+                                   .observer = opts->observer};
     e = st_backend_retry_wrap(inner, &policy, out);
     if (e)
         st_backend_close(inner);

@@ -15,6 +15,9 @@
  *   get   the inner backend clears out on every error (st_backend.h), so a
  *         retry starts from an empty buffer.
  *   stat, del   idempotent.
+ *   del_many    idempotent per key; a retry carries only the keys whose
+ *         result was transient (a whole request that failed left all of
+ *         them so), so a key deleted or refused for good is not sent again.
  *   list  a retry lists again from the start, and the wrapper's callback
  *         drops every key <= the last one already delivered. Listings are
  *         ascending, so the caller sees each key once, in order, as if the
@@ -23,6 +26,13 @@
  *
  * With CKPT_RETRY_TRACE set in the environment, every retry is told on
  * stderr (op message, try number, wait): how an operator sees a flaky store.
+ *
+ * The policy's observer (st_backend.h) hears every try's result as it
+ * happens, so a mount can say "the store is unreachable" after the first
+ * failed try instead of after the last one (a minute later); and it may stop
+ * the retries: asked before each wait and every WAIT_SLICE_MS of it, so a
+ * caller with a deadline (a mount starting, an unmount past its drain) is
+ * never held by the backoff.
  *
  * The final error keeps the inner backend's message and says how many tries
  * and how long it took; messages never carry credentials because the inner
@@ -76,11 +86,26 @@ static uint64_t jitter_rand(void)
     return s * 0x2545F4914F6CDD1DULL;
 }
 
+/* How often a wait asks the observer whether to stop. */
+#define WAIT_SLICE_MS 50
+
 static void sleep_ms(uint64_t ms)
 {
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* Sleeps ms in slices, returning 1 early when the observer says stop. */
+static int wait_or_stop(const st_backend_observer *o, uint64_t ms)
+{
+    for (uint64_t slept = 0; slept < ms; slept += WAIT_SLICE_MS) {
+        if (st_backend_observer_stops(o))
+            return 1;
+        uint64_t left = ms - slept;
+        sleep_ms(left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS);
+    }
+    return st_backend_observer_stops(o);
 }
 
 /* The wait after the k-th failed try (k >= 1). */
@@ -101,24 +126,36 @@ static uint64_t backoff_ms(const st_retry_policy *p, unsigned k)
  */
 static int retry_again(retry_ctx *c, st_err e, unsigned tries, uint64_t t0)
 {
+    const st_backend_observer *o = c->policy.observer;
+    if (o && o->on_try)
+        o->on_try(o->arg, e, tries);
     if (e != ST_ERR_TRANSIENT)
         return 0;
+    const char *why = NULL;
+    uint64_t wait = 0;
     if (tries >= c->policy.attempts) {
-        if (tries > 1) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", st_errmsg());
-            st_seterr(e, "%s (gave up after %u tries in %.1f s)", msg, tries,
-                      (double)(now_ms() - t0) / 1000.0);
-        }
-        return 0;
+        why = "gave up";
+    } else if (st_backend_observer_stops(o)) {
+        why = "stopped";
+    } else {
+        wait = backoff_ms(&c->policy, tries);
+        if (c->trace) /* the message is secret-free (see the header comment) */
+            fprintf(stderr, "ckpt retry: try %u failed, next in %llu ms: %s\n", tries,
+                    (unsigned long long)wait, st_errmsg());
+        atomic_fetch_add_explicit(&c->retries, 1, memory_order_relaxed);
+        if (!wait_or_stop(o, wait))
+            return 1;
+        why = "stopped waiting";
     }
-    atomic_fetch_add_explicit(&c->retries, 1, memory_order_relaxed);
-    uint64_t wait = backoff_ms(&c->policy, tries);
-    if (c->trace) /* the message is secret-free (see the header comment) */
-        fprintf(stderr, "ckpt retry: try %u failed, next in %llu ms: %s\n", tries,
-                (unsigned long long)wait, st_errmsg());
-    sleep_ms(wait);
-    return 1;
+    /* The inner message stays (st_errmsg is per thread, untouched by the
+     * wait); a retried call says how long it tried. */
+    if (tries > 1 || strcmp(why, "gave up") != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_errmsg());
+        st_seterr(e, "%s (%s after %u tries in %.1f s)", msg, why, tries,
+                  (double)(now_ms() - t0) / 1000.0);
+    }
+    return 0;
 }
 
 static st_err retry_put(void *ctx, const char *key, const void *data, size_t len)
@@ -212,6 +249,44 @@ static st_err retry_del(void *ctx, const char *key)
     return e;
 }
 
+static st_err retry_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    retry_ctx *c = ctx;
+    /* todo: the items still to delete, copies of items[idx[i]]. */
+    st_del_item *todo = malloc(n * sizeof *todo);
+    size_t *idx = malloc(n * sizeof *idx);
+    if (!todo || !idx) {
+        free(todo);
+        free(idx);
+        return st_seterr(ST_ERR_NOMEM, "del_many: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = items[i];
+        idx[i] = i;
+    }
+    uint64_t t0 = now_ms();
+    size_t m = n;
+    unsigned tries = 0;
+    do {
+        tries++;
+        c->inner->ops->del_many(c->inner->ctx, todo, m);
+        size_t left = 0;
+        for (size_t i = 0; i < m; i++) {
+            items[idx[i]].err = todo[i].err;
+            if (todo[i].err == ST_ERR_TRANSIENT) {
+                todo[left] = todo[i];
+                idx[left++] = idx[i];
+            }
+        }
+        m = left;
+        /* Tried again while some key failed transiently, even when the
+         * batch's first failure is permanent: that key's result is final. */
+    } while (m && retry_again(c, ST_ERR_TRANSIENT, tries, t0));
+    free(todo);
+    free(idx);
+    return st_del_items_result(items, n);
+}
+
 static void retry_close(void *ctx)
 {
     retry_ctx *c = ctx;
@@ -228,6 +303,7 @@ static const st_backend_ops retry_ops_template = {
     .stat = retry_stat,
     .list = retry_list,
     .del = retry_del,
+    .del_many = retry_del_many,
     .close = retry_close,
 };
 
@@ -247,6 +323,10 @@ st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, s
     }
     c->ops = retry_ops_template;
     c->ops.scheme = inner->ops->scheme;
+    /* del_many only over a store with batch requests; without, st_del_many
+     * loops over retry_del, which retries each key on its own. */
+    if (!inner->ops->del_many)
+        c->ops.del_many = NULL;
     c->inner = inner;
     c->policy = policy ? *policy : (st_retry_policy){0};
     if (!c->policy.attempts)

@@ -31,6 +31,9 @@ typedef struct st_retry_policy {
     unsigned attempts; /* tries in total, the first included; 0: default; 1: never retry */
     unsigned base_ms;  /* the first wait before jitter; 0: default */
     unsigned max_ms;   /* cap on one wait before jitter; 0: default */
+    /* Told every try's result, asked before and during every wait whether to
+     * stop (st_backend.h); borrowed, outlives the wrapper; NULL: none. */
+    const st_backend_observer *observer;
 } st_retry_policy;
 
 /*!

@@ -109,7 +109,7 @@ typedef struct s3_call {
     S3Status status;
     char server_msg[200]; /* the server's error text, scrubbed; "" if none */
     uint64_t moved;       /* bytes moved either way: the stall clock */
-    int timed_out;        /* 1: stall, 2: deadline */
+    int timed_out;        /* 1: stall, 2: deadline, 3: the observer stopped it */
 
     /* put */
     const uint8_t *put_data;
@@ -262,10 +262,13 @@ static void run_request(s3_ctx *c, S3RequestContext *rc, s3_call *call, uint64_t
             seen = call->moved;
             last_move = now;
         }
+        int stop = st_backend_observer_stops(c->cfg.observer);
         if (rs != S3StatusOK || remaining == 0 || now - start >= deadline ||
-            now - last_move >= c->cfg.stall_ms) {
+            now - last_move >= c->cfg.stall_ms || stop) {
             if (rs == S3StatusOK && remaining != 0)
-                call->timed_out = now - start >= deadline ? 2 : 1;
+                call->timed_out = now - start >= deadline              ? 2
+                                  : now - last_move >= c->cfg.stall_ms ? 1
+                                                                       : 3;
             S3_destroy_request_context(rc); /* runs on_complete if still pending */
             if (!call->done || call->status == S3StatusInterrupted)
                 call->status = rs != S3StatusOK ? rs : S3StatusInternalError;
@@ -353,6 +356,9 @@ static st_err call_error(s3_ctx *c, const char *op, const char *key, const s3_ca
     if (call->nomem)
         return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", op, c->cfg.bucket,
                          c->cfg.prefix, key);
+    if (call->timed_out == 3)
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: aborted: %s", op,
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, ST_S3_STOPPED);
     if (call->timed_out)
         return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", op,
                          c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint,
@@ -367,10 +373,17 @@ static st_err call_error(s3_ctx *c, const char *op, const char *key, const s3_ca
                      call->server_msg[0] ? ": " : "", call->server_msg);
 }
 
-static void call_init(s3_call *call, s3_ctx *c)
+/* Starts one request of op on key: a request context from the pool and a
+ * zeroed call record. */
+static st_err call_begin(s3_ctx *c, const char *op, const char *key, S3RequestContext **rc,
+                         s3_call *call)
 {
+    *rc = pool_get(c);
+    if (!*rc)
+        return st_seterr(ST_ERR_NOMEM, "s3 %s %s: cannot create a request context", op, key);
     memset(call, 0, sizeof *call);
     call->c = c;
+    return ST_OK;
 }
 
 /* ---- ops ---- */
@@ -382,11 +395,10 @@ static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
     st_err e = st_s3_full_key(&c->cfg, "put", key, fk);
     if (e)
         return e;
-    S3RequestContext *rc = pool_get(c);
-    if (!rc)
-        return st_seterr(ST_ERR_NOMEM, "s3 put %s: cannot create a request context", key);
+    S3RequestContext *rc;
     s3_call call;
-    call_init(&call, c);
+    if ((e = call_begin(c, "put", key, &rc, &call)))
+        return e;
     call.put_data = data;
     call.put_len = len;
     S3PutObjectHandler h = {{on_props, on_complete}, on_put_data};
@@ -404,11 +416,11 @@ static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
 /* HEAD; *size on success. Does not resolve an ambiguous 404 (see s3_stat). */
 static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *size, S3Status *st)
 {
-    S3RequestContext *rc = pool_get(c);
-    if (!rc)
-        return st_seterr(ST_ERR_NOMEM, "s3 stat %s: cannot create a request context", key);
+    S3RequestContext *rc;
     s3_call call;
-    call_init(&call, c);
+    st_err e = call_begin(c, "stat", key, &rc, &call);
+    if (e)
+        return e;
     S3ResponseHandler h = {on_props, on_complete};
     S3_head_object(&c->bucket_ctx, fk, rc, &h, &call);
     run_request(c, rc, &call, 0);
@@ -478,11 +490,11 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
 static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
                         st_bytes *out, S3Status *st)
 {
-    S3RequestContext *rc = pool_get(c);
-    if (!rc)
-        return st_seterr(ST_ERR_NOMEM, "s3 get %s: cannot create a request context", key);
+    S3RequestContext *rc;
     s3_call call;
-    call_init(&call, c);
+    st_err e = call_begin(c, "get", key, &rc, &call);
+    if (e)
+        return e;
     call.out = out;
     uint64_t count = (len == ST_GET_TO_END || len > RANGE_LEN_MAX) ? 0 : len;
     call.want_max = count ? count : UINT64_MAX;
@@ -496,7 +508,6 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
     *st = call.timed_out ? S3StatusInterrupted : call.status;
     if (call.status == S3StatusErrorNoSuchKey)
         atomic_store(&c->bucket_seen, 1); /* the bucket answered for its keys */
-    st_err e = ST_OK;
     if (call.overflow) {
         e = st_seterr(ST_ERR_PERMANENT,
                       "s3 get s3://%s/%s%s at %s: the server sent more than the %" PRIu64
@@ -659,13 +670,10 @@ static st_err s3_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
     char marker[S3_MAX_KEY_SIZE + 1] = "";
     st_err e = ST_OK;
     for (;;) {
-        S3RequestContext *rc = pool_get(c);
-        if (!rc) {
-            e = st_seterr(ST_ERR_NOMEM, "s3 list %s: cannot create a request context", prefix);
-            goto out;
-        }
+        S3RequestContext *rc;
         s3_call call;
-        call_init(&call, c);
+        if ((e = call_begin(c, "list", prefix, &rc, &call)))
+            goto out;
         call.page = &page;
         st_bytes_clear(&page);
         S3ListBucketHandler h = {{on_props, on_complete}, on_list_page};
@@ -761,11 +769,10 @@ static st_err s3_del(void *ctx, const char *key)
     st_err e = st_s3_full_key(&c->cfg, "del", key, fk);
     if (e)
         return e;
-    S3RequestContext *rc = pool_get(c);
-    if (!rc)
-        return st_seterr(ST_ERR_NOMEM, "s3 del %s: cannot create a request context", key);
+    S3RequestContext *rc;
     s3_call call;
-    call_init(&call, c);
+    if ((e = call_begin(c, "del", key, &rc, &call)))
+        return e;
     S3ResponseHandler h = {on_props, on_complete};
     S3_delete_object(&c->bucket_ctx, fk, rc, &h, &call);
     run_request(c, rc, &call, 0);

@@ -23,7 +23,8 @@
  * every 100 ms: stall (no byte moved for stall_ms; CURLOPT_LOW_SPEED_TIME
  * would only count whole seconds) and deadline (timeout_ms + 1 s/MiB). A
  * request past either is removed from the multi handle (which closes its
- * connection) and reported ST_ERR_TRANSIENT. Retrying is the retry
+ * connection) and reported ST_ERR_TRANSIENT, as is one the observer stops
+ * (st_backend_observer: a caller past its deadline). Retrying is the retry
  * wrapper's job (st_backend_open.c wraps every backend). curl reports a
  * body cut short (CURLE_PARTIAL_FILE) and a cut XML listing does not
  * parse, so no answer is taken as complete unless it is.
@@ -48,6 +49,7 @@
 #include <inttypes.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,6 +90,9 @@ typedef struct v4_ctx {
     /* Set once an answer proved the bucket exists; until then a HEAD 404
      * (no body) is checked with a GET that can say NoSuchBucket. */
     atomic_int bucket_seen;
+    /* Set once the store answered DeleteObjects with "not implemented":
+     * del_many then deletes key by key. */
+    atomic_int no_batch_delete;
 } v4_ctx;
 
 /* One request: what it sends and what came back. On the caller's stack. */
@@ -104,7 +109,7 @@ typedef struct v4_req {
     uint64_t moved;         /* bytes moved either way: the stall clock */
     uint64_t uploaded;      /* body bytes sent so far */
     int64_t content_length; /* of the answer, -1 if unknown */
-    int timed_out;          /* 1: stall, 2: deadline */
+    int timed_out;          /* 1: stall, 2: deadline, 3: the observer stopped it */
     CURLcode cc;
     long status;
     char errbuf[CURL_ERROR_SIZE];
@@ -301,6 +306,11 @@ static void run(v4_ctx *c, v4_conn *k, v4_req *r, uint64_t bytes)
             r->cc = CURLE_OPERATION_TIMEDOUT;
             break;
         }
+        if (st_backend_observer_stops(c->cfg.observer)) {
+            r->timed_out = 3;
+            r->cc = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
         curl_multi_poll(k->multi, NULL, 0, POLL_MS, NULL);
     }
     /* Removing an unfinished transfer closes its connection; a finished
@@ -362,6 +372,9 @@ static st_err req_error(const v4_req *r)
     if (r->nomem || r->cc == CURLE_OUT_OF_MEMORY)
         return st_seterr(ST_ERR_NOMEM, "s3 %s s3://%s/%s%s: out of memory", r->op, g->bucket,
                          g->prefix, r->key);
+    if (r->timed_out == 3)
+        return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: aborted: %s", r->op,
+                         g->bucket, g->prefix, r->key, g->endpoint, ST_S3_STOPPED);
     if (r->timed_out)
         return st_seterr(ST_ERR_TRANSIENT, "s3 %s s3://%s/%s%s at %s: timed out: %s %u ms", r->op,
                          g->bucket, g->prefix, r->key, g->endpoint,
@@ -381,12 +394,12 @@ static st_err req_error(const v4_req *r)
 
 /*
  * One request: method on the object name `name` ("" for the bucket) with
- * an optional query (already canonical), body (PUT) and extra header (a
- * Range). On a 2xx answer returns ST_OK with r->status set; otherwise
- * r->code/msg are filled and the classified error is returned.
+ * an optional query (already canonical), body (PUT, POST) and extra
+ * headers (a NULL-terminated list, or NULL: a Range, a Content-Type). On a 2xx answer returns ST_OK
+ * with r->status set; otherwise r->code/msg are filled and the classified error is returned.
  */
 static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name, const char *query,
-                      const void *body, size_t body_len, const char *extra)
+                      const void *body, size_t body_len, const char *const *extra)
 {
     char url[sizeof c->base + ST_S3_KEY_MAX + 2 * ST_S3_KEY_MAX * 3 + 128];
     /* The bucket itself is "/bucket" in path style, not "/bucket/": the
@@ -407,10 +420,10 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     static const char tok_hdr[] = "x-amz-security-token: ";
     char *tok_line = NULL;
     st_err e = ST_OK;
-    if (!(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h) ||
-        (extra && (!(h = curl_slist_append(hdr, extra)) || !(hdr = h))) ||
-        (body &&
-         (!(h = curl_slist_append(hdr, "Content-Type: application/octet-stream")) || !(hdr = h)))) {
+    int nomem = !(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h);
+    for (size_t i = 0; extra && extra[i] && !nomem; i++)
+        nomem = !(h = curl_slist_append(hdr, extra[i])) || !(hdr = h);
+    if (nomem) {
         e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
         goto out;
     }
@@ -438,7 +451,7 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     if (strcmp(method, "HEAD") == 0) {
         curl_easy_setopt(k->easy, CURLOPT_NOBODY, 1L);
     } else if (body) {
-        curl_easy_setopt(k->easy, CURLOPT_CUSTOMREQUEST, "PUT");
+        curl_easy_setopt(k->easy, CURLOPT_CUSTOMREQUEST, method);
         curl_easy_setopt(k->easy, CURLOPT_POSTFIELDS, body_len ? body : "");
         curl_easy_setopt(k->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     } else if (strcmp(method, "GET") != 0) {
@@ -491,8 +504,9 @@ static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
     if (e)
         return e;
     v4_req r;
+    static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
     req_init(&r, c, "put", key);
-    return request(c, &r, "PUT", fk, NULL, data ? data : "", len, NULL);
+    return request(c, &r, "PUT", fk, NULL, data ? data : "", len, hdrs);
 }
 
 /* HEAD: the size. A 404 is not told apart from a missing bucket here. */
@@ -557,7 +571,8 @@ static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off
     req_init(&r, c, "get", key);
     r.out = out;
     r.want_max = count ? count : (SIZE_MAX < UINT64_MAX ? SIZE_MAX : UINT64_MAX);
-    st_err e = request(c, &r, "GET", fk, NULL, NULL, 0, off || count ? range : NULL);
+    const char *const hdrs[] = {range, NULL};
+    st_err e = request(c, &r, "GET", fk, NULL, NULL, 0, off || count ? hdrs : NULL);
     *status = r.status;
     if (!e && r.status == 200 && off)
         e = st_seterr(ST_ERR_PERMANENT,
@@ -625,6 +640,178 @@ static st_err v4_del(void *ctx, const char *key)
     if (e == ST_ERR_NOT_FOUND && strcmp(r.code, "NoSuchBucket") != 0)
         return ST_OK; /* idempotent: already gone (S3 itself answers 204) */
     return e;
+}
+
+/* ---- batched delete: DeleteObjects ---- */
+
+#define S3_XMLNS "http://s3.amazonaws.com/doc/2006-03-01/"
+
+/*
+ * The <Delete> document for the items still ST_OK: <Quiet> (only failures
+ * are answered: a 1000-key answer stays small on stores that honour it),
+ * one <Object><Key> per item, by its full object name. Into *xml (xmlFree).
+ */
+static st_err delete_xml(v4_ctx *c, const st_del_item *items, size_t n, xmlChar **xml, int *len)
+{
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = ST_OK;
+    *xml = NULL;
+    xmlDocPtr doc = xmlNewDoc(BAD_CAST "1.0");
+    xmlNodePtr root = doc ? xmlNewDocNode(doc, NULL, BAD_CAST "Delete", NULL) : NULL;
+    if (!root)
+        goto out;
+    xmlDocSetRootElement(doc, root);
+    xmlSetNs(root, xmlNewNs(root, BAD_CAST S3_XMLNS, NULL));
+    if (!xmlNewTextChild(root, NULL, BAD_CAST "Quiet", BAD_CAST "true"))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        xmlNodePtr obj;
+        if (items[i].err || st_s3_full_key(&c->cfg, "del_many", items[i].key, fk))
+            continue; /* refused already: not sent */
+        if (!(obj = xmlNewChild(root, NULL, BAD_CAST "Object", NULL)) ||
+            !xmlNewTextChild(obj, NULL, BAD_CAST "Key", BAD_CAST fk))
+            goto out;
+    }
+    xmlDocDumpMemoryEnc(doc, xml, len, "UTF-8");
+out:
+    if (!*xml)
+        e = st_seterr(ST_ERR_NOMEM, "s3 del_many: out of memory building the request");
+    xmlFreeDoc(doc);
+    return e;
+}
+
+/* The item whose full object name is name (prefix + key), or NULL. */
+static st_del_item *item_named(v4_ctx *c, st_del_item *items, size_t n, const char *name)
+{
+    if (strncmp(name, c->cfg.prefix, c->cfg.prefix_len) != 0)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(items[i].key, name + c->cfg.prefix_len) == 0)
+            return &items[i];
+    return NULL;
+}
+
+/* The text of n's child element `name`, or NULL (xmlFree). */
+static xmlChar *child_named(xmlNodePtr n, const char *name)
+{
+    for (xmlNodePtr f = n->children; f; f = f->next)
+        if (f->type == XML_ELEMENT_NODE && xmlStrcmp(f->name, BAD_CAST name) == 0)
+            return xmlNodeGetContent(f);
+    return NULL;
+}
+
+/*
+ * One <Error> of a <DeleteResult> into its item: NoSuchKey is a key that
+ * is gone (ST_OK, as for del); any other code is classified as the same
+ * code on a single request would be, with its own message.
+ */
+static void delete_error(v4_ctx *c, xmlNodePtr n, st_del_item *items, size_t n_items)
+{
+    xmlChar *key = child_named(n, "Key"), *code = child_named(n, "Code");
+    xmlChar *text = child_named(n, "Message");
+    st_del_item *it = key ? item_named(c, items, n_items, (const char *)key) : NULL;
+    const char *code_s = code ? (const char *)code : "";
+    if (it && strcmp(code_s, "NoSuchKey") != 0) {
+        char msg[200] = "";
+        const char *cause;
+        st_err e = st_s3_classify(ST_S3_NET_OK, 0, code_s, &cause);
+        if (text)
+            st_s3_scrub_copy(msg, sizeof msg, (const char *)text, c->cfg.secret);
+        it->err = st_seterr(e == ST_OK || e == ST_ERR_NOT_FOUND ? ST_ERR_TRANSIENT : e,
+                            "s3 del_many s3://%s/%s%s at %s: %s (%s)%s%s", c->cfg.bucket,
+                            c->cfg.prefix, it->key, c->cfg.endpoint, cause,
+                            code_s[0] ? code_s : "no code", msg[0] ? ": " : "", msg);
+    }
+    xmlFree(key);
+    xmlFree(code);
+    xmlFree(text);
+}
+
+/* The answer to DeleteObjects: <DeleteResult> with <Deleted> (ignored: the
+ * items start ST_OK) and <Error> entries; an empty 2xx body is a quiet
+ * answer with nothing to report. ST_ERR_TRANSIENT for an answer that does
+ * not parse (a cut body). */
+static st_err parse_delete_result(v4_ctx *c, const st_bytes *body, st_del_item *items, size_t n)
+{
+    if (!body->len)
+        return ST_OK;
+    xmlDocPtr doc = xmlReadMemory((const char *)body->data, (int)body->len, NULL, NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;
+    st_err e = ST_OK;
+    if (!root || xmlStrcmp(root->name, BAD_CAST "DeleteResult") != 0)
+        e = st_seterr(ST_ERR_TRANSIENT,
+                      "s3 del_many s3://%s/%s at %s: the DeleteObjects answer does not parse",
+                      c->cfg.bucket, c->cfg.prefix, c->cfg.endpoint);
+    for (xmlNodePtr k = root && !e ? root->children : NULL; k; k = k->next)
+        if (k->type == XML_ELEMENT_NODE && xmlStrcmp(k->name, BAD_CAST "Error") == 0)
+            delete_error(c, k, items, n);
+    xmlFreeDoc(doc);
+    return e;
+}
+
+/* An answer that says the store has no DeleteObjects (it is optional in
+ * S3-compatible stores, docs/S3.md): the batch is then deleted key by key. */
+static int batch_unsupported(const v4_req *r)
+{
+    return r->status == 501 || r->status == 405 || strcmp(r->code, "NotImplemented") == 0 ||
+           strcmp(r->code, "MethodNotAllowed") == 0;
+}
+
+/*
+ * POST ?delete with up to ST_DEL_BATCH_MAX keys. S3 requires an integrity
+ * header on this request: Content-MD5 (base64 of the body's MD5), the one
+ * every S3-compatible store knows; the body's SHA-256 is signed along as
+ * on every request with a body. A failure of the whole request (transport,
+ * 5xx, auth) is every sent item's result.
+ */
+static st_err v4_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    v4_ctx *c = ctx;
+    char fk[ST_S3_KEY_MAX + 1];
+    if (atomic_load(&c->no_batch_delete))
+        return st_del_many_each(v4_del, ctx, items, n);
+    size_t sendable = 0;
+    for (size_t i = 0; i < n; i++)
+        sendable += !(items[i].err = st_s3_full_key(&c->cfg, "del_many", items[i].key, fk));
+    xmlChar *xml = NULL;
+    int len = 0;
+    st_bytes answer = {0};
+    st_err e = ST_OK;
+    if (!sendable || (e = delete_xml(c, items, n, &xml, &len)))
+        goto out; /* nothing to send (every name too long), or no memory */
+    unsigned char md5[EVP_MAX_MD_SIZE];
+    unsigned md5_len = 0;
+    char md5_hdr[64] = "Content-MD5: ";
+    if (!EVP_Digest(xml, (size_t)len, md5, &md5_len, EVP_md5(), NULL)) {
+        e = st_seterr(ST_ERR_NOMEM, "s3 del_many: MD5 failed");
+        goto out;
+    }
+    EVP_EncodeBlock((unsigned char *)md5_hdr + strlen(md5_hdr), md5, (int)md5_len);
+    const char *const hdrs[] = {md5_hdr, "Content-Type: application/xml", NULL};
+    v4_req r;
+    req_init(&r, c, "del_many", "");
+    r.out = &answer;
+    /* "delete=": curl signs the query as written, and S3 canonicalises a
+     * valueless parameter to "delete=". */
+    e = request(c, &r, "POST", "", "delete=", xml, (size_t)len, hdrs);
+    if (e && batch_unsupported(&r)) {
+        atomic_store(&c->no_batch_delete, 1);
+        xmlFree(xml);
+        st_bytes_free(&answer);
+        return st_del_many_each(v4_del, ctx, items, n);
+    }
+    if (!e)
+        e = parse_delete_result(c, &answer, items, n);
+    if (e == ST_ERR_NOT_FOUND) /* a 404 for the bucket's own URL: no such bucket */
+        e = st_seterr(ST_ERR_PERMANENT, "%s", st_errmsg());
+out:
+    for (size_t i = 0; e && i < n; i++)
+        if (!items[i].err)
+            items[i].err = e;
+    xmlFree(xml);
+    st_bytes_free(&answer);
+    return e ? e : st_del_items_result(items, n);
 }
 
 /* ---- list ---- */
@@ -834,6 +1021,7 @@ static const st_backend_ops v4_ops = {
     .stat = v4_stat,
     .list = v4_list,
     .del = v4_del,
+    .del_many = v4_del_many,
     .close = v4_close,
 };
 
@@ -874,6 +1062,7 @@ st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_bac
     curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     atomic_init(&c->bucket_seen, 0);
+    atomic_init(&c->no_batch_delete, 0);
     if (!(b = malloc(sizeof *b))) {
         e = st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
         goto out;

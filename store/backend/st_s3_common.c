@@ -409,6 +409,7 @@ st_err st_s3_config_load(st_s3_config *cfg, const char *url, const st_backend_op
         return e;
     cfg->timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
     cfg->stall_ms = opts && opts->stall_timeout_ms ? opts->stall_timeout_ms : DEFAULT_STALL_MS;
+    cfg->observer = opts ? opts->observer : NULL;
     return ST_OK;
 }
 

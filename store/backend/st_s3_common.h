@@ -51,6 +51,8 @@ typedef struct st_s3_config {
     char *session_token; /* NULL or AWS_SESSION_TOKEN; never printed; zeroed on free */
     char *ca_file;       /* NULL: the system CA store */
     unsigned timeout_ms, stall_ms;
+    /* opts->observer (borrowed): its should_stop aborts a request in flight. */
+    const st_backend_observer *observer;
 } st_s3_config;
 
 /*!
@@ -68,6 +70,9 @@ void st_s3_config_free(st_s3_config *cfg);
 /*! The signature that opts and $CKPT_S3_SIGNATURE ask for (default v4), or
  *  ST_ERR_INVALID for an unknown value. */
 st_err st_s3_signature_choice(const st_backend_opts *opts, st_s3_signature *out);
+
+/* What an aborted request's message says (st_backend_observer.should_stop). */
+#define ST_S3_STOPPED "the caller stopped waiting"
 
 /*! Deadline of one request carrying `bytes`: timeout_ms + 1 s per MiB. */
 uint64_t st_s3_deadline_ms(const st_s3_config *cfg, uint64_t bytes);

@@ -522,6 +522,8 @@ static st_err index_manifest(st_state *state, const char *job, const st_manifest
         const st_file_entry *f = &m->files[i];
         for (size_t k = 0; k < f->nchunks; k++) {
             const st_chunk_ref *r = &f->chunks[k];
+            if (st_chunk_is_hole(r)) /* nothing stored to dedup against */
+                continue;
             st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
             st_err e = st_state_chunk_add(state, job, &r->id, &loc);
             if (e)

@@ -21,8 +21,12 @@
  * same list of keys a real run would delete.
  *
  * Batches: deletions are counted; at the end of the unit that fills a batch
- * (a whole step, a pack with its markers, one marker or manifest) the run
- * reports progress and looks at policy.stop, so a stop never splits a unit.
+ * (a whole step, a batch of packs with their markers, a batch of markers or
+ * manifests) the run reports progress and looks at policy.stop, so a stop
+ * never splits a unit. Keys go in batched deletes (st_del_many: one S3
+ * DeleteObjects request per 1000 keys), which delete in no particular
+ * order, so an order the protocol needs is two batches: a step's part
+ * records, then its other objects; a batch of packs, then their markers.
  *
  * A part record or manifest that cannot be read makes the references
  * unknown: the sweep (3-4) is skipped and said so, never guessed.
@@ -217,6 +221,16 @@ typedef struct u64_list {
     int oom;
 } u64_list;
 
+/* Keys queued for one batched delete (st_del_many: S3 DeleteObjects, up to
+ * 1000 keys a request), with their sizes for the report. keys[] are owned
+ * copies; items[i].key points at keys[i]. */
+typedef struct del_queue {
+    st_del_item *items;
+    char **keys;
+    uint64_t *sizes;
+    size_t n, items_cap, keys_cap, sizes_cap;
+} del_queue;
+
 /* One run: what every phase needs. */
 typedef struct gc_run {
     st_backend *b;
@@ -230,6 +244,7 @@ typedef struct gc_run {
     u64_list pins;
     st_gc_warn_fn warn;
     void *warn_arg;
+    del_queue q; /* keys waiting for the next gc_flush */
 } gc_run;
 
 static st_err report_key(st_gc_report *r, const char *key, uint64_t size)
@@ -251,6 +266,96 @@ static st_err delete_key(gc_run *g, const char *key, uint64_t size)
         return e;
     g->in_batch++;
     return report_key(g->r, key, size);
+}
+
+/* Queues key for the next gc_flush. */
+static st_err queue_key(gc_run *g, const char *key, uint64_t size)
+{
+    del_queue *q = &g->q;
+    if (st_array_grow((void **)&q->keys, &q->keys_cap, q->n + 1, sizeof *q->keys) ||
+        st_array_grow((void **)&q->sizes, &q->sizes_cap, q->n + 1, sizeof *q->sizes) ||
+        st_array_grow((void **)&q->items, &q->items_cap, q->n + 1, sizeof *q->items) ||
+        !(q->keys[q->n] = strdup(key)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    q->sizes[q->n] = size;
+    q->items[q->n] = (st_del_item){.key = q->keys[q->n]};
+    q->n++;
+    return ST_OK;
+}
+
+static void queue_clear(del_queue *q)
+{
+    for (size_t i = 0; i < q->n; i++)
+        free(q->keys[i]);
+    q->n = 0;
+}
+
+static void queue_free(del_queue *q)
+{
+    queue_clear(q);
+    free(q->keys);
+    free(q->sizes);
+    free(q->items);
+    memset(q, 0, sizeof *q);
+}
+
+/*
+ * Deletes the queued keys in one st_del_many (unless a dry run): they go in
+ * no particular order, so a caller that needs "a before b" flushes between
+ * them. Every key deleted is reported, in queue order, also when others
+ * failed; ok[i] (may be NULL; one per queued key) says which went. Returns
+ * the first failure. The queue is empty afterwards.
+ */
+static st_err gc_flush(gc_run *g, unsigned char *ok)
+{
+    del_queue *q = &g->q;
+    st_err e = g->dry_run || !q->n ? ST_OK : st_del_many(g->b, q->items, q->n);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", e ? st_errmsg() : "");
+    st_err re = ST_OK;
+    for (size_t i = 0; i < q->n; i++) {
+        int gone = g->dry_run || q->items[i].err == ST_OK;
+        if (ok)
+            ok[i] = (unsigned char)gone;
+        if (gone && !re) {
+            g->in_batch++;
+            re = report_key(g->r, q->keys[i], q->sizes[i]);
+        }
+    }
+    queue_clear(q);
+    if (e)
+        return st_seterr(e, "%s", msg);
+    return re;
+}
+
+/* gc_flush, adding how many keys went to *counter (a report field). */
+static st_err flush_counting(gc_run *g, uint64_t *counter)
+{
+    size_t before = g->r->ndeleted;
+    st_err e = gc_flush(g, NULL);
+    *counter += g->r->ndeleted - before;
+    return e;
+}
+
+static int unit_done(gc_run *g);
+
+/* Ends a unit of queued single objects (markers, manifests: each a unit of
+ * its own): flushes them, if any, and looks at stop (unit_done). */
+static st_err flush_unit(gc_run *g, uint64_t *counter)
+{
+    if (!g->q.n)
+        return ST_OK;
+    st_err e = flush_counting(g, counter);
+    if (!e)
+        unit_done(g);
+    return e;
+}
+
+/* Queues key and, once the queue holds a batch, flushes it as a unit. */
+static st_err queue_batched(gc_run *g, const char *key, uint64_t size, uint64_t *counter)
+{
+    st_err e = queue_key(g, key, size);
+    return e || g->q.n < g->batch ? e : flush_unit(g, counter);
 }
 
 /* 1 (and r->stopped) if the caller asked the run to stop. */
@@ -384,39 +489,44 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
     }
 }
 
-/* Deletes every object of a step: its part records first (it is then
- * invisible), then every other object under its prefix. */
-static st_err delete_step_objects(gc_run *g, const gc_step *st)
+/* Deletes every object of steps[0..n): their part records first (each
+ * step is then invisible), then every other object under their prefixes:
+ * two batches, so that no other object goes before the last part record. */
+static st_err delete_step_objects(gc_run *g, const gc_step *const *steps, size_t n)
 {
     static const char suffix[] = ".commit";
     st_err e = ST_OK;
-    for (int parts = 1; parts >= 0 && !e; parts--)
-        for (size_t i = 0; i < st->nobjs && !e; i++) {
-            size_t len = strlen(st->objs[i].key);
-            ST_CRASHPOINT_IF(!parts && !i, "delete-parts-gone");
-            int is_part = len > sizeof suffix - 1 &&
-                          !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
-            if (is_part == parts) {
-                e = delete_key(g, st->objs[i].key, st->objs[i].size);
-                if (!e && is_part)
-                    g->r->parts_deleted++;
-                else if (!e)
-                    g->r->manifests_deleted++;
+    for (int parts = 1; parts >= 0 && !e; parts--) {
+        for (size_t k = 0; k < n && !e; k++) {
+            const gc_step *st = steps[k];
+            ST_CRASHPOINT_IF(!parts && !k && st->nobjs, "delete-parts-gone");
+            for (size_t i = 0; i < st->nobjs && !e; i++) {
+                size_t len = strlen(st->objs[i].key);
+                int is_part = len > sizeof suffix - 1 &&
+                              !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
+                if (is_part == parts)
+                    e = queue_key(g, st->objs[i].key, st->objs[i].size);
             }
         }
+        if (e)
+            queue_clear(&g->q);
+        else
+            e = flush_counting(g, parts ? &g->r->parts_deleted : &g->r->manifests_deleted);
+    }
     return e;
 }
 
-/* Deletes one step retention picked (or the mount asked for) and records it. */
-static st_err delete_step(gc_run *g, const gc_step *st)
+/* Deletes steps[0..n) that retention picked (or the mount asked for), as
+ * one unit, and records them. */
+static st_err delete_steps(gc_run *g, const gc_step *const *steps, size_t n)
 {
     st_gc_report *r = g->r;
-    st_err e = delete_step_objects(g, st);
-    if (!e && !st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap,
-                             r->steps_deleted + 1, sizeof *r->deleted_steps))
-        r->deleted_steps[r->steps_deleted++] = st->step;
-    else if (!e)
+    st_err e = delete_step_objects(g, steps, n);
+    if (!e && st_array_grow((void **)&r->deleted_steps, &r->deleted_steps_cap, r->steps_deleted + n,
+                            sizeof *r->deleted_steps))
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < n && !e; k++)
+        r->deleted_steps[r->steps_deleted++] = steps[k]->step;
     return e;
 }
 
@@ -486,7 +596,7 @@ static st_err finish_intents(gc_run *g, step_list *l)
                 if (st->step != steps.v[k] || st->keys.nnodes || !st->nobjs || st->finished)
                     continue;
                 st->finished = 1; /* once, even if two intents list it */
-                if (!(e = delete_step_objects(g, st)))
+                if (!(e = delete_step_objects(g, (const gc_step *const[]){st}, 1)))
                     unit_done(g);
             }
         free(steps.v);
@@ -512,9 +622,26 @@ static st_err delete_picked(gc_run *g, step_list *l)
         return ST_OK;
     if (!g->dry_run && (e = intent_put(g, l, intent, sizeof intent)))
         return e;
-    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++)
-        if (l->steps[i].deleted && !(e = delete_step(g, &l->steps[i])))
+    /* Steps go a batch at a time: as many whole steps as hold about
+     * g->batch objects (at least one). */
+    const gc_step **group = malloc(l->n * sizeof *group);
+    size_t ngroup = 0, nobjs = 0;
+    if (!group)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < l->n && !e && !g->r->stopped; i++) {
+        if (!l->steps[i].deleted)
+            continue;
+        group[ngroup++] = &l->steps[i];
+        nobjs += l->steps[i].nobjs;
+        int last = 1;
+        for (size_t j = i + 1; j < l->n && last; j++)
+            last = !l->steps[j].deleted;
+        if ((nobjs >= g->batch || last) && !(e = delete_steps(g, group, ngroup))) {
+            ngroup = nobjs = 0;
             unit_done(g);
+        }
+    }
+    free(group);
     /* Every step it names is whole again (deleted, or not touched). Not
      * reported: the run made it itself. Left behind on an error, for the
      * next run to finish. */
@@ -627,6 +754,8 @@ static st_err ref_manifest(ref_set *s, const st_manifest *m, int held)
             const st_chunk_ref *c = &m->files[f].chunks[k];
             uint8_t where[ST_ID_LEN + 8];
             uint32_t one;
+            if (st_chunk_is_hole(c)) /* in no pack */
+                continue;
             memcpy(where, m->packs[c->pack].b, ST_ID_LEN);
             for (int i = 0; i < 8; i++)
                 where[ST_ID_LEN + i] = (uint8_t)(c->offset >> (8 * i));
@@ -728,29 +857,41 @@ static st_err maybe_retire(gc_run *g, const pack_obj *p, const pack_ref *ref, in
     return e ? e : st_put(g->b, key, text, len);
 }
 
-/* Deletes an unreferenced pack whose grace is over: the pack first, then
- * its pending marker, then its retire marker (writers look at the pending
- * marker before the pack, docs/GC.md). */
-static st_err delete_pack(gc_run *g, const pack_obj *p)
+/* Deletes unreferenced packs whose grace is over, due[0..n), as one unit:
+ * the packs in one batch, then the pending and retire markers of those that
+ * went in a second (writers look at the pending marker before the pack,
+ * docs/GC.md: a pack's marker never goes before the pack). */
+static st_err delete_packs(gc_run *g, pack_obj *const *due, size_t n)
 {
     char key[ST_KEY_MAX];
-    st_err e = st_key_pack(key, sizeof key, g->job, &p->id);
-    if (e || (e = delete_key(g, key, p->size)))
-        return e;
-    g->r->packs_deleted++;
-    if (p->pending_size >= 0) {
-        st_key_gc_pending(key, sizeof key, g->job, &p->id);
-        if ((e = delete_key(g, key, (uint64_t)p->pending_size)))
-            return e;
-        g->r->markers_deleted++;
+    unsigned char *gone = calloc(n ? n : 1, 1);
+    st_err e = gone ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n && !e; i++)
+        if (!(e = st_key_pack(key, sizeof key, g->job, &due[i]->id)))
+            e = queue_key(g, key, due[i]->size);
+    if (e)
+        queue_clear(&g->q);
+    else
+        e = gc_flush(g, gone);
+    /* The markers of the packs that went, also when others did not. */
+    st_err me = ST_OK;
+    for (size_t i = 0; gone && i < n && !me; i++) {
+        if (!gone[i])
+            continue;
+        g->r->packs_deleted++;
+        if (due[i]->pending_size >= 0 &&
+            !(me = st_key_gc_pending(key, sizeof key, g->job, &due[i]->id)))
+            me = queue_key(g, key, (uint64_t)due[i]->pending_size);
+        if (!me && due[i]->retired_size >= 0 &&
+            !(me = st_key_gc_retired(key, sizeof key, g->job, &due[i]->id)))
+            me = queue_key(g, key, (uint64_t)due[i]->retired_size);
     }
-    if (p->retired_size >= 0) {
-        st_key_gc_retired(key, sizeof key, g->job, &p->id);
-        if ((e = delete_key(g, key, (uint64_t)p->retired_size)))
-            return e;
-        g->r->markers_deleted++;
-    }
-    return ST_OK;
+    if (me)
+        queue_clear(&g->q);
+    else
+        me = flush_counting(g, &g->r->markers_deleted);
+    free(gone);
+    return e ? e : me;
 }
 
 /* Reads the pending markers of packs that exist and are unreferenced into
@@ -768,11 +909,8 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
         int exists = st_idmap_get(&packs->index, &id, &at);
         int referenced = st_idmap_get(&refs->index, &id, &ref);
         if (!exists || referenced) {
-            if (!(e = delete_key(g, m->key, m->size))) {
-                g->r->markers_deleted++;
-                g->r->packs_unmarked += exists && referenced;
-                unit_done(g);
-            }
+            g->r->packs_unmarked += exists && referenced;
+            e = queue_batched(g, m->key, m->size, &g->r->markers_deleted);
             continue;
         }
         pack_obj *p = &packs->v[at];
@@ -797,11 +935,10 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
             packs->v[at].retired_size = (int64_t)retired->v[i].size;
             continue;
         }
-        if (!(e = delete_key(g, retired->v[i].key, retired->v[i].size))) {
-            g->r->markers_deleted++;
-            unit_done(g);
-        }
+        e = queue_batched(g, retired->v[i].key, retired->v[i].size, &g->r->markers_deleted);
     }
+    if (!e)
+        e = flush_unit(g, &g->r->markers_deleted);
     st_bytes_free(&buf);
     return e;
 }
@@ -826,6 +963,7 @@ static st_err sweep(gc_run *g, const step_list *first)
     ref_set refs = {.count_live = repack_threshold(g->p) < 1};
     gc_obj *old = NULL;
     size_t nold = 0;
+    pack_obj **due = NULL; /* packs to delete, up to a batch */
 
     /* 2. t0, then markers and packs: every age below is measured at t0,
      *    before the reference scan starts. */
@@ -855,16 +993,18 @@ static st_err sweep(gc_run *g, const step_list *first)
 
     /* 4a. superseded manifest revisions. */
     for (size_t i = 0; i < nold && !e && !r->stopped; i++)
-        if (!(e = delete_key(g, old[i].key, old[i].size))) {
-            r->manifests_deleted++;
-            unit_done(g);
-        }
+        e = queue_batched(g, old[i].key, old[i].size, &r->manifests_deleted);
+    if (!e)
+        e = flush_unit(g, &r->manifests_deleted);
 
     /* 4b. markers. */
     if (!e && !r->stopped)
         e = sort_markers(g, &packs, &pending, &retired, &refs, t0);
 
-    /* 4c. packs. */
+    /* 4c. packs: those due for deletion go a batch at a time. */
+    size_t ndue = 0;
+    if (!e && !(due = malloc((packs.n ? packs.n : 1) * sizeof *due)))
+        e = st_seterr(ST_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < packs.n && !e && !r->stopped; i++) {
         pack_obj *p = &packs.v[i];
         uint32_t at;
@@ -889,10 +1029,16 @@ static st_err sweep(gc_run *g, const step_list *first)
             note_pending(r, p->size, p->marked_ns + need);
             continue;
         }
-        if (!(e = delete_pack(g, p)))
+        due[ndue++] = p;
+        if (ndue == g->batch && !(e = delete_packs(g, due, ndue))) {
+            ndue = 0;
             unit_done(g);
+        }
     }
+    if (!e && ndue && !(e = delete_packs(g, due, ndue)))
+        unit_done(g);
 out:
+    free(due);
     pack_list_free(&packs);
     obj_list_free(&pending);
     obj_list_free(&retired);
@@ -920,6 +1066,8 @@ static int view_restorable(const st_stepview *v, const pack_list *packs, char *w
         for (size_t k = 0; k < f->nchunks; k++) {
             const st_chunk_ref *c = &f->chunks[k];
             uint32_t at;
+            if (st_chunk_is_hole(c)) /* needs no pack */
+                continue;
             if (!st_idmap_get(&packs->index, &m->packs[c->pack], &at)) {
                 snprintf(why, cap, "pack %s is missing", st_id_hex(&m->packs[c->pack], hex));
                 return 0;
@@ -1019,6 +1167,7 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
 out:
     step_list_free(&l);
     free(g.pins.v);
+    queue_free(&g.q);
     return e;
 }
 
@@ -1041,5 +1190,6 @@ st_err st_gc_delete_step(st_backend *b, const char *job, uint64_t step, st_gc_re
     if (!e)
         e = delete_picked(&g, &l);
     step_list_free(&l);
+    queue_free(&g.q);
     return e;
 }

@@ -29,16 +29,25 @@
  * such long-lived chunks (never the step's new ones); once its pack is
  * stored, the chunk's new location replaces the old one in the index.
  *
+ * Holes (docs/FORMATS.md, version 2): a file's own holes are found with
+ * SEEK_DATA/SEEK_HOLE and never read; a chunk of read data that is all
+ * zeros is not stored either. Both become hole extents of the file entry
+ * (adjacent ones merged), which cost no pack bytes and no PUT; the digest
+ * still covers their zeros. After a file's hole the chunker starts afresh,
+ * as at a file's start.
+ *
  * Streams and buffers: each stream (new, rehome) fills at most one buffer
  * at a time; upload threads are `parallel`, buffers (parallel + 2), of
  * which a stream uses at most (parallel + 1) plus the other stream's one
  * being filled: with one stream, memory is what it was before.
  */
+#define _GNU_SOURCE /* SEEK_DATA, SEEK_HOLE */
 #include "util/st_array.h"
 #include "util/st_crashpoint.h"
 #include "engine/st_ingest.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,12 +471,44 @@ static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
     return ST_OK;
 }
 
-/* Stores (or dedups) the chunk in chunk_buf and appends its reference. */
+/* Appends len zero bytes to f as hole extents, extending a hole that ends
+ * the file so far (each extent at most ST_MANIFEST_MAX_HOLE bytes). */
+static st_err add_hole(st_ingest *g, st_file_entry *f, size_t *refs_cap, uint64_t len)
+{
+    g->stats.hole_bytes += len;
+    while (len) {
+        st_chunk_ref *last = f->nchunks ? &f->chunks[f->nchunks - 1] : NULL;
+        if (!last || !st_chunk_is_hole(last) || last->raw_len == ST_MANIFEST_MAX_HOLE) {
+            st_err e =
+                st_array_grow((void **)&f->chunks, refs_cap, f->nchunks + 1, sizeof *f->chunks);
+            if (e)
+                return e;
+            last = &f->chunks[f->nchunks++];
+            *last = (st_chunk_ref){.pack = ST_CHUNK_HOLE};
+        }
+        uint64_t room = ST_MANIFEST_MAX_HOLE - last->raw_len;
+        uint64_t take = len < room ? len : room;
+        last->raw_len += (uint32_t)take;
+        len -= take;
+    }
+    return ST_OK;
+}
+
+/* 1 if buf[0..len) is all zeros (len > 0): one pass over bytes in cache. */
+static int is_all_zero(const uint8_t *buf, size_t len)
+{
+    return buf[0] == 0 && memcmp(buf, buf + 1, len - 1) == 0;
+}
+
+/* Stores (or dedups) the chunk in chunk_buf and appends its reference; an
+ * all-zero chunk becomes a hole instead. */
 static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
 {
     const size_t len = g->chunk_len;
-    st_chunk_ref ref = {.id = st_id_of(g->chunk_buf, len), .raw_len = (uint32_t)len};
     g->chunk_len = 0;
+    if (is_all_zero(g->chunk_buf, len))
+        return add_hole(g, f, refs_cap, len);
+    st_chunk_ref ref = {.id = st_id_of(g->chunk_buf, len), .raw_len = (uint32_t)len};
 
     uint32_t idx;
     if (st_idmap_get(&g->new_ids, &ref.id, &idx)) {
@@ -502,6 +543,73 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
     return e;
 }
 
+/*
+ * Finds the data region at or after off: *data is where it starts (off if
+ * off is in data; the file's size if only a hole follows) and *data_end
+ * where the next hole starts (the size at the latest; UINT64_MAX if the file
+ * system cannot tell, which then reads as data to the end).
+ */
+static st_err find_data(int fd, uint64_t off, uint64_t *data, uint64_t *data_end,
+                        const char *relpath)
+{
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    if (d < 0 && errno == ENXIO) { /* nothing but a hole up to the end */
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+            return st_seterr(ST_ERR_IO, "stat %s: %s", relpath, strerror(errno));
+        *data = *data_end = (uint64_t)st.st_size > off ? (uint64_t)st.st_size : off;
+        return ST_OK;
+    }
+    if (d < 0) /* no hole support (EINVAL): all data */
+        return ST_OK;
+    off_t h = lseek(fd, d, SEEK_HOLE);
+    *data = (uint64_t)d;
+    *data_end = h > d ? (uint64_t)h : UINT64_MAX;
+    return ST_OK;
+}
+
+/*
+ * Reads fd from *off up to data_end (or its end: *eof = 1) through the
+ * chunker into f, hashing what it reads into digest. A seekable fd is read
+ * with pread (the hole search moves its offset), a pipe with read.
+ */
+static st_err ingest_data(st_ingest *g, int fd, int seekable, uint64_t *off, uint64_t data_end,
+                          st_file_entry *f, size_t *refs_cap, st_hasher *digest, int *eof)
+{
+    st_err e;
+    while (*off < data_end) {
+        size_t want = data_end - *off < READ_BUF_SIZE ? (size_t)(data_end - *off) : READ_BUF_SIZE;
+        ssize_t n =
+            seekable ? pread(fd, g->read_buf, want, (off_t)*off) : read(fd, g->read_buf, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return st_seterr(ST_ERR_IO, "read %s: %s", f->path, strerror(errno));
+        if (n == 0) {
+            *eof = 1;
+            return ST_OK;
+        }
+        st_hasher_update(digest, g->read_buf, (size_t)n);
+        f->size += (uint64_t)n;
+        *off += (uint64_t)n;
+        const uint8_t *p = g->read_buf;
+        size_t left = (size_t)n;
+        while (left) {
+            int cut = 0;
+            size_t used = st_chunker_next(g->chunker, p, left, &cut);
+            if (g->chunk_len + used > g->max_chunk)
+                return st_seterr(ST_ERR_CORRUPT, "chunker exceeded its maximum chunk size");
+            memcpy(g->chunk_buf + g->chunk_len, p, used);
+            g->chunk_len += used;
+            p += used;
+            left -= used;
+            if (cut && (e = emit_chunk(g, f, refs_cap)))
+                return e;
+        }
+    }
+    return ST_OK;
+}
+
 st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
                       int32_t rank)
 {
@@ -529,34 +637,30 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     size_t refs_cap = 0;
     st_chunker_reset(g->chunker);
     g->chunk_len = 0;
+    off_t start = lseek(fd, 0, SEEK_CUR);
+    const int seekable = start >= 0; /* a pipe has no holes to find */
+    uint64_t off = seekable ? (uint64_t)start : 0;
     for (;;) {
-        ssize_t n = read(fd, g->read_buf, READ_BUF_SIZE);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            e = st_seterr(ST_ERR_IO, "read %s: %s", relpath, strerror(errno));
+        uint64_t data = off, data_end = UINT64_MAX;
+        if (seekable && (e = find_data(fd, off, &data, &data_end, relpath)))
             goto fail;
+        if (data > off) { /* a hole: the chunk before it ends here */
+            if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
+                goto fail;
+            if ((e = add_hole(g, f, &refs_cap, data - off)))
+                goto fail;
+            st_hasher_update_zeros(&digest, data - off);
+            st_chunker_reset(g->chunker);
+            f->size += data - off;
+            off = data;
         }
-        if (n == 0)
+        if (data == data_end)
+            break; /* the file ends in (or is) a hole */
+        int eof = 0;
+        if ((e = ingest_data(g, fd, seekable, &off, data_end, f, &refs_cap, &digest, &eof)))
+            goto fail;
+        if (eof)
             break;
-        st_hasher_update(&digest, g->read_buf, (size_t)n);
-        f->size += (uint64_t)n;
-        const uint8_t *p = g->read_buf;
-        size_t left = (size_t)n;
-        while (left) {
-            int cut = 0;
-            size_t used = st_chunker_next(g->chunker, p, left, &cut);
-            if (g->chunk_len + used > g->max_chunk) {
-                e = st_seterr(ST_ERR_CORRUPT, "chunker exceeded its maximum chunk size");
-                goto fail;
-            }
-            memcpy(g->chunk_buf + g->chunk_len, p, used);
-            g->chunk_len += used;
-            p += used;
-            left -= used;
-            if (cut && (e = emit_chunk(g, f, &refs_cap)))
-                goto fail;
-        }
     }
     if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
         goto fail;
@@ -593,7 +697,8 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
     }
     for (size_t i = 0; i < f->nchunks && !e; i++) {
         dst->chunks[i] = f->chunks[i];
-        e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
+        if (!st_chunk_is_hole(&f->chunks[i])) /* a hole is in no pack */
+            e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
     }
     if (e) {
         free(dst->path);

@@ -40,6 +40,8 @@ typedef struct st_ingest_stats {
     uint64_t packs;             /* pack PUTs */
     uint64_t rehomed_chunks;    /* of new_chunks: stored again because GC retired their pack */
     uint64_t rehomed_raw_bytes; /* raw bytes of those */
+    uint64_t hole_bytes;        /* bytes recorded as hole extents: the file's holes and
+                                   all-zero chunks (no chunk stored) */
 } st_ingest_stats;
 
 typedef struct st_ingest st_ingest;
@@ -59,9 +61,12 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
- * Reads fd to its end and appends a file entry for relpath (a clean path)
- * with st's mode and mtime and `rank` (-1 unknown). The file must not
- * change while it is read: its size and digest are what was read.
+ * Reads fd from its offset to its end and appends a file entry for relpath
+ * (a clean path) with st's mode and mtime and `rank` (-1 unknown). The file
+ * must not change while it is read: its size and digest are what was read.
+ * The file's holes (SEEK_DATA/SEEK_HOLE) are not read, and they and chunks
+ * of zeros become hole extents. A seekable fd is read with pread (its
+ * offset stays where it was), a pipe with read.
  */
 st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
                       int32_t rank);

@@ -2,11 +2,13 @@
  * st_restore — manifest file entry -> verified bytes in a local fd.
  * See st_restore.h.
  */
+#define _GNU_SOURCE /* SEEK_DATA, SEEK_HOLE */
 #include "engine/st_restore.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "format/st_codec.h"
@@ -78,6 +80,24 @@ static size_t coalesce(const st_file_entry *f, size_t first)
 }
 
 /*
+ * A hole extent of len bytes at pos: nothing is fetched or written. The
+ * sequential sink (digest set) hashes its zeros and seeks over it (the file
+ * is sized at the end); the pwrite sink's file was sized before.
+ */
+static st_err skip_hole(st_restorer *r, const st_file_entry *f, uint64_t len, uint64_t pos, int fd,
+                        st_hasher *digest)
+{
+    r->stats.hole_bytes += len;
+    if (!digest)
+        return ST_OK;
+    st_hasher_update_zeros(digest, len);
+    if (lseek(fd, (off_t)len, SEEK_CUR) < 0)
+        return st_seterr(ST_ERR_IO, "restoring %s: seek over the hole at byte %llu: %s", f->path,
+                         (unsigned long long)pos, strerror(errno));
+    return ST_OK;
+}
+
+/*
  * Fetches, decodes and verifies chunks [first, first + count) of f and hands
  * each chunk's bytes to the sink: written sequentially to fd and hashed into
  * digest (whole-file restore), or written with pwrite at their offset in the
@@ -91,7 +111,14 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
     const size_t end_chunk = first_chunk + count;
     uint64_t pos = file_off;
     for (size_t i = first_chunk; i < end_chunk;) {
-        size_t n = coalesce(f, i);
+        if (st_chunk_is_hole(&f->chunks[i])) {
+            st_err e = skip_hole(r, f, f->chunks[i].raw_len, pos, fd, digest);
+            if (e)
+                return e;
+            pos += f->chunks[i++].raw_len;
+            continue;
+        }
+        size_t n = coalesce(f, i); /* stops at a hole: its pack differs */
         if (i + n > end_chunk)
             n = end_chunk - i;
         const st_chunk_ref *first = &f->chunks[i];
@@ -145,6 +172,20 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
     return ST_OK;
 }
 
+/* A file that ends in a hole was sought past its end: the offset reached
+ * is its end (a regular file; /dev/null, which verify writes to, has none). */
+static st_err size_after_hole(int fd, const st_file_entry *f)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode))
+        return ST_OK;
+    off_t end = lseek(fd, 0, SEEK_CUR);
+    if (end < 0 || ftruncate(fd, end) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "restoring %s: size: %s",
+                         f->path, strerror(errno));
+    return ST_OK;
+}
+
 st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd)
 {
     st_hasher digest;
@@ -153,6 +194,8 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
     uint64_t before = r->stats.bytes;
     st_err e = restore_span(r, m, f, 0, f->nchunks, 0, fd, &digest, NULL);
     uint64_t written = r->stats.bytes - before;
+    if (!e && f->nchunks && st_chunk_is_hole(&f->chunks[f->nchunks - 1]))
+        e = size_after_hole(fd, f);
     if (!e && written != f->size)
         e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
                       (unsigned long long)written, (unsigned long long)f->size);
@@ -184,6 +227,17 @@ st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_f
     return restore_span(r, m, f, first, count, off, fd, NULL, write_lock);
 }
 
+/* Bytes of hole at pos in fd before data or the file's end (0: data at
+ * pos, past the end, or no hole support). */
+static uint64_t hole_at(int fd, uint64_t pos)
+{
+    off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+    struct stat st;
+    if (data < 0 && errno == ENXIO && fstat(fd, &st) == 0 && (uint64_t)st.st_size > pos)
+        return (uint64_t)st.st_size - pos;
+    return data > (off_t)pos ? (uint64_t)(data - (off_t)pos) : 0;
+}
+
 st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
                                uint64_t len)
 {
@@ -193,6 +247,15 @@ st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest
     st_err e = ST_OK;
     uint64_t pos = off, end = off + len;
     while (pos < end) {
+        /* The file's holes read as zeros: hash them without reading them
+         * (up to the file's end: a short file must still fail below). */
+        uint64_t zeros = hole_at(fd, pos);
+        if (zeros) {
+            zeros = zeros < end - pos ? zeros : end - pos;
+            st_hasher_update_zeros(digest, zeros);
+            pos += zeros;
+            continue;
+        }
         size_t want = end - pos < (1u << 20) ? (size_t)(end - pos) : (1u << 20);
         ssize_t n = pread(fd, buf, want, (off_t)pos);
         if (n <= 0) {

@@ -27,8 +27,9 @@ typedef struct st_restorer st_restorer;
 
 typedef struct st_restore_stats {
     uint64_t files;
-    uint64_t bytes; /* raw bytes written */
-    uint64_t gets;  /* object GETs issued */
+    uint64_t bytes;      /* raw bytes restored, holes included */
+    uint64_t hole_bytes; /* of those, in hole extents: not fetched, not written */
+    uint64_t gets;       /* object GETs issued */
     uint64_t fetched_bytes;
 } st_restore_stats;
 
@@ -42,6 +43,12 @@ st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
  * then be discarded by the caller. A missing pack is ST_ERR_CORRUPT too
  * (damage, like a bad checksum), never ST_ERR_NOT_FOUND; likewise for
  * st_restore_chunks().
+ *
+ * A hole extent is neither fetched nor written: here fd is sought over it
+ * (and sized with ftruncate if the file ends in one), so a regular fd must
+ * start empty for the holes to read as zeros; st_restore_chunks() skips it,
+ * its fd having been sized with ftruncate first. Either way the restored
+ * file is sparse where the stored one was.
  */
 st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd);
 

@@ -693,9 +693,9 @@ st_err st_store_stats_job(st_store *s, const char *job, st_store_stats *out)
 
 void st_store_requests(const st_store *s, st_request_counts *out)
 {
-    out->put = atomic_load(&s->requests.put);
-    out->get = atomic_load(&s->requests.get);
-    out->stat = atomic_load(&s->requests.stat);
-    out->list = atomic_load(&s->requests.list);
-    out->del = atomic_load(&s->requests.del);
+    out->put = st_backend_counts_of(&s->requests, ST_REQ_PUT);
+    out->get = st_backend_counts_of(&s->requests, ST_REQ_GET);
+    out->stat = st_backend_counts_of(&s->requests, ST_REQ_STAT);
+    out->list = st_backend_counts_of(&s->requests, ST_REQ_LIST);
+    out->del = st_backend_counts_of(&s->requests, ST_REQ_DELETE);
 }

@@ -38,6 +38,7 @@ static const uint8_t manifest_magic[4] = {'C', 'K', 'm', '1'};
 /* Minimum encoded sizes, used to cap claimed counts by the bytes left. */
 #define MIN_PACK_LEN  ST_ID_LEN
 #define MIN_CHUNK_LEN (ST_ID_LEN + 4)                     /* id + 4 one-byte varints */
+#define MIN_EXTENT_V2 2                                   /* tag 0 + a one-byte length */
 #define MIN_FILE_LEN  (2 + 1 + 1 + 1 + 1 + ST_ID_LEN + 1) /* path "x", size..rank, digest, count */
 
 /* ---- zigzag: signed values as varints (small magnitudes stay short) ---- */
@@ -89,9 +90,37 @@ static const char *check_name(const char *s, size_t len)
     return NULL;
 }
 
-/* Checks one file's fields against npacks. path_len is the path's byte length. */
+/* The rules of one hole extent: NULL if fine, else why not. */
+static const char *check_hole(const st_chunk_ref *c, unsigned version)
+{
+    static const st_id zero_id;
+    if (version < 2)
+        return "hole extent in a version 1 manifest";
+    if (c->raw_len == 0 || c->raw_len > ST_MANIFEST_MAX_HOLE)
+        return "hole length not in 1..2^30";
+    if (c->offset || c->stored_len || memcmp(c->id.b, zero_id.b, ST_ID_LEN))
+        return "hole with a chunk location";
+    return NULL;
+}
+
+/* The rules of one stored chunk's reference: NULL if fine, else why not. */
+static const char *check_chunk(const st_chunk_ref *c, size_t npacks)
+{
+    if (c->pack >= npacks)
+        return "chunk pack index out of range";
+    if (c->stored_len < ST_CODEC_HEADER_LEN)
+        return "chunk stored length shorter than a chunk header";
+    if (c->raw_len > ST_CODEC_MAX_RAW)
+        return "chunk raw length above limit";
+    if (c->offset > ST_PACK_MAX_SIZE || c->stored_len > ST_PACK_MAX_SIZE - c->offset)
+        return "chunk lies beyond the largest possible pack";
+    return NULL;
+}
+
+/* Checks one file's fields against npacks, for a manifest of `version`.
+ * path_len is the path's byte length. */
 static const char *check_file(const st_file_entry *f, size_t path_len, size_t npacks,
-                              size_t *bad_chunk)
+                              unsigned version, size_t *bad_chunk)
 {
     if (!st_path_is_clean(f->path, path_len))
         return "path is not clean";
@@ -103,14 +132,9 @@ static const char *check_file(const st_file_entry *f, size_t path_len, size_t np
     for (size_t i = 0; i < f->nchunks; i++) {
         const st_chunk_ref *c = &f->chunks[i];
         *bad_chunk = i;
-        if (c->pack >= npacks)
-            return "chunk pack index out of range";
-        if (c->stored_len < ST_CODEC_HEADER_LEN)
-            return "chunk stored length shorter than a chunk header";
-        if (c->raw_len > ST_CODEC_MAX_RAW)
-            return "chunk raw length above limit";
-        if (c->offset > ST_PACK_MAX_SIZE || c->stored_len > ST_PACK_MAX_SIZE - c->offset)
-            return "chunk lies beyond the largest possible pack";
+        const char *why = st_chunk_is_hole(c) ? check_hole(c, version) : check_chunk(c, npacks);
+        if (why)
+            return why;
         if (c->raw_len > UINT64_MAX - total)
             return "chunk lengths overflow";
         total += c->raw_len;
@@ -173,9 +197,19 @@ static int find_path_conflict(const st_file_entry *files, size_t nfiles, const c
     return found;
 }
 
+/* 1 if a file of m has a hole extent: such a manifest needs version 2. */
+static int has_hole(const st_manifest *m)
+{
+    for (size_t i = 0; m->files && i < m->nfiles; i++)
+        for (size_t k = 0; m->files[i].chunks && k < m->files[i].nchunks; k++)
+            if (st_chunk_is_hole(&m->files[i].chunks[k]))
+                return 1;
+    return 0;
+}
+
 /* ---- encoder ---- */
 
-static st_err validate_for_encode(const st_manifest *m)
+static st_err validate_for_encode(const st_manifest *m, unsigned version)
 {
     const char *why;
     if ((why = check_name(m->node, m->node ? strnlen(m->node, ST_MANIFEST_MAX_NAME + 1) : 0)))
@@ -188,7 +222,7 @@ static st_err validate_for_encode(const st_manifest *m)
         const st_file_entry *f = &m->files[i];
         size_t plen = f->path ? strnlen(f->path, ST_MANIFEST_MAX_PATH + 1) : 0;
         size_t bad_chunk = 0;
-        if ((why = check_file(f, plen, m->npacks, &bad_chunk)))
+        if ((why = check_file(f, plen, m->npacks, version, &bad_chunk)))
             return st_seterr(ST_ERR_INVALID, "manifest encode: file %zu (%.200s), chunk %zu: %s", i,
                              f->path ? f->path : "(null)", bad_chunk, why);
     }
@@ -201,7 +235,27 @@ static st_err validate_for_encode(const st_manifest *m)
     return ST_OK;
 }
 
-static st_err put_file(st_bytes *out, const st_file_entry *f)
+static st_err put_chunk(st_bytes *out, const st_chunk_ref *c, unsigned version)
+{
+    if (version >= 2 && st_chunk_is_hole(c)) {
+        st_err e = st_bytes_put_varint(out, 0);
+        return e ? e : st_bytes_put_varint(out, c->raw_len);
+    }
+    st_err e = version >= 2 ? st_bytes_put_varint(out, (uint64_t)c->pack + 1) : ST_OK;
+    if (!e)
+        e = st_bytes_append(out, c->id.b, ST_ID_LEN);
+    if (!e && version < 2)
+        e = st_bytes_put_varint(out, c->pack);
+    if (!e)
+        e = st_bytes_put_varint(out, c->offset);
+    if (!e)
+        e = st_bytes_put_varint(out, c->stored_len);
+    if (!e)
+        e = st_bytes_put_varint(out, c->raw_len);
+    return e;
+}
+
+static st_err put_file(st_bytes *out, const st_file_entry *f, unsigned version)
 {
     st_err e = st_bytes_put_str(out, f->path, strlen(f->path));
     if (!e)
@@ -216,31 +270,22 @@ static st_err put_file(st_bytes *out, const st_file_entry *f)
         e = st_bytes_append(out, f->digest.b, ST_ID_LEN);
     if (!e)
         e = st_bytes_put_varint(out, f->nchunks);
-    for (size_t i = 0; !e && i < f->nchunks; i++) {
-        const st_chunk_ref *c = &f->chunks[i];
-        e = st_bytes_append(out, c->id.b, ST_ID_LEN);
-        if (!e)
-            e = st_bytes_put_varint(out, c->pack);
-        if (!e)
-            e = st_bytes_put_varint(out, c->offset);
-        if (!e)
-            e = st_bytes_put_varint(out, c->stored_len);
-        if (!e)
-            e = st_bytes_put_varint(out, c->raw_len);
-    }
+    for (size_t i = 0; !e && i < f->nchunks; i++)
+        e = put_chunk(out, &f->chunks[i], version);
     return e;
 }
 
 st_err st_manifest_encode(const st_manifest *m, st_bytes *out)
 {
     size_t start = out->len;
-    st_err e = validate_for_encode(m);
+    const unsigned version = has_hole(m) ? 2 : 1;
+    st_err e = validate_for_encode(m, version);
     if (e)
         return e;
 
     e = st_bytes_append(out, manifest_magic, sizeof manifest_magic);
     if (!e)
-        e = st_bytes_put_le16(out, ST_MANIFEST_VERSION);
+        e = st_bytes_put_le16(out, (uint16_t)version);
     if (!e)
         e = st_bytes_put_le16(out, 0); /* flags */
     if (!e)
@@ -258,7 +303,7 @@ st_err st_manifest_encode(const st_manifest *m, st_bytes *out)
     if (!e)
         e = st_bytes_put_varint(out, m->nfiles);
     for (size_t i = 0; !e && i < m->nfiles; i++)
-        e = put_file(out, &m->files[i]);
+        e = put_file(out, &m->files[i], version);
     if (!e)
         e = st_bytes_put_le64(out, st_hash64(out->data + start, out->len - start));
     if (e)
@@ -333,7 +378,37 @@ static st_err get_name(st_reader *r, const char *what, char **out)
     return ST_OK;
 }
 
-static st_err get_file(st_reader *r, size_t index, size_t npacks, st_file_entry *f)
+/* Reads one chunk ref of a `version` manifest (the checks come after). */
+static void get_chunk(st_reader *r, unsigned version, st_chunk_ref *c)
+{
+    const uint8_t *id;
+    if (version >= 2) {
+        uint64_t tag;
+        if (st_get_varint(r, &tag))
+            return;
+        if (tag == 0) { /* a hole: only its length */
+            c->pack = ST_CHUNK_HOLE;
+            get_u32(r, &c->raw_len);
+            return;
+        }
+        if (tag - 1 >= ST_CHUNK_HOLE) {
+            r->err = 1;
+            return;
+        }
+        c->pack = (uint32_t)(tag - 1);
+    }
+    st_get_bytes(r, ST_ID_LEN, &id);
+    if (version < 2)
+        get_u32(r, &c->pack); /* ST_CHUNK_HOLE here fails check_hole */
+    st_get_varint(r, &c->offset);
+    get_u32(r, &c->stored_len);
+    get_u32(r, &c->raw_len);
+    if (!r->err)
+        memcpy(c->id.b, id, ST_ID_LEN);
+}
+
+static st_err get_file(st_reader *r, size_t index, size_t npacks, unsigned version,
+                       st_file_entry *f)
 {
     size_t path_len = 0;
     st_err e = get_cstr(r, ST_MANIFEST_MAX_PATH, &f->path, &path_len);
@@ -349,7 +424,7 @@ static st_err get_file(st_reader *r, size_t index, size_t npacks, st_file_entry 
     get_zigzag(r, &f->mtime_ns);
     st_get_varint(r, &rank);
     st_get_bytes(r, ST_ID_LEN, &digest);
-    get_count(r, MIN_CHUNK_LEN, &f->nchunks);
+    get_count(r, version >= 2 ? MIN_EXTENT_V2 : MIN_CHUNK_LEN, &f->nchunks);
     if (r->err)
         return st_seterr(ST_ERR_CORRUPT, "manifest: file %zu header malformed", index);
     int64_t srank = zigzag_decode(rank);
@@ -365,20 +440,13 @@ static st_err get_file(st_reader *r, size_t index, size_t npacks, st_file_entry 
             return st_seterr(ST_ERR_NOMEM, "manifest: out of memory for %zu chunks", f->nchunks);
     }
     for (size_t i = 0; i < f->nchunks; i++) {
-        st_chunk_ref *c = &f->chunks[i];
-        const uint8_t *id;
-        st_get_bytes(r, ST_ID_LEN, &id);
-        get_u32(r, &c->pack);
-        st_get_varint(r, &c->offset);
-        get_u32(r, &c->stored_len);
-        get_u32(r, &c->raw_len);
+        get_chunk(r, version, &f->chunks[i]);
         if (r->err)
             return st_seterr(ST_ERR_CORRUPT, "manifest: file %zu chunk %zu malformed", index, i);
-        memcpy(c->id.b, id, ST_ID_LEN);
     }
 
     size_t bad_chunk = 0;
-    const char *why = check_file(f, path_len, npacks, &bad_chunk);
+    const char *why = check_file(f, path_len, npacks, version, &bad_chunk);
     if (why)
         return st_seterr(ST_ERR_CORRUPT, "manifest: file %zu (chunk %zu): %s", index, bad_chunk,
                          why);
@@ -388,7 +456,7 @@ static st_err get_file(st_reader *r, size_t index, size_t npacks, st_file_entry 
 /* Magic, checksum, then version: every version keeps the magic and the
  * trailing XXH3-64, so a flipped version byte reads as corruption, and an
  * intact newer manifest as unsupported. */
-static st_err check_envelope(const uint8_t *buf, size_t len)
+static st_err check_envelope(const uint8_t *buf, size_t len, unsigned *version_out)
 {
     if (len < MANIFEST_HEADER_LEN + MANIFEST_SUM_LEN)
         return st_seterr(ST_ERR_CORRUPT, "manifest: %zu bytes is too short", len);
@@ -406,6 +474,7 @@ static st_err check_envelope(const uint8_t *buf, size_t len)
                          ST_MANIFEST_VERSION);
     if (flags != 0)
         return st_seterr(ST_ERR_UNSUPPORTED, "manifest: unknown flags 0x%04x", flags);
+    *version_out = version;
     return ST_OK;
 }
 
@@ -414,11 +483,12 @@ st_err st_manifest_decode(const uint8_t *buf, size_t len, st_manifest *m)
     st_manifest d = {0};
     st_reader r;
     st_err e;
+    unsigned version = 0;
 
     memset(m, 0, sizeof *m);
     if (!buf)
         return st_seterr(ST_ERR_CORRUPT, "manifest: no data");
-    e = check_envelope(buf, len);
+    e = check_envelope(buf, len, &version);
     if (e)
         return e;
     st_reader_init(&r, buf + MANIFEST_HEADER_LEN, len - MANIFEST_HEADER_LEN - MANIFEST_SUM_LEN);
@@ -461,12 +531,17 @@ st_err st_manifest_decode(const uint8_t *buf, size_t len, st_manifest *m)
         }
     }
     for (size_t i = 0; i < d.nfiles; i++) {
-        if ((e = get_file(&r, i, d.npacks, &d.files[i])))
+        if ((e = get_file(&r, i, d.npacks, version, &d.files[i])))
             goto out;
     }
     if (st_reader_left(&r) != 0) {
         e = st_seterr(ST_ERR_CORRUPT, "manifest: %zu unexpected bytes after the last file",
                       st_reader_left(&r));
+        goto out;
+    }
+    /* The encoder writes version 1 unless a hole needs 2: one encoding each. */
+    if (version >= 2 && !has_hole(&d)) {
+        e = st_seterr(ST_ERR_CORRUPT, "manifest: version %u without a hole extent", version);
         goto out;
     }
 

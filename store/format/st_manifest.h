@@ -13,6 +13,11 @@
  *       per chunk: id (16 bytes), pack index, offset, stored length, raw length
  *   XXH3-64 of everything above (LE u64)
  *
+ * Version 2 (written only when a file has a hole) starts each chunk ref with
+ * a tag: 0 = a hole extent (then its length: that many zero bytes, no chunk
+ * stored), k >= 1 = a chunk in pack k - 1 (then id, offset, stored length,
+ * raw length). docs/FORMATS.md has the rules.
+ *
  * A chunk reference carries its location, so restore needs no separate index:
  * the manifest alone says which ranged GETs rebuild each file.
  *
@@ -37,17 +42,29 @@
 #include "util/st_hash.h"
 #include "util/st_wire.h"
 
-#define ST_MANIFEST_VERSION  1
+#define ST_MANIFEST_VERSION  2 /* the newest version read; 1 is written when it suffices */
 #define ST_MANIFEST_MAX_PATH 4096
 #define ST_MANIFEST_MAX_NAME 255 /* node and job names */
 
+#define ST_CHUNK_HOLE        UINT32_MAX /* st_chunk_ref.pack of a hole extent */
+#define ST_MANIFEST_MAX_HOLE (1u << 30) /* bytes of one hole extent */
+
+/* One extent of a file: a chunk stored in a pack, or (pack == ST_CHUNK_HOLE)
+ * a hole of raw_len zero bytes, whose id, offset and stored_len are zero. */
 typedef struct st_chunk_ref {
     st_id id;
-    uint32_t pack; /* index into st_manifest.packs */
+    uint32_t pack; /* index into st_manifest.packs, or ST_CHUNK_HOLE */
     uint64_t offset;
     uint32_t stored_len;
     uint32_t raw_len;
 } st_chunk_ref;
+
+/*! 1 if c is a hole extent (no chunk, no pack: skip it before any pack
+ *  table lookup), else 0. */
+static inline int st_chunk_is_hole(const st_chunk_ref *c)
+{
+    return c->pack == ST_CHUNK_HOLE;
+}
 
 typedef struct st_file_entry {
     char *path; /* NUL-terminated, clean (see above) */
@@ -74,8 +91,9 @@ typedef struct st_manifest {
 /*! 1 if path is clean as defined above, else 0. */
 int st_path_is_clean(const char *path, size_t len);
 
-/*! Appends the encoding of m to out. ST_ERR_INVALID if m breaks a rule
- *  (unclean path, pack index out of range, name too long). */
+/*! Appends the encoding of m to out: version 1 if no file has a hole,
+ *  else version 2. ST_ERR_INVALID if m breaks a rule (unclean path, pack
+ *  index out of range, name too long, a hole of 0 or > 2^30 bytes). */
 st_err st_manifest_encode(const st_manifest *m, st_bytes *out);
 
 /*!

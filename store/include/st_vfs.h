@@ -12,7 +12,9 @@
  * were written elsewhere appear as remote files, fetched and verified on open.
  *
  * Inode numbers are never reused during a mount; ino 1 is the root, 2 the
- * read-only ".ckptfs" directory holding the "status" file (ino 3).
+ * read-only ".ckptfs" directory holding the control files "status" (ino 3),
+ * "commit" (4), "drain" (5) and, when the caller gives a renderer
+ * (st_vfs_options.metrics), "metrics" (6).
  *
  * Threads: every function may be called from any FUSE worker thread; the
  * namespace is guarded by one mutex inside st_vfs, never held across I/O to
@@ -35,12 +37,26 @@
 #define ST_VFS_ROOT_INO    1
 #define ST_VFS_CTL_DIR_INO 2
 #define ST_VFS_STATUS_INO  3
-#define ST_VFS_COMMIT_INO  4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD\n" */
+#define ST_VFS_COMMIT_INO                                                                          \
+    4 /* ".ckptfs/commit": write "JOB STEP RANK WORLD                                              \
+" */
+#define ST_VFS_DRAIN_INO                                                                           \
+    5                         /* ".ckptfs/drain": write "drain                                     \
+" (st_vfs_drain) */
+#define ST_VFS_METRICS_INO  6 /* ".ckptfs/metrics": st_vfs_options.metrics's text */
+#define ST_VFS_LAST_CTL_INO ST_VFS_METRICS_INO /* inodes 2..this are the control entries */
 
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
 
 struct st_backend; /* st_backend.h */
+
+/*! The text of ".ckptfs/metrics", made by the caller (the daemon renders
+ *  Prometheus text from st_vfs_get_stats(), fs/fs_metrics.h). Called on a
+ *  FUSE worker thread at each open of the file, without any st_vfs lock
+ *  held, so it may call st_vfs_get_stats(v). On ST_OK *text is malloc'd
+ *  (st_vfs frees it) and holds *len bytes. */
+typedef st_err (*st_vfs_metrics_fn)(void *arg, st_vfs *v, char **text, size_t *len);
 
 typedef struct st_vfs_options {
     const char *store_url;
@@ -74,6 +90,9 @@ typedef struct st_vfs_options {
     uint64_t gc_keep_every;     /* 0: no keep-every rule */
     double gc_grace_seconds;    /* sweep grace period (default 3600) */
     double gc_interval_seconds; /* between runs; the first one interval after start (default 600) */
+    /* Renderer of ".ckptfs/metrics"; NULL: the file does not exist. */
+    st_vfs_metrics_fn metrics;
+    void *metrics_arg;
     /* Log sink for daemon messages; may be NULL. level: 0 info, 1 warning, 2 error. */
     void (*log)(void *arg, int level, const char *msg);
     void *log_arg;
@@ -99,11 +118,18 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
  *  thread with opts.gc_enabled. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: a GC run under way is told to stop, every step whose files are
- *  all closed becomes complete, the uploader gets up to drain_seconds to make
- *  them durable; what is left (uploads, deletion requests) stays in staging
- *  and the journal for the next start. */
+/*! Unmount: a GC run under way is told to stop, the uploader switches to
+ *  the draining order (st_vfs_drain), every step whose files are all closed
+ *  becomes complete, the uploader gets up to drain_seconds to make them
+ *  durable; what is left (uploads, deletion requests) stays in staging and
+ *  the journal for the next start (docs/SHUTDOWN.md). */
 void st_vfs_close(st_vfs *v);
+
+/*! A preemption notice: from now on the uploader takes the newest complete
+ *  step of each job first (docs/SHUTDOWN.md, "The upload order"); the mount
+ *  keeps serving. One-way; idempotent. Any thread; async-signal-unsafe (it
+ *  takes the mount's lock): call it from a thread, not a signal handler. */
+void st_vfs_drain(st_vfs *v);
 
 /* Namespace operations. Entries returned by lookup/mkdir/create count one
  * kernel reference each, released by st_vfs_forget(). */
@@ -155,7 +181,8 @@ int st_vfs_handle_fd(const st_vfs_handle *h);
 /*! Writes to a virtual file (.ckptfs/commit: one or more lines
  *  "JOB STEP RANK WORLD_SIZE\n", each an explicit commit of that step by that
  *  rank, rule 1 of docs/CONSISTENCY.md). ST_ERR_INVALID for a malformed line:
- *  nothing of that write is recorded. */
+ *  nothing of that write is recorded. .ckptfs/drain: "drain" (a newline
+ *  optional) calls st_vfs_drain(); anything else is ST_ERR_INVALID. */
 st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len);
 /*! Reads a virtual file's bytes (status). Returns bytes copied. */
 size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_t len);
@@ -191,5 +218,65 @@ void st_vfs_complete_all(st_vfs *v, const char *job, int at_unmount);
 /*! Blocks until nothing is waiting for upload or timeout_s passed.
  *  ST_OK when idle, ST_ERR_BUSY on timeout. */
 st_err st_vfs_wait_idle(st_vfs *v, double timeout_s);
+
+/* ---- figures for monitoring (docs/METRICS.md) ---- */
+
+/*! A step's state as the status file names it (docs/MOUNT.md). */
+typedef enum st_vfs_step_state {
+    ST_VFS_STEP_WRITING = 0,   /* files of it still being written, no rule fired */
+    ST_VFS_STEP_COMPLETE = 1,  /* a completion rule fired, not queued yet */
+    ST_VFS_STEP_QUEUED = 2,    /* waiting for the uploader */
+    ST_VFS_STEP_UPLOADING = 3, /* being uploaded */
+    ST_VFS_STEP_DURABLE = 4,   /* every local file of it is in the store */
+    ST_VFS_STEP_STATES = 5
+} st_vfs_step_state;
+
+/*! "writing", "complete", "queued", "uploading", "durable"; "?" out of range. */
+const char *st_vfs_step_state_name(st_vfs_step_state s);
+
+/* Store requests by kind and result: the same order as st_vfs_request_kind_name
+ * and st_vfs_request_result_name give names for. */
+#define ST_VFS_REQ_KINDS   6 /* put, get, stat, list, delete, delete_batch */
+#define ST_VFS_REQ_RESULTS 4 /* ok, not_found, transient (retries used up), error */
+const char *st_vfs_request_kind_name(int kind);
+const char *st_vfs_request_result_name(int result);
+
+typedef struct st_vfs_job_stats {
+    char name[256];                     /* the job directory's name, as is (any bytes) */
+    uint64_t steps[ST_VFS_STEP_STATES]; /* its steps this mount tracks, by state; steps
+                                           deleted through the mount are not counted */
+} st_vfs_job_stats;
+
+/*! One consistent snapshot of the mount's figures. Counters count since
+ *  st_vfs_open (they restart with the daemon); gauges are the value now. */
+typedef struct st_vfs_stats {
+    uint64_t pending_bytes;            /* gauge: bytes of local files not yet durable */
+    uint64_t staged_bytes;             /* gauge: bytes of staging files (pending + cached) */
+    uint64_t staging_cap;              /* gauge: the staging cap, 0: none */
+    uint64_t queue;                    /* gauge: steps waiting for upload */
+    int draining;                      /* gauge: newest complete step first (st_vfs_drain) */
+    double eta_durable_seconds;        /* gauge: until pending bytes are durable, -1: unknown */
+    uint64_t uploaded_bytes;           /* logical bytes made durable by uploads */
+    uint64_t new_raw_bytes;            /* of those: raw bytes of chunks dedup did not find */
+    uint64_t stored_bytes;             /* bytes of packs PUT (after compression) */
+    uint64_t chunks, new_chunks;       /* chunk references uploaded / of those stored */
+    uint64_t uploads, upload_failures; /* step uploads published / failed (retried) */
+    double upload_seconds;             /* time the published uploads took */
+    uint64_t requests[ST_VFS_REQ_KINDS][ST_VFS_REQ_RESULTS]; /* store requests */
+    uint64_t retries; /* tries the retry wrapper made again */
+    uint64_t gc_runs; /* background GC runs finished */
+    int gc_running;   /* gauge: a run is under way */
+    uint64_t gc_steps_deleted, gc_objects_deleted, gc_bytes_freed;
+    uint64_t deleted_steps, deleted_bytes_freed; /* by removals through the mount */
+    uint64_t errors;                             /* errors recorded (status last_error, gc) */
+    int64_t last_error_unix_ns;                  /* wall clock of the newest, 0: none */
+    st_vfs_job_stats *jobs;                      /* malloc'd, njobs entries, in no set order */
+    size_t njobs;
+} st_vfs_stats;
+
+/*! Fills *out under the mount's lock (a short hold: no I/O). ST_ERR_NOMEM
+ *  leaves *out empty. Free with st_vfs_stats_free. Any thread. */
+st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out);
+void st_vfs_stats_free(st_vfs_stats *s);
 
 #endif

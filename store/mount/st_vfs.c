@@ -36,9 +36,12 @@
 #define CTL_DIR_NAME ".ckptfs"
 #define STATUS_NAME  "status"
 #define COMMIT_NAME  "commit"
+#define DRAIN_NAME   "drain"
+#define METRICS_NAME "metrics"
 
 struct st_vfs_handle {
-    vnode *node; /* NULL for the status file */
+    vnode *node;  /* NULL for a control file */
+    uint64_t ctl; /* a control file's ino (ST_VFS_STATUS_INO...), 0 for a file */
     int fd;
     int writable;
     int dirty;     /* written since the last flush */
@@ -302,9 +305,9 @@ static void virt_attr(uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
-    a->mode = ino == ST_VFS_CTL_DIR_INO  ? (S_IFDIR | 0555)
-              : ino == ST_VFS_COMMIT_INO ? (S_IFREG | 0222)
-                                         : (S_IFREG | 0444);
+    a->mode = ino == ST_VFS_CTL_DIR_INO                             ? (S_IFDIR | 0555)
+              : ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO ? (S_IFREG | 0222)
+                                                                    : (S_IFREG | 0444);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
     a->mtime_ns = a->ctime_ns = st_now_ns();
 }
@@ -326,29 +329,15 @@ static vnode *get_node(st_vfs *v, uint64_t ino)
 
 /* ---- status ---- */
 
-static const char *step_state_name(const vstep *s)
+/* Adds "eta_durable_seconds" to root (vfs_eta_durable_seconds), null while
+ * the rate is unknown. As vfs_json_add. Lock held. */
+static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
 {
-    if (s->uploading)
-        return "uploading";
-    if (s->queued)
-        return "queued";
-    if (s->durable_ns && !s->writers)
-        return "durable";
-    if (s->complete)
-        return "complete";
-    return "writing";
-}
-
-/* Bytes of local files not yet durable. */
-static uint64_t pending_bytes(st_vfs *v)
-{
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < v->ninodes; i++) {
-        vnode *n = v->inodes[i];
-        if (n && n->parent && S_ISREG(n->mode) && n->sid && n->state != VFILE_DURABLE)
-            total += n->size;
-    }
-    return total;
+    static const char key[] = "eta_durable_seconds";
+    double eta = vfs_eta_durable_seconds(v, pending);
+    if (eta < 0)
+        return json_object_object_add(root, key, NULL) ? -1 : 0; /* json-c's null */
+    return vfs_json_add(root, key, vfs_json_fixed(eta, 1));
 }
 
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
@@ -358,9 +347,10 @@ static uint64_t pending_bytes(st_vfs *v)
 static st_err build_status(st_vfs *v, st_bytes *b)
 {
     double secs = (double)v->upload_ns / 1e9;
+    uint64_t pending = vfs_pending_bytes(v);
     json_object *root = json_object_new_object();
     int bad = vfs_json_add(root, "node", json_object_new_string(v->node));
-    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending_bytes(v)));
+    bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending));
     bad |= vfs_json_add(root, "staged_bytes", json_object_new_uint64(v->staged_bytes));
     bad |= vfs_json_add(root, "staging_cap", json_object_new_uint64(v->opts.staging_cap));
     bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
@@ -368,7 +358,14 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
-    bad |= vfs_json_add(root, "last_error", json_object_new_string(v->last_error));
+    bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
+    bad |= add_eta_durable(root, v, pending);
+    /* While the store is unreachable that is the error to show; an upload's
+     * own error comes back if it outlives the outage. */
+    char store_error[sizeof v->last_error] = "";
+    bad |= vfs_health_status(v, root, store_error, sizeof store_error);
+    bad |= vfs_json_add(root, "last_error",
+                        json_object_new_string(store_error[0] ? store_error : v->last_error));
     static const char *const lease_states[] = {"unknown", "held", "taken"};
     json_object *lease = json_object_new_object();
     bad |= vfs_json_add(lease, "state", json_object_new_string(lease_states[v->lease.state]));
@@ -384,7 +381,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
             json_object *o = json_object_new_object();
             bad |= vfs_json_add(o, "job", json_object_new_string(j->name));
             bad |= vfs_json_add(o, "step", json_object_new_uint64(s->step));
-            bad |= vfs_json_add(o, "state", json_object_new_string(step_state_name(s)));
+            bad |= vfs_json_add(o, "state",
+                                json_object_new_string(st_vfs_step_state_name(vfs_step_state(s))));
             bad |= vfs_json_add(o, "revision", json_object_new_uint64(s->revision));
             bad |= vfs_json_add(o, "writers", json_object_new_int(s->writers));
             bad |= vfs_json_add(steps, NULL, o);
@@ -403,6 +401,19 @@ static st_err build_status(st_vfs *v, st_bytes *b)
         e = st_bytes_put_u8(b, '\n');
     json_object_put(root);
     return e ? st_seterr(e, "status: out of memory") : ST_OK;
+}
+
+/* The metrics file: the caller's renderer (st_vfs_options.metrics), called
+ * without the lock since it takes it itself (st_vfs_get_stats). */
+static st_err build_metrics(st_vfs *v, st_bytes *b)
+{
+    char *text = NULL;
+    size_t len = 0;
+    st_err e = v->opts.metrics(v->opts.metrics_arg, v, &text, &len);
+    if (!e)
+        e = st_bytes_append(b, text, len);
+    free(text);
+    return e;
 }
 
 /* ---- namespace operations ---- */
@@ -468,6 +479,10 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             virt_attr(ST_VFS_STATUS_INO, out);
         else if (!strcmp(name, COMMIT_NAME))
             virt_attr(ST_VFS_COMMIT_INO, out);
+        else if (!strcmp(name, DRAIN_NAME))
+            virt_attr(ST_VFS_DRAIN_INO, out);
+        else if (!strcmp(name, METRICS_NAME) && v->opts.metrics)
+            virt_attr(ST_VFS_METRICS_INO, out);
         else
             return ST_ERR_NOT_FOUND;
         return ST_OK;
@@ -492,7 +507,7 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
 
 void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 {
-    if (ino <= ST_VFS_COMMIT_INO)
+    if (ino <= ST_VFS_LAST_CTL_INO)
         return;
     pthread_mutex_lock(&v->lock);
     vnode *n = get_node(v, ino);
@@ -505,7 +520,8 @@ void st_vfs_forget(st_vfs *v, uint64_t ino, uint64_t nlookup)
 
 st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
-    if (ino == ST_VFS_CTL_DIR_INO || ino == ST_VFS_STATUS_INO || ino == ST_VFS_COMMIT_INO) {
+    if (ino >= ST_VFS_CTL_DIR_INO && ino <= ST_VFS_LAST_CTL_INO &&
+        (ino != ST_VFS_METRICS_INO || v->opts.metrics)) {
         virt_attr(ino, out);
         return ST_OK;
     }
@@ -556,9 +572,10 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
-    if (ino <= ST_VFS_COMMIT_INO && ino != ST_VFS_ROOT_INO) {
-        if (ino == ST_VFS_COMMIT_INO && which == ST_VFS_SET_SIZE && size == 0) {
-            virt_attr(ino, out); /* O_TRUNC of the commit file: nothing to do */
+    if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
+        if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) && which == ST_VFS_SET_SIZE &&
+            size == 0) {
+            virt_attr(ino, out); /* O_TRUNC of a write-only control file: nothing to do */
             return ST_OK;
         }
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
@@ -618,7 +635,7 @@ out:
 
 st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out)
 {
-    if (parent == ST_VFS_CTL_DIR_INO || parent == ST_VFS_STATUS_INO ||
+    if ((parent >= ST_VFS_CTL_DIR_INO && parent <= ST_VFS_LAST_CTL_INO) ||
         (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)))
         return st_seterr(ST_ERR_READ_ONLY, "reserved");
     pthread_mutex_lock(&v->lock);
@@ -646,10 +663,38 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     return e;
 }
 
-st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
+/* The unlink of regular file n, its removal begun (rm): dropped from staging,
+ * the deletion committed. */
+static st_err remove_file(st_vfs *v, vnode *n, vfs_removal *rm)
 {
-    if (parent == ST_VFS_CTL_DIR_INO)
-        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    st_err e = vfs_drop_file(v, n, 1, 1);
+    if (e)
+        vfs_journal_rollback(v); /* the file stays: the unlink failed */
+    else
+        e = vfs_removal_commit(v, rm);
+    vjob *j = rm->jd ? vfs_job(v, rm->jd->name, 0) : NULL;
+    if (j) /* it may have been the file with a failed write */
+        retry_blocked_steps(v, j);
+    return e;
+}
+
+/* The rmdir of empty directory n, its removal begun (rm). */
+static st_err remove_dir(st_vfs *v, vnode *n, vfs_removal *rm)
+{
+    st_err e = ST_OK;
+    if (rm->jd && (e = vfs_journal_delete(v, rm->jd->name, rm->path))) /* "" for a job: all */
+        vfs_journal_rollback(v);
+    else if (!(e = vfs_removal_commit(v, rm))) {
+        vfs_unlink_node(v, n);
+        vfs_maybe_free(v, n);
+    }
+    return e;
+}
+
+/* unlink (want_dir 0) or rmdir (1) of name in parent: the checks both share,
+ * then the removal of a file or of a directory. */
+static st_err remove_entry(st_vfs *v, uint64_t parent, const char *name, int want_dir)
+{
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent);
@@ -657,46 +702,28 @@ st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
     vfs_removal rm;
     if (!n)
         e = ST_ERR_NOT_FOUND;
-    else if (S_ISDIR(n->mode))
-        e = ST_ERR_IS_DIR;
-    else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if ((e = vfs_drop_file(v, n, 1, 1)))
-            vfs_journal_rollback(v); /* the file stays: the unlink failed */
-        else
-            e = vfs_removal_commit(v, &rm);
-        vjob *j = rm.jd ? vfs_job(v, rm.jd->name, 0) : NULL;
-        if (j) /* it may have been the file with a failed write */
-            retry_blocked_steps(v, j);
-    }
+    else if (!S_ISDIR(n->mode) != !want_dir)
+        e = want_dir ? ST_ERR_NOT_DIR : ST_ERR_IS_DIR;
+    else if (want_dir && n->nkids && !vfs_rmdir_drop_unseen(v, n))
+        e = ST_ERR_NOT_EMPTY;
+    else if (!(e = vfs_removal_begin(v, n, &rm)))
+        e = want_dir ? remove_dir(v, n, &rm) : remove_file(v, n, &rm);
     pthread_mutex_unlock(&v->lock);
     return e;
+}
+
+st_err st_vfs_unlink(st_vfs *v, uint64_t parent, const char *name)
+{
+    if (parent == ST_VFS_CTL_DIR_INO)
+        return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
+    return remove_entry(v, parent, name, 0);
 }
 
 st_err st_vfs_rmdir(st_vfs *v, uint64_t parent, const char *name)
 {
     if (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME))
         return st_seterr(ST_ERR_READ_ONLY, "reserved");
-    pthread_mutex_lock(&v->lock);
-    st_err e = ST_OK;
-    vnode *dir = get_node(v, parent);
-    vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
-    vfs_removal rm;
-    if (!n)
-        e = ST_ERR_NOT_FOUND;
-    else if (!S_ISDIR(n->mode))
-        e = ST_ERR_NOT_DIR;
-    else if (n->nkids && !vfs_rmdir_drop_unseen(v, n))
-        e = ST_ERR_NOT_EMPTY;
-    else if (!(e = vfs_removal_begin(v, n, &rm))) {
-        if (rm.jd && (e = vfs_journal_delete(v, rm.jd->name, rm.path))) /* "" for a job: all */
-            vfs_journal_rollback(v);
-        else if (!(e = vfs_removal_commit(v, &rm))) {
-            vfs_unlink_node(v, n);
-            vfs_maybe_free(v, n);
-        }
-    }
-    pthread_mutex_unlock(&v->lock);
-    return e;
+    return remove_entry(v, parent, name, 1);
 }
 
 /* 1 if n or anything under it lives only in the store. */
@@ -744,9 +771,9 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
 {
     if (flags & ~(unsigned)ST_VFS_RENAME_NOREPLACE)
         return st_seterr(ST_ERR_UNSUPPORTED, "rename flags 0x%x", flags);
-    if (parent <= ST_VFS_STATUS_INO && parent != ST_VFS_ROOT_INO)
+    if (parent <= ST_VFS_LAST_CTL_INO && parent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
-    if (newparent <= ST_VFS_STATUS_INO && newparent != ST_VFS_ROOT_INO)
+    if (newparent <= ST_VFS_LAST_CTL_INO && newparent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
@@ -844,15 +871,19 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(4, sizeof *out);
+        out = calloc(6, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
         out[1] = (st_vfs_dirent){ST_VFS_ROOT_INO, S_IFDIR, strdup("..")};
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
         out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
+        out[4] = (st_vfs_dirent){ST_VFS_DRAIN_INO, S_IFREG, strdup(DRAIN_NAME)};
+        count = 5;
+        if (v->opts.metrics)
+            out[count++] = (st_vfs_dirent){ST_VFS_METRICS_INO, S_IFREG, strdup(METRICS_NAME)};
         *ents = out;
-        *n = 4;
+        *n = count;
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -1015,16 +1046,22 @@ out:
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h)
 {
     *h = NULL;
-    if (ino == ST_VFS_STATUS_INO) {
+    if (ino == ST_VFS_STATUS_INO || (ino == ST_VFS_METRICS_INO && v->opts.metrics)) {
         if ((flags & O_ACCMODE) != O_RDONLY)
-            return st_seterr(ST_ERR_READ_ONLY, "status is read-only");
+            return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
         st_vfs_handle *sh = calloc(1, sizeof *sh);
         if (!sh)
             return ST_ERR_NOMEM;
         sh->fd = -1;
-        pthread_mutex_lock(&v->lock);
-        st_err e = build_status(v, &sh->virt);
-        pthread_mutex_unlock(&v->lock);
+        sh->ctl = ino;
+        st_err e;
+        if (ino == ST_VFS_METRICS_INO) {
+            e = build_metrics(v, &sh->virt);
+        } else {
+            pthread_mutex_lock(&v->lock);
+            e = build_status(v, &sh->virt);
+            pthread_mutex_unlock(&v->lock);
+        }
         if (e) {
             st_bytes_free(&sh->virt);
             free(sh);
@@ -1033,13 +1070,15 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
         *h = sh;
         return ST_OK;
     }
-    if (ino == ST_VFS_COMMIT_INO) {
+    if (ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) {
         if ((flags & O_ACCMODE) == O_RDONLY)
-            return st_seterr(ST_ERR_READ_ONLY, "commit is write-only");
+            return st_seterr(ST_ERR_READ_ONLY, "%s is write-only",
+                             ino == ST_VFS_COMMIT_INO ? COMMIT_NAME : DRAIN_NAME);
         st_vfs_handle *ch = calloc(1, sizeof *ch);
         if (!ch)
             return ST_ERR_NOMEM;
         ch->fd = -1;
+        ch->ctl = ino;
         ch->writable = 1;
         *h = ch;
         return ST_OK;
@@ -1087,10 +1126,24 @@ queue:;
     return ST_OK;
 }
 
+/* A write to .ckptfs/drain: "drain", a newline optional (docs/SHUTDOWN.md). */
+static st_err drain_write(st_vfs *v, const void *buf, size_t len)
+{
+    static const char word[] = "drain";
+    size_t n = sizeof word - 1;
+    if (len < n || len > n + 1 || memcmp(buf, word, n) ||
+        (len == n + 1 && ((const char *)buf)[n] != '\n'))
+        return st_seterr(ST_ERR_INVALID, "expected \"drain\"");
+    st_vfs_drain(v);
+    return ST_OK;
+}
+
 st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len)
 {
     if (h->node || !h->writable)
         return st_seterr(ST_ERR_READ_ONLY, "not a control file open for writing");
+    if (h->ctl == ST_VFS_DRAIN_INO)
+        return drain_write(v, buf, len);
     char text[4096];
     if (len >= sizeof text)
         return st_seterr(ST_ERR_INVALID, "commit lines are short: at most %zu bytes",
@@ -1430,6 +1483,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         v->opts.gc_interval_seconds = 600;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->changed, NULL);
+    vfs_health_init(v);
     v->next_sid = 1;
     st_err e = ST_OK;
     char path[PATH_MAX];
@@ -1457,7 +1511,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
                           .s3_signature = opts->s3_signature,
                           .s3_region = opts->s3_region,
                           .s3_addressing = opts->s3_addressing,
-                          .s3_ca_file = opts->s3_ca_file};
+                          .s3_ca_file = opts->s3_ca_file,
+                          .observer = &v->health.observer};
 #ifdef CKPT_TEST_HOOKS
     const char *fault = getenv("CKPT_FAULT"); /* test builds only: st_backend_fault.h */
     if (fault && *fault && !opts->backend)
@@ -1468,18 +1523,25 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         vfs_log(v, 2, "CKPT_FAULT is set but IGNORED: built without -DCKPT_TEST_HOOKS=ON");
 #endif
     if (opts->backend)
-        v->backend = opts->backend; /* borrowed: see st_vfs_options */
-    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->backend)))
+        v->store_backend = opts->backend; /* borrowed: see st_vfs_options */
+    else if ((e = st_backend_open_opts(opts->store_url, &bo, &v->store_backend)))
         goto fail;
-    else if (fault && *fault && (e = st_backend_fault_wrap(&v->backend, fault)))
+    v->retry_backend = opts->backend ? NULL : v->store_backend;
+    if (!opts->backend && fault && *fault && (e = st_backend_fault_wrap(&v->store_backend, fault)))
         goto fail;
-    /* inodes 0 (unused), 1 root; 2, 3 and 4 are the virtual control entries */
+    /* inodes 0 (unused), 1 root; 2 to ST_VFS_LAST_CTL_INO are the virtual
+     * control entries */
+    /* Counted outermost: one request per call the mount makes, whatever
+     * the retries and the injected faults did below it. */
+    if ((e = st_backend_count_borrow(v->store_backend, &v->requests, &v->backend)))
+        goto fail;
+    /* inodes 0 (unused), 1 root; 2 to 5 are the virtual control entries */
     v->ninodes = 1;
     if (!(v->root = vfs_node_new(v, NULL, "", S_IFDIR | 0755))) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    v->ninodes = ST_VFS_COMMIT_INO + 1;
+    v->ninodes = ST_VFS_LAST_CTL_INO + 1;
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);
     if (!e)
@@ -1488,11 +1550,18 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if (e)
         goto fail;
     /* The lease is read only when the store answered the refresh: a dead
-     * endpoint must not delay the mount twice (docs/NODES.md). */
+     * endpoint must not delay the mount twice (docs/NODES.md). Both share
+     * one bound: a store that does not answer within it is left to the
+     * refresher thread (docs/MOUNT.md, "The store is down"). */
+    vfs_bound outer = vfs_bound_set((vfs_bound){.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
+                                                .outage_budget_ns = VFS_OPEN_OUTAGE_NS});
     int store_up = vfs_remote_refresh(v) == ST_OK;
     if (!store_up)
-        vfs_log(v, 1, "cannot load the store's steps yet: %s", st_errmsg());
-    if ((e = vfs_lease_open(v, store_up)))
+        vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
+                st_errmsg());
+    e = vfs_lease_open(v, store_up);
+    vfs_bound_set(outer);
+    if (e)
         goto fail;
     *out = v;
     return ST_OK;
@@ -1534,16 +1603,32 @@ st_err st_vfs_start(st_vfs *v)
     return e;
 }
 
+void st_vfs_drain(st_vfs *v)
+{
+    pthread_mutex_lock(&v->lock);
+    if (!v->draining)
+        vfs_log(v, 0, "draining: the newest complete steps upload first (%zu queued)", v->nqueue);
+    v->draining = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+}
+
 void st_vfs_close(st_vfs *v)
 {
     if (!v)
         return;
     v->gc_stop = 1; /* a GC run under way ends after its current batch */
     if (v->uploader_started) {
+        /* Draining before R8 queues the steps it completes: the newest of
+         * them goes first (docs/SHUTDOWN.md, "SIGTERM and unmount"). */
+        st_vfs_drain(v);
         st_vfs_complete_all(v, NULL, 1);
         if (st_vfs_wait_idle(v, v->opts.drain_seconds) != ST_OK)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }
+    /* Past the drain nothing waits for the store: requests in flight and
+     * retry waits of every thread end within 100 ms (docs/MOUNT.md). */
+    vfs_health_stop_all(v);
     stop_thread(v, v->gc, &v->gc_started);
     stop_thread(v, v->refresher, &v->refresher_started);
     stop_thread(v, v->uploader, &v->uploader_started);
@@ -1565,11 +1650,13 @@ void st_vfs_close(st_vfs *v)
     free(v->jobs);
     free(v->queue);
     st_steprules_free(v->rules);
+    st_backend_close(v->backend); /* the count wrapper only */
     if (!v->opts.backend)
-        st_backend_close(v->backend);
+        st_backend_close(v->store_backend);
     free(v->store_url);
     free(v->staging);
     pthread_cond_destroy(&v->changed);
     pthread_mutex_destroy(&v->lock);
+    vfs_health_destroy(v);
     free(v);
 }

@@ -112,8 +112,10 @@ void *vfs_gc_main(void *arg)
         g->total_objects += p.objects;
         g->total_bytes += p.bytes;
         snprintf(g->last_error, sizeof g->last_error, "%s", p.error);
-        if (p.error[0])
+        if (p.error[0]) {
+            vfs_error_seen(v);
             vfs_log(v, 2, "gc: %s", p.error);
+        }
         if (p.objects)
             vfs_log(v, 0,
                     "gc: %zu jobs: deleted %" PRIu64 " steps, %" PRIu64 " objects, %" PRIu64

@@ -6,6 +6,7 @@
  *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
  *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
  *   st_vfs_gc.c       the background GC thread (--gc-* options)
+ *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
  *
  * Locking: v->lock guards every vnode, vjob and vstep field and the journal
  * connection; it is never held across store I/O or bulk file I/O. The
@@ -27,10 +28,12 @@
 #define ST_VFS_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "backend/st_backend.h"
+#include "backend/st_backend_count.h"
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
 #include "format/st_lease.h"
@@ -169,6 +172,37 @@ typedef struct vlease {
     char error[400];      /* (lock) why TAKEN, or the last store error */
 } vlease;
 
+/* The store's health as this mount sees it (st_vfs_health.c). */
+typedef struct vhealth {
+    st_backend_observer observer; /* handed to the backend at open */
+    pthread_mutex_t lock;         /* guards the fields below but the atomics */
+    _Atomic int down;             /* the last try failed transiently */
+    _Atomic int64_t since_ns;     /* monotonic time of the outage's first failed try */
+    _Atomic int stop_all;         /* set at close past the drain: every request stops */
+    uint64_t failed_tries;        /* in this outage */
+    uint64_t outages;             /* since start */
+    char error[400];              /* the last failed try's message */
+} vhealth;
+
+/* How long the calling thread waits for the store (vfs_bound_set); 0 fields:
+ * no bound. stop_at_ns: a monotonic deadline for every request; a request
+ * past it stops. outage_budget_ns: a request stops once the store has been
+ * unreachable this long (a read fails rather than hangs). */
+typedef struct vfs_bound {
+    int64_t stop_at_ns;
+    int64_t outage_budget_ns;
+} vfs_bound;
+
+/* What last_error and the log say while the store cannot be reached. */
+#define VFS_UNREACHABLE "the store is unreachable"
+
+/* docs/MOUNT.md, "The store is down": the mount waits this long for the
+ * store at start (and 1 s once it failed: a refused connection), and a read
+ * of a remote file gives up once the store has been unreachable this long. */
+#define VFS_OPEN_STORE_WAIT_NS (5ll * 1000000000)
+#define VFS_OPEN_OUTAGE_NS     (1ll * 1000000000)
+#define VFS_FETCH_OUTAGE_NS    (10ll * 1000000000)
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -179,7 +213,10 @@ struct st_vfs {
     char *store_url;
     char *staging;
     char node[ST_NODE_MAX + 1];
-    st_backend *backend;
+    st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
+    st_backend *store_backend; /* what that wraps: owned unless opts.backend */
+    st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
+    st_backend_counts requests;
     st_steprules *rules;
 
     pthread_mutex_t lock;
@@ -201,11 +238,17 @@ struct st_vfs {
     upload_item *queue;
     size_t nqueue, queue_cap;
     int stopping;
+    int draining; /* newest complete step first (docs/SHUTDOWN.md); set once */
     int uploader_busy;
-    char last_error[512];
+    char last_error[512];    /* set through vfs_set_error; "" once the cause is gone */
+    uint64_t errors;         /* errors recorded since start (vfs_error_seen) */
+    int64_t last_error_ns;   /* wall clock of the newest of them, 0: none */
     uint64_t uploaded_bytes; /* logical bytes made durable */
     uint64_t stored_bytes;   /* pack bytes PUT */
-    int64_t upload_ns;       /* time spent uploading */
+    uint64_t new_raw_bytes;  /* raw bytes of the chunks dedup did not find */
+    uint64_t chunks, new_chunks;
+    uint64_t uploads, upload_failures; /* step uploads that published / failed */
+    int64_t upload_ns;                 /* time spent uploading */
     pthread_t uploader;
     int uploader_started;
     pthread_t refresher;
@@ -214,6 +257,7 @@ struct st_vfs {
     uint64_t next_deletion_id; /* (lock) */
 
     vlease lease;
+    vhealth health;
 
     /* background GC (st_vfs_gc.c); gc_status under lock */
     pthread_t gc;
@@ -225,12 +269,14 @@ struct st_vfs {
 /* The modules, bottom to top; each calls only those above it in this list
  * (tests/lint/check_cycles.py):
  *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
+ *   st_vfs_health.c   the store's health, bounds on waiting for it
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_drop.c     files leaving the namespace or staging
  *   st_vfs_remote.c   the remote view and fetch
  *   st_vfs_delete.c   steps deleted through the mount
  *   st_vfs_upload.c   the uploader thread
  *   st_vfs_gc.c       the background GC thread
+ *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
  *   st_vfs.c          the st_vfs.h API: namespace operations, handles,
  *                     completion rules, status, open/close */
 
@@ -238,11 +284,18 @@ struct st_vfs {
 /* One message to opts.log, its control bytes escaped ("\\n"): a name with a
  * newline stays on its line. No lock needed. */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error happened: counts it and stamps its time (the metrics' errors and
+ * last error time). vfs_set_error also puts its text in v->last_error. */
+void vfs_error_seen(st_vfs *v);
+void vfs_set_error(st_vfs *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
 /* Frees n once nothing refers to it: out of the tree, no kernel reference,
  * no open handle, no fetch. */
 void vfs_maybe_free(st_vfs *v, vnode *n);
+/* Points n at its content in the store: path in step's manifest revision of
+ * node (n->remote made or updated). 0 when out of memory (n unchanged). */
+int vfs_set_remote(vnode *n, const char *path, uint64_t step, uint32_t revision, const char *node);
 st_err vfs_link(vnode *dir, vnode *child);
 void vfs_unlink_node(st_vfs *v, vnode *child);
 /* Frees n now, whatever refers to it (st_vfs_close). */
@@ -259,6 +312,14 @@ char *vfs_job_path(const vnode *n, char *buf, size_t cap);
 vnode *vfs_walk(st_vfs *v, vnode *jobdir, const char *path, int create, const char **base);
 vjob *vfs_job(st_vfs *v, const char *name, int create);
 vstep *vfs_step(vjob *j, uint64_t step, int create);
+/* A step's state as the status file and the metrics name it. */
+st_vfs_step_state vfs_step_state(const vstep *s);
+/* Bytes of local files not yet durable. */
+uint64_t vfs_pending_bytes(const st_vfs *v);
+/* Seconds until pending bytes are durable at the upload rate this daemon
+ * measured (bytes made durable per second spent uploading); 0 when nothing
+ * is pending, -1 while no upload has finished to measure the rate. */
+double vfs_eta_durable_seconds(const st_vfs *v, uint64_t pending);
 void vfs_staging_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap);
 void vfs_enqueue(st_vfs *v, const char *job, uint64_t step);
 /* The newest step this node knows of in job j that has no deletion request
@@ -291,6 +352,24 @@ uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *
  * when the marker completing the step lives on another node. */
 #define EAGER_QUIET_NS (2ll * 1000000000)
 void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
+
+/* st_vfs_health.c — no call needs v->lock (see the file's comment) */
+/* At open, before the backend: sets up v->health and its observer. */
+void vfs_health_init(st_vfs *v);
+void vfs_health_destroy(st_vfs *v);
+/* Sets the calling thread's bound, returning the one it replaces (to be
+ * restored by the caller: bounds nest). */
+vfs_bound vfs_bound_set(vfs_bound b);
+vfs_bound vfs_bound_get(void);
+/* Every request of every thread stops now (unmount past its drain). */
+void vfs_health_stop_all(st_vfs *v);
+int vfs_health_stopping(st_vfs *v);
+/* 1 while the store is unreachable. */
+int vfs_health_down(st_vfs *v);
+/* Status: adds the "store" object to root; while the store is unreachable,
+ * writes what last_error shows into last_error[cap] (else leaves it). As
+ * vfs_json_add. */
+int vfs_health_status(st_vfs *v, struct json_object *root, char *last_error, size_t cap);
 
 /* st_vfs_lease.c — the node lease (docs/NODES.md); no call holds v->lock */
 /* At open: the instance id (STAGING/instance), then (check_now) a read of

@@ -67,7 +67,7 @@ static st_err jerr(st_vfs *v, const char *what)
     int full = sqlite3_errcode(DB(v)) == SQLITE_FULL;
     st_err e = st_seterr(full ? ST_ERR_NOSPACE : ST_ERR_IO, "journal: %s: %s", what,
                          sqlite3_errmsg(DB(v)));
-    snprintf(v->last_error, sizeof v->last_error, "%s", st_errmsg());
+    vfs_set_error(v, "%s", st_errmsg());
     vfs_log(v, 2, "%s", st_errmsg());
     return e;
 }

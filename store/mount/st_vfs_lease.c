@@ -96,7 +96,7 @@ static void set_state(st_vfs *v, vlease_state state, const char *why)
     v->lease.state = state;
     snprintf(v->lease.error, sizeof v->lease.error, "%s", why ? why : "");
     if (state == VLEASE_TAKEN)
-        snprintf(v->last_error, sizeof v->last_error, "%s", why);
+        vfs_set_error(v, "%s", why);
     pthread_mutex_unlock(&v->lock);
 }
 

@@ -68,20 +68,8 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
     } else {
         n->merged_ns = st_mono_ns();
     }
-    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
-    char *p = strdup(f->path);
-    if (!r || !p) {
-        free(p);
-        if (!n->remote)
-            free(r);
+    if (!vfs_set_remote(n, f->path, step, part->revision, part->node))
         return;
-    }
-    free(r->path);
-    r->path = p;
-    r->step = step;
-    r->revision = part->revision;
-    snprintf(r->node, sizeof r->node, "%s", part->node);
-    n->remote = r;
     n->mode = S_IFREG | (f->mode & 07777);
     n->size = f->size;
     n->mtime_ns = f->mtime_ns;
@@ -241,11 +229,13 @@ void *vfs_refresher_main(void *arg)
             st_err e = vfs_remote_refresh(v);
             pthread_mutex_lock(&v->lock);
             if (e)
-                snprintf(v->last_error, sizeof v->last_error, "%s%s", what, st_errmsg());
+                vfs_set_error(v, "%s%s", what, st_errmsg());
             else if (strncmp(v->last_error, what, sizeof what - 1) == 0)
                 v->last_error[0] = '\0';
             pthread_mutex_unlock(&v->lock);
-            if (e)
+            /* During an outage the health line said it once (st_vfs_health.c);
+             * a refresh failing every few seconds does not say it again. */
+            if (e && !(e == ST_ERR_TRANSIENT && vfs_health_down(v)))
                 vfs_log(v, 1, "%s%s", what, st_errmsg());
             next_refresh = st_mono_ns() + (int64_t)(v->opts.refresh_seconds * 1e9);
         }
@@ -268,6 +258,7 @@ typedef struct fetch_part {
     const st_file_entry *f;
     size_t first, count;
     int fd;
+    vfs_bound bound; /* the fetching thread's, for this worker too */
     st_err err;
     char msg[512];
 } fetch_part;
@@ -275,6 +266,7 @@ typedef struct fetch_part {
 static void *fetch_part_main(void *arg)
 {
     fetch_part *p = arg;
+    vfs_bound outer = vfs_bound_set(p->bound);
     st_restorer *rs = NULL;
     p->err = st_restorer_new(p->backend, p->job, &rs);
     if (!p->err)
@@ -282,6 +274,7 @@ static void *fetch_part_main(void *arg)
     if (p->err)
         snprintf(p->msg, sizeof p->msg, "%s", st_errmsg());
     st_restorer_free(rs);
+    vfs_bound_set(outer);
     return NULL;
 }
 
@@ -302,7 +295,8 @@ static st_err fetch_parallel(st_vfs *v, const char *job, const st_manifest *m,
         uint64_t goal = (uint64_t)(w + 1) * share;
         while (next < f->nchunks && (acc < goal || w == FETCH_WORKERS - 1))
             acc += f->chunks[next++].raw_len;
-        parts[w] = (fetch_part){v->backend, job, m, f, first, next - first, fd, ST_OK, ""};
+        parts[w] = (fetch_part){v->backend,      job,   m, f, first, next - first, fd,
+                                vfs_bound_get(), ST_OK, ""};
         if (parts[w].count && pthread_create(&threads[w], NULL, fetch_part_main, &parts[w]) == 0)
             started[w] = 1;
         else if (parts[w].count)
@@ -383,7 +377,11 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
         e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
                       strerror(errno));
     } else {
+        /* A reader gets EIO once the store has been unreachable for
+         * VFS_FETCH_OUTAGE_NS, rather than waiting out every retry. */
+        vfs_bound outer = vfs_bound_set((vfs_bound){.outage_budget_ns = VFS_FETCH_OUTAGE_NS});
         e = fetch_content(v, job, &r, fd, &size);
+        vfs_bound_set(outer);
         close(fd);
         if (e)
             unlink(sp);
@@ -404,7 +402,7 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
         if (n->parent)
             (void)vfs_journal_put_file(v, n);
     } else {
-        snprintf(v->last_error, sizeof v->last_error, "fetching %s: %s", n->name, st_errmsg());
+        vfs_set_error(v, "fetching %s: %s", n->name, st_errmsg());
         vfs_log(v, 2, "%s", v->last_error);
     }
     pthread_cond_broadcast(&v->changed);

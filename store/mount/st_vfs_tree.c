@@ -61,6 +61,21 @@ void vfs_log(st_vfs *v, int level, const char *fmt, ...)
     v->opts.log(v->opts.log_arg, level, line);
 }
 
+void vfs_error_seen(st_vfs *v)
+{
+    v->errors++;
+    v->last_error_ns = st_now_ns();
+}
+
+void vfs_set_error(st_vfs *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->last_error, sizeof v->last_error, fmt, ap);
+    va_end(ap);
+    vfs_error_seen(v);
+}
+
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
 {
     size_t old_cap = v->inodes_cap;
@@ -139,6 +154,25 @@ void vfs_node_free(st_vfs *v, vnode *n)
     free(n->kids);
     free(n->name);
     free(n);
+}
+
+int vfs_set_remote(vnode *n, const char *path, uint64_t step, uint32_t revision, const char *node)
+{
+    vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
+    char *p = strdup(path);
+    if (!r || !p) {
+        free(p);
+        if (!n->remote)
+            free(r);
+        return 0;
+    }
+    free(r->path);
+    r->path = p;
+    r->step = step;
+    r->revision = revision;
+    snprintf(r->node, sizeof r->node, "%s", node);
+    n->remote = r;
+    return 1;
 }
 
 void vfs_maybe_free(st_vfs *v, vnode *n)
@@ -238,6 +272,37 @@ vjob *vfs_job(st_vfs *v, const char *name, int create)
     memset(j, 0, sizeof *j);
     snprintf(j->name, sizeof j->name, "%s", name);
     return j;
+}
+
+st_vfs_step_state vfs_step_state(const vstep *s)
+{
+    if (s->uploading)
+        return ST_VFS_STEP_UPLOADING;
+    if (s->queued)
+        return ST_VFS_STEP_QUEUED;
+    if (s->durable_ns && !s->writers)
+        return ST_VFS_STEP_DURABLE;
+    if (s->complete)
+        return ST_VFS_STEP_COMPLETE;
+    return ST_VFS_STEP_WRITING;
+}
+
+const char *st_vfs_step_state_name(st_vfs_step_state s)
+{
+    static const char *const names[ST_VFS_STEP_STATES] = {"writing", "complete", "queued",
+                                                          "uploading", "durable"};
+    return (unsigned)s < ST_VFS_STEP_STATES ? names[s] : "?";
+}
+
+uint64_t vfs_pending_bytes(const st_vfs *v)
+{
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        const vnode *n = v->inodes[i];
+        if (n && n->parent && S_ISREG(n->mode) && n->sid && n->state != VFILE_DURABLE)
+            total += n->size;
+    }
+    return total;
 }
 
 vstep *vfs_step(vjob *j, uint64_t step, int create)
@@ -344,10 +409,13 @@ void vfs_note_failed_files(st_vfs *v)
         char step[32] = "no step yet";
         if (n->step != VFS_NO_STEP)
             snprintf(step, sizeof step, "step %" PRIu64, n->step);
-        snprintf(v->last_error, sizeof v->last_error,
+        char why[sizeof v->last_error];
+        snprintf(why, sizeof why,
                  "%s/%.300s: a write to staging failed (%s); %s waits until the file is rewritten "
                  "or removed",
                  jd->name, path, st_strerror(n->write_failed), step);
+        if (strcmp(why, v->last_error)) /* said again after each upload: one error */
+            vfs_set_error(v, "%s", why);
         return;
     }
 }
@@ -411,4 +479,14 @@ json_object *vfs_json_fixed(double v, int decimals)
     char text[64];
     snprintf(text, sizeof text, "%.*f", decimals, v);
     return json_object_new_double_s(v, text);
+}
+
+double vfs_eta_durable_seconds(const st_vfs *v, uint64_t pending)
+{
+    if (!pending)
+        return 0.0;
+    if (!v->uploaded_bytes || v->upload_ns <= 0)
+        return -1.0;
+    double rate = (double)v->uploaded_bytes / ((double)v->upload_ns / 1e9);
+    return (double)pending / rate;
 }

@@ -14,6 +14,12 @@
  * are carried over from that manifest without re-reading them, which also
  * covers files whose local copy was evicted.
  *
+ * The order (docs/SHUTDOWN.md): the oldest queued step first; once the
+ * mount drains (a preemption notice, SIGTERM, unmount), a complete step
+ * before an incomplete one and each job's newest complete step first
+ * (next_queue_item). Any order is safe: each upload is one whole step, and
+ * the dedup index only knows chunks whose packs are already stored.
+ *
  * Between two uploads, or when the queue is empty, the thread carries out
  * the deletion requests that are due (st_vfs_delete.c): being this thread,
  * a deletion never runs while this node publishes a part of the same step.
@@ -272,9 +278,10 @@ static st_err carry_moved(st_ingest *g, const st_manifest *prev, const snapshot 
     return ST_OK;
 }
 
-/* The store side of one upload: no lock held. */
+/* The store side of one upload: no lock held. *got: the ingest's figures
+ * (metrics), set when the step was published. */
 static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revision,
-                         uint64_t *logical, uint64_t *stored)
+                         st_ingest_stats *got)
 {
     st_bytes buf = {0};
     st_part mine = {0};
@@ -343,8 +350,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
         *revision = s->part.revision;
-        *logical = st_ingest_get_stats(g)->logical_bytes;
-        *stored = st_ingest_get_stats(g)->stored_bytes;
+        *got = *st_ingest_get_stats(g);
     }
 out:
     st_manifest_free(&m);
@@ -367,20 +373,8 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
         char path[ST_MANIFEST_MAX_PATH + 1];
         if (!vfs_job_path(n, path, sizeof path) || strcmp(path, f->path))
             continue;
-        vremote *r = n->remote ? n->remote : calloc(1, sizeof *r);
-        char *p = strdup(f->path);
-        if (!r || !p) {
-            free(p);
-            if (!n->remote)
-                free(r);
+        if (!vfs_set_remote(n, f->path, s->step, revision, v->node))
             continue;
-        }
-        free(r->path);
-        r->path = p;
-        r->step = s->step;
-        r->revision = revision;
-        snprintf(r->node, sizeof r->node, "%s", v->node);
-        n->remote = r;
         n->state = VFILE_DURABLE;
         n->durable_version = n->version;
         /* Left CLOSED in the journal, the file is uploaded again after a
@@ -397,6 +391,45 @@ static void wait_seconds(st_vfs *v, int seconds)
         vfs_timedwait(v, until);
 }
 
+/* 1 when queue item it is a step marked complete (lock held). */
+static int item_complete(st_vfs *v, const upload_item *it)
+{
+    vjob *j = vfs_job(v, it->job, 0);
+    vstep *s = j ? vfs_step(j, it->step, 0) : NULL;
+    return s && s->complete;
+}
+
+/* How far item i is from the front in the draining order: 0 for a complete
+ * step with no newer complete step of its job queued, 1 for the second
+ * newest, ...; incomplete steps after every complete one (lock held). */
+static size_t drain_rank(st_vfs *v, size_t i)
+{
+    const upload_item *it = &v->queue[i];
+    if (!item_complete(v, it))
+        return v->nqueue;
+    size_t newer = 0;
+    for (size_t k = 0; k < v->nqueue; k++)
+        newer += k != i && v->queue[k].step > it->step && !strcmp(v->queue[k].job, it->job) &&
+                 item_complete(v, &v->queue[k]);
+    return newer;
+}
+
+/* The index of the queue item to upload next (lock held, queue not empty):
+ * the front in normal order; when draining, the lowest drain_rank, ties in
+ * queue order. */
+static size_t next_queue_item(st_vfs *v)
+{
+    size_t best = 0, best_rank = SIZE_MAX;
+    for (size_t i = 0; v->draining && i < v->nqueue && best_rank; i++) {
+        size_t rank = drain_rank(v, i);
+        if (rank < best_rank) {
+            best = i;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
 void *vfs_uploader_main(void *arg)
 {
     st_vfs *v = arg;
@@ -406,7 +439,7 @@ void *vfs_uploader_main(void *arg)
     st_err oe = st_state_open(path, &index);
     pthread_mutex_lock(&v->lock);
     if (oe) {
-        snprintf(v->last_error, sizeof v->last_error, "dedup index: %s", st_errmsg());
+        vfs_set_error(v, "dedup index: %s", st_errmsg());
         vfs_log(v, 2, "uploader cannot start: %s", v->last_error);
     }
     int backoff = 1;
@@ -417,8 +450,9 @@ void *vfs_uploader_main(void *arg)
             vfs_timedwait(v, vfs_deletions_next_due(v));
             continue;
         }
-        upload_item it = v->queue[0];
-        memmove(v->queue, v->queue + 1, (v->nqueue - 1) * sizeof *v->queue);
+        size_t next = next_queue_item(v);
+        upload_item it = v->queue[next];
+        memmove(v->queue + next, v->queue + next + 1, (v->nqueue - next - 1) * sizeof *v->queue);
         v->nqueue--;
         vjob *j = vfs_job(v, it.job, 0);
         vstep *s = j ? vfs_step(j, it.step, 0) : NULL;
@@ -445,8 +479,8 @@ void *vfs_uploader_main(void *arg)
         pthread_mutex_unlock(&v->lock);
 
         int64_t t0 = st_mono_ns();
-        uint64_t logical = 0, stored = 0;
-        st_err e = store_step(v, index, &snap, &revision, &logical, &stored);
+        st_ingest_stats got = {0};
+        st_err e = store_step(v, index, &snap, &revision, &got);
         int64_t took = st_mono_ns() - t0;
         ST_CRASHPOINT_IF(!e, "upload-published");
 
@@ -456,9 +490,19 @@ void *vfs_uploader_main(void *arg)
         s = j ? vfs_step(j, it.step, 0) : NULL;
         if (s)
             s->uploading = 0;
-        if (e) {
-            snprintf(v->last_error, sizeof v->last_error, "uploading step %" PRIu64 " of %s: %s",
-                     it.step, it.job, st_errmsg());
+        if (e && vfs_health_stopping(v)) {
+            /* The unmount's drain is over and stopped this upload: no error
+             * of the store's. Everything stays staged and journaled. */
+            vfs_log(v, 1,
+                    "step %" PRIu64 " of %s stays in staging: the unmount stopped its upload "
+                    "past --drain; it resumes at the next start",
+                    it.step, it.job);
+            vfs_enqueue(v, it.job, it.step);
+            while (!v->stopping) /* every later try would stop the same way */
+                vfs_timedwait(v, INT64_MAX);
+        } else if (e) {
+            vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());
+            v->upload_failures++;
             vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);
             vfs_enqueue(v, it.job, it.step);
             wait_seconds(v, backoff);
@@ -467,8 +511,12 @@ void *vfs_uploader_main(void *arg)
             backoff = 1;
             v->last_error[0] = '\0';
             vfs_note_failed_files(v); /* still true after this upload */
-            v->uploaded_bytes += logical;
-            v->stored_bytes += stored;
+            v->uploaded_bytes += got.logical_bytes;
+            v->stored_bytes += got.stored_bytes;
+            v->new_raw_bytes += got.new_raw_bytes;
+            v->chunks += got.chunks;
+            v->new_chunks += got.new_chunks;
+            v->uploads++;
             v->upload_ns += took;
             merge_result(v, &snap, revision);
             ST_CRASHPOINT("upload-files-durable");

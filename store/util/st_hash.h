@@ -30,6 +30,8 @@ typedef struct st_hasher {
 /*! Returns 0 on success, -1 if out of memory. */
 int st_hasher_init(st_hasher *h);
 void st_hasher_update(st_hasher *h, const void *buf, size_t len);
+/*! Hashes len zero bytes (a hole of a sparse file) without a buffer of them. */
+void st_hasher_update_zeros(st_hasher *h, uint64_t len);
 st_id st_hasher_final(const st_hasher *h);
 void st_hasher_free(st_hasher *h);
 

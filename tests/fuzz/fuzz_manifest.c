@@ -11,7 +11,8 @@
  *   - an accepted manifest is canonical: re-encoding yields the same bytes.
  * ASan/UBSan/LSan (linked in) catch overreads, UB and leaks.
  *
- * Seeds: tests/golden/manifest_v1.bin (prefix a 0x00 or 0x01 byte).
+ * Seeds: tests/golden/manifest_v1.bin and manifest_v2.bin (version 2: hole
+ * extents), each prefixed with a 0x01 byte (seeds/fuzz_manifest/).
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -282,6 +282,27 @@ class Mount:
             self._fail("mount still present after SIGKILL and lazy unmount")
         self.check_sanitizer()
 
+    def terminate(self, sig=signal.SIGTERM, timeout=None):
+        """What systemd and Kubernetes do: send sig (SIGTERM) to the daemon by
+        PID and wait for it to exit on its own (it unmounts itself). Returns
+        its exit status. If it has not exited within `timeout`, SIGKILLs it,
+        lazily unmounts, and raises MountError."""
+        timeout = self.timeout if timeout is None else timeout
+        if self.proc is None:
+            raise MountError("%s: not running" % self.path)
+        os.kill(self.proc.pid, sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._cleanup_hard()
+            self._fail("daemon did not exit within %ss of signal %d" % (timeout, sig))
+        self._reaped(rc)
+        if is_mounted(self.path, ""):
+            fusermount_unmount(self.path, lazy=True, timeout=10)
+            self._fail("the daemon exited but left its mount behind")
+        self.check_sanitizer()
+        return rc
+
     def stop(self, timeout=None):
         """Best-effort cleanup that never raises: clean unmount (within
         `timeout`), else SIGKILL + lazy unmount."""

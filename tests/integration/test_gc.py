@@ -138,7 +138,9 @@ class GcTest(unittest.TestCase):
         gc = ["--grace", "1", "--repack-dead", repack_dead]
 
         def dry_then_real(*args):
-            dry = json.loads(self.ctl("gc", "--json", "--dry-run", *args, store=store).stdout)
+            # The same --batch: batched deletes report in batch order.
+            dry = json.loads(self.ctl("gc", "--json", "--dry-run", "--batch", "1", *args,
+                                      store=store).stdout)
             p = self.ctl("gc", "--json", "--batch", "1", "--progress", *args, store=store)
             real = json.loads(p.stdout)
             self.assertEqual(dry["deleted_steps"], real["deleted_steps"])

@@ -180,6 +180,7 @@ def test_mount_commit_wait(tmp):
     os.makedirs(os.path.join(tmp, "plain"))
     expect_error(ckpt.ENOTFOUND, ckpt.commit, os.path.join(tmp, "plain"), "job", 1, 0, 1)
     expect_error(ckpt.ENOTFOUND, ckpt.wait_durable, os.path.join(tmp, "plain"), "job", 1, 0)
+    expect_error(ckpt.ENOTFOUND, ckpt.drain, os.path.join(tmp, "plain"))
 
     with mountlib.Mount(mnt, store=url, staging=os.path.join(tmp, "staging"), node="n1",
                         binary=CKPTFS) as m:
@@ -234,6 +235,11 @@ def test_mount_commit_wait(tmp):
         e = expect_error(ckpt.ETIMEDOUT, ckpt.wait_durable, m.path, "job", 11, timeout=0.5)
         assert time.monotonic() - t0 < 5, "wait_durable overran its timeout"
         assert "11" in e.message, e.message
+
+        # A preemption notice through the binding: the mount says it drains.
+        assert not mountlib.read_status(m.path)["draining"]
+        ckpt.drain(m.path)
+        assert mountlib.read_status(m.path)["draining"]
 
     dest = os.path.join(tmp, "mrestore")
     r = ckpt.restore(url, "job", dest)

@@ -22,7 +22,10 @@ a connection, can be hit. Faults, each with its probability per request:
                then close: a hung server as the client sees it
 
 Every fault closes the connection it hit. Counts go to --stats-file (JSON) on
-SIGTERM/SIGINT and every second. The proxy listens on 127.0.0.1 only and is
+SIGTERM/SIGINT and every second: requests, faults, requests per method
+(method_PUT, ...), request and passed response body bytes (bytes_up,
+bytes_down). With no --faults it is a counting proxy; a response with a
+body over 1 MiB that no fault hits is streamed, not held. The proxy listens on 127.0.0.1 only and is
 stopped by PID (the caller's trap). The seed makes a run reproducible up to
 thread timing.
 """
@@ -45,6 +48,14 @@ class Stats:
         self.counts = {"requests": 0, "passed": 0, "connections": 0}
         for f in FAULTS:
             self.counts[f] = 0
+        self.counts["bytes_up"] = self.counts["bytes_down"] = 0
+
+    def count_request(self, method, body_len):
+        """Per-method counts (method_PUT, ...) and request body bytes: what
+        the peer benchmark (tests/bench/peers) counts at the server's door."""
+        key = "method_" + method
+        self.counts[key] = self.counts.get(key, 0) + 1
+        self.counts["bytes_up"] += body_len
 
     def dump(self, path):
         if not path:
@@ -87,7 +98,7 @@ async def copy_exact(reader, writer, n, limit=None):
     """Copies n bytes; with limit, stops after that many and returns False."""
     sent = 0
     while sent < n:
-        want = min(65536, n - sent)
+        want = min(1 << 20, n - sent)
         if limit is not None:
             want = min(want, limit - sent)
             if want <= 0:
@@ -121,6 +132,13 @@ async def read_body(reader, headers, method, status):
     if "content-length" in headers:
         return await reader.readexactly(int(headers["content-length"]))
     return await reader.read()  # until the server closes
+
+
+def streamable(headers, method):
+    """A response worth streaming: a body of a known length over 1 MiB."""
+    if method == "HEAD" or "chunked" in headers.get("transfer-encoding", "").lower():
+        return False
+    return int(headers.get("content-length", "0") or 0) > (1 << 20)
 
 
 def reset(writer):
@@ -181,6 +199,7 @@ class Proxy:
                     sys.stderr.write("faultproxy: chunked requests are not supported\n")
                     return
                 self.stats.counts["requests"] += 1
+                self.stats.count_request(method, body_len)
                 fault = self.pick(body_len > 0)
                 if fault:
                     self.stats.counts[fault] += 1
@@ -223,6 +242,7 @@ class Proxy:
                 # Its failure (the client or server went away) is handled
                 # below; never let asyncio report it as unretrieved.
                 body_task.add_done_callback(lambda t: t.cancelled() or t.exception())
+                whole_ready = False
                 try:
                     # Interim 1xx answers (100 Continue) come before the final one.
                     while True:
@@ -231,9 +251,20 @@ class Proxy:
                             raise Closed()
                         rfirst, rheaders = parse_headers(rhead)
                         status = int(rfirst.split(" ")[1])
+                        if status >= 200 and fault is None and streamable(rheaders, method):
+                            # A large body with a length goes on as it comes:
+                            # buffering a 1 GiB GET would hold back its first byte.
+                            await body_task
+                            n = int(rheaders["content-length"])
+                            cwriter.write(rhead)
+                            await copy_exact(ureader, cwriter, n)
+                            self.stats.counts["passed"] += 1
+                            self.stats.counts["bytes_down"] += n
+                            break
                         rbody = await read_body(ureader, rheaders, method, status)
                         whole = rhead + rbody
                         if status >= 200 or fault == "drop_resp":
+                            whole_ready = True
                             break
                         cwriter.write(whole)
                         await cwriter.drain()
@@ -246,9 +277,11 @@ class Proxy:
                 except Closed:
                     body_task.cancel()
                     return
-                cwriter.write(whole)
-                await cwriter.drain()
-                self.stats.counts["passed"] += 1
+                if whole_ready:
+                    cwriter.write(whole)
+                    await cwriter.drain()
+                    self.stats.counts["passed"] += 1
+                    self.stats.counts["bytes_down"] += len(rbody)
                 if rheaders.get("connection", "").lower() == "close":
                     return
         except (Closed, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,

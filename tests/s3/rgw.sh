@@ -9,7 +9,8 @@
 #         and the bucket ckpt-test, and returns once an authenticated bucket
 #         PUT has succeeded. Writes DIR/env (sourceable shell assignments)
 #         and prints its path. --memstore: the OSD keeps objects in RAM
-#         (faster, not crash-safe; default bluestore on a 4 GiB sparse file).
+#         (faster, not crash-safe; default bluestore on a 4 GiB sparse file,
+#         CKPT_RGW_BLOCK_BYTES to change its size: the peer benchmark's GiBs).
 #         --https: RGW also serves HTTPS with a self-signed certificate.
 #         --owner PID: a watchdog stops the cluster when PID exits.
 #   rgw.sh stop DIR        stops every daemon of DIR by its PID (TERM, then KILL)
@@ -156,7 +157,7 @@ osd objectstore = $store
 osd fast shutdown = false
 osd memory target = 1073741824
 bluestore block create = true
-bluestore block size = 4294967296
+bluestore block size = ${CKPT_RGW_BLOCK_BYTES:-4294967296}
 bluestore fsck on mount = false
 bluestore fsck on mkfs = false
 bdev aio poll ms = 20

@@ -3,6 +3,7 @@
  * network: a "flaky" test backend wraps the file:// backend and fails some
  * calls with ST_ERR_TRANSIENT, before or after doing the work, and lists that
  * break off after delivering some keys. Checks:
+ *   - del_many retries only the keys whose own result was transient;
  *   - the whole conformance suite passes through retry(flaky(file)), so the
  *     retries are invisible to callers (list included: no key twice, none
  *     missing, order kept);
@@ -31,6 +32,8 @@ typedef struct flaky {
     int fail_all;     /* fail every call */
     st_err fail_code; /* what to fail with */
     atomic_uint failures;
+    /* del_many: calls, keys they carried, keys failed on purpose */
+    atomic_uint batch_calls, batch_keys, batch_key_failures;
 } flaky;
 
 static int flaky_should_fail(flaky *f)
@@ -81,6 +84,29 @@ static st_err flaky_del(void *ctx, const char *key)
     return fail && !e ? flaky_err(f, "del") : e;
 }
 
+/* A batch in which keys fail one by one (before or after the work), as
+ * <Error> entries of a DeleteObjects answer do. */
+static st_err flaky_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    flaky *f = ctx;
+    atomic_fetch_add(&f->batch_calls, 1);
+    atomic_fetch_add(&f->batch_keys, (unsigned)n);
+    for (size_t i = 0; i < n; i++) {
+        int fail = flaky_should_fail(f);
+        if (fail && (atomic_load(&f->calls) & 1)) {
+            atomic_fetch_add(&f->batch_key_failures, 1);
+            items[i].err = flaky_err(f, "del_many");
+            continue;
+        }
+        items[i].err = f->inner->ops->del(f->inner->ctx, items[i].key);
+        if (fail && !items[i].err) {
+            atomic_fetch_add(&f->batch_key_failures, 1);
+            items[i].err = flaky_err(f, "del_many");
+        }
+    }
+    return st_del_items_result(items, n);
+}
+
 /* A listing that breaks off after a few keys, as a connection cut between
  * pages does. */
 typedef struct cut_list {
@@ -129,6 +155,7 @@ static const st_backend_ops flaky_ops = {
     .stat = flaky_stat,
     .list = flaky_list,
     .del = flaky_del,
+    .del_many = flaky_del_many,
     .close = flaky_close,
 };
 
@@ -174,7 +201,11 @@ static void test_conformance_through_faults(void)
     fprintf(stderr, "  %u injected failures, %llu retries\n", atomic_load(&f->failures),
             (unsigned long long)st_backend_retry_count(b));
     CHECK(atomic_load(&f->failures) > 100);
-    CHECK(st_backend_retry_count(b) >= atomic_load(&f->failures));
+    /* One retry per failed call; a del_many retry resends all of its
+     * batch's failed keys at once. */
+    CHECK(atomic_load(&f->batch_key_failures) > 0);
+    CHECK(st_backend_retry_count(b) >=
+          atomic_load(&f->failures) - atomic_load(&f->batch_key_failures));
     st_backend_close(b);
 }
 
@@ -194,6 +225,58 @@ static void test_only_transient_is_retried(void)
         CHECK(st_backend_retry_count(b) == 0);
         CHECK(strstr(st_errmsg(), "gave up") == NULL);
         st_backend_close(b);
+    }
+}
+
+/* del_many: a retry carries only the keys that failed transiently; a
+ * permanent per-key failure is final and not sent again. */
+static void test_del_many_retries_failed_keys(void)
+{
+    enum { N = 30 };
+    char keys[N][32];
+    st_del_item items[N];
+    for (int round = 0; round < 2; round++) {
+        st_err code = round ? ST_ERR_PERMANENT : ST_ERR_TRANSIENT;
+        flaky *f;
+        st_backend *fb = flaky_open(&f, 3, code), *b = NULL;
+        st_retry_policy p = {.attempts = 8, .base_ms = 1, .max_ms = 4};
+        CHECK_OK(st_backend_retry_wrap(fb, &p, &b));
+        if (!b)
+            return;
+        for (int i = 0; i < N; i++) {
+            snprintf(keys[i], sizeof keys[i], "dmr/k%02d", i);
+            CHECK_OK(f->inner->ops->put(f->inner->ctx, keys[i], "x", 1));
+            items[i] = (st_del_item){.key = keys[i]};
+        }
+        st_err e = st_del_many(b, items, N);
+        unsigned failed = 0, gone = 0;
+        uint64_t sz;
+        for (int i = 0; i < N; i++) {
+            failed += items[i].err != ST_OK;
+            gone += f->inner->ops->stat(f->inner->ctx, keys[i], &sz) == ST_ERR_NOT_FOUND;
+        }
+        unsigned calls = atomic_load(&f->batch_calls), carried = atomic_load(&f->batch_keys);
+        unsigned injected = atomic_load(&f->batch_key_failures);
+        fprintf(stderr, "  %s: %u calls carried %u keys, %u key failures injected\n",
+                round ? "permanent" : "transient", calls, carried, injected);
+        CHECK(injected > 0);
+        if (!round) {
+            CHECK_OK(e);
+            CHECK(failed == 0 && gone == N);
+            CHECK(calls > 1 && carried == N + injected); /* each failure sent once more */
+        } else {
+            CHECK_ERR(e, ST_ERR_PERMANENT);
+            CHECK(calls == 1 && carried == N && failed == injected);
+        }
+        st_backend_close(b);
+        /* What a permanent round left behind. */
+        st_backend *file = NULL;
+        char root[128];
+        snprintf(root, sizeof root, "%s/store", tdir);
+        CHECK_OK(st_backend_file_open(root, &file));
+        for (int i = 0; file && i < N; i++)
+            CHECK_OK(st_del(file, keys[i]));
+        st_backend_close(file);
     }
 }
 
@@ -260,6 +343,7 @@ int main(void)
     }
     RUN(test_conformance_through_faults);
     RUN(test_only_transient_is_retried);
+    RUN(test_del_many_retries_failed_keys);
     RUN(test_bounded_backoff);
     RUN(test_open_wraps);
     ut_rmtree(tdir);

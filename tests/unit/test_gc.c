@@ -245,6 +245,72 @@ static st_backend *open_backend(void)
     return b;
 }
 
+/* ---- the sweep deletes in batches ---- */
+
+/* The file backend (which has no del_many) with a del_many that records
+ * its calls: what an S3 store with DeleteObjects would see. Its ops table
+ * is the file backend's with del and del_many replaced. */
+static struct {
+    st_backend_ops ops;
+    st_err (*file_del)(void *ctx, const char *key);
+    size_t del_calls, batch_calls, batch_keys, largest;
+} rec;
+
+static st_err rec_del(void *ctx, const char *key)
+{
+    rec.del_calls++;
+    return rec.file_del(ctx, key);
+}
+
+static st_err rec_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    rec.batch_calls++;
+    rec.batch_keys += n;
+    rec.largest = n > rec.largest ? n : rec.largest;
+    return st_del_many_each(rec.file_del, ctx, items, n);
+}
+
+/* Retention and the sweep delete through del_many, many keys a call; the
+ * only single DELETE is the run's own intent. */
+static void test_batched_deletes(void)
+{
+    st_store *s = open_store("state-batch");
+    for (uint64_t i = 1; i <= 8; i++)
+        put_step(s, "batch", i, 300 + (unsigned)i, NULL);
+    st_store_close(s);
+    st_backend *b = open_backend();
+    rec.ops = *b->ops;
+    rec.file_del = b->ops->del;
+    rec.ops.del = rec_del;
+    rec.ops.del_many = rec_del_many;
+    b->ops = &rec.ops;
+    st_gc_report r;
+    st_gc_policy pol = {.keep_last = 1, .grace_ns = 1};
+    CHECK_OK(st_gc_run(b, "batch", &pol, 0, &r, NULL, NULL));
+    fprintf(stderr, "  retention: %zu keys deleted in %zu batches (largest %zu), %zu single\n",
+            r.ndeleted, rec.batch_calls, rec.largest, rec.del_calls);
+    CHECK(r.steps_deleted == 7 && r.packs_marked == 6);
+    CHECK(rec.batch_keys == r.ndeleted && rec.del_calls == 1); /* the intent */
+    /* All 7 steps in one unit: their part records, then their manifests. */
+    CHECK(rec.batch_calls == 2 && rec.largest == 7);
+    st_gc_report_free(&r);
+
+    rec.batch_calls = rec.batch_keys = rec.del_calls = rec.largest = 0;
+    st_gc_policy none = {.grace_ns = 1};
+    CHECK_OK(st_gc_run(b, "batch", &none, 0, &r, NULL, NULL));
+    fprintf(stderr, "  sweep: %zu keys deleted in %zu batches (largest %zu), %zu single\n",
+            r.ndeleted, rec.batch_calls, rec.largest, rec.del_calls);
+    /* 6 packs in one batch, then their 6 markers in a second. */
+    CHECK(r.packs_deleted == 6 && r.markers_deleted == 6);
+    CHECK(rec.batch_calls == 2 && rec.largest == 6 && rec.del_calls == 0);
+    CHECK(rec.batch_keys == r.ndeleted);
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    s = open_store("state-batch");
+    verify_all(s, "batch");
+    st_store_close(s);
+}
+
 typedef struct key_set {
     char keys[64][ST_KEY_MAX];
     size_t n;
@@ -708,11 +774,8 @@ static void test_pack_usable(void)
 
 int main(void)
 {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
+    if (ut_tmp_store(root, url, sizeof url))
         return 1;
-    }
-    snprintf(url, sizeof url, "file://%s/store", root);
     RUN(test_retention_and_sweep);
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);
@@ -720,6 +783,7 @@ int main(void)
     RUN(test_retire_marker);
     RUN(test_rehome_after_retire);
     RUN(test_batches_and_stop);
+    RUN(test_batched_deletes);
     RUN(test_interrupted_deletion);
     RUN(test_damaged_newest_step);
     RUN(test_garbage_part_record);

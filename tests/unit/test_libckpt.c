@@ -376,6 +376,18 @@ static void test_commit_line(void)
     CHECK_CODE(ckpt_commit(mnt, "", 7, 0, 1), CKPT_EINVAL);
     CHECK_CODE(ckpt_commit(NULL, "job", 7, 0, 1), CKPT_EINVAL);
     CHECK(*ckpt_errmsg(NULL) != '\0');
+
+    /* The preemption notice: "drain\n" in .ckptfs/drain, one write. */
+    CHECK_CODE(ckpt_drain(mnt), CKPT_ENOTFOUND); /* no .ckptfs/drain: an older daemon */
+    CHECK(strstr(ckpt_errmsg(NULL), "ckptfs") != NULL);
+    snprintf(p, sizeof p, "%s/.ckptfs/drain", mnt);
+    write_file(p, "", 0);
+    CHECK_CODE(ckpt_drain(mnt), CKPT_OK);
+    n = read_file(p, got, sizeof got - 1);
+    got[n == (size_t)-1 ? 0 : n] = '\0';
+    CHECK(!strcmp(got, "drain\n"));
+    CHECK_CODE(ckpt_drain(""), CKPT_EINVAL);
+    CHECK_CODE(ckpt_drain(NULL), CKPT_EINVAL);
 }
 
 static void write_status(const char *mnt, const char *json)
@@ -454,11 +466,8 @@ static void test_wait_durable_parses_status(void)
 
 int main(void)
 {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
+    if (ut_tmp_store(root, url, sizeof url))
         return 1;
-    }
-    snprintf(url, sizeof url, "file://%s/store", root);
     RUN(test_version_and_strings);
     RUN(test_open_errors);
     RUN(test_list_latest_restore);

@@ -200,8 +200,16 @@ static void raw_encode(const st_manifest *m, const size_t *path_lens, const raw_
         st_bytes_put_varint(out, (uint64_t)((int64_t)f->nchunks + (i == 0 ? o->nchunks_delta : 0)));
         for (size_t j = 0; j < f->nchunks; j++) {
             const st_chunk_ref *c = &f->chunks[j];
+            if (o->version >= 2 && c->pack == ST_CHUNK_HOLE) { /* tag 0, length */
+                st_bytes_put_varint(out, 0);
+                st_bytes_put_varint(out, c->raw_len);
+                continue;
+            }
+            if (o->version >= 2) /* tag: pack + 1 */
+                st_bytes_put_varint(out, (uint64_t)c->pack + 1);
             st_bytes_append(out, c->id.b, ST_ID_LEN);
-            st_bytes_put_varint(out, c->pack);
+            if (o->version < 2)
+                st_bytes_put_varint(out, c->pack);
             st_bytes_put_varint(out, c->offset);
             st_bytes_put_varint(out, c->stored_len);
             st_bytes_put_varint(out, c->raw_len);
@@ -448,7 +456,14 @@ static void test_hostile_valid_checksum(void)
         {"chunk count +1", {.version = 1, .nchunks_delta = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"overlong varint", {.version = 1, .overlong_step = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"trailing bytes", {.version = 1, .trailing_bytes = 3}, 0, NULL, ST_ERR_CORRUPT},
-        {"version 2", {.version = 2}, 0, NULL, ST_ERR_UNSUPPORTED},
+        {"version 3", {.version = 3}, 0, NULL, ST_ERR_UNSUPPORTED},
+        /* Version 2 only where a hole needs it: one encoding per manifest. */
+        {"version 2 without a hole", {.version = 2}, 0, NULL, ST_ERR_CORRUPT},
+        {"version 1 with a hole", {.version = 1}, 14, NULL, ST_ERR_CORRUPT},
+        {"hole of 0 bytes", {.version = 2}, 15, NULL, ST_ERR_CORRUPT},
+        {"hole of 2^30 + 1 bytes", {.version = 2}, 16, NULL, ST_ERR_CORRUPT},
+        {"hole, size mismatch", {.version = 2}, 17, NULL, ST_ERR_CORRUPT},
+        {"v2 pack index", {.version = 2}, 18, NULL, ST_ERR_CORRUPT},
         {"version 0", {.version = 0}, 0, NULL, ST_ERR_CORRUPT},
         {"flags", {.version = 1, .flags = 1}, 0, NULL, ST_ERR_UNSUPPORTED},
         {"bad checksum", {.version = 1, .bad_checksum = 1}, 0, NULL, ST_ERR_CORRUPT},
@@ -534,6 +549,19 @@ static void test_hostile_valid_checksum(void)
             m.files[3].path = dup_str("d-b");
             m.files[4].path = dup_str(cases[i].edit == 12 ? "d/x" : "d");
             break;
+        case 14: /* file 1's first chunk becomes a hole of the same length */
+        case 15:
+        case 16:
+        case 17:
+        case 18: {
+            st_chunk_ref *c = &m.files[1].chunks[0];
+            uint32_t len = cases[i].edit == 15 ? 0 : cases[i].edit == 16 ? (1u << 30) + 1 : 4096;
+            m.files[1].size += (uint64_t)len - c->raw_len - (cases[i].edit == 17);
+            *c = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = len};
+            if (cases[i].edit == 18)
+                m.files[1].chunks[1].pack = (uint32_t)m.npacks;
+            break;
+        }
         }
         raw_encode(&m, plens, &cases[i].o, &enc);
         st_err e = decode_copy(enc.data, enc.len, &d);
@@ -603,6 +631,69 @@ static void test_mutation_fuzz(void)
     st_manifest_free(&m);
 }
 
+/* Turns every third chunk of m into a hole of the same length (the file
+ * sizes stay), and appends a file that is one 2^30-byte hole and a bit. */
+static void add_holes(st_manifest *m)
+{
+    for (size_t i = 0; i < m->nfiles; i++)
+        for (size_t k = 0; k < m->files[i].nchunks; k += 3) {
+            st_chunk_ref *c = &m->files[i].chunks[k];
+            uint32_t len = c->raw_len ? c->raw_len : 1;
+            m->files[i].size += len - c->raw_len;
+            *c = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = len};
+        }
+    m->files = realloc(m->files, (m->nfiles + 1) * sizeof *m->files);
+    st_file_entry *f = &m->files[m->nfiles++];
+    memset(f, 0, sizeof *f);
+    f->path = dup_str("sparse/preallocated.bin");
+    f->mode = 0644;
+    f->nchunks = 2;
+    f->chunks = calloc(2, sizeof *f->chunks);
+    f->chunks[0] = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = ST_MANIFEST_MAX_HOLE};
+    f->chunks[1] = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = 7};
+    f->size = (uint64_t)ST_MANIFEST_MAX_HOLE + 7;
+}
+
+/* Holes: version 2 round trip (canonical), version 1 without them. */
+static void test_roundtrip_holes(void)
+{
+    st_manifest m, d;
+    st_bytes enc = {0}, re = {0};
+    build_manifest(&m, 6, 3, 7, 21);
+    CHECK_OK(st_manifest_encode(&m, &enc));
+    CHECK(enc.len > 8 && st_le16_get(enc.data + 4) == 1); /* no hole: version 1 */
+    st_bytes_clear(&enc);
+    add_holes(&m);
+    CHECK_OK(st_manifest_encode(&m, &enc));
+    CHECK(enc.len > 8 && st_le16_get(enc.data + 4) == 2);
+    CHECK_OK(decode_copy(enc.data, enc.len, &d));
+    CHECK(manifests_equal(&m, &d));
+    CHECK(d.nfiles && st_chunk_is_hole(&d.files[d.nfiles - 1].chunks[0]));
+    CHECK_OK(st_manifest_encode(&d, &re));
+    CHECK(re.len == enc.len && memcmp(re.data, enc.data, enc.len) == 0);
+    st_manifest_free(&d);
+
+    /* The encoder refuses a hole the decoder would refuse. */
+    st_file_entry *f = &m.files[m.nfiles - 1];
+    size_t before = enc.len;
+    f->chunks[1].raw_len = 0;
+    f->size -= 7;
+    CHECK_ERR(st_manifest_encode(&m, &enc), ST_ERR_INVALID);
+    f->chunks[1].raw_len = ST_MANIFEST_MAX_HOLE + 1;
+    f->size += ST_MANIFEST_MAX_HOLE + 1;
+    CHECK_ERR(st_manifest_encode(&m, &enc), ST_ERR_INVALID);
+    f->chunks[1].raw_len = 7;
+    f->size -= ST_MANIFEST_MAX_HOLE + 1 - 7;
+    f->chunks[1].offset = 64; /* a hole with a location */
+    CHECK_ERR(st_manifest_encode(&m, &enc), ST_ERR_INVALID);
+    f->chunks[1].offset = 0;
+    CHECK_OK(st_manifest_encode(&m, &re));
+    CHECK(enc.len == before);
+    st_bytes_free(&enc);
+    st_bytes_free(&re);
+    st_manifest_free(&m);
+}
+
 /* The fields of a golden file entry; its chunks are set apart. */
 static void golden_file(st_file_entry *f, const char *path, uint64_t size, uint32_t mode,
                         int64_t mtime_ns, int32_t rank, st_id digest)
@@ -647,17 +738,44 @@ static void build_golden(st_manifest *m)
     f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000}; /* dedup */
 }
 
-static void test_golden(void)
+/* The version 1 golden manifest with holes: the model starts with one, the
+ * optimizer state ends with one, and a preallocated file is one hole. */
+static void build_golden_v2(st_manifest *m)
+{
+    build_golden(m);
+    st_file_entry *f = &m->files[0];
+    f->chunks = realloc(f->chunks, 3 * sizeof *f->chunks);
+    memmove(&f->chunks[1], &f->chunks[0], 2 * sizeof *f->chunks);
+    f->chunks[0] = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = 1 << 20};
+    f->nchunks = 3;
+    f->size += 1 << 20;
+    f = &m->files[2];
+    f->chunks = realloc(f->chunks, 2 * sizeof *f->chunks);
+    f->chunks[1] = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = 4096};
+    f->nchunks = 2;
+    f->size += 4096;
+    m->files = realloc(m->files, 4 * sizeof *m->files);
+    f = &m->files[m->nfiles++];
+    memset(f, 0, sizeof *f);
+    golden_file(f, "checkpoint-500/prealloc.bin", 3ull << 30, 0644, 1764460799000000000LL, 0,
+                st_id_of("prealloc", 8));
+    f->nchunks = 3;
+    f->chunks = calloc(3, sizeof *f->chunks);
+    for (size_t i = 0; i < 3; i++)
+        f->chunks[i] = (st_chunk_ref){.pack = ST_CHUNK_HOLE, .raw_len = ST_MANIFEST_MAX_HOLE};
+}
+
+/* Checks that builder's manifest encodes to the golden file `name` and that
+ * the stored bytes decode to it. */
+static void check_golden(void (*builder)(st_manifest *), const char *name)
 {
     st_manifest m, d;
-    build_golden(&m);
+    builder(&m);
     st_bytes enc = {0};
     CHECK_OK(st_manifest_encode(&m, &enc));
-    ut_golden_check("manifest_v1.bin", enc.data, enc.len);
-
-    /* The stored bytes decode to the builder's manifest. */
+    ut_golden_check(name, enc.data, enc.len);
     uint8_t *gold = NULL;
-    long len = ut_golden_read("manifest_v1.bin", &gold);
+    long len = ut_golden_read(name, &gold);
     CHECK(len > 0);
     if (len > 0) {
         CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));
@@ -669,12 +787,19 @@ static void test_golden(void)
     st_manifest_free(&m);
 }
 
+static void test_golden(void)
+{
+    check_golden(build_golden, "manifest_v1.bin");
+    check_golden(build_golden_v2, "manifest_v2.bin");
+}
+
 int main(void)
 {
     RUN(test_path_is_clean);
     RUN(test_roundtrip_empty);
     RUN(test_roundtrip_many);
     RUN(test_roundtrip_large_counts);
+    RUN(test_roundtrip_holes);
     RUN(test_encode_rejects);
     RUN(test_encode_appends);
     RUN(test_truncations_and_flips);

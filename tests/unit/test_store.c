@@ -54,6 +54,22 @@ static void mkdirf(const char *fmt, const char *a)
     mkdir(p, 0755);
 }
 
+/* Makes root/dir holding one file f of len pseudo-random bytes (seed) and
+ * writes the directory's path to out: the one-file step most tests put. */
+static void random_step_dir(const char *dir, size_t len, uint64_t seed, char *out, size_t cap)
+{
+    uint8_t *buf = malloc(len);
+    CHECK(buf != NULL);
+    if (!buf)
+        return;
+    ut_rand_fill(buf, len, seed);
+    mkdirf("%s/%s", dir);
+    snprintf(out, cap, "%s/%s/f", root, dir);
+    write_file(out, buf, len);
+    snprintf(out, cap, "%s/%s", root, dir);
+    free(buf);
+}
+
 static void test_roundtrip_tree(void)
 {
     st_store *s = open_store("state1");
@@ -142,21 +158,14 @@ static void test_put_budget(void)
     /* 96 MiB of incompressible new data: packs at most 64 per GiB (6 here),
      * plus the fixed per-step objects: job registry, manifest, commit. */
     st_store *s = open_store("state4");
-    size_t len = 96 << 20;
-    uint8_t *buf = malloc(len);
-    ut_rand_fill(buf, len, 11);
     char p[400];
-    mkdirf("%s/%s", "budget");
-    snprintf(p, sizeof p, "%s/budget/f", root);
-    write_file(p, buf, len);
-    snprintf(p, sizeof p, "%s/budget", root);
+    random_step_dir("budget", 96 << 20, 11, p, sizeof p);
     st_put_result r;
     CHECK_OK(st_store_put_dir(s, "budget", 1, p, &r));
     fprintf(stderr, "96 MiB new data: %llu PUTs (%llu packs)\n", (unsigned long long)r.puts,
             (unsigned long long)r.packs);
     CHECK(r.packs * 1024 <= 64 * 96);
     CHECK(r.puts == r.packs + 3);
-    free(buf);
     st_store_close(s);
 }
 
@@ -165,13 +174,8 @@ static void test_fresh_node_dedups_against_store(void)
     /* Node A stores a step; node B (no local state) stores the same bytes. */
     st_store *a = open_store("node-a");
     size_t len = 4 << 20;
-    uint8_t *buf = malloc(len);
-    ut_rand_fill(buf, len, 13);
     char p[400];
-    mkdirf("%s/%s", "fresh");
-    snprintf(p, sizeof p, "%s/fresh/f", root);
-    write_file(p, buf, len);
-    snprintf(p, sizeof p, "%s/fresh", root);
+    random_step_dir("fresh", len, 13, p, sizeof p);
     st_put_result r;
     CHECK_OK(st_store_put_dir(a, "fresh", 1, p, &r));
     CHECK(r.packs >= 1);
@@ -184,7 +188,6 @@ static void test_fresh_node_dedups_against_store(void)
     CHECK_OK(st_store_list_steps(b, "fresh", &steps, &n));
     CHECK(n == 2 && steps[0].step == 1 && steps[1].step == 2 && steps[1].bytes == len);
     free(steps);
-    free(buf);
     st_store_close(b);
 }
 
@@ -194,12 +197,7 @@ static void test_uncommitted_step_is_invisible(void)
      * the store, but the step must not be listed or restorable. */
     st_store *s = open_store("state5");
     char p[400];
-    uint8_t data[5000];
-    ut_rand_fill(data, sizeof data, 17);
-    mkdirf("%s/%s", "partial");
-    snprintf(p, sizeof p, "%s/partial/f", root);
-    write_file(p, data, sizeof data);
-    snprintf(p, sizeof p, "%s/partial", root);
+    random_step_dir("partial", 5000, 17, p, sizeof p);
     CHECK_OK(st_store_put_dir(s, "partial", 1, p, NULL));
     CHECK_OK(st_store_put_dir(s, "partial", 2, p, NULL));
     st_backend *b;
@@ -223,12 +221,7 @@ static void test_tampered_manifest_is_rejected(void)
 {
     st_store *s = open_store("state6");
     char p[400];
-    uint8_t data[5000];
-    ut_rand_fill(data, sizeof data, 19);
-    mkdirf("%s/%s", "tamper");
-    snprintf(p, sizeof p, "%s/tamper/f", root);
-    write_file(p, data, sizeof data);
-    snprintf(p, sizeof p, "%s/tamper", root);
+    random_step_dir("tamper", 5000, 19, p, sizeof p);
     CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
     /* One more byte at the end of the manifest: it no longer matches its
      * part record's length and digest. */
@@ -481,11 +474,8 @@ static void test_failed_commit_leaves_nothing(void)
 
 int main(void)
 {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
+    if (ut_tmp_store(root, url, sizeof url))
         return 1;
-    }
-    snprintf(url, sizeof url, "file://%s/store", root);
     RUN(test_roundtrip_tree);
     RUN(test_identical_files_stored_once);
     RUN(test_insertion_dedups);

@@ -108,6 +108,19 @@ static inline void ut_rmtree(const char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* Makes the test's temp tree from its mkdtemp template and names a file://
+ * store inside it in url. 0 on success; on failure says why, returns 1 (the
+ * test's exit code). */
+static inline int ut_tmp_store(char *root_template, char *url, size_t url_cap)
+{
+    if (!mkdtemp(root_template)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(url, url_cap, "file://%s/store", root_template);
+    return 0;
+}
+
 /* xorshift64*: fixed-seed pseudo-random bytes. */
 static inline uint64_t ut_rand_next(uint64_t *s)
 {

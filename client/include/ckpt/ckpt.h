@@ -370,6 +370,21 @@ ckpt_code ckpt_commit(const char *mountpoint, const char *job, uint64_t step, in
 ckpt_code ckpt_wait_durable(const char *mountpoint, const char *job, uint64_t step,
                             double timeout_s);
 
+/*!
+ * A preemption notice to the local ckptfs mount at `mountpoint`: from now on
+ * its uploader takes each job's newest complete step first, then the rest
+ * (docs/SHUTDOWN.md); the mount keeps serving. Call it from the handler of
+ * the platform's notice (a spot VM's, a scheduler's), then
+ * ckpt_wait_durable() on the newest step. One-way; calling it again does
+ * nothing more.
+ *
+ * It writes "drain\n" to MOUNTPOINT/.ckptfs/drain. Returns CKPT_OK;
+ * CKPT_ENOTFOUND (not a ckptfs mount, or its daemon predates drain);
+ * CKPT_EINVAL (empty mountpoint); CKPT_EIO. Detail in ckpt_errmsg(NULL).
+ * Thread-safe.
+ */
+ckpt_code ckpt_drain(const char *mountpoint);
+
 #ifdef __cplusplus
 }
 #endif
