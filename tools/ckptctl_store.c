@@ -493,6 +493,7 @@ int run_stats(cli *c, st_store *s)
         bad |= json_set(q, "stat", json_object_new_uint64(rq.stat));
         bad |= json_set(q, "list", json_object_new_uint64(rq.list));
         bad |= json_set(q, "delete", json_object_new_uint64(rq.del));
+        bad |= json_set(q, "delete_batch", json_object_new_uint64(rq.del_batch));
         bad |= json_set(o, "requests", q);
         rc = json_print(o, bad);
     } else if (!c->quiet) {
@@ -505,8 +506,8 @@ int run_stats(cli *c, st_store *s)
         snprintf(label, sizeof label, "(all %zu jobs)", n);
         stats_text(c->job ? c->job : label, &total);
         printf("%-14s %" PRIu64 " PUT, %" PRIu64 " GET, %" PRIu64 " HEAD, %" PRIu64
-               " LIST, %" PRIu64 " DELETE (made by this command)\n",
-               "requests", rq.put, rq.get, rq.stat, rq.list, rq.del);
+               " LIST, %" PRIu64 " DELETE, %" PRIu64 " batched DELETE (made by this command)\n",
+               "requests", rq.put, rq.get, rq.stat, rq.list, rq.del, rq.del_batch);
     }
 out:
     free(per);

@@ -698,4 +698,5 @@ void st_store_requests(const st_store *s, st_request_counts *out)
     out->stat = st_backend_counts_of(&s->requests, ST_REQ_STAT);
     out->list = st_backend_counts_of(&s->requests, ST_REQ_LIST);
     out->del = st_backend_counts_of(&s->requests, ST_REQ_DELETE);
+    out->del_batch = st_backend_counts_of(&s->requests, ST_REQ_DELETE_BATCH);
 }

@@ -145,9 +145,10 @@ typedef struct st_store_stats {
 /*! Space accounting of a job: logical vs stored bytes, object counts. */
 st_err st_store_stats_job(st_store *s, const char *job, st_store_stats *out);
 
-/*! Object requests this st_store made so far, by kind. */
+/*! Object requests this st_store made so far, by kind: del counts one-key
+ *  DELETEs, del_batch the batched ones (S3 DeleteObjects, many keys each). */
 typedef struct st_request_counts {
-    uint64_t put, get, stat, list, del;
+    uint64_t put, get, stat, list, del, del_batch;
 } st_request_counts;
 void st_store_requests(const st_store *s, st_request_counts *out);
 

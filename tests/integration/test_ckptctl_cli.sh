@@ -150,7 +150,7 @@ checkjson "stats --json counts" "d['job']=='j2' and d['steps']==2 and d['consist
 allbytes=$(cd "$tmp/store" && find . -path '*j2*' -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
 checkjson "stats --json bytes" "d['logical_bytes']==6000000 and d['stored_bytes'] in ($packbytes, $allbytes)"
 checkjson "stats --json ratio" "abs(d['dedup_ratio'] - d['logical_bytes']/d['stored_bytes']) < 0.001 and 1.4 < d['dedup_ratio'] < 1.6"
-checkjson "stats --json requests" "d['requests']['put']==0 and d['requests']['delete']==0 and d['requests']['list']>=1 and set(d['requests'])=={'put','get','stat','list','delete'}"
+checkjson "stats --json requests" "d['requests']['put']==0 and d['requests']['delete']==0 and d['requests']['list']>=1 and set(d['requests'])=={'put','get','stat','list','delete','delete_batch'} and d['requests']['delete_batch']==0"
 expect 0 "stats" -- "$ckptctl" $J stats
 contains "$tmp/out" "dedup ratio" "stats text has the ratio"
 contains "$tmp/out" "made by this command" "stats text has the requests"
