@@ -386,18 +386,25 @@ static st_err call_begin(s3_ctx *c, const char *op, const char *key, S3RequestCo
     return ST_OK;
 }
 
+/* call_begin() of op on one object, whose full key goes into fk (of
+ * S3_MAX_KEY_SIZE + 1 bytes) first. */
+static st_err object_call_begin(s3_ctx *c, const char *op, const char *key, char *fk,
+                                S3RequestContext **rc, s3_call *call)
+{
+    st_err e = st_s3_full_key(&c->cfg, op, key, fk);
+    return e ? e : call_begin(c, op, key, rc, call);
+}
+
 /* ---- ops ---- */
 
 static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
 {
     s3_ctx *c = ctx;
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = st_s3_full_key(&c->cfg, "put", key, fk);
-    if (e)
-        return e;
     S3RequestContext *rc;
     s3_call call;
-    if ((e = call_begin(c, "put", key, &rc, &call)))
+    st_err e = object_call_begin(c, "put", key, fk, &rc, &call);
+    if (e)
         return e;
     call.put_data = data;
     call.put_len = len;
@@ -766,12 +773,10 @@ static st_err s3_del(void *ctx, const char *key)
 {
     s3_ctx *c = ctx;
     char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = st_s3_full_key(&c->cfg, "del", key, fk);
-    if (e)
-        return e;
     S3RequestContext *rc;
     s3_call call;
-    if ((e = call_begin(c, "del", key, &rc, &call)))
+    st_err e = object_call_begin(c, "del", key, fk, &rc, &call);
+    if (e)
         return e;
     S3ResponseHandler h = {on_props, on_complete};
     S3_delete_object(&c->bucket_ctx, fk, rc, &h, &call);

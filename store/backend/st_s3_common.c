@@ -58,6 +58,14 @@ static int bucket_char_ok(char ch)
            ch == '.' || ch == '-' || ch == '_';
 }
 
+/* ST_ERR_INVALID naming the URL and what is wrong with it: the one form
+ * of every message below that may echo the URL (checked free of user info
+ * first). */
+static st_err bad_url(const char *url, const char *why)
+{
+    return st_seterr(ST_ERR_INVALID, "s3 store URL \"%.200s\": %s", url, why);
+}
+
 /* s3://bucket[/prefix][/]: bucket and prefix into cfg. */
 static st_err parse_url(st_s3_config *cfg, const char *url)
 {
@@ -68,14 +76,10 @@ static st_err parse_url(st_s3_config *cfg, const char *url)
                          "s3 store URL: '@' and ':' are not allowed (credentials never go in the "
                          "URL; the endpoint is set with --s3-endpoint or CKPT_S3_ENDPOINT)");
     if (strpbrk(rest, "?#%"))
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 store URL \"%.200s\": queries, fragments and %%-escapes are not "
-                         "supported",
-                         url);
+        return bad_url(url, "queries, fragments and %-escapes are not supported");
     size_t bn = strcspn(rest, "/");
     if (bn == 0)
-        return st_seterr(ST_ERR_INVALID, "s3 store URL \"%.200s\": expected s3://bucket[/prefix]",
-                         url);
+        return bad_url(url, "expected s3://bucket[/prefix]");
     /* S3's bucket rules (3 to 63 characters, starting and ending with a
      * letter or digit); '_' and capitals only exist on old path-style
      * buckets, and are refused below for virtual-hosted addressing. */
@@ -86,10 +90,8 @@ static st_err parse_url(st_s3_config *cfg, const char *url)
     for (size_t i = 0; i < bn; i++)
         if (!bucket_char_ok(rest[i]) ||
             ((i == 0 || i == bn - 1) && (rest[i] == '.' || rest[i] == '-' || rest[i] == '_')))
-            return st_seterr(ST_ERR_INVALID,
-                             "s3 store URL \"%.200s\": bad bucket name (letters, digits, '.', "
-                             "'-'; starting and ending with a letter or digit)",
-                             url);
+            return bad_url(url, "bad bucket name (letters, digits, '.', '-'; starting and "
+                                "ending with a letter or digit)");
     memcpy(cfg->bucket, rest, bn);
     cfg->bucket[bn] = '\0';
 
@@ -107,10 +109,8 @@ static st_err parse_url(st_s3_config *cfg, const char *url)
     memcpy(pre, p, pn);
     pre[pn] = '\0';
     if (!st_key_is_valid(pre))
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 store URL \"%.200s\": the prefix must follow the key rules "
-                         "([A-Za-z0-9._-] components, none starting with '.')",
-                         url);
+        return bad_url(url, "the prefix must follow the key rules ([A-Za-z0-9._-] "
+                            "components, none starting with '.')");
     memcpy(cfg->prefix, pre, pn);
     cfg->prefix[pn] = '/';
     cfg->prefix[pn + 1] = '\0';

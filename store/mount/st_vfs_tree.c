@@ -103,24 +103,17 @@ vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
     return n;
 }
 
+/* st_array_lower_bound's order of dir->kids: by name. */
+static int cmp_kid_name(const void *name, const void *kid)
+{
+    return strcmp(name, (*(const vnode *const *)kid)->name);
+}
+
 /* Index of name among dir's sorted children, or where it would go. */
 static size_t kid_index(const vnode *dir, const char *name, int *found)
 {
-    size_t lo = 0, hi = dir->nkids;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = strcmp(dir->kids[mid]->name, name);
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
+    return st_array_lower_bound(dir->kids, dir->nkids, sizeof *dir->kids, name, cmp_kid_name,
+                                found);
 }
 
 vnode *vfs_child(const vnode *dir, const char *name)

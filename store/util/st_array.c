@@ -1,5 +1,6 @@
 /*
- * st_array — growing malloc'd arrays by doubling (st_array.h).
+ * st_array — growing malloc'd arrays by doubling, searching sorted ones
+ * (st_array.h).
  */
 #include "util/st_array.h"
 
@@ -21,4 +22,24 @@ st_err st_array_grow(void **arr, size_t *cap, size_t need, size_t elem)
     *arr = p;
     *cap = n;
     return ST_OK;
+}
+
+size_t st_array_lower_bound(const void *base, size_t n, size_t elem, const void *key,
+                            int (*cmp)(const void *key, const void *element), int *found)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = cmp(key, (const char *)base + mid * elem);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c > 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
 }

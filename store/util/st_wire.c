@@ -39,25 +39,29 @@ st_err st_bytes_put_u8(st_bytes *b, uint8_t v)
     return st_bytes_append(b, &v, 1);
 }
 
+/* The low width bytes of v, least significant first: the one body of the
+ * fixed-width appends below (st_le64_put's byte order, any width). */
+static st_err put_le(st_bytes *b, uint64_t v, size_t width)
+{
+    uint8_t t[8];
+    for (size_t i = 0; i < width; i++)
+        t[i] = (uint8_t)(v >> (8 * i));
+    return st_bytes_append(b, t, width);
+}
+
 st_err st_bytes_put_le16(st_bytes *b, uint16_t v)
 {
-    uint8_t t[2];
-    st_le16_put(t, v);
-    return st_bytes_append(b, t, 2);
+    return put_le(b, v, 2);
 }
 
 st_err st_bytes_put_le32(st_bytes *b, uint32_t v)
 {
-    uint8_t t[4];
-    st_le32_put(t, v);
-    return st_bytes_append(b, t, 4);
+    return put_le(b, v, 4);
 }
 
 st_err st_bytes_put_le64(st_bytes *b, uint64_t v)
 {
-    uint8_t t[8];
-    st_le64_put(t, v);
-    return st_bytes_append(b, t, 8);
+    return put_le(b, v, 8);
 }
 
 st_err st_bytes_put_varint(st_bytes *b, uint64_t v)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "format/st_codec.h"
+#include "fuzz_input.h"
 
 #define FUZZ_MAX_OUT (1u << 20)
 
@@ -72,14 +73,10 @@ static void fuzz_decode(const uint8_t *enc, size_t enc_len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size == 0)
-        return 0;
-    /* Copies at exact size so reads past the end are caught. */
-    size_t len = size - 1;
-    uint8_t *copy = malloc(len ? len : 1);
+    size_t len;
+    uint8_t *copy = fuzz_mode_copy(data, size, &len);
     if (!copy)
-        abort();
-    memcpy(copy, data + 1, len);
+        return 0;
     if (data[0] & 1)
         fuzz_roundtrip(copy, len);
     else

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "format/st_gcmark.h"
+#include "fuzz_input.h"
 #include "util/st_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -72,14 +73,10 @@ static void check_intent(const uint8_t *buf, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
-        return 0;
-    size_t len = size - 1;
-    uint8_t *buf = malloc(len ? len : 1); /* exact size: an overread is an ASan report */
+    size_t len;
+    uint8_t *buf = fuzz_mode_copy(data, size, &len);
     if (!buf)
         return 0;
-    if (len)
-        memcpy(buf, data + 1, len);
     if (data[0] & 1)
         check_intent(buf, len);
     else

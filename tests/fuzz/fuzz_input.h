@@ -1,8 +1,8 @@
 /*
- * fuzz_input — what the fuzz targets of checksummed store objects share:
- * an exact-size private copy of the input (any overread is an ASan report)
- * whose first byte is a mode, and the check that a failed decode left its
- * output zeroed.
+ * fuzz_input — what the fuzz targets share: an exact-size private copy of
+ * the input (any overread is an ASan report), often after a first byte that
+ * picks a mode; for checksummed store objects, the checksum fixed up; and
+ * the check that a failed decode left its output zeroed.
  */
 #ifndef FUZZ_INPUT_H
 #define FUZZ_INPUT_H
@@ -14,21 +14,33 @@
 #include "util/st_hash.h"
 #include "util/st_wire.h"
 
-/* data = mode byte + object. Returns the malloc'd copy of the object (*len
- * bytes), or NULL when there is no input. With bit 0 of the mode set, the
- * trailing XXH3-64 is recomputed over the body, so the fuzzer reaches the
- * structural checks instead of dying on the checksum. */
-static inline uint8_t *fuzz_object_copy(const uint8_t *data, size_t size, size_t *len)
+/* A malloc'd copy of the size bytes at data, at exactly that size (one byte
+ * when size is 0, so NULL means only out of memory). */
+static inline uint8_t *fuzz_exact_copy(const uint8_t *data, size_t size)
+{
+    uint8_t *buf = malloc(size ? size : 1);
+    if (buf && size)
+        memcpy(buf, data, size);
+    return buf;
+}
+
+/* data = mode byte + payload. Returns the exact-size copy of the payload
+ * (*len bytes), or NULL when there is no input (or no memory). */
+static inline uint8_t *fuzz_mode_copy(const uint8_t *data, size_t size, size_t *len)
 {
     if (size < 1)
         return NULL;
     *len = size - 1;
-    uint8_t *buf = malloc(*len ? *len : 1);
-    if (!buf)
-        return NULL;
-    if (*len)
-        memcpy(buf, data + 1, *len);
-    if ((data[0] & 1) && *len >= 8)
+    return fuzz_exact_copy(data + 1, *len);
+}
+
+/* fuzz_mode_copy() of a checksummed object: with bit 0 of the mode set, the
+ * trailing XXH3-64 is recomputed over the body, so the fuzzer reaches the
+ * structural checks instead of dying on the checksum. */
+static inline uint8_t *fuzz_object_copy(const uint8_t *data, size_t size, size_t *len)
+{
+    uint8_t *buf = fuzz_mode_copy(data, size, len);
+    if (buf && (data[0] & 1) && *len >= 8)
         st_le64_put(buf + *len - 8, st_hash64(buf, *len - 8));
     return buf;
 }

@@ -12,16 +12,15 @@
 #include <string.h>
 
 #include "format/st_lease.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t *buf = malloc(size ? size : 1); /* exact size: an overread is an ASan report */
+    uint8_t *buf = fuzz_exact_copy(data, size);
     if (!buf)
         return 0;
-    if (size)
-        memcpy(buf, data, size);
     st_lease l;
     st_err e = st_lease_decode(buf, size, &l);
     if (e == ST_OK) {

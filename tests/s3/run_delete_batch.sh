@@ -19,22 +19,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 driver=${1:?usage: run_delete_batch.sh S3_DELETE_BATCH}
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "run_delete_batch: /usr/bin/python3 not found" >&2; exit 2; }
+me=run_delete_batch
+# shellcheck source=testlib.sh
+. "$here/testlib.sh"
+s3t_python
 
-work=$(mktemp -d /tmp/ckpt-s3delbatch-XXXXXX)
-proxy_pid="" started_s3rver=0 status=1
-stop_proxy() {
-    if [ -n "$proxy_pid" ]; then
-        kill "$proxy_pid" 2>/dev/null || true
-        wait "$proxy_pid" 2>/dev/null || true
-        proxy_pid=""
-    fi
-}
+s3t_work /tmp/ckpt-s3delbatch-XXXXXX
+proxy_pid="" started_s3rver=0
 cleanup() {
-    stop_proxy
+    s3t_stop proxy_pid
     [ "$started_s3rver" = 1 ] && bash "$here/s3rver.sh" stop "$work/s3" || true
-    if [ "$status" = 0 ]; then rm -rf "$work"; else echo "run_delete_batch: logs in $work" >&2; fi
+    s3t_finish
 }
 trap cleanup EXIT
 
@@ -56,14 +51,7 @@ start_proxy() { # STATS_FILE
         --pid-file "$work/proxy.pid" --stats-file "$1" --owner-pid $$ --faults "" \
         2>>"$work/proxy.log" &
     proxy_pid=$!
-    for ((i = 0; i < 100; i++)); do
-        [ -s "$work/proxy.port" ] && return 0
-        kill -0 "$proxy_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$work/proxy.log" >&2
-    echo "run_delete_batch: the proxy did not start" >&2
-    exit 1
+    s3t_wait_file "$work/proxy.port" "$proxy_pid" "$work/proxy.log" "the proxy"
 }
 
 one_signature() { # v2|v4 N EXPECTED_REQUESTS
@@ -73,7 +61,7 @@ one_signature() { # v2|v4 N EXPECTED_REQUESTS
     start_proxy "$work/stats-$sig.json"
     CKPT_S3_ENDPOINT=http://127.0.0.1:$(cat "$work/proxy.port") timeout 120 \
         "$driver" del "$n" "$prefix"
-    stop_proxy
+    s3t_stop proxy_pid
     got=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["requests"])' \
         "$work/stats-$sig.json")
     # Checked with V4: libs3's V2 listing signature does not match s3rver's.

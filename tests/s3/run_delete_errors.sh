@@ -12,17 +12,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 driver=${1:?usage: run_delete_errors.sh S3_DELETE_BATCH}
-py=/usr/bin/python3
-[ -x "$py" ] || { echo "run_delete_errors: /usr/bin/python3 not found" >&2; exit 2; }
-work=$(mktemp -d /tmp/ckpt-s3delerr-XXXXXX)
-fake_pid="" status=1
-stop_fake() {
-    [ -z "$fake_pid" ] || { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null || true; }
-    fake_pid=""
-}
+me=run_delete_errors
+# shellcheck source=testlib.sh
+. "$here/testlib.sh"
+s3t_python
+s3t_work /tmp/ckpt-s3delerr-XXXXXX
+fake_pid=""
 cleanup() {
-    stop_fake
-    if [ "$status" = 0 ]; then rm -rf "$work"; else echo "run_delete_errors: logs in $work" >&2; fi
+    s3t_stop fake_pid
+    s3t_finish
 }
 trap cleanup EXIT
 export AWS_ACCESS_KEY_ID=FAKEKEY AWS_SECRET_ACCESS_KEY=FAKESECRET CKPT_S3_SIGNATURE=v4
@@ -33,13 +31,9 @@ run_against() { # NAME MODE [FAKE OPTIONS]
     : >"$work/$name.log"
     "$py" "$here/fake_s3_delete.py" --log "$work/$name.log" "$@" >"$work/$name.port" &
     fake_pid=$!
-    for ((i = 0; i < 100; i++)); do
-        [ -s "$work/$name.port" ] && break
-        sleep 0.1
-    done
-    [ -s "$work/$name.port" ] || { echo "run_delete_errors: the fake did not start" >&2; exit 1; }
+    s3t_wait_file "$work/$name.port" "$fake_pid" "" "the fake"
     CKPT_S3_ENDPOINT=http://127.0.0.1:$(cat "$work/$name.port") timeout 60 "$driver" "$mode"
-    stop_fake
+    s3t_stop fake_pid
     echo "run_delete_errors: $name: requests: $(paste -sd, "$work/$name.log")"
 }
 

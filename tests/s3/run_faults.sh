@@ -10,20 +10,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 driver=${1:?usage: run_faults.sh S3_FAULT_DRIVER}
-py=/usr/bin/python3
-[ -x "$py" ] || py=$(command -v python3) || { echo "run_faults: python3 not found" >&2; exit 2; }
+me=run_faults
+# shellcheck source=testlib.sh
+. "$here/testlib.sh"
+s3t_python
 
-work=$(mktemp -d /tmp/ckpt-s3faults-XXXXXX)
+s3t_work /tmp/ckpt-s3faults-XXXXXX
 proxy_pid=""
-status=1
 cleanup() {
-    [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null || true
+    s3t_stop proxy_pid
     bash "$here/s3rver.sh" stop "$work/s3" || true
-    if [ "$status" = 0 ]; then
-        rm -rf "$work"
-    else
-        echo "run_faults: failed; logs kept in $work" >&2
-    fi
+    s3t_finish
 }
 trap cleanup EXIT
 
@@ -35,12 +32,7 @@ faults=e500=0.03,e503=0.03,drop_req=0.03,drop_resp=0.03,cut_body=0.05,stall=0.00
     --pid-file "$work/proxy.pid" --stats-file "$work/stats.json" --seed "${FAULT_SEED:-4242}" \
     --stall-s 3 --owner-pid $$ --faults "$faults" 2>"$work/proxy.log" &
 proxy_pid=$!
-for ((i = 0; i < 100; i++)); do
-    [ -s "$work/proxy.port" ] && break
-    kill -0 "$proxy_pid" 2>/dev/null || { cat "$work/proxy.log" >&2; exit 1; }
-    sleep 0.1
-done
-[ -s "$work/proxy.port" ] || { echo "run_faults: proxy did not start in 10 s" >&2; exit 1; }
+s3t_wait_file "$work/proxy.port" "$proxy_pid" "$work/proxy.log" "the fault proxy"
 pport=$(cat "$work/proxy.port")
 echo "run_faults: s3rver on $s3port, fault proxy on $pport ($faults)"
 
@@ -49,9 +41,7 @@ export CKPT_S3_ENDPOINT=http://127.0.0.1:$pport
 rc=0
 timeout 480 "$driver" faults || rc=$?
 
-kill "$proxy_pid" 2>/dev/null || true
-wait "$proxy_pid" 2>/dev/null || true
-proxy_pid=""
+s3t_stop proxy_pid
 echo "run_faults: proxy counts: $(tr -d '\n ' <"$work/stats.json")"
 if [ "$rc" != 0 ]; then
     echo "run_faults: driver failed (status $rc)" >&2

@@ -23,7 +23,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from mountlib import Mount, read_status, tempdir, wait_durable, wait_for  # noqa: E402
+from mountlib import Mount, read_status, sha256_file, tempdir, wait_durable, wait_for  # noqa: E402
 
 CKPTFS = os.environ.get("CKPTFS")
 CKPTCTL = os.environ.get("CKPTCTL")
@@ -34,14 +34,6 @@ OSD_OUTAGE_S = 20
 # A save into the mount goes to local staging: even with the store gone it
 # must finish in about the time of a local write. Generous for a loaded CI.
 WRITE_BUDGET_S = 10
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def rgw(cmd):
@@ -96,7 +88,7 @@ class RgwFaultTest(unittest.TestCase):
     def verify_on_new_node(self, ref):
         b = self.mount("reader")
         for name, digest in ref.items():
-            self.assertEqual(sha256(os.path.join(b.path, JOB, name)), digest, name)
+            self.assertEqual(sha256_file(os.path.join(b.path, JOB, name)), digest, name)
 
     def test_radosgw_restart_mid_upload(self):
         # Slow PUTs (the daemon's test hook) widen the window, so the stop

@@ -24,15 +24,13 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "usage: with_rgw.sh [--memstore] [--https] COMMAND..." >&2; exit 2; }
 
-work=$(mktemp -d /var/tmp/ckpt-with-rgw.XXXXXX)
-status=1
+me=with_rgw
+# shellcheck source=testlib.sh
+. "$here/testlib.sh"
+s3t_work /var/tmp/ckpt-with-rgw.XXXXXX
 cleanup() {
     bash "$here/rgw.sh" stop "$work/ceph" || true
-    if [ "$status" = 0 ]; then
-        rm -rf "$work"
-    else
-        echo "with_rgw: failed; the cluster's logs are in $work/ceph/log" >&2
-    fi
+    s3t_finish "$work/ceph/log"
 }
 trap cleanup EXIT
 env_file=$(bash "$here/rgw.sh" start "$work/ceph" --owner $$ "${opts[@]}")

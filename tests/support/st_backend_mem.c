@@ -38,24 +38,16 @@ typedef struct mem_store {
     unsigned refs;    /* open handles (lock) */
 } mem_store;
 
+/* st_array_lower_bound's order of s->objs: by key. */
+static int cmp_obj_key(const void *key, const void *obj)
+{
+    return strcmp(key, ((const mem_object *)obj)->key);
+}
+
 /* Index of key in s, or of where it would be inserted; *found says which. */
 static size_t lower_bound(const mem_store *s, const char *key, int *found)
 {
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(s->objs[mid].key, key);
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
+    return st_array_lower_bound(s->objs, s->n, sizeof *s->objs, key, cmp_obj_key, found);
 }
 
 static st_err no_such(const char *op, const char *key)

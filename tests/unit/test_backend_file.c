@@ -39,16 +39,6 @@ static const char *tp(const char *rel)
     return b;
 }
 
-static void write_file(const char *path, const char *s)
-{
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(s, f);
-        fclose(f);
-    }
-}
-
 /* 1 if path is a regular file (not followed) holding exactly s. */
 static int file_is(const char *path, const char *s)
 {
@@ -244,7 +234,7 @@ static void test_root_creation(void)
 
 static void test_root_not_a_directory(void)
 {
-    write_file(tp("afile"), "plain");
+    ut_write_text(tp("afile"), "plain");
     st_backend *b = NULL;
     st_clearerr();
     CHECK_ERR(st_backend_file_open(tp("afile"), &b), ST_ERR_PERMANENT);
@@ -296,11 +286,11 @@ static void test_temp_and_foreign_entries(void)
         return;
     CHECK_OK(st_put(b, "x/y", "Y", 1));
     /* A crashed writer's temps, and things that are not objects. */
-    write_file(tp("store/.tmp.1.2.3"), "stale");
-    write_file(tp("store/x@/.tmp.9.9.9"), "stale");
+    ut_write_text(tp("store/.tmp.1.2.3"), "stale");
+    ut_write_text(tp("store/x@/.tmp.9.9.9"), "stale");
     CHECK(mkdir(tp("store/plain"), 0755) == 0);
-    write_file(tp("store/plain/f"), "not ours");
-    write_file(tp("store/bad name"), "space");
+    ut_write_text(tp("store/plain/f"), "not ours");
+    ut_write_text(tp("store/bad name"), "space");
     CHECK(mkfifo(tp("store/fifo"), 0644) == 0);
     CHECK(mkdir(tp("store/emptyobj"), 0755) == 0); /* a directory at an object's name */
 
@@ -351,9 +341,9 @@ static void test_temp_and_foreign_entries(void)
 static void test_symlinks(void)
 {
     CHECK(mkdir(outside, 0755) == 0);
-    write_file(tp("outside/victim"), "ORIGINAL");
+    ut_write_text(tp("outside/victim"), "ORIGINAL");
     CHECK(mkdir(tp("outside/dir"), 0755) == 0);
-    write_file(tp("outside/dir/x"), "SECRET");
+    ut_write_text(tp("outside/dir/x"), "SECRET");
     CHECK(symlink(tp("outside/victim"), tp("store/evil")) == 0);
     CHECK(symlink(tp("outside/victim"), tp("store/evil2")) == 0);
     CHECK(symlink(tp("outside/dir"), tp("store/d@")) == 0);

@@ -51,12 +51,7 @@ static void write_file(const char *name, const char *text)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
+    ut_write_text(path, text);
 }
 
 /* Loads a configuration; returns its st_err, cfg filled. */

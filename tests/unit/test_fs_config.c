@@ -155,12 +155,7 @@ static const char *write_file(const char *dir, const char *name, const char *tex
 {
     static char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
+    ut_write_text(path, text);
     CHECK(chmod(path, mode) == 0);
     return path;
 }

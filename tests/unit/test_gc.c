@@ -29,16 +29,6 @@
 static char root[] = "/tmp/ckpt-test-gc-XXXXXX";
 static char url[300];
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0);
-    if (fd < 0)
-        return;
-    CHECK(write(fd, data, len) == (ssize_t)len);
-    close(fd);
-}
-
 static st_store *open_store(const char *state_name)
 {
     char state[400];
@@ -60,10 +50,10 @@ static void put_sized(st_store *s, const char *job, uint64_t step, size_t shared
     mkdir(dir, 0755);
     ut_rand_fill(buf, shared, 7);
     snprintf(p, sizeof p, "%s/shared.bin", dir);
-    write_file(p, buf, shared);
+    ut_write_file(p, buf, shared);
     ut_rand_fill(buf, own, 1000 + seed);
     snprintf(p, sizeof p, "%s/own.bin", dir);
-    write_file(p, buf, own);
+    ut_write_file(p, buf, own);
     CHECK_OK(st_store_put_dir(s, job, step, dir, r));
 }
 

@@ -33,16 +33,6 @@ static char url[300];
         }                                                                                          \
     } while (0)
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0);
-    if (fd < 0)
-        return;
-    CHECK(write(fd, data, len) == (ssize_t)len);
-    close(fd);
-}
-
 static size_t read_file(const char *path, void *buf, size_t cap)
 {
     int fd = open(path, O_RDONLY);
@@ -64,9 +54,9 @@ static void put_step(const char *job, uint64_t step, size_t size)
     uint8_t *buf = malloc(size);
     ut_rand_fill(buf, size, 1000 + step);
     snprintf(p, sizeof p, "%s/a", dir);
-    write_file(p, buf, size);
+    ut_write_file(p, buf, size);
     snprintf(p, sizeof p, "%s/sub/b", dir);
-    write_file(p, "hello", 5);
+    ut_write_file(p, "hello", 5);
     free(buf);
 
     char state[400];
@@ -361,7 +351,7 @@ static void test_commit_line(void)
     snprintf(p, sizeof p, "%s/.ckptfs", mnt);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/.ckptfs/commit", mnt);
-    write_file(p, "", 0);
+    ut_write_file(p, "", 0);
     CHECK_CODE(ckpt_commit(mnt, "job", 7, 1, 2), CKPT_OK);
     size_t n = read_file(p, got, sizeof got - 1);
     CHECK(n == 10);
@@ -381,7 +371,7 @@ static void test_commit_line(void)
     CHECK_CODE(ckpt_drain(mnt), CKPT_ENOTFOUND); /* no .ckptfs/drain: an older daemon */
     CHECK(strstr(ckpt_errmsg(NULL), "ckptfs") != NULL);
     snprintf(p, sizeof p, "%s/.ckptfs/drain", mnt);
-    write_file(p, "", 0);
+    ut_write_file(p, "", 0);
     CHECK_CODE(ckpt_drain(mnt), CKPT_OK);
     n = read_file(p, got, sizeof got - 1);
     got[n == (size_t)-1 ? 0 : n] = '\0';
@@ -395,7 +385,7 @@ static void write_status(const char *mnt, const char *json)
     char p[450], tmp[460];
     snprintf(p, sizeof p, "%s/.ckptfs/status", mnt);
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    write_file(tmp, json, strlen(json));
+    ut_write_file(tmp, json, strlen(json));
     rename(tmp, p);
 }
 

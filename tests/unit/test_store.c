@@ -20,16 +20,6 @@
 static char root[] = "/tmp/ckpt-test-store-XXXXXX";
 static char url[300];
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0);
-    if (fd < 0)
-        return;
-    CHECK(write(fd, data, len) == (ssize_t)len);
-    close(fd);
-}
-
 static int files_equal(const char *a, const char *b)
 {
     char cmd[1024];
@@ -65,7 +55,7 @@ static void random_step_dir(const char *dir, size_t len, uint64_t seed, char *ou
     ut_rand_fill(buf, len, seed);
     mkdirf("%s/%s", dir);
     snprintf(out, cap, "%s/%s/f", root, dir);
-    write_file(out, buf, len);
+    ut_write_file(out, buf, len);
     snprintf(out, cap, "%s/%s", root, dir);
     free(buf);
 }
@@ -83,7 +73,7 @@ static void test_roundtrip_tree(void)
     for (size_t i = 0; i < 5; i++) {
         ut_rand_fill(buf, sizes[i], 100 + i);
         snprintf(p, sizeof p, "%s/rt/%s", root, names[i]);
-        write_file(p, buf, sizes[i]);
+        ut_write_file(p, buf, sizes[i]);
     }
     snprintf(p, sizeof p, "%s/rt", root);
     st_put_result r;
@@ -114,9 +104,9 @@ static void test_identical_files_stored_once(void)
     char p[400];
     mkdirf("%s/%s", "twins");
     snprintf(p, sizeof p, "%s/twins/rank0.bin", root);
-    write_file(p, buf, len);
+    ut_write_file(p, buf, len);
     snprintf(p, sizeof p, "%s/twins/rank1.bin", root);
-    write_file(p, buf, len);
+    ut_write_file(p, buf, len);
     snprintf(p, sizeof p, "%s/twins", root);
     st_put_result r;
     CHECK_OK(st_store_put_dir(s, "twins", 1, p, &r));
@@ -136,11 +126,11 @@ static void test_insertion_dedups(void)
     mkdirf("%s/%s", "ins-a");
     mkdirf("%s/%s", "ins-b");
     snprintf(p, sizeof p, "%s/ins-a/f", root);
-    write_file(p, buf, len);
+    ut_write_file(p, buf, len);
     memmove(buf + 101, buf + 100, len - 100);
     buf[100] = 0x5a;
     snprintf(p, sizeof p, "%s/ins-b/f", root);
-    write_file(p, buf, len + 1);
+    ut_write_file(p, buf, len + 1);
     st_put_result r;
     snprintf(p, sizeof p, "%s/ins-a", root);
     CHECK_OK(st_store_put_dir(s, "ins", 1, p, &r));
@@ -278,11 +268,11 @@ static void put_two_steps(st_store *s, const char *job, char *new_pack, size_t c
     mkdir(d1, 0755);
     mkdir(d2, 0755);
     snprintf(p, sizeof p, "%s/a.bin", d1);
-    write_file(p, a, sizeof a);
+    ut_write_file(p, a, sizeof a);
     snprintf(p, sizeof p, "%s/a-dedup.bin", d2);
-    write_file(p, a, sizeof a);
+    ut_write_file(p, a, sizeof a);
     snprintf(p, sizeof p, "%s/z-new.bin", d2);
-    write_file(p, z, sizeof z);
+    ut_write_file(p, z, sizeof z);
     st_backend *b;
     key_set before = {.n = 0}, after = {.n = 0};
     char prefix[300];
@@ -396,7 +386,7 @@ static void test_many_files_few_descriptors(void)
         char text[64];
         int len = snprintf(text, sizeof text, "file %d of the many\n", i);
         snprintf(p, sizeof p, "%s/f%04d", dir, i);
-        write_file(p, text, (size_t)len);
+        ut_write_file(p, text, (size_t)len);
     }
     CHECK_OK(st_store_put_dir(s, "many", 1, dir, NULL));
     struct rlimit old, low;
@@ -424,7 +414,7 @@ static void test_unreadable_step_is_listed(void)
     snprintf(p, sizeof p, "%s/unread", root);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/unread/f", root);
-    write_file(p, "x", 1);
+    ut_write_file(p, "x", 1);
     snprintf(p, sizeof p, "%s/unread", root);
     CHECK_OK(st_store_put_dir(s, "unread", 1, p, NULL));
     st_backend *b;
@@ -453,9 +443,9 @@ static void test_failed_commit_leaves_nothing(void)
     snprintf(p, sizeof p, "%s/commit-src", root);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/commit-src/a.bin", root);
-    write_file(p, "aaaa", 4);
+    ut_write_file(p, "aaaa", 4);
     snprintf(p, sizeof p, "%s/commit-src/b", root);
-    write_file(p, "bbbb", 4);
+    ut_write_file(p, "bbbb", 4);
     snprintf(p, sizeof p, "%s/commit-src", root);
     CHECK_OK(st_store_put_dir(s, "commit", 1, p, NULL));
     snprintf(dest, sizeof dest, "%s/commit-out", root);
@@ -463,7 +453,7 @@ static void test_failed_commit_leaves_nothing(void)
     snprintf(p, sizeof p, "%s/b", dest);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/b/keep", dest);
-    write_file(p, "k", 1);
+    ut_write_file(p, "k", 1);
     CHECK_ERR(st_store_restore(s, "commit", 1, dest, NULL, NULL), ST_ERR_IO);
     CHECK(strstr(st_errmsg(), "rename into place b") != NULL);
     CHECK(!exists(dest, "a.bin"));

@@ -15,10 +15,12 @@
 #ifndef UT_H
 #define UT_H
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "st_error.h"
 
@@ -106,6 +108,24 @@ static inline void ut_rmtree(const char *dir)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Writes len bytes of data to path (created, or truncated; mode 0644),
+ * recording a failed CHECK if it cannot. */
+static inline void ut_write_file(const char *path, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, data, len) == (ssize_t)len);
+    close(fd);
+}
+
+/* ut_write_file() of a NUL-terminated text. */
+static inline void ut_write_text(const char *path, const char *text)
+{
+    ut_write_file(path, text, strlen(text));
 }
 
 /* Makes the test's temp tree from its mkdtemp template and names a file://

@@ -535,26 +535,37 @@ static inline st_err vh_part(st_backend *b, uint64_t step, const char *node, st_
     return e;
 }
 
+/* node's part record of step, reduced to what the tests ask of it: its
+ * complete flag and its revision (both 0 when there is none). */
+static inline void vh_part_summary(st_backend *b, uint64_t step, const char *node, int *complete,
+                                   uint32_t *revision)
+{
+    st_part p;
+    *complete = 0;
+    *revision = 0;
+    if (vh_part(b, step, node, &p))
+        return;
+    *complete = p.complete;
+    *revision = p.revision;
+    st_part_free(&p);
+}
+
 /* 1 if node's part record of step exists and says complete. */
 static inline int vh_part_complete(st_backend *b, uint64_t step, const char *node)
 {
-    st_part p;
-    if (vh_part(b, step, node, &p))
-        return 0;
-    int complete = p.complete;
-    st_part_free(&p);
+    int complete;
+    uint32_t revision;
+    vh_part_summary(b, step, node, &complete, &revision);
     return complete;
 }
 
 /* The revision of node's part record of step, 0 if none. */
 static inline uint32_t vh_part_revision(st_backend *b, uint64_t step, const char *node)
 {
-    st_part p;
-    if (vh_part(b, step, node, &p))
-        return 0;
-    uint32_t rev = p.revision;
-    st_part_free(&p);
-    return rev;
+    int complete;
+    uint32_t revision;
+    vh_part_summary(b, step, node, &complete, &revision);
+    return revision;
 }
 
 static inline int vh_strcmp_p(const void *a, const void *b)
@@ -646,38 +657,50 @@ static inline uint8_t *vh_data(size_t len, uint64_t seed)
 }
 
 /*
- * An HF Trainer save of step into <word>-<step>/: pytorch_model.bin (random,
- * from seed) and, last, trainer_state.json. Returns 0 if every write worked.
+ * The files of an HF Trainer save of step into <word>-<step>/:
+ * pytorch_model.bin (random, from seed; malloc'd, freed by the caller) and,
+ * written last, trainer_state.json. One place for what vh_hf_save() writes
+ * and vh_hf_is() expects.
  */
+typedef struct vh_hf_files {
+    char model_path[PATH_MAX], state_path[PATH_MAX], state[128];
+    uint8_t *model;
+    size_t model_len;
+} vh_hf_files;
+
+static inline void vh_hf_make(vh_hf_files *f, const char *word, uint64_t step, uint64_t seed)
+{
+    f->model_len = 150000 + (size_t)(seed % 7) * 1000;
+    f->model = vh_data(f->model_len, seed * 1000 + step);
+    snprintf(f->model_path, sizeof f->model_path, "%s/%s-%" PRIu64 "/pytorch_model.bin", VH_JOB,
+             word, step);
+    snprintf(f->state_path, sizeof f->state_path, "%s/%s-%" PRIu64 "/trainer_state.json", VH_JOB,
+             word, step);
+    snprintf(f->state, sizeof f->state, "{\"global_step\": %" PRIu64 ", \"seed\": %" PRIu64 "}",
+             step, seed);
+}
+
+/* Writes the HF save (word, step, seed) through m. Returns 0 if every write
+ * worked. */
 static inline st_err vh_hf_save(vh_mount *m, const char *word, uint64_t step, uint64_t seed)
 {
-    char path[PATH_MAX], json[128];
-    size_t len = 150000 + (size_t)(seed % 7) * 1000;
-    uint8_t *model = vh_data(len, seed * 1000 + step);
-    snprintf(path, sizeof path, "%s/%s-%" PRIu64 "/pytorch_model.bin", VH_JOB, word, step);
-    st_err e = vh_write(m, path, model, len, VH_PID_A);
-    snprintf(path, sizeof path, "%s/%s-%" PRIu64 "/trainer_state.json", VH_JOB, word, step);
-    snprintf(json, sizeof json, "{\"global_step\": %" PRIu64 ", \"seed\": %" PRIu64 "}", step,
-             seed);
+    vh_hf_files f;
+    vh_hf_make(&f, word, step, seed);
+    st_err e = vh_write(m, f.model_path, f.model, f.model_len, VH_PID_A);
     if (!e)
-        e = vh_write_str(m, path, json, VH_PID_A);
-    free(model);
+        e = vh_write_str(m, f.state_path, f.state, VH_PID_A);
+    free(f.model);
     return e;
 }
 
 /* 1 if mount m shows the HF save (word, step, seed) byte for byte. */
 static inline int vh_hf_is(vh_mount *m, const char *word, uint64_t step, uint64_t seed)
 {
-    char path[PATH_MAX], json[128];
-    size_t len = 150000 + (size_t)(seed % 7) * 1000;
-    uint8_t *model = vh_data(len, seed * 1000 + step);
-    snprintf(path, sizeof path, "%s/%s-%" PRIu64 "/pytorch_model.bin", VH_JOB, word, step);
-    int ok = vh_file_is(m, path, model, len);
-    snprintf(path, sizeof path, "%s/%s-%" PRIu64 "/trainer_state.json", VH_JOB, word, step);
-    snprintf(json, sizeof json, "{\"global_step\": %" PRIu64 ", \"seed\": %" PRIu64 "}", step,
-             seed);
-    ok = ok && vh_file_is_str(m, path, json);
-    free(model);
+    vh_hf_files f;
+    vh_hf_make(&f, word, step, seed);
+    int ok = vh_file_is(m, f.model_path, f.model, f.model_len) &&
+             vh_file_is_str(m, f.state_path, f.state);
+    free(f.model);
     return ok;
 }
 
