@@ -96,6 +96,90 @@ st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
     return e;
 }
 
+/* Keys one listing page carries (S3 ListObjectsV2's max-keys default and
+ * cap): what a listing's request count is estimated from. */
+#define LIST_PAGE_KEYS 1000
+
+/* One listing of the last look: the ids it names that are in want. */
+typedef struct look_list {
+    const st_idmap *want; /* pack id -> index into the packs being looked at */
+    uint8_t *seen;        /* per pack: named by this listing */
+    size_t prefix_len;
+    int pack_keys;     /* keys are <hh>/<id>.pack (else <id>, markers) */
+    uint64_t keys;     /* keys listed so far */
+    uint64_t max_keys; /* cut the listing short past this many */
+    int cut;
+} look_list;
+
+static int collect_look(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    look_list *l = arg;
+    if (++l->keys > l->max_keys)
+        return l->cut = 1;
+    const char *name = key + l->prefix_len;
+    char hex[ST_ID_HEX_LEN + 1];
+    st_id id;
+    uint32_t i;
+    if (l->pack_keys) { /* "<hh>/<id>.pack" */
+        if (strlen(name) != 3 + ST_ID_HEX_LEN + 5 || strcmp(name + 3 + ST_ID_HEX_LEN, ".pack"))
+            return 0;
+        memcpy(hex, name + 3, ST_ID_HEX_LEN);
+        hex[ST_ID_HEX_LEN] = '\0';
+        name = hex;
+    }
+    if (!st_id_parse(name, &id) && st_idmap_get(l->want, &id, &i))
+        l->seen[i] = 1;
+    return 0;
+}
+
+/* Lists jobs/<job>/<what>/ into l, at most max_keys keys. */
+static st_err look_list_run(st_backend *b, const char *job, const char *what, look_list *l)
+{
+    char prefix[ST_KEY_MAX];
+    st_err e = st_key_job_dir(prefix, sizeof prefix, job, what);
+    if (e)
+        return e;
+    l->prefix_len = strlen(prefix);
+    return st_list(b, prefix, collect_look, l);
+}
+
+st_err st_gc_packs_usable(st_backend *b, const char *job, const st_id *packs, size_t n,
+                          int64_t *young_ok_until_ns, size_t *bad)
+{
+    st_idmap want = {0};
+    uint8_t *marked = calloc(n ? n : 1, 1), *listed = calloc(n ? n : 1, 1);
+    st_err e = marked && listed ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; !e && i < n; i++)
+        e = st_idmap_put(&want, &packs[i], (uint32_t)i);
+    /* Two listings cost at least two requests: worth it from two packs on.
+     * Each may take as many pages as the HEADs it replaces (one per pack). */
+    const uint64_t max_keys = (uint64_t)n * LIST_PAGE_KEYS;
+    if (!e && n >= 2) {
+        /* The markers first, then the packs: the GC deletes a pack before
+         * its marker (see st_gc_pack_usable). A cut-short marker listing
+         * proves nothing: every pack then gets its own look. */
+        look_list ml = {.want = &want, .seen = marked, .max_keys = max_keys};
+        e = look_list_run(b, job, "gc/pending", &ml);
+        if (!e && ml.cut)
+            memset(marked, 1, n);
+        look_list pl = {.want = &want, .seen = listed, .pack_keys = 1, .max_keys = max_keys};
+        if (!e && !ml.cut)
+            e = look_list_run(b, job, "packs", &pl);
+    }
+    for (size_t i = 0; !e && i < n; i++) {
+        if (n >= 2 && !marked[i] && listed[i])
+            continue; /* no marker, then the pack: usable */
+        e = st_gc_pack_usable(b, job, &packs[i], young_ok_until_ns);
+        if (e == ST_ERR_BUSY && bad)
+            *bad = i;
+    }
+    st_idmap_free(&want);
+    free(marked);
+    free(listed);
+    return e;
+}
+
 /* ---- the listing of a job's steps ---- */
 
 typedef struct gc_obj {

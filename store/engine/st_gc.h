@@ -41,6 +41,20 @@
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns);
 
+/*!
+ * st_gc_pack_usable for each of packs[0..n), with fewer requests
+ * (docs/GC.md, "Writers", the last look by listing): one listing of the
+ * job's pending markers, then one of its packs, instead of two HEADs per
+ * pack; a pack that the marker listing names, or that the pack listing
+ * misses, gets st_gc_pack_usable itself. A listing that would cost more
+ * requests than the HEADs it saves is cut short (the rest get HEADs), so
+ * the count never exceeds about twice the per-pack one.
+ * On ST_ERR_BUSY, *bad is the index of the first pack found unusable;
+ * young_ok_until_ns as for st_gc_pack_usable.
+ */
+st_err st_gc_packs_usable(st_backend *b, const char *job, const st_id *packs, size_t n,
+                          int64_t *young_ok_until_ns, size_t *bad);
+
 typedef void (*st_gc_warn_fn)(void *arg, const char *msg);
 
 /*!

@@ -723,19 +723,18 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     /* The last look before the caller publishes (docs/GC.md). A young
      * marker is accepted: the GC's next scan, no earlier than grace after
      * the marking, will find this publish. */
-    for (size_t i = 0; i < g->npacks; i++) {
-        int64_t deadline = INT64_MAX;
-        e = st_gc_pack_usable(g->backend, g->job, &g->packs[i], &deadline);
-        if (e == ST_ERR_BUSY) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", st_errmsg());
-            st_state_pack_forget(g->state, g->job, &g->packs[i]);
-            return st_seterr(ST_ERR_TRANSIENT,
-                             "not publishing: %s; its chunks will be stored again on retry", msg);
-        }
-        if (e)
-            return e;
+    int64_t deadline = INT64_MAX;
+    size_t bad = 0;
+    e = st_gc_packs_usable(g->backend, g->job, g->packs, g->npacks, &deadline, &bad);
+    if (e == ST_ERR_BUSY) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_errmsg());
+        st_state_pack_forget(g->state, g->job, &g->packs[bad]);
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "not publishing: %s; its chunks will be stored again on retry", msg);
     }
+    if (e)
+        return e;
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
