@@ -108,6 +108,7 @@ struct st_ingest {
     uint8_t *chunk_buf;
     size_t chunk_len;
     uint8_t *scratch;
+    st_codec_plan plan; /* the codec choice of the file being read (docs/CODEC.md) */
 
     /* Pack buffers: one being filled per open stream, the rest free or with
      * the upload pool. */
@@ -447,7 +448,8 @@ static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
     uint8_t *dst = st_pack_append_begin(&b->w, bound);
     if (!dst)
         return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch, NULL);
+    e = st_codec_encode_planned(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch,
+                                &g->plan, NULL);
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
     if (!e)
@@ -637,6 +639,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     size_t refs_cap = 0;
     st_chunker_reset(g->chunker);
     g->chunk_len = 0;
+    g->plan = (st_codec_plan){0};
     off_t start = lseek(fd, 0, SEEK_CUR);
     const int seekable = start >= 0; /* a pipe has no holes to find */
     uint64_t off = seekable ? (uint64_t)start : 0;
