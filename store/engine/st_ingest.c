@@ -16,7 +16,8 @@
  * still in flight dedup through new_ids (every chunk this ingest stored).
  *
  * GC (docs/GC.md): an old pack found through the index is looked at once
- * per ingest (st_gc_pack_usable: its pending marker, then the pack); one
+ * per ingest (its pending marker, then the pack: by a listing of both, at
+ * most a minute old, else st_gc_pack_usable's HEADs); one
  * that is pending deletion or gone is forgotten by the index and its chunks
  * are stored again. st_ingest_finish looks at every pack of the manifest
  * once more, right before the caller publishes, so that the time between
@@ -44,6 +45,7 @@
 #define _GNU_SOURCE /* SEEK_DATA, SEEK_HOLE */
 #include "util/st_array.h"
 #include "util/st_crashpoint.h"
+#include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 
 #include <errno.h>
@@ -63,6 +65,12 @@
 #include "format/st_part.h"
 
 #define READ_BUF_SIZE (1u << 20)
+
+/* First use of old packs by listing (docs/GC.md, "Writers"): a listing
+ * answers for FIRST_USE_MAX_AGE_NS, and one of a job with more keys than
+ * FIRST_USE_MAX_KEYS is cut short (its packs then get HEADs). */
+#define FIRST_USE_MAX_AGE_NS (60 * 1000000000LL)
+#define FIRST_USE_MAX_KEYS   (16 * 1000)
 
 #define DEFAULT_PARALLEL 4
 #define MAX_PARALLEL     32
@@ -134,9 +142,10 @@ struct st_ingest {
     st_id *packs;
     size_t npacks, packs_cap;
     st_idmap pack_slots;
-    st_idmap gc_checked; /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
-    int retired_listed;  /* the retire markers were listed (once per ingest); -1 while failing */
-    st_idmap retired;    /* retired pack id -> 1 */
+    st_idmap gc_checked;   /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
+    st_gc_listing listing; /* markers and packs listed for first use (docs/GC.md) */
+    int retired_listed;    /* the retire markers were listed (once per ingest); -1 while failing */
+    st_idmap retired;      /* retired pack id -> 1 */
     st_file_entry *files;
     size_t nfiles, files_cap;
 
@@ -394,7 +403,15 @@ static st_err old_pack_usable(st_ingest *g, const st_id *pack, int *usable)
         *usable = v == 1;
         return ST_OK;
     }
-    st_err e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
+    st_err e = ST_OK;
+    if (!g->listing.taken_ns || st_mono_ns() - g->listing.taken_ns > FIRST_USE_MAX_AGE_NS)
+        e = st_gc_listing_take(g->backend, g->job, FIRST_USE_MAX_KEYS, &g->listing);
+    if (e)
+        return e;
+    if (st_gc_listing_clear(&g->listing, pack))
+        e = ST_OK; /* listed, without a marker listed before it */
+    else
+        e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
     *usable = e == ST_OK;
     if (e == ST_ERR_BUSY)
         e = st_state_pack_forget(g->state, g->job, pack);
@@ -774,6 +791,7 @@ void st_ingest_free(st_ingest *g)
     st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
     st_idmap_free(&g->gc_checked);
+    st_gc_listing_free(&g->listing);
     st_idmap_free(&g->retired);
     free(g->open_chunks);
     free(g->packs);

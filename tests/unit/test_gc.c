@@ -834,18 +834,53 @@ static void test_packs_usable_by_listing(void)
     st_backend_close(b);
 }
 
-/* The HEADs of a put, as an asserted fact: the part-record check (is the
- * step there already?) and, for an old pack met through the index, its
- * marker and the pack at first use; none for the packs the put stored. */
+/* The HEADs of a put, as an asserted fact: only the part-record check (is
+ * the step there already?) once a manifest names two packs or more; the
+ * old packs met through the index and the last look are answered by
+ * listings of the markers and the packs. */
 static void test_put_heads(void)
 {
     st_store *s = open_store("state-heads");
     st_put_result r;
-    put_step(s, "heads", 1, 300, &r); /* one pack: its own look (2 HEADs) */
+    put_step(s, "heads", 1, 300, &r); /* one pack: its own last look (2 HEADs) */
     CHECK(r.packs == 1 && r.heads == 3);
     put_step(s, "heads", 2, 301, &r); /* step 1's pack (shared.bin) + a new one */
-    CHECK(r.packs == 1 && r.new_chunks > 0);
-    CHECK(r.heads == 3); /* part record; step 1's pack at first use: marker, pack */
+    CHECK(r.packs == 1 && r.new_chunks > 0 && r.new_chunks < r.chunks);
+    CHECK(r.heads == 1);
+    /* First use (2 LISTs), retire markers (1), last look (2); and the
+     * index sync and publish's own. */
+    CHECK(r.lists >= 5);
+    verify_all(s, "heads");
+    st_store_close(s);
+}
+
+static int collect_first_key(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    snprintf(arg, ST_KEY_MAX, "%s", key);
+    return 1; /* the first is enough */
+}
+
+/* An old pack the index names but the store lost (deleted with its marker,
+ * as the GC does): the first-use listing does not show it, its own look
+ * finds it gone, and its chunks are stored again; the put succeeds. */
+static void test_first_use_gone_pack(void)
+{
+    st_store *s = open_store("state-gone");
+    st_put_result r;
+    put_sized(s, "gone", 1, 256 * KIB, 0, 400, &r);
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX] = "", prefix[ST_KEY_MAX];
+    CHECK_OK(st_key_job_dir(prefix, sizeof prefix, "gone", "packs"));
+    CHECK_OK(st_list(b, prefix, collect_first_key, key));
+    CHECK(key[0] != 0);
+    CHECK_OK(st_del(b, key));
+    st_backend_close(b);
+    put_step(s, "gone", 2, 401, &r); /* shared.bin's chunks were in that pack */
+    CHECK(r.new_chunks == r.chunks);
+    st_verify_result v;
+    CHECK_OK(st_store_verify(s, "gone", 2, &v));
+    CHECK(v.bad_files == 0);
     st_store_close(s);
 }
 
@@ -859,6 +894,7 @@ int main(void)
     RUN(test_pack_usable);
     RUN(test_packs_usable_by_listing);
     RUN(test_put_heads);
+    RUN(test_first_use_gone_pack);
     RUN(test_retire_marker);
     RUN(test_rehome_after_retire);
     RUN(test_batches_and_stop);
