@@ -101,7 +101,12 @@ server_pids=("$s3pid")
 s3rver_env=("$CKPT_S3_ENDPOINT" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY")
 if ((use_rgw)); then
     echo "== starting a throw-away Ceph RGW (tests/s3/rgw.sh)" >&2
-    rgw_env=$(bash "$rgw_sh" start "$work/rgw" --owner $$)
+    # Its OSD's block file (sparse) holds every round's objects: 3 puts of
+    # the checkpoint per round (c-rgw, d-rgw, d0-rgw) and the warm-up's; a
+    # full OSD wedges RGW (requests hang) instead of failing cleanly.
+    rgw_bytes=$(((reps + 1) * 4 * size * 5 / 4 << 20))
+    ((rgw_bytes >= 4 << 30)) || rgw_bytes=$((4 << 30))
+    rgw_env=$(CKPT_RGW_BLOCK_BYTES=$rgw_bytes bash "$rgw_sh" start "$work/rgw" --owner $$)
     # shellcheck disable=SC1090
     . "$rgw_env"
     rgw_args=("$RGW_ENDPOINT" "$RGW_ACCESS_KEY" "$RGW_SECRET_KEY")
