@@ -368,7 +368,7 @@ echo "Requests of one put (d): $(reqs "$work/s3put.json")$([ -z "$before" ] ||
     echo "; with --before (d0): $(reqs "$work/s3old.json")") (? = not reported by that build)."
 echo "Medians of $reps repetition(s). MB/s = 10^6 bytes per second of the checkpoint (of the" \
     "stored bytes for c, e, g). CPU s = user + system seconds of the step's processes plus" \
-    "s3rver's; machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
+    "the S3 servers' (s3rver; with --rgw also the RGW daemons); machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
 echo
 echo "| step | seconds | MB/s | CPU s | machine busy |"
 echo "|---|---|---|---|---|"
