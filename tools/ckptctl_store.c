@@ -58,6 +58,9 @@ int run_put(cli *c, st_store *s)
         bad |= json_set(o, "stored_bytes", json_object_new_uint64(r.stored_bytes));
         bad |= json_set(o, "packs", json_object_new_uint64(r.packs));
         bad |= json_set(o, "puts", json_object_new_uint64(r.puts));
+        bad |= json_set(o, "heads", json_object_new_uint64(r.heads));
+        bad |= json_set(o, "gets", json_object_new_uint64(r.gets));
+        bad |= json_set(o, "lists", json_object_new_uint64(r.lists));
         return json_print(o, bad);
     }
     if (!c->quiet) {

@@ -96,6 +96,107 @@ st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
     return e;
 }
 
+/* Keys one listing page carries (S3 ListObjectsV2's max-keys default and
+ * cap): what a listing's request count is estimated from. */
+#define LIST_PAGE_KEYS 1000
+
+/* One listing of an st_gc_listing: the pack ids it names go into ids. */
+typedef struct look_list {
+    st_idmap *ids;
+    size_t prefix_len;
+    int pack_keys;     /* keys are <hh>/<id>.pack (else <id>, markers) */
+    uint64_t keys;     /* keys listed so far */
+    uint64_t max_keys; /* cut the listing short past this many */
+    int cut, oom;
+} look_list;
+
+static int collect_look(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    look_list *l = arg;
+    if (++l->keys > l->max_keys)
+        return l->cut = 1;
+    const char *name = key + l->prefix_len;
+    char hex[ST_ID_HEX_LEN + 1];
+    st_id id;
+    if (l->pack_keys) { /* "<hh>/<id>.pack" */
+        if (strlen(name) != 3 + ST_ID_HEX_LEN + 5 || strcmp(name + 3 + ST_ID_HEX_LEN, ".pack"))
+            return 0;
+        memcpy(hex, name + 3, ST_ID_HEX_LEN);
+        hex[ST_ID_HEX_LEN] = '\0';
+        name = hex;
+    }
+    if (!st_id_parse(name, &id) && st_idmap_put(l->ids, &id, 1))
+        return l->oom = 1;
+    return 0;
+}
+
+/* Lists jobs/<job>/<what>/ into ids, at most max_keys keys (*cut if more). */
+static st_err look_list_run(st_backend *b, const char *job, const char *what, int pack_keys,
+                            uint64_t max_keys, st_idmap *ids, int *cut)
+{
+    char prefix[ST_KEY_MAX];
+    look_list l = {.ids = ids, .pack_keys = pack_keys, .max_keys = max_keys};
+    st_err e = st_key_job_dir(prefix, sizeof prefix, job, what);
+    if (e)
+        return e;
+    l.prefix_len = strlen(prefix);
+    e = st_list(b, prefix, collect_look, &l);
+    if (!e && l.oom)
+        e = st_seterr(ST_ERR_NOMEM, "out of memory listing %s", prefix);
+    *cut = l.cut;
+    return e;
+}
+
+st_err st_gc_listing_take(st_backend *b, const char *job, uint64_t max_keys, st_gc_listing *l)
+{
+    st_gc_listing_free(l);
+    l->taken_ns = st_mono_ns();
+    /* The markers first, then the packs: the GC deletes a pack before its
+     * marker (see st_gc_pack_usable). A cut-short marker listing proves
+     * nothing, so the packs are not listed then. */
+    st_err e = look_list_run(b, job, "gc/pending", 0, max_keys, &l->marked, &l->markers_cut);
+    if (!e && !l->markers_cut)
+        e = look_list_run(b, job, "packs", 1, max_keys, &l->present, &l->packs_cut);
+    if (e)
+        st_gc_listing_free(l);
+    return e;
+}
+
+int st_gc_listing_clear(const st_gc_listing *l, const st_id *pack)
+{
+    uint32_t one;
+    return l->taken_ns && !l->markers_cut && !st_idmap_get(&l->marked, pack, &one) &&
+           st_idmap_get(&l->present, pack, &one);
+}
+
+void st_gc_listing_free(st_gc_listing *l)
+{
+    st_idmap_free(&l->marked);
+    st_idmap_free(&l->present);
+    memset(l, 0, sizeof *l);
+}
+
+st_err st_gc_packs_usable(st_backend *b, const char *job, const st_id *packs, size_t n,
+                          int64_t *young_ok_until_ns, size_t *bad)
+{
+    st_gc_listing l = {0};
+    st_err e = ST_OK;
+    /* Two listings cost at least two requests: worth it from two packs on.
+     * Each may take as many pages as the HEADs it replaces (one per pack). */
+    if (n >= 2)
+        e = st_gc_listing_take(b, job, (uint64_t)n * LIST_PAGE_KEYS, &l);
+    for (size_t i = 0; !e && i < n; i++) {
+        if (st_gc_listing_clear(&l, &packs[i]))
+            continue; /* no marker, then the pack: usable */
+        e = st_gc_pack_usable(b, job, &packs[i], young_ok_until_ns);
+        if (e == ST_ERR_BUSY && bad)
+            *bad = i;
+    }
+    st_gc_listing_free(&l);
+    return e;
+}
+
 /* ---- the listing of a job's steps ---- */
 
 typedef struct gc_obj {

@@ -27,6 +27,7 @@
 #include "st_error.h"
 #include "st_gc_policy.h"
 #include "util/st_hash.h"
+#include "util/st_idmap.h"
 
 /*!
  * What a writer asks before it references (or publishes a reference to) a
@@ -40,6 +41,44 @@
  */
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns);
+
+/*!
+ * What two listings said about a job's packs (docs/GC.md, "The last look by
+ * listing"): the pending markers, then the packs, listed in that order.
+ * Zero-initialise; st_gc_listing_free() releases (and re-zeroes) it.
+ */
+typedef struct st_gc_listing {
+    st_idmap marked;  /* pack id -> 1: its pending marker was listed */
+    st_idmap present; /* pack id -> 1: the pack was listed */
+    int markers_cut;  /* the marker listing was cut short: it proves nothing */
+    int packs_cut;    /* the pack listing was cut short: present is partial */
+    int64_t taken_ns; /* st_mono_ns() when the marker listing began; 0 = none */
+} st_gc_listing;
+
+/*! Lists the job's pending markers, then its packs, each up to max_keys
+ *  keys (a listing with more is cut short). Replaces what l held. */
+st_err st_gc_listing_take(st_backend *b, const char *job, uint64_t max_keys, st_gc_listing *l);
+
+/*! 1 if the listing saw pack, and no pending marker for it before: the
+ *  answer st_gc_pack_usable's two HEADs would have given then. 0 means
+ *  "ask st_gc_pack_usable", never "unusable". */
+int st_gc_listing_clear(const st_gc_listing *l, const st_id *pack);
+
+void st_gc_listing_free(st_gc_listing *l);
+
+/*!
+ * st_gc_pack_usable for each of packs[0..n), with fewer requests
+ * (docs/GC.md, "Writers", the last look by listing): one listing of the
+ * job's pending markers, then one of its packs, instead of two HEADs per
+ * pack; a pack that the marker listing names, or that the pack listing
+ * misses, gets st_gc_pack_usable itself. A listing that would cost more
+ * requests than the HEADs it saves is cut short (the rest get HEADs), so
+ * the count never exceeds about twice the per-pack one.
+ * On ST_ERR_BUSY, *bad is the index of the first pack found unusable;
+ * young_ok_until_ns as for st_gc_pack_usable.
+ */
+st_err st_gc_packs_usable(st_backend *b, const char *job, const st_id *packs, size_t n,
+                          int64_t *young_ok_until_ns, size_t *bad);
 
 typedef void (*st_gc_warn_fn)(void *arg, const char *msg);
 

@@ -16,7 +16,8 @@
  * still in flight dedup through new_ids (every chunk this ingest stored).
  *
  * GC (docs/GC.md): an old pack found through the index is looked at once
- * per ingest (st_gc_pack_usable: its pending marker, then the pack); one
+ * per ingest (its pending marker, then the pack: by a listing of both, at
+ * most a minute old, else st_gc_pack_usable's HEADs); one
  * that is pending deletion or gone is forgotten by the index and its chunks
  * are stored again. st_ingest_finish looks at every pack of the manifest
  * once more, right before the caller publishes, so that the time between
@@ -44,6 +45,7 @@
 #define _GNU_SOURCE /* SEEK_DATA, SEEK_HOLE */
 #include "util/st_array.h"
 #include "util/st_crashpoint.h"
+#include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 
 #include <errno.h>
@@ -63,6 +65,12 @@
 #include "format/st_part.h"
 
 #define READ_BUF_SIZE (1u << 20)
+
+/* First use of old packs by listing (docs/GC.md, "Writers"): a listing
+ * answers for FIRST_USE_MAX_AGE_NS, and one of a job with more keys than
+ * FIRST_USE_MAX_KEYS is cut short (its packs then get HEADs). */
+#define FIRST_USE_MAX_AGE_NS (60 * 1000000000LL)
+#define FIRST_USE_MAX_KEYS   (16 * 1000)
 
 #define DEFAULT_PARALLEL 4
 #define MAX_PARALLEL     32
@@ -108,6 +116,7 @@ struct st_ingest {
     uint8_t *chunk_buf;
     size_t chunk_len;
     uint8_t *scratch;
+    st_codec_plan plan; /* the codec choice of the file being read (docs/CODEC.md) */
 
     /* Pack buffers: one being filled per open stream, the rest free or with
      * the upload pool. */
@@ -133,9 +142,10 @@ struct st_ingest {
     st_id *packs;
     size_t npacks, packs_cap;
     st_idmap pack_slots;
-    st_idmap gc_checked; /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
-    int retired_listed;  /* the retire markers were listed (once per ingest); -1 while failing */
-    st_idmap retired;    /* retired pack id -> 1 */
+    st_idmap gc_checked;   /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
+    st_gc_listing listing; /* markers and packs listed for first use (docs/GC.md) */
+    int retired_listed;    /* the retire markers were listed (once per ingest); -1 while failing */
+    st_idmap retired;      /* retired pack id -> 1 */
     st_file_entry *files;
     size_t nfiles, files_cap;
 
@@ -393,7 +403,15 @@ static st_err old_pack_usable(st_ingest *g, const st_id *pack, int *usable)
         *usable = v == 1;
         return ST_OK;
     }
-    st_err e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
+    st_err e = ST_OK;
+    if (!g->listing.taken_ns || st_mono_ns() - g->listing.taken_ns > FIRST_USE_MAX_AGE_NS)
+        e = st_gc_listing_take(g->backend, g->job, FIRST_USE_MAX_KEYS, &g->listing);
+    if (e)
+        return e;
+    if (st_gc_listing_clear(&g->listing, pack))
+        e = ST_OK; /* listed, without a marker listed before it */
+    else
+        e = st_gc_pack_usable(g->backend, g->job, pack, NULL);
     *usable = e == ST_OK;
     if (e == ST_ERR_BUSY)
         e = st_state_pack_forget(g->state, g->job, pack);
@@ -447,7 +465,8 @@ static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
     uint8_t *dst = st_pack_append_begin(&b->w, bound);
     if (!dst)
         return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch, NULL);
+    e = st_codec_encode_planned(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch,
+                                &g->plan, NULL);
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
     if (!e)
@@ -637,6 +656,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     size_t refs_cap = 0;
     st_chunker_reset(g->chunker);
     g->chunk_len = 0;
+    g->plan = (st_codec_plan){0};
     off_t start = lseek(fd, 0, SEEK_CUR);
     const int seekable = start >= 0; /* a pipe has no holes to find */
     uint64_t off = seekable ? (uint64_t)start : 0;
@@ -723,19 +743,18 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     /* The last look before the caller publishes (docs/GC.md). A young
      * marker is accepted: the GC's next scan, no earlier than grace after
      * the marking, will find this publish. */
-    for (size_t i = 0; i < g->npacks; i++) {
-        int64_t deadline = INT64_MAX;
-        e = st_gc_pack_usable(g->backend, g->job, &g->packs[i], &deadline);
-        if (e == ST_ERR_BUSY) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", st_errmsg());
-            st_state_pack_forget(g->state, g->job, &g->packs[i]);
-            return st_seterr(ST_ERR_TRANSIENT,
-                             "not publishing: %s; its chunks will be stored again on retry", msg);
-        }
-        if (e)
-            return e;
+    int64_t deadline = INT64_MAX;
+    size_t bad = 0;
+    e = st_gc_packs_usable(g->backend, g->job, g->packs, g->npacks, &deadline, &bad);
+    if (e == ST_ERR_BUSY) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_errmsg());
+        st_state_pack_forget(g->state, g->job, &g->packs[bad]);
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "not publishing: %s; its chunks will be stored again on retry", msg);
     }
+    if (e)
+        return e;
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
@@ -772,6 +791,7 @@ void st_ingest_free(st_ingest *g)
     st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
     st_idmap_free(&g->gc_checked);
+    st_gc_listing_free(&g->listing);
     st_idmap_free(&g->retired);
     free(g->open_chunks);
     free(g->packs);

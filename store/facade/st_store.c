@@ -229,6 +229,9 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     st_put_result r = {0};
     st_ingest *ingest = NULL;
     st_manifest m = {0};
+    const uint64_t heads0 = st_backend_counts_of(&s->requests, ST_REQ_STAT);
+    const uint64_t gets0 = st_backend_counts_of(&s->requests, ST_REQ_GET);
+    const uint64_t lists0 = st_backend_counts_of(&s->requests, ST_REQ_LIST);
     st_err e = st_key_part(key, sizeof key, job, step, s->node);
     if (e)
         return e;
@@ -273,6 +276,9 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     r.stored_bytes = is->stored_bytes;
     r.packs = is->packs;
     r.puts += is->packs;
+    r.heads = st_backend_counts_of(&s->requests, ST_REQ_STAT) - heads0;
+    r.gets = st_backend_counts_of(&s->requests, ST_REQ_GET) - gets0;
+    r.lists = st_backend_counts_of(&s->requests, ST_REQ_LIST) - lists0;
     if (res)
         *res = r;
 out:

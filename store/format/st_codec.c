@@ -16,6 +16,12 @@
  * instead of producing output we would throw away, and the encoding never
  * exceeds header + raw_len (that is st_codec_bound()).
  *
+ * A choice that sticks (st_codec_plan): within a file, runs of chunks of
+ * one kind (a big fp32 tensor, incompressible noise) choose the same codec
+ * chunk after chunk, and the trials then cost ~5-10% of encode time for
+ * nothing; after ST_CODEC_PLAN_STREAK equal choices the plan uses the
+ * choice untried, re-sampling every ST_CODEC_PLAN_RECHECK-th chunk.
+ *
  * Invariants:
  *   - an encoded chunk is never larger than ST_CODEC_HEADER_LEN + raw_len;
  *   - st_codec_decode() returns ST_OK only with exactly raw_len bytes whose
@@ -154,8 +160,38 @@ static void put_header(uint8_t *out, st_codec_id codec, size_t raw_len, size_t p
     memcpy(out + 16, id->b, ST_ID_LEN);
 }
 
+/* The codec for the next chunk of plan's stream: the stuck one untried,
+ * or a sample trial's (whose result the plan remembers). *untried says
+ * which. */
+static st_codec_id plan_codec(st_codec_plan *plan, const uint8_t *raw, size_t raw_len,
+                              uint8_t *shuf, uint8_t *comp, int *untried)
+{
+    *untried = plan && plan->streak >= ST_CODEC_PLAN_STREAK &&
+               plan->since_trial + 1 < ST_CODEC_PLAN_RECHECK;
+    if (*untried) {
+        plan->since_trial++;
+        return plan->last;
+    }
+    st_codec_id c = choose_codec(raw, raw_len, shuf, comp);
+    if (plan) {
+        plan->trials++;
+        plan->since_trial = 0;
+        plan->streak = c == plan->last && plan->streak ? plan->streak + 1 : 1;
+        plan->last = c;
+    }
+    return c;
+}
+
 st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
                        size_t out_cap, size_t *out_len, uint8_t *scratch, st_codec_id *codec_used)
+{
+    return st_codec_encode_planned(raw, raw_len, id, out, out_cap, out_len, scratch, NULL,
+                                   codec_used);
+}
+
+st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
+                               size_t out_cap, size_t *out_len, uint8_t *scratch,
+                               st_codec_plan *plan, st_codec_id *codec_used)
 {
     if (!id || !out || !out_len || (raw_len && (!raw || !scratch)))
         return st_seterr(ST_ERR_INVALID, "codec encode: NULL argument");
@@ -168,7 +204,9 @@ st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint
                          out_cap, raw_len, st_codec_bound(raw_len));
 
     uint8_t *payload = out + ST_CODEC_HEADER_LEN;
-    st_codec_id codec = raw_len ? choose_codec(raw, raw_len, scratch, payload) : ST_CODEC_RAW;
+    int untried = 0;
+    st_codec_id codec =
+        raw_len ? plan_codec(plan, raw, raw_len, scratch, payload, &untried) : ST_CODEC_RAW;
     size_t payload_len = 0;
     if (codec != ST_CODEC_RAW) {
         size_t es = codec_elem_size(codec);
@@ -179,6 +217,8 @@ st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint
         }
         /* The sample can mislead; a capped LZ4 returns 0 and we store raw. */
         payload_len = lz4_into(src, raw_len, payload, gain_limit(raw_len));
+        if (payload_len == 0 && untried)
+            plan->streak = 0; /* the data changed: sample the next chunk */
         if (payload_len == 0)
             codec = ST_CODEC_RAW;
     }

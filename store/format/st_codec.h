@@ -60,6 +60,38 @@ size_t st_codec_scratch_bound(size_t raw_len);
 st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
                        size_t out_cap, size_t *out_len, uint8_t *scratch, st_codec_id *codec_used);
 
+/* A choice sticks after this many sample trials in a row chose it... */
+#define ST_CODEC_PLAN_STREAK 4
+/* ...and is tried on a sample again at every this-many-th chunk. */
+#define ST_CODEC_PLAN_RECHECK 8
+
+/*!
+ * What the encoder remembers between the chunks of one stream (a file):
+ * the codec its sample trials last chose and how many times in a row, so
+ * that a run of chunks that all choose the same codec stops paying for the
+ * trials (docs/CODEC.md, "A choice that sticks"). Caller-owned; zero it
+ * (= {0}) at the start of each file. Not shared between threads.
+ */
+typedef struct st_codec_plan {
+    st_codec_id last;     /* what the last sample trial chose */
+    uint32_t streak;      /* sample trials in a row that chose `last` */
+    uint32_t since_trial; /* chunks encoded since the last sample trial */
+    uint64_t trials;      /* sample trials run (for tests and benchmarks) */
+} st_codec_plan;
+
+/*!
+ * st_codec_encode, with the codec chosen through plan (NULL: sample every
+ * chunk, as st_codec_encode). Once ST_CODEC_PLAN_STREAK trials in a row
+ * chose the same codec, the next chunks use it untried (raw: no LZ4 at
+ * all), except every ST_CODEC_PLAN_RECHECK-th, which is sampled again; a
+ * codec used untried that fails to gain on the whole chunk stores it raw
+ * and ends the streak. The encoding is valid and verified on decode
+ * whatever the choice; only its size depends on it.
+ */
+st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
+                               size_t out_cap, size_t *out_len, uint8_t *scratch,
+                               st_codec_plan *plan, st_codec_id *codec_used);
+
 /*! Parsed header of a stored chunk. */
 typedef struct st_chunk_header {
     st_codec_id codec;

@@ -59,6 +59,11 @@ typedef struct st_put_result {
     uint64_t stored_bytes;  /* pack bytes uploaded */
     uint64_t packs;
     uint64_t puts; /* object PUTs: packs + manifest + part record */
+    /* Every request the put made, counted as they returned (retries not
+     * counted again): HEADs, GETs and LISTs besides the PUTs above. */
+    uint64_t heads;
+    uint64_t gets;
+    uint64_t lists;
 } st_put_result;
 
 /*!

@@ -4,7 +4,7 @@
 # tables of seconds and ratios (a benchmark: it asserts no speed).
 #
 #   tests/bench/bench_durable.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
-#       [--workdir DIR]
+#       [--workdir DIR] [--rgw] [--before CKPTCTL]
 #
 # One real torch.save checkpoint (a transformer + its AdamW state, fp32,
 # --size-mib, default 512) sits in a staging-like directory on disk. Timed,
@@ -40,6 +40,14 @@
 # each timed step so one step's writeback does not land in the next; one
 # untimed warm-up round first. A failed step fails the run.
 #
+# --rgw: also a throw-away Ceph RGW (tests/s3/rgw.sh, bluestore, started
+# and stopped here): every repetition also times (c) and (d) against it,
+# (c-rgw) and (d-rgw), for the same ratio on a second S3 server in one run.
+# --before CKPTCTL: also time (d) (and d-rgw) with another ckptctl build, in
+# the same repetitions: (d0), (d0-rgw) — before/after side by side.
+# Request counts of one (d) (PUT, HEAD, GET, LIST; ckptctl put --json) are
+# printed with the tables. Server CPU s: s3rver's, plus the RGW daemons'.
+#
 # --smoke: 32 MiB, 1 repetition (CI: proves it runs). Starts its own s3rver
 # on 127.0.0.1 (tests/s3/s3rver.sh) and stops it by PID in an EXIT trap;
 # work files go to a fresh dir under --workdir (default /var/tmp: a disk) and
@@ -48,13 +56,15 @@ set -euo pipefail
 shopt -s inherit_errexit # a step that fails inside $(...) fails the run
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
-build="" size=512 reps=5 workdir=/var/tmp
+build="" size=512 reps=5 workdir=/var/tmp use_rgw=0 before=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --smoke) size=32 reps=1 ;;
     --size-mib) size=${2:?--size-mib needs a number}; shift ;;
     --reps) reps=${2:?--reps needs a number}; shift ;;
     --workdir) workdir=${2:?--workdir needs a directory}; shift ;;
+    --rgw) use_rgw=1 ;;
+    --before) before=${2:?--before needs a ckptctl}; shift ;;
     -h | --help) usage ;;
     -*) echo "bench_durable: unknown option $1" >&2; usage ;;
     *) [ -z "$build" ] || usage; build=$(cd "$1" && pwd) ;;
@@ -66,6 +76,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/s3lib.sh"
 ckptctl=$build/tools/ckptctl
 [ -x "$ckptctl" ] || { echo "bench_durable: $ckptctl not built" >&2; exit 2; }
+[ -z "$before" ] || [ -x "$before" ] || { echo "bench_durable: --before $before: not executable" >&2; exit 2; }
+rgw_sh=$here/../s3/rgw.sh
 for tool in dd xargs; do
     command -v $tool >/dev/null || { echo "bench_durable: $tool not found" >&2; exit 2; }
 done
@@ -77,6 +89,7 @@ work=$(mktemp -d "$workdir/ckpt-bench-durable.XXXXXX") # disk: staging, stores, 
 shm=$(mktemp -d /dev/shm/ckpt-bench-durable.XXXXXX)   # memory: CPU-only store, restores
 cleanup() {
     s3lib_stop "$work/s3"
+    [ ! -d "$work/rgw" ] || bash "$rgw_sh" stop "$work/rgw" >/dev/null 2>&1 || true
     rm -rf "$work" "$shm"
 }
 trap cleanup EXIT
@@ -84,6 +97,21 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 s3lib_start "$work/s3"
 s3pid=$(cat "$work/s3/s3rver.pid")
+server_pids=("$s3pid")
+s3rver_env=("$CKPT_S3_ENDPOINT" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY")
+if ((use_rgw)); then
+    echo "== starting a throw-away Ceph RGW (tests/s3/rgw.sh)" >&2
+    # Its OSD's block file (sparse) holds every round's objects: 3 puts of
+    # the checkpoint per round (c-rgw, d-rgw, d0-rgw) and the warm-up's; a
+    # full OSD wedges RGW (requests hang) instead of failing cleanly.
+    rgw_bytes=$(((reps + 1) * 4 * size * 5 / 4 << 20))
+    ((rgw_bytes >= 4 << 30)) || rgw_bytes=$((4 << 30))
+    rgw_env=$(CKPT_RGW_BLOCK_BYTES=$rgw_bytes bash "$rgw_sh" start "$work/rgw" --owner $$)
+    # shellcheck disable=SC1090
+    . "$rgw_env"
+    rgw_args=("$RGW_ENDPOINT" "$RGW_ACCESS_KEY" "$RGW_SECRET_KEY")
+    for d in mon osd rgw; do server_pids+=("$(cat "$work/rgw/pids/$d.pid")"); done
+fi
 s3store=s3://ckpt-test/durable
 staging=$work/staging
 ckpt=$staging/ckpt_000100.pt
@@ -106,13 +134,16 @@ ckpt_ctl() { # STORE JOB JSON-OUT ckptctl-args...
     local store=$1 job=$2 out=$3 state
     shift 3
     state=$(mktemp -d "$work/state.XXXXXX")
-    "$ckptctl" --store "$store" --job "$job" --state-dir "$state" --node bench -q --json "$@" >"$out"
+    "${bin:-$ckptctl}" --store "$store" --job "$job" --state-dir "$state" --node bench -q --json "$@" >"$out"
     rm -rf "$state"
 }
+# on_rgw CMD...: runs CMD (in a subshell) against the RGW instead of s3rver.
+on_rgw() { (s3lib_use "${rgw_args[@]}"; "$@"); }
 
 # The steps, untimed; ROUND numbers keep every repetition's objects apart.
 put_cpu() { ckpt_ctl "file://$shm/cpu.$1" "cpu$1" "$work/cpu.json" put --step 100 "$staging"; }
 put_s3() { ckpt_ctl "$s3store" "s3put$1" "$work/s3put.json" put --step 100 "$staging"; }
+put_s3_before() { bin=$before ckpt_ctl "$s3store" "s3old$1" "$work/s3old.json" put --step 100 "$staging"; }
 put_file() { ckpt_ctl "file://$work/fstore.$1" "file$1" "$work/file.json" put --step 100 "$staging"; }
 restore_s3() { # ROUND: step 100 of (d)'s job, to /dev/shm (restore's default threads)
     ckpt_ctl "$s3store" "s3put$1" "$work/restore.json" restore --step 100 --to "$shm/restore.s3"
@@ -184,7 +215,11 @@ timed() {
 machine_cpu() { # busy CPU seconds of the machine since boot (all but idle and iowait)
     awk -v hz="$(getconf CLK_TCK)" '/^cpu / { printf "%.3f", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat
 }
-s3rver_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / hz }' "/proc/$s3pid/stat"; }
+s3rver_cpu() { # CPU seconds of the S3 servers (s3rver; the RGW daemons with --rgw)
+    local p
+    for p in "${server_pids[@]}"; do cat "/proc/$p/stat"; done |
+        awk -v hz="$(getconf CLK_TCK)" '{ s += $14 + $15 } END { printf "%.3f", s / hz }'
+}
 
 # step ROUND NAME: times step NAME of round ROUND; prints timed's line.
 # Outputs that later steps of the round need are kept until the round ends.
@@ -196,6 +231,10 @@ step() {
     rawput) timed raw_put "$r" ;;
     both) timed at_once put_cpu raw_put "${r}b" ;;
     s3put) timed put_s3 "$r" ;;
+    s3put0) timed put_s3_before "$r" ;;
+    rgwraw) timed on_rgw raw_put "$r" ;;
+    rgwput) timed on_rgw put_s3 "$r" ;;
+    rgwput0) timed on_rgw put_s3_before "$r" ;;
     diskw) timed disk_write "$r"; rm -rf "$work/diskw.$r" ;;
     fileput) timed put_file "$r"; rm -rf "$work/fstore.$r" ;;
     rawget) timed raw_get "$r" null ;;
@@ -239,11 +278,16 @@ find "$shm/cpu.0" -name '*.pack' -exec mv -t "$shm/packs" {} +
 rm -rf "$shm/cpu.0"
 stored=$(find "$shm/packs" -name '*.pack' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
 npacks=$(find "$shm/packs" -name '*.pack' | wc -l)
-for m in warm cpu rawput s3put rawget restore lrestore diskw fileput; do step 0 $m >/dev/null; done
+puts=(cold warm cpu rawput both s3put diskw fileput)
+[ -z "$before" ] || puts+=(s3put0)
+((!use_rgw)) || puts+=(rgwraw rgwput)
+[ -z "$before" ] || ((!use_rgw)) || puts+=(rgwput0)
+for m in warm cpu rawput s3put rawget restore lrestore diskw fileput "${puts[@]:8}"; do
+    step 0 "$m" >/dev/null
+done
 rm -rf "$shm/cpu.0"
 
 resident_min=100
-puts=(cold warm cpu rawput both s3put diskw fileput)
 gets=(rawget getshm restore lrestore both_get)
 for ((r = 1; r <= reps; r++)); do
     echo "== repetition $r of $reps" >&2
@@ -253,7 +297,7 @@ for ((r = 1; r <= reps; r++)); do
         mapfile -t order < <(printf '%s\n' "${puts[@]}" | tac; printf '%s\n' "${gets[@]}" | tac)
     fi
     for m in "${order[@]}"; do
-        case $m in cpu | s3put | fileput | both)
+        case $m in cpu | s3put | fileput | both | s3put0 | rgwput | rgwput0)
             pct=$(resident)
             ((pct >= resident_min)) || resident_min=$pct ;;
         esac
@@ -269,6 +313,12 @@ for ((r = 1; r <= reps; r++)); do
     record r_restore "$(ratio "$(last rawget)" "$(last restore)")"
     record r_restoreshm "$(ratio "$(last getshm)" "$(last restore)")"
     record r_restoreboth "$(ratio "$(last both_get)" "$(last restore)")"
+    [ -z "$before" ] || record r_s3_0 "$(ratio "$b" "$(last s3put0)")"
+    if ((use_rgw)); then
+        br=$(maxof "$(last warm)" "$(last cpu)" "$(last rgwraw)")
+        record r_rgw "$(ratio "$br" "$(last rgwput)")"
+        [ -z "$before" ] || record r_rgw_0 "$(ratio "$br" "$(last rgwput0)")"
+    fi
 done
 
 declare -A med
@@ -290,7 +340,7 @@ slowest() {
         fi
     done
     case $best in warm) echo "disk read" ;; cpu) echo CPU ;; rawput) echo "raw PUT" ;;
-    diskw) echo "disk write" ;; both) echo "b and c at once" ;; esac
+    diskw) echo "disk write" ;; both) echo "b and c at once" ;; rgwraw) echo "raw PUT to RGW" ;; esac
 }
 target() { # label bound-text bound-seconds ours-key ratio-key
     local range
@@ -306,9 +356,19 @@ smib=$(awk -v b="$stored" 'BEGIN { printf "%.1f", b / 1048576 }')
 echo
 echo "Checkpoint: $mib MiB ($logical bytes), stored as $smib MiB in $npacks packs" \
     "($(json_u64 puts "$work/s3put.json") PUTs in all); restore: $(json_u64 gets "$work/restore.json") GETs."
+reqs() { # JSON: the request counts of one put
+    local k v out=""
+    for k in puts heads gets lists; do
+        v=$(json_u64 "$k" "$1")
+        out+="${v:-?} ${k%s}s, "
+    done
+    echo "${out%, }"
+}
+echo "Requests of one put (d): $(reqs "$work/s3put.json")$([ -z "$before" ] ||
+    echo "; with --before (d0): $(reqs "$work/s3old.json")") (? = not reported by that build)."
 echo "Medians of $reps repetition(s). MB/s = 10^6 bytes per second of the checkpoint (of the" \
     "stored bytes for c, e, g). CPU s = user + system seconds of the step's processes plus" \
-    "s3rver's; machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
+    "the S3 servers' (s3rver; with --rgw also the RGW daemons); machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
 echo
 echo "| step | seconds | MB/s | CPU s | machine busy |"
 echo "|---|---|---|---|---|"
@@ -318,6 +378,12 @@ row "(b) CPU: ckptctl put → file:// on /dev/shm" cpu
 row "(c) raw PUT: curl, $npacks packs, 4 in flight" rawput "$stored"
 row "(b‖c) b and c at the same time" both
 row "(d) **ckptctl put → s3://**" s3put
+[ -z "$before" ] || row "(d0) the same put with the --before ckptctl" s3put0
+if ((use_rgw)); then
+    row "(c-rgw) raw PUT to RGW: curl, $npacks packs, 4 in flight" rgwraw "$stored"
+    row "(d-rgw) **ckptctl put → s3:// on RGW**" rgwput
+    [ -z "$before" ] || row "(d0-rgw) the same put on RGW with the --before ckptctl" rgwput0
+fi
 row "(e) disk write: $npacks packs, 4 at a time, fsync" diskw "$stored"
 row "(f) **ckptctl put → file:// on disk**" fileput
 row "(g) raw GET: curl, $npacks packs, 4 in flight, → /dev/null" rawget "$stored"
@@ -329,6 +395,13 @@ echo
 echo "| target | bound | bound s | ckptctl s | **ratio** (per-rep: median; range) | target |"
 echo "|---|---|---|---|---|---|"
 target "**time to durable, s3://**" "slowest of a, b, c: $(slowest warm cpu rawput)" "$bound_s3" s3put r_s3
+[ -z "$before" ] || target "time to durable, s3://, --before" "slowest of a, b, c" "$bound_s3" s3put0 r_s3_0
+if ((use_rgw)); then
+    bound_rgw=$(maxof "${med[warm]}" "${med[cpu]}" "${med[rgwraw]}")
+    target "**time to durable, s3:// on RGW**" "slowest of a, b, c-rgw: $(slowest warm cpu rgwraw)" \
+        "$bound_rgw" rgwput r_rgw
+    [ -z "$before" ] || target "time to durable, RGW, --before" "slowest of a, b, c-rgw" "$bound_rgw" rgwput0 r_rgw_0
+fi
 target "time to durable, file:// on disk" "slowest of a, b, e: $(slowest warm cpu diskw)" \
     "$bound_file" fileput r_file
 target "**restore, s3://**" "g: raw GET" "${med[rawget]}" restore r_restore

@@ -503,6 +503,89 @@ static void test_decode_fuzz(void)
             oks);
 }
 
+/* ---- a choice that sticks (st_codec_plan) ---- */
+
+#define PLAN_CHUNK (128u << 10)
+
+/* Encodes kinds[i] (one fill per chunk) through one plan; checks that every
+ * chunk decodes to its bytes and records what each was stored as and
+ * whether a sample trial ran for it. */
+static void plan_run(const fill_fn *kinds, size_t n, st_codec_plan *plan, st_codec_id *used,
+                     int *tried)
+{
+    uint8_t *raw = xmalloc(PLAN_CHUNK), *scratch = xmalloc(st_codec_scratch_bound(PLAN_CHUNK));
+    uint8_t *enc = xmalloc(st_codec_bound(PLAN_CHUNK)), *back = xmalloc(PLAN_CHUNK);
+    for (size_t i = 0; i < n; i++) {
+        kinds[i](raw, PLAN_CHUNK, 500 + i);
+        st_id id = st_id_of(raw, PLAN_CHUNK);
+        size_t enc_len = 0, raw_len = 0;
+        uint64_t trials = plan->trials;
+        CHECK_OK(st_codec_encode_planned(raw, PLAN_CHUNK, &id, enc, st_codec_bound(PLAN_CHUNK),
+                                         &enc_len, scratch, plan, &used[i]));
+        tried[i] = plan->trials > trials;
+        CHECK_OK(st_codec_decode(enc, enc_len, &id, back, PLAN_CHUNK, &raw_len, scratch));
+        CHECK(raw_len == PLAN_CHUNK && memcmp(back, raw, PLAN_CHUNK) == 0);
+    }
+    free(raw);
+    free(scratch);
+    free(enc);
+    free(back);
+}
+
+/* Incompressible chunks: 4 trials, then one every 8th chunk; all raw. */
+static void test_plan_sticks(void)
+{
+    fill_fn kinds[32];
+    st_codec_id used[32];
+    int tried[32];
+    for (int i = 0; i < 32; i++)
+        kinds[i] = fill_random;
+    st_codec_plan plan = {0};
+    plan_run(kinds, 32, &plan, used, tried);
+    CHECK(plan.trials == 7); /* chunks 0-3, 11, 19, 27 */
+    for (int i = 0; i < 32; i++) {
+        CHECK(used[i] == ST_CODEC_RAW);
+        CHECK(tried[i] == (i < 4 || i % 8 == 3));
+    }
+    /* fp32 weights stick to shuffle4 the same way, and stay compressed. */
+    for (int i = 0; i < 32; i++)
+        kinds[i] = fill_fp32;
+    plan = (st_codec_plan){0};
+    plan_run(kinds, 32, &plan, used, tried);
+    CHECK(plan.trials == 7);
+    for (int i = 0; i < 32; i++)
+        CHECK(used[i] == ST_CODEC_LZ4_SHUF4);
+}
+
+/* Data that changes kind: noise then text is found by the next re-check
+ * (at most ST_CODEC_PLAN_RECHECK - 1 chunks stored raw meanwhile); text then
+ * noise makes the untried LZ4 fail, which stores raw and samples the next. */
+static void test_plan_changes(void)
+{
+    fill_fn kinds[32];
+    st_codec_id used[32];
+    int tried[32];
+    for (int i = 0; i < 32; i++)
+        kinds[i] = i < 8 ? fill_random : fill_text;
+    st_codec_plan plan = {0};
+    plan_run(kinds, 32, &plan, used, tried);
+    for (int i = 8; i < 11; i++)
+        CHECK(used[i] == ST_CODEC_RAW && !tried[i]); /* the cost of sticking */
+    for (int i = 11; i < 32; i++)
+        CHECK(used[i] != ST_CODEC_RAW);
+
+    for (int i = 0; i < 32; i++)
+        kinds[i] = i < 8 ? fill_text : fill_random;
+    plan = (st_codec_plan){0};
+    plan_run(kinds, 32, &plan, used, tried);
+    for (int i = 0; i < 8; i++)
+        CHECK(used[i] != ST_CODEC_RAW);
+    CHECK(used[8] == ST_CODEC_RAW && !tried[8]); /* untried LZ4 gave up */
+    CHECK(tried[9] && tried[10] && tried[11] && tried[12] && !tried[13]);
+    for (int i = 8; i < 32; i++)
+        CHECK(used[i] == ST_CODEC_RAW);
+}
+
 int main(void)
 {
     RUN(test_shuffle_layout);
@@ -510,6 +593,8 @@ int main(void)
     RUN(test_kinds);
     RUN(test_sizes);
     RUN(test_sample_fallback);
+    RUN(test_plan_sticks);
+    RUN(test_plan_changes);
     RUN(test_encode_errors);
     RUN(test_decode_errors);
     RUN(test_truncation);

@@ -16,6 +16,7 @@
 
 #include "ckptstore.h"
 #include "backend/st_backend.h"
+#include "backend/st_backend_count.h"
 #include "util/st_fsutil.h"
 #include "engine/st_gc.h"
 #include "format/st_gcmark.h"
@@ -762,6 +763,117 @@ static void test_pack_usable(void)
     st_backend_close(b);
 }
 
+/* Writes a pending marker for pack, stamped age_s seconds ago, grace 1 h. */
+static void put_marker(st_backend *b, const char *job, const st_id *pack, int64_t age_s)
+{
+    char key[ST_KEY_MAX], text[128];
+    CHECK_OK(st_key_gc_pending(key, sizeof key, job, pack));
+    int n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n",
+                     (long long)(st_now_ns() - age_s * SEC), 3600 * SEC);
+    CHECK_OK(st_put(b, key, text, (size_t)n));
+}
+
+/* The last look by listing (docs/GC.md, "Writers"): two LISTs and no HEAD
+ * for packs that are there without a marker; a marked pack or one missing
+ * from the listing gets the per-pack look, with the same answers. */
+static void test_packs_usable_by_listing(void)
+{
+    st_backend_counts c = {0};
+    st_backend *b = open_backend();
+    CHECK_OK(st_backend_count_wrap(&b, &c));
+    char key[ST_KEY_MAX];
+    st_id ids[3] = {{{9, 1}}, {{9, 2}}, {{9, 3}}};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(st_key_pack(key, sizeof key, "lk", &ids[i]));
+        CHECK_OK(st_put(b, key, "x", 1));
+    }
+    memset(&c, 0, sizeof c);
+    int64_t deadline = INT64_MAX;
+    size_t bad = 99;
+    CHECK_OK(st_gc_packs_usable(b, "lk", ids, 3, &deadline, &bad));
+    CHECK(st_backend_counts_of(&c, ST_REQ_STAT) == 0);
+    CHECK(st_backend_counts_of(&c, ST_REQ_LIST) == 2);
+    CHECK(deadline == INT64_MAX);
+
+    /* A young marker on pack 1: accepted, with its deadline, by its own look. */
+    put_marker(b, "lk", &ids[1], 0);
+    memset(&c, 0, sizeof c);
+    CHECK_OK(st_gc_packs_usable(b, "lk", ids, 3, &deadline, &bad));
+    CHECK(deadline < INT64_MAX && deadline > st_now_ns());
+    CHECK(st_backend_counts_of(&c, ST_REQ_STAT) == 2); /* pack 1's marker, then pack 1 */
+    CHECK_ERR(st_gc_packs_usable(b, "lk", ids, 3, NULL, &bad), ST_ERR_BUSY);
+    CHECK(bad == 1);
+
+    /* An old marker on pack 2: refused, whatever the deadline. */
+    CHECK_OK(st_key_gc_pending(key, sizeof key, "lk", &ids[1]));
+    CHECK_OK(st_del(b, key));
+    put_marker(b, "lk", &ids[2], 2000);
+    deadline = INT64_MAX;
+    CHECK_ERR(st_gc_packs_usable(b, "lk", ids, 3, &deadline, &bad), ST_ERR_BUSY);
+    CHECK(bad == 2);
+    CHECK_OK(st_key_gc_pending(key, sizeof key, "lk", &ids[2]));
+    CHECK_OK(st_del(b, key));
+
+    /* Pack 0 gone and its marker too (the GC deletes the pack, then the
+     * marker): the listing misses it, its own look finds it gone. */
+    CHECK_OK(st_key_pack(key, sizeof key, "lk", &ids[0]));
+    CHECK_OK(st_del(b, key));
+    CHECK_ERR(st_gc_packs_usable(b, "lk", ids, 3, &deadline, &bad), ST_ERR_BUSY);
+    CHECK(bad == 0);
+    CHECK_OK(st_gc_packs_usable(b, "lk", ids + 1, 2, &deadline, &bad));
+    st_backend_close(b);
+}
+
+/* The HEADs of a put, as an asserted fact: only the part-record check (is
+ * the step there already?) once a manifest names two packs or more; the
+ * old packs met through the index and the last look are answered by
+ * listings of the markers and the packs. */
+static void test_put_heads(void)
+{
+    st_store *s = open_store("state-heads");
+    st_put_result r;
+    put_step(s, "heads", 1, 300, &r); /* one pack: its own last look (2 HEADs) */
+    CHECK(r.packs == 1 && r.heads == 3);
+    put_step(s, "heads", 2, 301, &r); /* step 1's pack (shared.bin) + a new one */
+    CHECK(r.packs == 1 && r.new_chunks > 0 && r.new_chunks < r.chunks);
+    CHECK(r.heads == 1);
+    /* First use (2 LISTs), retire markers (1), last look (2); and the
+     * index sync and publish's own. */
+    CHECK(r.lists >= 5);
+    verify_all(s, "heads");
+    st_store_close(s);
+}
+
+static int collect_first_key(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    snprintf(arg, ST_KEY_MAX, "%s", key);
+    return 1; /* the first is enough */
+}
+
+/* An old pack the index names but the store lost (deleted with its marker,
+ * as the GC does): the first-use listing does not show it, its own look
+ * finds it gone, and its chunks are stored again; the put succeeds. */
+static void test_first_use_gone_pack(void)
+{
+    st_store *s = open_store("state-gone");
+    st_put_result r;
+    put_sized(s, "gone", 1, 256 * KIB, 0, 400, &r);
+    st_backend *b = open_backend();
+    char key[ST_KEY_MAX] = "", prefix[ST_KEY_MAX];
+    CHECK_OK(st_key_job_dir(prefix, sizeof prefix, "gone", "packs"));
+    CHECK_OK(st_list(b, prefix, collect_first_key, key));
+    CHECK(key[0] != 0);
+    CHECK_OK(st_del(b, key));
+    st_backend_close(b);
+    put_step(s, "gone", 2, 401, &r); /* shared.bin's chunks were in that pack */
+    CHECK(r.new_chunks == r.chunks);
+    st_verify_result v;
+    CHECK_OK(st_store_verify(s, "gone", 2, &v));
+    CHECK(v.bad_files == 0);
+    st_store_close(s);
+}
+
 int main(void)
 {
     if (ut_tmp_store(root, url, sizeof url))
@@ -770,6 +882,9 @@ int main(void)
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);
     RUN(test_pack_usable);
+    RUN(test_packs_usable_by_listing);
+    RUN(test_put_heads);
+    RUN(test_first_use_gone_pack);
     RUN(test_retire_marker);
     RUN(test_rehome_after_retire);
     RUN(test_batches_and_stop);
