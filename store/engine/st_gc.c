@@ -46,6 +46,7 @@
 #include "util/st_fsutil.h"
 #include "util/st_idmap.h"
 #include "engine/st_catalog.h"
+#include "engine/st_compact.h"
 #include "format/st_gcmark.h"
 #include "format/st_part.h"
 
@@ -1162,6 +1163,10 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
         r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
     if (!e && !r->stopped)
         e = delete_picked(&g, &l);
+    /* Compaction between retention and the sweep: the sweep's scan then
+     * sees the rewritten part records and marks the old packs. */
+    if (!e && p->compact && !stop_requested(&g))
+        e = st_compact_run(b, job, p, g.grace, repack_threshold(p), dry_run, r);
     if (!e && !stop_requested(&g))
         e = sweep(&g, &l);
 out:
