@@ -48,8 +48,8 @@ enum opt_bit {
     OPT_MOUNT = 1 << 7,
     OPT_WORLD = 1 << 8,
     OPT_TIMEOUT = 1 << 9,
-    OPT_GC =
-        1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --progress */
+    OPT_GC = 1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --compact
+                         --progress */
 };
 
 typedef struct cli {
@@ -77,6 +77,7 @@ typedef struct cli {
     double repack_dead; /* gc: percent dead that retires a pack; 0: the default (50) */
     uint32_t batch;     /* gc: objects per batch; 0: the default (1000) */
     int progress;       /* gc: progress lines on stderr even when it is not a terminal */
+    int compact;        /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
     int json;
     int quiet;
     int help;
