@@ -13,9 +13,10 @@
  *      a path (rewriting one of those could flip which version wins);
  *   5. copy the live chunks of the candidates (ranged GETs, each chunk
  *      decoded and checked against its id) into new packs, PUT each;
- *   6. rewrite every part record that references a candidate: manifest,
+ *   6. the writer's last look at the new packs (st_packuse_check), then
+ *      rewrite every part record that references a candidate: manifest,
  *      then part record (st_catalog_publish_unfenced), only while the clock
- *      is before t0 + 1.5 grace;
+ *      is before t0 + 1.5 grace (and a young marker's grace/2);
  *   7. delete the fence.
  * Compaction deletes nothing else: the old packs are left to the sweep.
  *
@@ -38,6 +39,7 @@
 #include "util/st_fsutil.h"
 #include "util/st_idmap.h"
 #include "engine/st_catalog.h"
+#include "engine/st_packuse.h"
 #include "format/st_codec.h"
 #include "format/st_gcmark.h"
 #include "format/st_pack.h"
@@ -507,11 +509,30 @@ static st_err relocate_manifest(const compactor *c, st_manifest *m)
     return e;
 }
 
-/* Rewrites every part record that references a candidate, while the clock
- * is before deadline (docs/GC.md: the fence's life covers only that). */
-static st_err rewrite_parts(compactor *c, int64_t deadline)
+/* The writer's last look (docs/GC.md, "Writers") at every new pack: a pack
+ * with these very bytes may have been written before and be pending
+ * deletion. Lowers *deadline to the end of the grace/2 a young marker
+ * leaves; ST_ERR_BUSY for one too old (or a pack gone). */
+static st_err last_look(compactor *c, int64_t *deadline)
 {
     st_err e = ST_OK;
+    for (size_t i = 0; !e && i < c->nnew; i++)
+        e = st_packuse_check(c->b, c->job, &c->newpacks[i], deadline);
+    return e;
+}
+
+/* Rewrites every part record that references a candidate, while the clock
+ * is before deadline (docs/GC.md: the fence's life covers only that, and
+ * the last look at the new packs). */
+static st_err rewrite_parts(compactor *c, int64_t deadline)
+{
+    st_err e = last_look(c, &deadline);
+    if (e == ST_ERR_BUSY) { /* a later run, once the sweep took that pack */
+        char why[320];
+        snprintf(why, sizeof why, "new pack not usable yet: %s", st_errmsg());
+        compact_skip(c, why);
+        return ST_OK;
+    }
     for (size_t i = 0; !e && i < c->nparts; i++) {
         cpart *cp = &c->parts[i];
         if (cp->left_alone || !references_candidate(c, &cp->m))
