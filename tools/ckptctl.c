@@ -107,7 +107,7 @@ static const verb verbs[] = {
      "ckptctl wait.\n"},
     {"gc", run_gc, 1, OPT_GC | OPT_JSON,
      "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
-     "             [--compact] [--progress] [--dry-run] [--json]",
+     "             [--compact[=PCT]] [--progress] [--dry-run] [--json]",
      "Retention and garbage collection of the job (docs/GC.md). --keep-last N keeps\n"
      "the N newest consistent steps, --keep-every K the consistent steps whose number\n"
      "is a multiple of K; other steps are deleted (part records first). Never deleted:\n"
@@ -127,8 +127,9 @@ static const verb verbs[] = {
      "than the newest restorable step, and never counted by --keep-last. A part\n"
      "record or manifest that cannot be read keeps its step and makes the run skip\n"
      "the sweep: exit 7, \"sweep skipped\" on stderr.\n"
-     "--compact (a job whose writers are gone): gc copies the live chunks of packs at\n"
-     "least --repack-dead percent dead into new packs itself and rewrites the steps\n"
+     "--compact[=PCT] (a job whose writers are gone): gc copies the live chunks of\n"
+     "packs at least PCT percent dead (default 9, so every pack left is < 1.10x its\n"
+     "live bytes) into new packs itself and rewrites the steps\n"
      "that use them, behind a publish fence that makes writers wait; it first waits\n"
      "half the grace period (docs/GC.md, \"Compaction\"). The old packs are then\n"
      "marked and go one grace period later. Skipped (exit 7) while another\n"
@@ -394,7 +395,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"repack-dead", required_argument, NULL, O_REPACK_DEAD},
         {"batch", required_argument, NULL, O_BATCH},
         {"progress", no_argument, NULL, O_PROGRESS},
-        {"compact", no_argument, NULL, O_COMPACT},
+        {"compact", optional_argument, NULL, O_COMPACT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
@@ -502,6 +503,9 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case O_COMPACT:
             c->compact = 1;
+            c->compact_dead = optarg ? strtod(optarg, &end) : 0;
+            if (optarg && (!*optarg || *end || !(c->compact_dead > 0) || c->compact_dead > 100))
+                return bad_value("--compact", "a percentage above 0, at most 100", optarg);
             c->given |= OPT_GC;
             break;
         case 'q': c->quiet = 1; break;

@@ -74,10 +74,11 @@ typedef struct cli {
     uint64_t keep_last, keep_every; /* gc: 0 = rule not given */
     double grace;                   /* gc: seconds; <= 0: the default (1 h) */
     int dry_run;
-    double repack_dead; /* gc: percent dead that retires a pack; 0: the default (50) */
-    uint32_t batch;     /* gc: objects per batch; 0: the default (1000) */
-    int progress;       /* gc: progress lines on stderr even when it is not a terminal */
-    int compact;        /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
+    double repack_dead;  /* gc: percent dead that retires a pack; 0: the default (50) */
+    uint32_t batch;      /* gc: objects per batch; 0: the default (1000) */
+    int progress;        /* gc: progress lines on stderr even when it is not a terminal */
+    int compact;         /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
+    double compact_dead; /* gc: percent dead that makes a pack a candidate; 0: the default (9) */
     int json;
     int quiet;
     int help;

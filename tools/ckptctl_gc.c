@@ -206,6 +206,7 @@ int run_gc(cli *c, st_store *s)
         .repack_dead = c->repack_dead / 100.0,
         .batch = c->batch,
         .compact = c->compact,
+        .compact_dead = c->compact_dead / 100.0,
         .stop = &gc_stop,
     };
     if (c->progress || (!c->quiet && isatty(STDERR_FILENO)))

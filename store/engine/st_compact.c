@@ -607,8 +607,10 @@ static st_err compact_fenced(compactor *c, double dead_threshold, int dry_run, i
 }
 
 st_err st_compact_run(st_backend *b, const char *job, const st_gc_policy *policy, int64_t grace_ns,
-                      double dead_threshold, int dry_run, st_gc_report *r)
+                      int dry_run, st_gc_report *r)
 {
+    const double dead_threshold =
+        policy->compact_dead > 0 ? policy->compact_dead : ST_COMPACT_DEFAULT_DEAD;
     char fence[ST_KEY_MAX];
     compactor c = {.b = b, .job = job, .p = policy, .r = r, .grace = grace_ns};
     int live = 0, fenced = 0;

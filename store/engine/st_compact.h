@@ -19,11 +19,15 @@
 #include "st_error.h"
 #include "st_gc_policy.h"
 
+/* Default dead fraction that makes a pack a candidate: every pack left is
+ * then at most 1 / 0.91 < 1.10 times its live bytes. */
+#define ST_COMPACT_DEFAULT_DEAD 0.09
+
 /*!
- * Compacts job on b: packs whose dead fraction is at least dead_threshold
- * (< 1) are copied and every part record referencing them rewritten, under
- * the fence and its timing rules for grace_ns (docs/GC.md). With dry_run,
- * only finds and counts the candidates (no fence, no wait, no write).
+ * Compacts job on b: packs whose dead fraction is at least
+ * policy->compact_dead (default ST_COMPACT_DEFAULT_DEAD; >= 1: never) are copied and every part
+ * record referencing them rewritten, under the fence and its timing rules for grace_ns
+ * (docs/GC.md). With dry_run, only finds and counts the candidates (no fence, no wait, no write).
  * Adds what it did to the compact_* fields of r (and r->stopped when
  * policy->stop or the fence's deadline ended it). Another live compaction,
  * or a part record or manifest that cannot be read, is not an error: the
@@ -32,6 +36,6 @@
  * it (a crash leaves it to go stale).
  */
 st_err st_compact_run(st_backend *b, const char *job, const st_gc_policy *policy, int64_t grace_ns,
-                      double dead_threshold, int dry_run, st_gc_report *r);
+                      int dry_run, st_gc_report *r);
 
 #endif

@@ -1129,7 +1129,7 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
     /* Compaction between retention and the sweep: the sweep's scan then
      * sees the rewritten part records and marks the old packs. */
     if (!e && p->compact && !stop_requested(&g))
-        e = st_compact_run(b, job, p, g.grace, repack_threshold(p), dry_run, r);
+        e = st_compact_run(b, job, p, g.grace, dry_run, r);
     if (!e && !stop_requested(&g))
         e = sweep(&g, &l);
 out:

@@ -81,6 +81,10 @@ typedef struct st_gc_policy {
      * threshold and rewrite the part records that reference them, behind a
      * publish fence (docs/GC.md, "Compaction"); waits grace/2 first. */
     int compact;
+    /* Compaction's threshold: a pack at least this fraction dead is copied.
+     * 0 (or negative): the default, 0.09, so that every pack left is at
+     * most 1/0.91 < 1.10 times its live bytes. */
+    double compact_dead;
     void (*progress)(void *arg, const st_gc_report *r);
     void *progress_arg;
     const volatile int *stop;
