@@ -140,8 +140,8 @@ static const verb verbs[] = {
      "retired_live_bytes, parts_deleted, manifests_deleted, markers_deleted,\n"
      "objects_deleted, bytes_freed, stopped, sweep_skipped, why, compact (object:\n"
      "candidates, candidate_bytes, live_bytes, packs_written, parts_rewritten,\n"
-     "steps_skipped, gets, puts, wait_ns, skipped, why), deleted (every key, in\n"
-     "order).\n"},
+     "steps_skipped, parts_changed, gets, puts, wait_ns, skipped, why), deleted\n"
+     "(every key, in order).\n"},
     {"pin", run_pin, 1, OPT_STEP, "pin --step N",
      "Pin step N of the job: gc never deletes a pinned step.\n"},
     {"unpin", run_unpin, 1, OPT_STEP, "unpin --step N",

@@ -134,6 +134,7 @@ static int report_json(const st_gc_report *r)
     bad |= json_set(k, "packs_written", json_object_new_uint64(r->compact_packs_written));
     bad |= json_set(k, "parts_rewritten", json_object_new_uint64(r->compact_parts_rewritten));
     bad |= json_set(k, "steps_skipped", json_object_new_uint64(r->compact_steps_skipped));
+    bad |= json_set(k, "parts_changed", json_object_new_uint64(r->compact_parts_changed));
     bad |= json_set(k, "gets", json_object_new_uint64(r->compact_gets));
     bad |= json_set(k, "puts", json_object_new_uint64(r->compact_puts));
     bad |= json_set(k, "wait_ns", json_object_new_uint64((uint64_t)r->compact_wait_ns));

@@ -521,6 +521,27 @@ static st_err last_look(compactor *c, int64_t *deadline)
     return e;
 }
 
+/* 1 if the part record cp was loaded from is still there with the same
+ * revision: a GC run without compaction (retention, a step removed through
+ * a mount) is not fenced and may have deleted the step meanwhile; writing
+ * it again would bring a deleted step back. */
+static st_err part_unchanged(compactor *c, const cpart *cp, int *same)
+{
+    st_bytes buf = {0};
+    st_part now;
+    st_err e = st_catalog_load_part(c->b, c->job, cp->part.step, cp->part.node, &buf, &now);
+    c->r->compact_gets++;
+    *same = 0;
+    if (e == ST_ERR_NOT_FOUND)
+        e = ST_OK;
+    else if (!e) {
+        *same = now.revision == cp->part.revision;
+        st_part_free(&now);
+    }
+    st_bytes_free(&buf);
+    return e;
+}
+
 /* Rewrites every part record that references a candidate, while the clock
  * is before deadline (docs/GC.md: the fence's life covers only that, and
  * the last look at the new packs). */
@@ -542,6 +563,13 @@ static st_err rewrite_parts(compactor *c, int64_t deadline)
             break;
         }
         uint64_t puts = 0;
+        int same = 0;
+        if ((e = part_unchanged(c, cp, &same)))
+            break;
+        if (!same) { /* deleted (or changed) since it was loaded: not ours */
+            c->r->compact_parts_changed++;
+            continue;
+        }
         if ((e = relocate_manifest(c, &cp->m)))
             break;
         cp->m.created_ns = st_now_ns();

@@ -48,6 +48,7 @@ typedef struct st_gc_report {
     uint64_t compact_packs_written;      /* new packs PUT */
     uint64_t compact_parts_rewritten;    /* part records (with their manifests) rewritten */
     uint64_t compact_steps_skipped;      /* steps whose parts share a path: left alone */
+    uint64_t compact_parts_changed;      /* deleted or republished meanwhile: not rewritten */
     uint64_t compact_gets, compact_puts; /* requests the compaction made */
     int64_t compact_wait_ns;             /* time spent waiting behind the fence */
     int compact_skipped;                 /* compaction not done; compact_why says why */
