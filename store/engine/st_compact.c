@@ -14,9 +14,10 @@
  *   5. copy the live chunks of the candidates (ranged GETs, each chunk
  *      decoded and checked against its id) into new packs, PUT each;
  *   6. the writer's last look at the new packs (st_packuse_check), then
- *      rewrite every part record that references a candidate: manifest,
- *      then part record (st_catalog_publish_unfenced), only while the clock
- *      is before t0 + 1.5 grace (and a young marker's grace/2);
+ *      rewrite every part record that references a candidate and is still
+ *      there at the revision loaded (re-read: unfenced step deletions):
+ *      manifest, then part record (st_catalog_publish_unfenced), only while
+ *      the clock is before t0 + 1.5 grace (and a young marker's grace/2);
  *   7. delete the fence.
  * Compaction deletes nothing else: the old packs are left to the sweep.
  *
