@@ -78,8 +78,8 @@ typedef struct st_gc_policy {
      * NULL): non-zero ends it there (r->stopped; ST_OK). The run also looks
      * at *stop between its phases and while it reads references. */
     uint32_t batch;
-    /* Compaction: copy the live chunks of packs at or past the repack_dead
-     * threshold and rewrite the part records that reference them, behind a
+    /* Compaction: copy the live chunks of packs at or past the compact_dead
+     * threshold (below) and rewrite the part records that reference them, behind a
      * publish fence (docs/GC.md, "Compaction"); waits grace/2 first. */
     int compact;
     /* Compaction's threshold: a pack at least this fraction dead is copied.
