@@ -107,7 +107,7 @@ static const verb verbs[] = {
      "ckptctl wait.\n"},
     {"gc", run_gc, 1, OPT_GC | OPT_JSON,
      "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
-     "             [--progress] [--dry-run] [--json]",
+     "             [--compact[=PCT]] [--progress] [--dry-run] [--json]",
      "Retention and garbage collection of the job (docs/GC.md). --keep-last N keeps\n"
      "the N newest consistent steps, --keep-every K the consistent steps whose number\n"
      "is a multiple of K; other steps are deleted (part records first). Never deleted:\n"
@@ -127,12 +127,21 @@ static const verb verbs[] = {
      "than the newest restorable step, and never counted by --keep-last. A part\n"
      "record or manifest that cannot be read keeps its step and makes the run skip\n"
      "the sweep: exit 7, \"sweep skipped\" on stderr.\n"
+     "--compact[=PCT] (a job whose writers are gone): gc copies the live chunks of\n"
+     "packs at least PCT percent dead (default 9, so every pack left is < 1.10x its\n"
+     "live bytes) into new packs itself and rewrites the steps\n"
+     "that use them, behind a publish fence that makes writers wait; it first waits\n"
+     "half the grace period (docs/GC.md, \"Compaction\"). The old packs are then\n"
+     "marked and go one grace period later. Skipped (exit 7) while another\n"
+     "compaction runs.\n"
      "--json: dry_run, steps_kept, steps_deleted, deleted_steps, steps_damaged,\n"
      "steps_unreadable, packs, packs_referenced,\n"
      "packs_marked, packs_unmarked, packs_pending, packs_deleted, packs_retired,\n"
      "retired_live_bytes, parts_deleted, manifests_deleted, markers_deleted,\n"
-     "objects_deleted, bytes_freed, stopped, sweep_skipped, why, deleted (every key,\n"
-     "in order).\n"},
+     "objects_deleted, bytes_freed, stopped, sweep_skipped, why, compact (object:\n"
+     "candidates, candidate_bytes, live_bytes, packs_written, parts_rewritten,\n"
+     "steps_skipped, parts_changed, gets, puts, wait_ns, skipped, why), deleted\n"
+     "(every key, in order).\n"},
     {"pin", run_pin, 1, OPT_STEP, "pin --step N",
      "Pin step N of the job: gc never deletes a pinned step.\n"},
     {"unpin", run_unpin, 1, OPT_STEP, "unpin --step N",
@@ -154,7 +163,8 @@ static const struct {
     {OPT_MOUNT, "--mount"},
     {OPT_WORLD, "--world-size"},
     {OPT_TIMEOUT, "--timeout"},
-    {OPT_GC, "--keep-last/--keep-every/--grace/--dry-run/--repack-dead/--batch/--progress"},
+    {OPT_GC,
+     "--keep-last/--keep-every/--grace/--dry-run/--repack-dead/--batch/--compact/--progress"},
 };
 
 /* ---- shared helpers ---- */
@@ -352,6 +362,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_REPACK_DEAD,
         O_BATCH,
         O_PROGRESS,
+        O_COMPACT,
         O_SIGNATURE,
         O_REGION,
         O_ADDRESSING,
@@ -384,6 +395,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"repack-dead", required_argument, NULL, O_REPACK_DEAD},
         {"batch", required_argument, NULL, O_BATCH},
         {"progress", no_argument, NULL, O_PROGRESS},
+        {"compact", optional_argument, NULL, O_COMPACT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
@@ -487,6 +499,13 @@ static int parse_args(int argc, char **argv, cli *c)
             break;
         case O_PROGRESS:
             c->progress = 1;
+            c->given |= OPT_GC;
+            break;
+        case O_COMPACT:
+            c->compact = 1;
+            c->compact_dead = optarg ? strtod(optarg, &end) : 0;
+            if (optarg && (!*optarg || *end || !(c->compact_dead > 0) || c->compact_dead > 100))
+                return bad_value("--compact", "a percentage above 0, at most 100", optarg);
             c->given |= OPT_GC;
             break;
         case 'q': c->quiet = 1; break;

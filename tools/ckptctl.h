@@ -48,8 +48,8 @@ enum opt_bit {
     OPT_MOUNT = 1 << 7,
     OPT_WORLD = 1 << 8,
     OPT_TIMEOUT = 1 << 9,
-    OPT_GC =
-        1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --progress */
+    OPT_GC = 1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --compact
+                         --progress */
 };
 
 typedef struct cli {
@@ -74,9 +74,11 @@ typedef struct cli {
     uint64_t keep_last, keep_every; /* gc: 0 = rule not given */
     double grace;                   /* gc: seconds; <= 0: the default (1 h) */
     int dry_run;
-    double repack_dead; /* gc: percent dead that retires a pack; 0: the default (50) */
-    uint32_t batch;     /* gc: objects per batch; 0: the default (1000) */
-    int progress;       /* gc: progress lines on stderr even when it is not a terminal */
+    double repack_dead;  /* gc: percent dead that retires a pack; 0: the default (50) */
+    uint32_t batch;      /* gc: objects per batch; 0: the default (1000) */
+    int progress;        /* gc: progress lines on stderr even when it is not a terminal */
+    int compact;         /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
+    double compact_dead; /* gc: percent dead that makes a pack a candidate; 0: the default (9) */
     int json;
     int quiet;
     int help;

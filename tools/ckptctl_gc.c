@@ -37,6 +37,11 @@ static void print_progress(void *arg, const st_gc_report *r)
             " pack(s))\n",
             r->dry_run ? "would delete" : "deleted", r->objects_deleted, mib(r->bytes_freed),
             r->steps_deleted, r->packs_deleted);
+    if (r->compact_packs_written || r->compact_parts_rewritten)
+        fprintf(stderr,
+                "ckptctl gc: compact: %.1f MiB copied into %" PRIu64 " new pack(s), %" PRIu64
+                " part record(s) rewritten\n",
+                mib(r->compact_live_bytes), r->compact_packs_written, r->compact_parts_rewritten);
 }
 
 static int no_positional(const cli *c)
@@ -122,6 +127,20 @@ static int report_json(const st_gc_report *r)
     bad |= json_set(o, "stopped", json_object_new_boolean(r->stopped));
     bad |= json_set(o, "sweep_skipped", json_object_new_boolean(r->sweep_skipped));
     bad |= json_set_str(o, "why", r->why);
+    json_object *k = json_object_new_object();
+    bad |= json_set(k, "candidates", json_object_new_uint64(r->compact_candidates));
+    bad |= json_set(k, "candidate_bytes", json_object_new_uint64(r->compact_candidate_bytes));
+    bad |= json_set(k, "live_bytes", json_object_new_uint64(r->compact_live_bytes));
+    bad |= json_set(k, "packs_written", json_object_new_uint64(r->compact_packs_written));
+    bad |= json_set(k, "parts_rewritten", json_object_new_uint64(r->compact_parts_rewritten));
+    bad |= json_set(k, "steps_skipped", json_object_new_uint64(r->compact_steps_skipped));
+    bad |= json_set(k, "parts_changed", json_object_new_uint64(r->compact_parts_changed));
+    bad |= json_set(k, "gets", json_object_new_uint64(r->compact_gets));
+    bad |= json_set(k, "puts", json_object_new_uint64(r->compact_puts));
+    bad |= json_set(k, "wait_ns", json_object_new_uint64((uint64_t)r->compact_wait_ns));
+    bad |= json_set(k, "skipped", json_object_new_boolean(r->compact_skipped));
+    bad |= json_set_str(k, "why", r->compact_why);
+    bad |= json_set(o, "compact", k);
     json_object *keys = json_object_new_array();
     for (size_t i = 0; i < r->ndeleted; i++)
         bad |= json_push(keys, json_object_new_string(r->deleted[i]));
@@ -142,6 +161,8 @@ static void report_notes(const st_gc_report *r)
     /* The run did not do all it was asked to: exit 7. */
     if (r->sweep_skipped)
         fprintf(stderr, "ckptctl gc: sweep skipped: %s\n", r->why);
+    if (r->compact_skipped)
+        fprintf(stderr, "ckptctl gc: compaction skipped: %s\n", r->compact_why);
 }
 
 static void report_text(const cli *c, const st_gc_report *r)
@@ -162,6 +183,16 @@ static void report_text(const cli *c, const st_gc_report *r)
            r->packs_marked, r->packs_pending, r->packs_deleted, did, r->packs_retired,
            r->dry_run ? "would be retired" : "retired", mib(r->retired_live_bytes),
            r->objects_deleted, mib(r->bytes_freed), r->dry_run ? "would be freed" : "freed");
+    if (r->compact_candidates || r->compact_steps_skipped)
+        printf("compact: %" PRIu64 " pack(s) of %.1f MiB at least %s dead, %.1f MiB live %s into "
+               "%" PRIu64 " new pack(s), %" PRIu64 " part record(s) %s (%" PRIu64 " GET, %" PRIu64
+               " PUT; waited %.1f s behind the fence); %" PRIu64
+               " step(s) left alone (a path in two parts)\n",
+               r->compact_candidates, mib(r->compact_candidate_bytes), "the threshold",
+               mib(r->compact_live_bytes), r->dry_run ? "would be copied" : "copied",
+               r->compact_packs_written, r->compact_parts_rewritten,
+               r->dry_run ? "would be rewritten" : "rewritten", r->compact_gets, r->compact_puts,
+               (double)r->compact_wait_ns / 1e9, r->compact_steps_skipped);
     report_pending(r);
 }
 
@@ -175,6 +206,8 @@ int run_gc(cli *c, st_store *s)
         .grace_ns = c->grace > 0 ? (int64_t)(c->grace * 1e9) : 0,
         .repack_dead = c->repack_dead / 100.0,
         .batch = c->batch,
+        .compact = c->compact,
+        .compact_dead = c->compact_dead / 100.0,
         .stop = &gc_stop,
     };
     if (c->progress || (!c->quiet && isatty(STDERR_FILENO)))
@@ -191,10 +224,10 @@ int run_gc(cli *c, st_store *s)
     /* Stopped by a signal: the report of what was done, then the shell's
      * convention for "ended by signal N" (130 for SIGINT), so that a script
      * never takes a stopped run for a finished one. */
-    int rc = e                      ? fail(e)
-             : r.stopped && gc_stop ? 128 + (int)gc_stop
-             : r.sweep_skipped      ? EXIT_PARTIAL
-                                    : EXIT_OK;
+    int rc = e                                      ? fail(e)
+             : r.stopped && gc_stop                 ? 128 + (int)gc_stop
+             : r.sweep_skipped || r.compact_skipped ? EXIT_PARTIAL
+                                                    : EXIT_OK;
     if (!e && c->json) {
         int printed = report_json(&r);
         if (printed && rc == EXIT_OK)

@@ -12,6 +12,8 @@
 
 #include "util/st_array.h"
 #include "util/st_crashpoint.h"
+#include "util/st_fsutil.h"
+#include "format/st_gcmark.h"
 
 /* ---- listing ---- */
 
@@ -475,7 +477,62 @@ static st_err next_revision(st_backend *b, const st_manifest *m, st_part *part)
     return ST_OK;
 }
 
+typedef struct fence_scan {
+    size_t prefix_len;
+    const char *skip; /* the caller's own fence, or NULL */
+    int64_t now;
+    int live;
+    char first[ST_KEY_MAX]; /* the first live fence seen */
+} fence_scan;
+
+static int fence_cb(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    fence_scan *f = arg;
+    int64_t t0, until;
+    if (f->skip && !strcmp(key, f->skip))
+        return 0;
+    if (st_gcmark_fence_parse(key + f->prefix_len, &t0, &until) || f->now >= until)
+        return 0; /* not a fence, or a stale one */
+    if (!f->live++)
+        snprintf(f->first, sizeof f->first, "%s", key);
+    return 0;
+}
+
+st_err st_catalog_fence_live(st_backend *b, const char *job, const char *skip, int *live)
+{
+    char prefix[ST_KEY_MAX];
+    fence_scan f = {.skip = skip, .now = st_now_ns()};
+    st_err e = st_key_job_dir(prefix, sizeof prefix, job, "gc/compacting");
+    if (!e) {
+        f.prefix_len = strlen(prefix);
+        e = st_list(b, prefix, fence_cb, &f);
+    }
+    if (e)
+        return e;
+    *live = f.live;
+    if (f.live)
+        st_seterr(ST_ERR_BUSY, "job %s is being compacted (%s): not publishing until it ends", job,
+                  f.first);
+    return ST_OK;
+}
+
 st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts)
+{
+    /* The fence of a compaction (docs/GC.md, "Compaction"): looked at right
+     * before the revision is picked and the manifest PUT, so a publish that
+     * saw no fence lands within one publish of the fence's PUT. */
+    int fenced = 0;
+    st_err e = st_catalog_fence_live(b, m->job, NULL, &fenced);
+    if (e)
+        return e;
+    if (fenced)
+        return ST_ERR_BUSY; /* message set by st_catalog_fence_live */
+    return st_catalog_publish_unfenced(b, m, part, puts);
+}
+
+st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part *part,
+                                   uint64_t *puts)
 {
     st_bytes buf = {0};
     char key[ST_KEY_MAX];

@@ -122,6 +122,24 @@ st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t low
 st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts);
 
 /*!
+ * st_catalog_publish without the look at the compaction fence, for the
+ * compactor that holds the fence (engine/st_compact.c) and only for it:
+ * every other writer goes through st_catalog_publish, which refuses
+ * (ST_ERR_BUSY, transient) while a live fence exists (docs/GC.md,
+ * "Compaction").
+ */
+st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part *part,
+                                   uint64_t *puts);
+
+/*!
+ * Whether job has a live compaction fence other than skip (a full key, may
+ * be NULL): one LIST of jobs/<job>/gc/compacting/. *live is the count of
+ * live fences; when non-zero, st_errmsg() names the first. Store errors
+ * are returned as they are.
+ */
+st_err st_catalog_fence_live(st_backend *b, const char *job, const char *skip, int *live);
+
+/*!
  * Merges the chunk locations of every part record of job that the local
  * index has not seen (in this exact version) into the dedup index, so a
  * writer dedups against what every node stored. Unreadable parts are reported

@@ -46,6 +46,8 @@
 #include "util/st_fsutil.h"
 #include "util/st_idmap.h"
 #include "engine/st_catalog.h"
+#include "engine/st_compact.h"
+#include "engine/st_packuse.h"
 #include "format/st_gcmark.h"
 #include "format/st_part.h"
 
@@ -55,45 +57,7 @@
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns)
 {
-    char key[ST_KEY_MAX], hex[ST_ID_HEX_LEN + 1];
-    uint64_t size;
-    st_err e = st_key_gc_pending(key, sizeof key, job, pack);
-    if (e)
-        return e;
-    /* The marker first: the GC deletes a pack before its marker, so "no
-     * marker, then the pack" cannot both hold for a pack being deleted. */
-    e = st_stat(b, key, &size);
-    if (e == ST_OK) {
-        if (!young_ok_until_ns)
-            return st_seterr(ST_ERR_BUSY, "pack %s is pending deletion by GC",
-                             st_id_hex(pack, hex));
-        st_bytes buf = {0};
-        int64_t marked, grace;
-        e = st_get(b, key, 0, ST_GET_TO_END, &buf);
-        if (!e)
-            e = st_gcmark_pending_decode(buf.data, buf.len, &marked, &grace);
-        st_bytes_free(&buf);
-        if (e == ST_ERR_NOT_FOUND)
-            e = ST_OK; /* unmarked meanwhile: look at the pack below */
-        else if (e)
-            return e;
-        else if (st_now_ns() >= marked + grace / 2)
-            return st_seterr(ST_ERR_BUSY,
-                             "pack %s was marked for GC %.1f s ago (grace %.1f s): too late "
-                             "to publish a reference to it",
-                             st_id_hex(pack, hex), (double)(st_now_ns() - marked) / 1e9,
-                             (double)grace / 1e9);
-        else if (marked + grace / 2 < *young_ok_until_ns)
-            *young_ok_until_ns = marked + grace / 2;
-    } else if (e != ST_ERR_NOT_FOUND) {
-        return e;
-    }
-    if ((e = st_key_pack(key, sizeof key, job, pack)))
-        return e;
-    e = st_stat(b, key, &size);
-    if (e == ST_ERR_NOT_FOUND)
-        return st_seterr(ST_ERR_BUSY, "pack %s is gone (deleted by GC)", st_id_hex(pack, hex));
-    return e;
+    return st_packuse_check(b, job, pack, young_ok_until_ns);
 }
 
 /* Keys one listing page carries (S3 ListObjectsV2's max-keys default and
@@ -1263,6 +1227,10 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
         r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
     if (!e && !r->stopped)
         e = delete_picked(&g, &l);
+    /* Compaction between retention and the sweep: the sweep's scan then
+     * sees the rewritten part records and marks the old packs. */
+    if (!e && p->compact && !stop_requested(&g))
+        e = st_compact_run(b, job, p, g.grace, dry_run, r);
     if (!e && !stop_requested(&g))
         e = sweep(&g, &l);
 out:

@@ -52,6 +52,45 @@ st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pa
     return key_pack_marker(out, cap, job, "gc/retired", pack);
 }
 
+st_err st_key_gc_fence(char *out, size_t cap, const char *job, int64_t t0_ns, int64_t until_ns,
+                       uint64_t nonce)
+{
+    st_err e = st_key_job_dir(out, cap, job, "gc/compacting");
+    if (e)
+        return e;
+    if (t0_ns < 0 || until_ns < t0_ns)
+        return st_seterr(ST_ERR_INVALID, "fence times out of range");
+    size_t len = strlen(out);
+    int n = snprintf(out + len, cap - len, "%020" PRId64 "-%020" PRId64 "-%016" PRIx64, t0_ns,
+                     until_ns, nonce);
+    return n < 0 || (size_t)n >= cap - len ? ST_ERR_INVALID : ST_OK;
+}
+
+/* Parses exactly 20 decimal digits at s into *v. */
+static int parse_stamp20(const char *s, int64_t *v)
+{
+    if (strspn(s, "0123456789") < 20)
+        return -1;
+    char digits[21];
+    memcpy(digits, s, 20);
+    digits[20] = '\0';
+    unsigned long long u = strtoull(digits, NULL, 10);
+    if (u > INT64_MAX)
+        return -1;
+    *v = (int64_t)u;
+    return 0;
+}
+
+st_err st_gcmark_fence_parse(const char *name, int64_t *t0_ns, int64_t *until_ns)
+{
+    /* <20 digits>-<20 digits>-<16 hex digits>, nothing after */
+    if (strlen(name) != 20 + 1 + 20 + 1 + 16 || name[20] != '-' || name[41] != '-' ||
+        strspn(name + 42, "0123456789abcdef") != 16 || parse_stamp20(name, t0_ns) ||
+        parse_stamp20(name + 21, until_ns) || *until_ns < *t0_ns)
+        return ST_ERR_CORRUPT;
+    return ST_OK;
+}
+
 st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step)
 {
     st_err e = st_key_job_dir(out, cap, job, "pins");

@@ -7,6 +7,8 @@
  *   jobs/<job>/gc/retired/<packid>   "ckptfs-gc-retired v1 <t0_ns> <live> <size>\n"
  *   jobs/<job>/gc/deleting/<t0>.<pid> "ckptfs-gc-deleting v1 <t0_ns>\n<step>\n..."
  *   jobs/<job>/pins/<step:020>       empty
+ *   jobs/<job>/gc/compacting/<t0:020>-<until:020>-<nonce:016x>  empty
+ *                                    (the publish fence of a compaction)
  * The decoders accept any byte string and either return the values or
  * ST_ERR_CORRUPT.
  */
@@ -33,6 +35,15 @@ st_err st_key_gc_retired(char *out, size_t cap, const char *job, const st_id *pa
 st_err st_key_gc_retired_prefix(char *out, size_t cap, const char *job);
 /*! Key of a pin: jobs/<job>/pins/<step20>. */
 st_err st_key_pin(char *out, size_t cap, const char *job, uint64_t step);
+
+/*! Key of a compaction's publish fence (docs/GC.md, "Compaction"): its
+ *  stamp t0_ns and the end of its life until_ns (the compactor's clock)
+ *  are in the name, so a writer needs only the listing. */
+st_err st_key_gc_fence(char *out, size_t cap, const char *job, int64_t t0_ns, int64_t until_ns,
+                       uint64_t nonce);
+/*! Parses the name of a fence (the key after "jobs/<job>/gc/compacting/");
+ *  ST_ERR_CORRUPT if it is not of that shape. */
+st_err st_gcmark_fence_parse(const char *name, int64_t *t0_ns, int64_t *until_ns);
 
 /*! A pending marker's text (the GC's clock when it marked the pack, and the
  *  grace period it used) into out (cap bytes), its length in *len. */

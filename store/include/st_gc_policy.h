@@ -41,7 +41,19 @@ typedef struct st_gc_report {
     int stopped;                 /* *policy->stop ended the run early */
     int sweep_skipped;           /* references could not all be read: nothing swept */
     char why[320];               /* when sweep_skipped: why */
-    char **deleted;              /* every key deleted, in the order it was (malloc'd) */
+    /* Compaction (policy.compact; docs/GC.md, "Compaction"). */
+    uint64_t compact_candidates;         /* packs at or past the dead threshold */
+    uint64_t compact_candidate_bytes;    /* their sizes */
+    uint64_t compact_live_bytes;         /* bytes of chunks copied out of them */
+    uint64_t compact_packs_written;      /* new packs PUT */
+    uint64_t compact_parts_rewritten;    /* part records (with their manifests) rewritten */
+    uint64_t compact_steps_skipped;      /* steps whose parts share a path: left alone */
+    uint64_t compact_parts_changed;      /* deleted or republished meanwhile: not rewritten */
+    uint64_t compact_gets, compact_puts; /* requests the compaction made */
+    int64_t compact_wait_ns;             /* time spent waiting behind the fence */
+    int compact_skipped;                 /* compaction not done; compact_why says why */
+    char compact_why[320];
+    char **deleted; /* every key deleted, in the order it was (malloc'd) */
     size_t ndeleted;
     size_t deleted_cap, deleted_steps_cap; /* internal */
 } st_gc_report;
@@ -66,6 +78,14 @@ typedef struct st_gc_policy {
      * NULL): non-zero ends it there (r->stopped; ST_OK). The run also looks
      * at *stop between its phases and while it reads references. */
     uint32_t batch;
+    /* Compaction: copy the live chunks of packs at or past the compact_dead
+     * threshold (below) and rewrite the part records that reference them, behind a
+     * publish fence (docs/GC.md, "Compaction"); waits grace/2 first. */
+    int compact;
+    /* Compaction's threshold: a pack at least this fraction dead is copied.
+     * 0 (or negative): the default, 0.09, so that every pack left is at
+     * most 1/0.91 < 1.10 times its live bytes. */
+    double compact_dead;
     void (*progress)(void *arg, const st_gc_report *r);
     void *progress_arg;
     const volatile int *stop;

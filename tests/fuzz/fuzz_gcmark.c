@@ -1,17 +1,20 @@
 /*
  * fuzz_gcmark — libFuzzer target for the decoders of the objects GC writes
- * into the store (format/st_gcmark.h): pending markers and intents. Both are
+ * into the store (format/st_gcmark.h): pending markers, intents, and the
+ * names of compaction fences (a writer parses every listed one). All are
  * read back from the bucket, where anyone with write access may put garbage.
  *
- * Input: one selector byte (bit 0: 0 pending marker, 1 intent), then the
- * candidate object.
+ * Input: one selector byte (bit 0 set: intent; else bit 1 set: fence name;
+ * else pending marker), then the candidate object.
  *
  * Properties checked (abort on violation):
  *   - the decoders return OK, CORRUPT or NOMEM only;
  *   - an accepted marker has non-negative times, and its canonical
  *     re-encoding decodes to the same times;
  *   - an accepted intent re-encodes to a text that decodes to the same
- *     stamp and steps; a failed decode leaves no array behind.
+ *     stamp and steps; a failed decode leaves no array behind;
+ *   - an accepted fence name has 0 <= t0 <= until, and the key built from
+ *     them ends in the same 41 characters of stamps.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,6 +74,26 @@ static void check_intent(const uint8_t *buf, size_t len)
     free(steps);
 }
 
+static void check_fence(const uint8_t *buf, size_t len)
+{
+    char *name = malloc(len + 1); /* the parser reads a C string: a listed key */
+    if (!name)
+        return;
+    memcpy(name, buf, len);
+    name[len] = '\0';
+    int64_t t0 = -1, until = -1;
+    st_err e = st_gcmark_fence_parse(name, &t0, &until);
+    if (e != ST_OK && e != ST_ERR_CORRUPT)
+        abort();
+    if (e == ST_OK) {
+        char key[256];
+        if (t0 < 0 || until < t0 || st_key_gc_fence(key, sizeof key, "j", t0, until, 0) != ST_OK ||
+            strncmp(key + strlen("jobs/j/gc/compacting/"), name, 41))
+            abort();
+    }
+    free(name);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     size_t len;
@@ -79,6 +102,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (data[0] & 1)
         check_intent(buf, len);
+    else if (data[0] & 2)
+        check_fence(buf, len);
     else
         check_marker(buf, len);
     free(buf);

@@ -311,6 +311,21 @@ contains "$tmp/err" "00000000000000000002" "gc names the bad record"
 expect 7 "gc -q --json with a garbage part record" -- "$ckptctl" --job j5 -q gc --json
 checkjson "gc --json says the sweep was skipped" 'd["sweep_skipped"] is True and d["steps_unreadable"]==1 and "step 2" in d["why"]'
 contains "$tmp/err" "sweep skipped" "gc -q --json still says it on stderr"
+# gc --compact (docs/GC.md, "Compaction"): a bad threshold is a usage error;
+# a live fence of another compaction skips it, says so, exits 7; the JSON
+# report has the compact object.
+expect 2 "gc --compact=0" -- "$ckptctl" --job j5 gc --compact=0
+contains "$tmp/err" "--compact" "gc --compact=0 names the option"
+mkdir -p "$tmp/store/jobs@/j6@/gc@/compacting@"
+mkdir -p "$tmp/j6s1" && echo six >"$tmp/j6s1/f"
+expect 0 "put j6 step 1" -- "$ckptctl" --job j6 put --step 1 "$tmp/j6s1"
+now_ns=$(date +%s%N)
+: >"$tmp/store/jobs@/j6@/gc@/compacting@/$(printf '%020d-%020d-0000000000000001' "$now_ns" $((now_ns + 3600000000000)))"
+expect 3 "put j6 step 2 while a compaction fence stands" -- "$ckptctl" --job j6 put --step 2 "$tmp/j6s1"
+contains "$tmp/err" "being compacted" "put says the job is being compacted"
+expect 7 "gc --compact with another compaction at work" -- "$ckptctl" --job j6 gc --compact --grace 1 --json
+checkjson "gc --json: compaction skipped" 'd["compact"]["skipped"] is True and "being compacted" in d["compact"]["why"] and d["compact"]["parts_rewritten"]==0'
+contains "$tmp/err" "compaction skipped" "gc says it skipped the compaction"
 expect 0 "ls j5" -- "$ckptctl" --job j5 ls
 contains "$tmp/out" "unreadable" "ls shows the unreadable step as a row"
 expect 0 "ls j5 --json" -- "$ckptctl" --job j5 ls --json

@@ -1,0 +1,57 @@
+/*
+ * st_packuse — may a writer reference a pack? The writer's side of the GC
+ * protocol (docs/GC.md, "Writers"), shared by st_ingest (through
+ * st_gc_pack_usable) and st_compact (the compactor is a writer of new
+ * packs). See st_packuse.h. Threads: stateless.
+ */
+#include "engine/st_packuse.h"
+
+#include <stdio.h>
+
+#include "util/st_fsutil.h"
+#include "format/st_gcmark.h"
+#include "format/st_part.h"
+
+st_err st_packuse_check(st_backend *b, const char *job, const st_id *pack,
+                        int64_t *young_ok_until_ns)
+{
+    char key[ST_KEY_MAX], hex[ST_ID_HEX_LEN + 1];
+    uint64_t size;
+    st_err e = st_key_gc_pending(key, sizeof key, job, pack);
+    if (e)
+        return e;
+    /* The marker first: the GC deletes a pack before its marker, so "no
+     * marker, then the pack" cannot both hold for a pack being deleted. */
+    e = st_stat(b, key, &size);
+    if (e == ST_OK) {
+        if (!young_ok_until_ns)
+            return st_seterr(ST_ERR_BUSY, "pack %s is pending deletion by GC",
+                             st_id_hex(pack, hex));
+        st_bytes buf = {0};
+        int64_t marked, grace;
+        e = st_get(b, key, 0, ST_GET_TO_END, &buf);
+        if (!e)
+            e = st_gcmark_pending_decode(buf.data, buf.len, &marked, &grace);
+        st_bytes_free(&buf);
+        if (e == ST_ERR_NOT_FOUND)
+            e = ST_OK; /* unmarked meanwhile: look at the pack below */
+        else if (e)
+            return e;
+        else if (st_now_ns() >= marked + grace / 2)
+            return st_seterr(ST_ERR_BUSY,
+                             "pack %s was marked for GC %.1f s ago (grace %.1f s): too late "
+                             "to publish a reference to it",
+                             st_id_hex(pack, hex), (double)(st_now_ns() - marked) / 1e9,
+                             (double)grace / 1e9);
+        else if (marked + grace / 2 < *young_ok_until_ns)
+            *young_ok_until_ns = marked + grace / 2;
+    } else if (e != ST_ERR_NOT_FOUND) {
+        return e;
+    }
+    if ((e = st_key_pack(key, sizeof key, job, pack)))
+        return e;
+    e = st_stat(b, key, &size);
+    if (e == ST_ERR_NOT_FOUND)
+        return st_seterr(ST_ERR_BUSY, "pack %s is gone (deleted by GC)", st_id_hex(pack, hex));
+    return e;
+}

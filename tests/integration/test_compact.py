@@ -1,0 +1,244 @@
+"""A finished job compacts (issue 15 item 6; docs/GC.md, "Compaction").
+
+A training job checkpoints through a real ckptfs mount with real torch.save:
+each checkpoint holds a frozen 4 MiB backbone (the same bytes every step, so
+deduplicated into the first step's pack) and a 4 MiB head that changes every
+step. HF Trainer's save_total_limit=2 rotation removes checkpoint-(N-2)
+through the mount after checkpoint-N is durable. Then the job ends (the
+mount goes) and `ckptctl gc --keep-last 2` settles: the first step's pack is
+half dead and nothing will ever re-home its live half (no writer), so the
+store stays well above the two kept steps.
+
+* `ckptctl gc --compact` then brings the store to <= 1.10x what the two kept
+  steps alone need in a fresh store, and both restore byte for byte;
+* a writer comes back while a compaction waits behind its fence (the same
+  node, the job resumed; its step deduplicates against the pack being
+  compacted): its step is refused while the fence stands (the
+  mount's status says "being compacted"), becomes durable once the run is
+  over, and every kept step (old and new) restores byte for byte; a later
+  compaction brings the store back to <= 1.10x.
+
+The figures (store/kept before and after, time, requests) are printed on
+stderr for docs/GC.md. Environment: CKPTFS and CKPTCTL name the binaries.
+"""
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_torch,  # noqa: E402
+                      wait_durable)
+
+JOB = "job"
+NODE = "trainer"
+STEPS = 6
+
+SAVE = r"""
+import sys, torch
+step, out, ref, phase = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+g = torch.Generator().manual_seed(phase)
+backbone = torch.randn(1 << 20, generator=g)          # 4 MiB, frozen
+g = torch.Generator().manual_seed(1000 + step)
+state = {"backbone": backbone, "head": torch.randn(1 << 20, generator=g), "step": step}
+for path in (out, ref):
+    torch.save(state, path)
+"""
+
+
+class CompactTest(MountTestCase):
+    TMP_PREFIX = "ckptfs-compact-"
+
+    def setUp(self):
+        super().setUp()
+        self.ref = self.tmp_dir("ref")
+        self.staging = os.path.join(self.tmp, "staging")
+
+    # ------------------------------------------------------------ helpers
+
+    def mount(self, name):
+        m = Mount(os.path.join(self.tmp, name), store=self.store, staging=self.staging,
+                  node=NODE, binary=CKPTFS, extra_args=["--refresh", "0.5"])
+        self.mounts.append(m)
+        m.start()
+        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
+        return m
+
+    def ctl(self, *args, store=None, check=True, timeout=300):
+        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
+        return p
+
+    def gc(self, *args, grace="1"):
+        return json.loads(self.ctl("gc", "--json", "--keep-last", "2", "--grace", grace,
+                                   *args).stdout)
+
+    def settle(self, grace=1.0):
+        """Retention and sweeps until what is unreferenced is gone."""
+        for _ in range(2):
+            time.sleep(grace + 0.2)
+            self.gc()
+
+    def save(self, m, step):
+        """torch.save of checkpoint-<step> through the mount (and into the
+        reference tree), then the step's commit, as one rank of a job."""
+        name = "checkpoint-%d" % step
+        os.makedirs(os.path.join(m.path, JOB, name))
+        os.makedirs(os.path.join(self.ref, name))
+        # Phase 2 (after the first compaction) freezes another backbone.
+        run_torch(SAVE, step, os.path.join(m.path, JOB, name, "model.pt"),
+                  os.path.join(self.ref, name, "model.pt"), 1 if step <= STEPS else 2,
+                  timeout=300)
+        with open(os.path.join(m.path, ".ckptfs", "commit"), "w") as f:
+            f.write("%s %d 0 1\n" % (JOB, step))
+
+    def rotate(self, m, step):
+        """HF Trainer's save_total_limit=2: once checkpoint-<step> is durable,
+        checkpoint-<step-2> goes, through the mount."""
+        old = os.path.join(m.path, JOB, "checkpoint-%d" % (step - 2))
+        if os.path.isdir(old):
+            shutil.rmtree(old)
+
+    def steps(self):
+        return [e["step"] for e in json.loads(self.ctl("ls", "--json").stdout)
+                if e["consistent"]]
+
+    def stored_bytes(self, store=None):
+        return json.loads(self.ctl("stats", "--json", store=store).stdout)["stored_bytes"]
+
+    def kept_alone(self, kept):
+        """What the kept steps alone need in a fresh store."""
+        fresh = "file://" + os.path.join(self.tmp, "fresh-%s" % "-".join(map(str, kept)))
+        for step in kept:
+            self.ctl("put", "--step", str(step), os.path.join(self.ref, "checkpoint-%d" % step),
+                     store=fresh)
+        return self.stored_bytes(store=fresh)
+
+    def check_kept(self, kept):
+        self.assertEqual(self.steps(), kept)
+        for step in kept:
+            name = "checkpoint-%d" % step
+            out = os.path.join(self.tmp, "restore-%d" % step)
+            shutil.rmtree(out, ignore_errors=True)
+            self.ctl("restore", "--step", str(step), "--to", out)
+            self.assertTrue(filecmp.cmp(os.path.join(self.ref, name, "model.pt"),
+                                        os.path.join(out, name, "model.pt"), shallow=False),
+                            "%s differs after restore" % name)
+
+    def fence_up(self):
+        root = self.store[len("file://"):]
+        for dirpath, _, files in os.walk(root):
+            if "compacting" in dirpath and files:
+                return True
+        return False
+
+    def train(self, m, first, last):
+        for step in range(first, last + 1):
+            self.save(m, step)
+            wait_durable(CKPTCTL, self.store, JOB, step, timeout=120)
+            self.rotate(m, step)
+
+    # ------------------------------------------------------------ the test
+
+    def test_finished_job_compacts_and_writer_comes_back(self):
+        m = self.mount("a")
+        self.train(m, 1, STEPS)
+        m.stop()  # the job has ended: no writer
+        self.gc()
+        self.settle()
+        kept = [STEPS - 1, STEPS]
+        self.check_kept(kept)
+        alone = self.kept_alone(kept)
+        before = self.stored_bytes()
+        print("after rotation and gc: stored %d, kept steps alone %d (%.3fx)"
+              % (before, alone, before / alone), file=sys.stderr)
+        self.assertGreater(before / alone, 1.10, "nothing to compact: the test tests nothing")
+
+        t = time.monotonic()
+        r = self.gc("--compact")
+        took = time.monotonic() - t
+        c = r["compact"]
+        self.assertFalse(c["skipped"], c["why"])
+        self.assertGreaterEqual(c["candidates"], 1)
+        self.assertGreaterEqual(c["parts_rewritten"], 1)
+        self.settle()
+        after = self.stored_bytes()
+        print("gc --compact: %.2f s (%.2f s behind the fence), %d candidate pack(s) of %d bytes, "
+              "%d live bytes copied into %d pack(s), %d part(s) rewritten, %d GET, %d PUT; "
+              "stored %d -> %d, kept alone %d (%.3fx -> %.3fx)"
+              % (took, c["wait_ns"] / 1e9, c["candidates"], c["candidate_bytes"], c["live_bytes"],
+                 c["packs_written"], c["parts_rewritten"], c["gets"], c["puts"], before, after,
+                 alone, before / alone, after / alone), file=sys.stderr)
+        self.assertLessEqual(after / alone, 1.10)
+        self.check_kept(kept)
+
+        # A writer comes back mid-compaction. Make the job compactable again
+        # (three more steps with a new frozen backbone, and their rotation),
+        # end it, then compact with a longer grace so the fence stands for a
+        # few seconds; the writer's step dedups against the very pack that
+        # is being compacted (the new backbone's).
+        m = self.mount("b")
+        self.train(m, STEPS + 1, STEPS + 3)
+        m.stop()
+        self.gc()
+        self.settle()
+        grace = 16  # the fence stands grace/2 = 8 s before any rewrite
+        m = self.mount("c")  # the same node, the job resumed (idle until the fence is up)
+        gc = subprocess.Popen([CKPTCTL, "--store", self.store, "--job", JOB, "gc", "--json",
+                               "--keep-last", "2", "--grace", str(grace), "--compact"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not self.fence_up():
+                self.assertIsNone(gc.poll(), "gc ended before its fence was seen")
+                self.assertLess(time.monotonic(), deadline, "no fence after 30 s")
+                time.sleep(0.05)
+            step = STEPS + 4
+            fenced_at = time.monotonic()
+            self.save(m, step)
+            saved_in = time.monotonic() - fenced_at
+            refused = False
+            deadline = time.monotonic() + grace
+            while gc.poll() is None and time.monotonic() < deadline:
+                refused |= "being compacted" in (read_status(m.path).get("last_error") or "")
+                time.sleep(0.1)
+            out, err = gc.communicate(timeout=120)
+        finally:
+            if gc.poll() is None:
+                gc.kill()
+                gc.wait()
+        self.assertEqual(gc.returncode, 0, err)
+        r = json.loads(out)["compact"]
+        self.assertGreaterEqual(r["parts_rewritten"], 1, r)
+        if not (refused or "being compacted" in m.log_text()):
+            m.print_log("the writer never met the fence", tail=40)
+            print("saved %.1f s after the fence went up" % saved_in, err, read_status(m.path),
+                  file=sys.stderr)
+            self.fail("the writer never met the fence")
+        wait_durable(CKPTCTL, self.store, JOB, step, timeout=120)
+        self.rotate(m, step)
+        m.stop()
+        self.gc()
+        time.sleep(grace + 0.2)  # the old packs were marked with that grace
+        self.gc()
+        kept = [step - 1, step]
+        self.check_kept(kept)
+        self.gc("--compact")
+        self.settle()
+        alone = self.kept_alone(kept)
+        final = self.stored_bytes()
+        print("writer back mid-compaction: saved %.1f s after the fence went up, refused, durable "
+              "after it; stored %d, kept alone %d (%.3fx)"
+              % (saved_in, final, alone, final / alone), file=sys.stderr)
+        self.assertLessEqual(final / alone, 1.10)
+        self.check_kept(kept)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
