@@ -1,0 +1,272 @@
+"""Scale and memory of one ckptfs mount (tests/bench/bench_scale.sh runs it).
+
+    bench_scale.py --build DIR [--smoke] [--points LIST] [--store file|s3]
+                   [--workdir DIR] [--reps N] [--rss-cap-mib N] [--json FILE]
+
+A point is KIND:VALUE, where KIND is
+  size   one single-file step (ckpt-000100.pt) of VALUE MiB, one writer;
+  files  one step directory of VALUE files, --files-total-mib in all (default
+         1024), written by 8 ranks (file i by rank i % 8), then .metadata
+         as below;
+  ranks  a DCP-like step of VALUE ranks, one process per rank writing its
+         own __R_0.distcp (--ranks-total-mib in all, default 2048, split
+         evenly), each fsynced; then rank 0's .metadata.tmp renamed to
+         .metadata, last.
+Every point gets a fresh store, staging and mount. Writers write
+incompressible data fast: one os.urandom MiB per process, with a unique
+(point, file, offset) counter stamped into every 4 KiB of it before each
+write, so no chunk repeats (nothing deduplicates) and nothing compresses.
+While the point runs, the daemon's VmRSS and VmHWM are read from
+/proc/PID/status every 0.5 s. Measured: seconds from the first open to the
+last close (staged: every close returned) and to durable (the step listed
+consistent by `ckptctl ls`), peak VmRSS while writing and while uploading,
+VmHWM at the end.
+
+Check (never a timing): after durable the mount is unmounted, its staging
+removed (so a 16 GiB point needs ~2x its size on disk, not 3x), the step
+restored with `ckptctl restore` and every file's sha256 compared with what
+its writer computed while writing. --rss-cap-mib N also fails a point whose
+VmHWM exceeded N MiB (the memory bound, docs/MEMORY.md: a fact about the
+configuration, not a timing).
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import mountlib  # noqa: E402
+
+MIB = 1 << 20
+JOB = "scale"
+STEP = 100
+
+# One writer process: writes its files, prints {name: sha256} as JSON.
+WRITER = r"""
+import hashlib, json, os, struct, sys
+root, point_id, spec = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+base = bytearray(os.urandom(1 << 20))
+view = memoryview(base)
+out = {}
+for name, fileno, size in spec:
+    path = os.path.join(root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        off = 0
+        while off < size:
+            n = min(1 << 20, size - off)
+            for j in range(0, n, 4096):
+                struct.pack_into("<QQQ", base, j, point_id, fileno, off + j)
+            os.write(fd, view[:n])
+            h.update(view[:n])
+            off += n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    out[name] = h.hexdigest()
+print(json.dumps(out))
+"""
+
+# DCP's last act: rank 0 writes .metadata.tmp, fsyncs it, renames it.
+MARKER = r"""
+import os, sys
+meta = os.path.join(sys.argv[1], ".metadata")
+with open(meta + ".tmp", "wb") as f:
+    f.write(b"bench_scale metadata\n")
+    os.fsync(f.fileno())
+os.rename(meta + ".tmp", meta)
+"""
+
+
+def rss_kib(pid):
+    """(VmRSS, VmHWM) of pid in KiB, or None once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            vals = dict(l.split(":", 1) for l in f if l.startswith(("VmRSS", "VmHWM")))
+        return int(vals["VmRSS"].split()[0]), int(vals["VmHWM"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+class RssSampler(threading.Thread):
+    """Samples the daemon every 0.5 s; peak() of a phase's samples."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.samples, self.phase = pid, [], "write"
+        self.stop_ev = threading.Event()
+        self.hwm = 0
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            got = rss_kib(self.pid)
+            if got:
+                self.samples.append((self.phase, got[0]))
+                self.hwm = max(self.hwm, got[1])
+            self.stop_ev.wait(0.5)
+
+    def peak_mib(self, phase):
+        vals = [r for p, r in self.samples if p == phase]
+        return max(vals) / 1024.0 if vals else 0.0
+
+    def finish(self):
+        got = rss_kib(self.pid)
+        if got:
+            self.hwm = max(self.hwm, got[1])
+        self.stop_ev.set()
+        self.join()
+        return self.hwm / 1024.0
+
+
+def plan(kind, value, args):
+    """[(rank, [(name, fileno, size), ...]), ...] and the step's marker, if any."""
+    if kind == "size":
+        return [(0, [("ckpt-%06d.pt" % STEP, 0, value * MIB)])], None
+    d = "step-%06d" % STEP
+    if kind == "files":
+        ranks, size = 8, args.files_total_mib * MIB // value
+        per = [[] for _ in range(ranks)]
+        for i in range(value):
+            per[i % ranks].append(("%s/shard_%05d.bin" % (d, i), i, size))
+        return list(enumerate(per)), d
+    if kind == "ranks":
+        size = args.ranks_total_mib * MIB // value
+        return [(r, [("%s/__%d_0.distcp" % (d, r), r, size)]) for r in range(value)], d
+    raise SystemExit("bench_scale: unknown point kind %r" % kind)
+
+
+def run_point(args, kind, value, rep):
+    point_id = hash((kind, value, rep)) & 0xFFFFFFFF
+    work = mountlib.tempdir("ckpt-bench-scale-")
+    try:
+        if args.store == "s3":  # bench_scale.sh started the s3rver (CKPT_S3_ENDPOINT)
+            store = "s3://ckpt-test/scale-%s-%d-%d" % (kind, value, rep)
+        else:
+            store = "file://" + os.path.join(work, "store")
+        staging, mnt = os.path.join(work, "staging"), os.path.join(work, "mnt")
+        env = dict(os.environ)
+        writers, marker = plan(kind, value, args)
+        world = len(writers)
+        m = mountlib.Mount(mnt, store=store, staging=staging, node="bench",
+                           binary=args.ckptfs, extra_args=args.ckptfs_arg, timeout=60)
+        with m:
+            root = os.path.join(m.path, JOB)
+            os.mkdir(root)
+            sampler = RssSampler(m.pid)
+            sampler.start()
+            t0 = time.monotonic()
+            procs = []
+            for rank, spec in writers:
+                wenv = dict(env, RANK=str(rank), WORLD_SIZE=str(world))
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", WRITER, root, str(point_id), json.dumps(spec)],
+                    stdout=subprocess.PIPE, env=wenv, text=True))
+            digests = {}
+            for p in procs:
+                out, _ = p.communicate(timeout=args.timeout)
+                if p.returncode != 0:
+                    raise RuntimeError("a writer failed with status %d" % p.returncode)
+                digests.update(json.loads(out))
+            if marker:  # rank 0's marker, last (R1), from a process that has a rank
+                subprocess.run([sys.executable, "-c", MARKER, os.path.join(root, marker)],
+                               check=True, timeout=60,
+                               env=dict(env, RANK="0", WORLD_SIZE=str(world)))
+                digests[marker + "/.metadata"] = mountlib.sha256_file(
+                    os.path.join(root, marker, ".metadata"))
+            t_staged = time.monotonic() - t0
+            sampler.phase = "upload"
+            mountlib.wait_durable(args.ckptctl, store, JOB, STEP, timeout=args.timeout,
+                                  interval=0.5, env=env)
+            t_durable = time.monotonic() - t0
+            hwm = sampler.finish()
+        # Bytes identical: restore from the store alone, staging gone.
+        shutil.rmtree(staging)
+        dest = os.path.join(work, "restore")
+        subprocess.run([args.ckptctl, "--store", store, "--job", JOB, "--state-dir",
+                        os.path.join(work, "rstate"), "-q", "restore", "--step", str(STEP),
+                        "--to", dest], check=True, timeout=args.timeout, env=env)
+        bad = [n for n, h in digests.items()
+               if mountlib.sha256_file(os.path.join(dest, n)) != h]
+        if bad:
+            raise RuntimeError("%d restored files differ from what was written, first %s"
+                               % (len(bad), bad[0]))
+        row = dict(kind=kind, value=value, rep=rep, files=len(digests),
+                   mib=sum(s for _, sp in writers for _, _, s in sp) / MIB,
+                   staged_s=t_staged, durable_s=t_durable,
+                   rss_write_mib=sampler.peak_mib("write"),
+                   rss_upload_mib=sampler.peak_mib("upload"), hwm_mib=hwm)
+        if args.rss_cap_mib and hwm > args.rss_cap_mib:
+            raise RuntimeError("%s:%s: daemon VmHWM %.0f MiB over the cap of %d MiB"
+                               % (kind, value, hwm, args.rss_cap_mib))
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--points", default="size:1024,size:4096,size:10240,size:16384,"
+                    "files:100,files:1000,files:10000,ranks:1,ranks:8,ranks:64")
+    ap.add_argument("--store", choices=("file", "s3"), default="file")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--files-total-mib", type=int, default=1024)
+    ap.add_argument("--ranks-total-mib", type=int, default=2048)
+    ap.add_argument("--rss-cap-mib", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--ckptfs-arg", action="append", default=[])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.smoke:
+        args.points = "size:64,files:200,ranks:16"
+        args.files_total_mib, args.ranks_total_mib = 32, 64
+    args.ckptfs = os.path.join(args.build, "fs", "ckptfs")
+    args.ckptctl = os.path.join(args.build, "tools", "ckptctl")
+    for b in (args.ckptfs, args.ckptctl):
+        if not os.access(b, os.X_OK):
+            raise SystemExit("bench_scale: %s not built" % b)
+    why = mountlib.fuse_usable()
+    if why:
+        raise SystemExit("bench_scale: FUSE unusable: %s" % why)
+    rows = []
+    for rep in range(args.reps):
+        for pt in args.points.split(","):
+            kind, _, value = pt.partition(":")
+            row = run_point(args, kind, int(value), rep)
+            rows.append(row)
+            print("%(kind)s:%(value)d rep %(rep)d: %(files)d files, %(mib).0f MiB, staged "
+                  "%(staged_s).1f s, durable %(durable_s).1f s, RSS write %(rss_write_mib).0f / "
+                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB" % row, flush=True)
+    print("\n| point | files | MiB | staged s | durable s | MiB/s to durable | peak RSS "
+          "writing MiB | peak RSS uploading MiB | VmHWM MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for pt in args.points.split(","):
+        kind, _, value = pt.partition(":")
+        rs = [r for r in rows if r["kind"] == kind and r["value"] == int(value)]
+
+        def med(k):
+            vals = [r[k] for r in rs]
+            m = statistics.median(vals)
+            return "%.1f" % m if len(vals) == 1 else "%.1f (%.1f-%.1f)" % (m, min(vals),
+                                                                           max(vals))
+        print("| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s |"
+              % (pt, rs[0]["files"], rs[0]["mib"], med("staged_s"), med("durable_s"),
+                 rs[0]["mib"] / statistics.median(r["durable_s"] for r in rs),
+                 med("rss_write_mib"), med("rss_upload_mib"), med("hwm_mib")))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
