@@ -23,9 +23,14 @@ consistent by `ckptctl ls`), peak VmRSS while writing and while uploading,
 VmHWM at the end.
 
 Check (never a timing): after durable the mount is unmounted, its staging
-removed (so a 16 GiB point needs ~2x its size on disk, not 3x), the step
-restored with `ckptctl restore` and every file's sha256 compared with what
-its writer computed while writing. --rss-cap-mib N also fails a point whose
+removed, the step restored with `ckptctl restore` and every file's sha256
+compared with what its writer computed while writing. The disk is shared:
+where a restored copy would leave less than --disk-margin-mib free (the
+16 GiB point), the files are compared through the mount before the unmount
+(the staged bytes the ingest read) and `ckptctl verify` reads every chunk
+and file digest back from the store instead. Before a point starts, the
+disk must have room for its staging and store (2x its size plus the
+margin), or the run fails saying so. --rss-cap-mib N also fails a point whose
 VmHWM exceeded N MiB (the memory bound, docs/MEMORY.md: a fact about the
 configuration, not a timing).
 """
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
@@ -144,10 +150,46 @@ def plan(kind, value, args):
     raise SystemExit("bench_scale: unknown point kind %r" % kind)
 
 
+def free_mib(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize / MIB
+
+
+def compare(digests, root):
+    """Names of the files under root whose sha256 is not their writer's."""
+    return [n for n, h in digests.items() if mountlib.sha256_file(os.path.join(root, n)) != h]
+
+
+def check_bytes(args, work, store, digests, mode, env):
+    """After the unmount, staging removed: "restore" restores the step with
+    `ckptctl restore` and compares every file's sha256 with its writer's;
+    "verify" (the caller compared the mount's staged copies already: the
+    bytes the ingest read) reads every chunk and every file's digest back
+    from the store with `ckptctl verify`."""
+    cmd = [args.ckptctl, "--store", store, "--job", JOB, "--state-dir",
+           os.path.join(work, "rstate"), "-q"]
+    if mode == "verify":
+        subprocess.run(cmd + ["verify", "--step", str(STEP)], check=True, stdout=subprocess.DEVNULL,
+                       timeout=args.timeout, env=env)
+        return
+    dest = os.path.join(work, "restore")
+    subprocess.run(cmd + ["restore", "--step", str(STEP), "--to", dest], check=True,
+                   timeout=args.timeout, env=env)
+    bad = compare(digests, dest)
+    if bad:
+        raise RuntimeError("%d restored files differ from what was written, first %s"
+                           % (len(bad), bad[0]))
+
+
 def run_point(args, kind, value, rep):
-    point_id = hash((kind, value, rep)) & 0xFFFFFFFF
+    point_id = zlib.crc32(("%s:%d:%d" % (kind, value, rep)).encode())
     work = mountlib.tempdir("ckpt-bench-scale-")
     try:
+        need = 2 * sum(s for _, sp in plan(kind, value, args)[0] for _, _, s in sp) / MIB
+        if free_mib(work) < need + args.disk_margin_mib:
+            raise RuntimeError("%s:%d needs %.0f MiB of disk plus a margin of %d MiB; %s has "
+                               "%.0f MiB free" % (kind, value, need, args.disk_margin_mib, work,
+                                                  free_mib(work)))
         if args.store == "s3":  # bench_scale.sh started the s3rver (CKPT_S3_ENDPOINT)
             store = "s3://ckpt-test/scale-%s-%d-%d" % (kind, value, rep)
         else:
@@ -188,19 +230,18 @@ def run_point(args, kind, value, rep):
                                   interval=0.5, env=env)
             t_durable = time.monotonic() - t0
             hwm = sampler.finish()
-        # Bytes identical: restore from the store alone, staging gone.
+            # The disk is shared: restore only where a restored copy fits.
+            mib = sum(s for _, sp in writers for _, _, s in sp) / MIB
+            check = "restore" if free_mib(work) > 2 * mib + args.disk_margin_mib else "verify"
+            if check == "verify":
+                bad = compare(digests, root)
+                if bad:
+                    raise RuntimeError("%d staged files differ from what was written, first %s"
+                                       % (len(bad), bad[0]))
         shutil.rmtree(staging)
-        dest = os.path.join(work, "restore")
-        subprocess.run([args.ckptctl, "--store", store, "--job", JOB, "--state-dir",
-                        os.path.join(work, "rstate"), "-q", "restore", "--step", str(STEP),
-                        "--to", dest], check=True, timeout=args.timeout, env=env)
-        bad = [n for n, h in digests.items()
-               if mountlib.sha256_file(os.path.join(dest, n)) != h]
-        if bad:
-            raise RuntimeError("%d restored files differ from what was written, first %s"
-                               % (len(bad), bad[0]))
+        check_bytes(args, work, store, digests, check, env)
         row = dict(kind=kind, value=value, rep=rep, files=len(digests),
-                   mib=sum(s for _, sp in writers for _, _, s in sp) / MIB,
+                   mib=mib, check=check,
                    staged_s=t_staged, durable_s=t_durable,
                    rss_write_mib=sampler.peak_mib("write"),
                    rss_upload_mib=sampler.peak_mib("upload"), hwm_mib=hwm)
@@ -222,6 +263,8 @@ def main():
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--files-total-mib", type=int, default=1024)
     ap.add_argument("--ranks-total-mib", type=int, default=2048)
+    ap.add_argument("--disk-margin-mib", type=int, default=4096,
+                    help="restore only if this much disk stays free besides the copy")
     ap.add_argument("--rss-cap-mib", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--ckptfs-arg", action="append", default=[])
@@ -246,7 +289,8 @@ def main():
             rows.append(row)
             print("%(kind)s:%(value)d rep %(rep)d: %(files)d files, %(mib).0f MiB, staged "
                   "%(staged_s).1f s, durable %(durable_s).1f s, RSS write %(rss_write_mib).0f / "
-                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB" % row, flush=True)
+                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB, bytes checked by %(check)s"
+                  % row, flush=True)
     print("\n| point | files | MiB | staged s | durable s | MiB/s to durable | peak RSS "
           "writing MiB | peak RSS uploading MiB | VmHWM MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
