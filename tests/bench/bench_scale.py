@@ -92,6 +92,24 @@ with open(meta + ".tmp", "wb") as f:
 os.rename(meta + ".tmp", meta)
 """
 
+# One reader process (a rank resuming): reads its files in 1 MiB reads,
+# prints {name: sha256} as JSON.
+READER = r"""
+import hashlib, json, os, sys
+root, names = sys.argv[1], json.loads(sys.argv[2])
+out = {}
+for name in names:
+    h = hashlib.sha256()
+    with open(os.path.join(root, name), "rb", buffering=0) as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    out[name] = h.hexdigest()
+print(json.dumps(out))
+"""
+
 
 def rss_kib(pid):
     """(VmRSS, VmHWM) of pid in KiB, or None once it is gone."""
@@ -158,6 +176,38 @@ def free_mib(path):
 def compare(digests, root):
     """Names of the files under root whose sha256 is not their writer's."""
     return [n for n, h in digests.items() if mountlib.sha256_file(os.path.join(root, n)) != h]
+
+
+def read_back(args, work, store, writers, digests, env):
+    """A new node's resume: a fresh mount of the store (empty staging, node
+    "reader"), one process per rank reading its own files at once through
+    it (each fetched from the store on first open, chunk and file digests
+    verified) and hashing them. Returns the daemon's peak VmRSS meanwhile;
+    raises if a file differs from what its writer wrote."""
+    m = mountlib.Mount(os.path.join(work, "mnt2"), store=store,
+                       staging=os.path.join(work, "staging2"), node="reader",
+                       binary=args.ckptfs, extra_args=args.ckptfs_arg, timeout=60)
+    with m:
+        root = os.path.join(m.path, JOB)
+        mountlib.wait_for(lambda: os.path.isdir(root), 60, "the job listed on a new node")
+        sampler = RssSampler(m.pid)
+        sampler.start()
+        procs = [subprocess.Popen([sys.executable, "-c", READER, root,
+                                   json.dumps([n for n, _, _ in spec])],
+                                  stdout=subprocess.PIPE, env=env, text=True)
+                 for _, spec in writers]
+        got = {}
+        for p in procs:
+            out, _ = p.communicate(timeout=args.timeout)
+            if p.returncode != 0:
+                raise RuntimeError("a reader failed with status %d" % p.returncode)
+            got.update(json.loads(out))
+        sampler.finish()
+    bad = [n for n, h in got.items() if digests[n] != h]
+    if bad or len(got) < len(digests) - 1:  # the marker is checked by the restore below
+        raise RuntimeError("%d files read back differ from what was written, first %s"
+                           % (len(bad), bad[:1]))
+    return sampler.peak_mib("write")
 
 
 def check_bytes(args, work, store, digests, mode, env):
@@ -232,22 +282,29 @@ def run_point(args, kind, value, rep):
             hwm = sampler.finish()
             # The disk is shared: restore only where a restored copy fits.
             mib = sum(s for _, sp in writers for _, _, s in sp) / MIB
-            check = "restore" if free_mib(work) > 2 * mib + args.disk_margin_mib else "verify"
+            # Removing staging frees what a restored copy takes.
+            check = "restore" if free_mib(work) > 2 * args.disk_margin_mib else "verify"
             if check == "verify":
                 bad = compare(digests, root)
                 if bad:
                     raise RuntimeError("%d staged files differ from what was written, first %s"
                                        % (len(bad), bad[0]))
         shutil.rmtree(staging)
+        rss_read = 0.0
+        if check == "restore":
+            rss_read = read_back(args, work, store, writers, digests, env)
+            shutil.rmtree(os.path.join(work, "staging2"))
         check_bytes(args, work, store, digests, check, env)
         row = dict(kind=kind, value=value, rep=rep, files=len(digests),
                    mib=mib, check=check,
                    staged_s=t_staged, durable_s=t_durable,
                    rss_write_mib=sampler.peak_mib("write"),
-                   rss_upload_mib=sampler.peak_mib("upload"), hwm_mib=hwm)
-        if args.rss_cap_mib and hwm > args.rss_cap_mib:
-            raise RuntimeError("%s:%s: daemon VmHWM %.0f MiB over the cap of %d MiB"
-                               % (kind, value, hwm, args.rss_cap_mib))
+                   rss_upload_mib=sampler.peak_mib("upload"), hwm_mib=hwm,
+                   rss_read_mib=rss_read)
+        for what, mib_used in (("VmHWM", hwm), ("peak VmRSS reading back", rss_read)):
+            if args.rss_cap_mib and mib_used > args.rss_cap_mib:
+                raise RuntimeError("%s:%s: daemon %s %.0f MiB over the cap of %d MiB"
+                                   % (kind, value, what, mib_used, args.rss_cap_mib))
         return row
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -289,11 +346,12 @@ def main():
             rows.append(row)
             print("%(kind)s:%(value)d rep %(rep)d: %(files)d files, %(mib).0f MiB, staged "
                   "%(staged_s).1f s, durable %(durable_s).1f s, RSS write %(rss_write_mib).0f / "
-                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB, bytes checked by %(check)s"
+                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB, new node reading "
+                  "%(rss_read_mib).0f MiB, bytes checked by %(check)s"
                   % row, flush=True)
     print("\n| point | files | MiB | staged s | durable s | MiB/s to durable | peak RSS "
-          "writing MiB | peak RSS uploading MiB | VmHWM MiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "writing MiB | peak RSS uploading MiB | VmHWM MiB | peak RSS of a new node reading it MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for pt in args.points.split(","):
         kind, _, value = pt.partition(":")
         rs = [r for r in rows if r["kind"] == kind and r["value"] == int(value)]
@@ -303,10 +361,11 @@ def main():
             m = statistics.median(vals)
             return "%.1f" % m if len(vals) == 1 else "%.1f (%.1f-%.1f)" % (m, min(vals),
                                                                            max(vals))
-        print("| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s |"
+        print("| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s | %s |"
               % (pt, rs[0]["files"], rs[0]["mib"], med("staged_s"), med("durable_s"),
                  rs[0]["mib"] / statistics.median(r["durable_s"] for r in rs),
-                 med("rss_write_mib"), med("rss_upload_mib"), med("hwm_mib")))
+                 med("rss_write_mib"), med("rss_upload_mib"), med("hwm_mib"),
+                 med("rss_read_mib")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
