@@ -22,13 +22,16 @@ last close (staged: every close returned) and to durable (the step listed
 consistent by `ckptctl ls`), peak VmRSS while writing and while uploading,
 VmHWM at the end.
 
-Check (never a timing): after durable the mount is unmounted, its staging
-removed, the step restored with `ckptctl restore` and every file's sha256
-compared with what its writer computed while writing. The disk is shared:
-where a restored copy would leave less than --disk-margin-mib free (the
-16 GiB point), the files are compared through the mount before the unmount
-(the staged bytes the ingest read) and `ckptctl verify` reads every chunk
-and file digest back from the store instead. Before a point starts, the
+Check (never a timing): after durable the mount is unmounted and its
+staging removed; a new node's mount of the store (empty staging) is read
+back, one reader process per rank at once, as ranks resuming would (every
+file fetched from the store on first open), and every file's sha256 is
+compared with what its writer computed while writing; the new node's peak
+VmRSS is measured meanwhile. The disk is shared: where the fetched copy
+would leave less than 2 x --disk-margin-mib free, the files are compared
+through the writing mount before its unmount (the staged bytes the ingest
+read) and `ckptctl verify` reads every chunk and file digest back from the
+store instead. Before a point starts, the
 disk must have room for its staging and store (2x its size plus the
 margin), or the run fails saying so. --rss-cap-mib N also fails a point whose
 VmHWM exceeded N MiB (the memory bound, docs/MEMORY.md: a fact about the
@@ -178,7 +181,7 @@ def compare(digests, root):
     return [n for n, h in digests.items() if mountlib.sha256_file(os.path.join(root, n)) != h]
 
 
-def read_back(args, work, store, writers, digests, env):
+def read_back(args, ckptfs, work, store, writers, digests, env):
     """A new node's resume: a fresh mount of the store (empty staging, node
     "reader"), one process per rank reading its own files at once through
     it (each fetched from the store on first open, chunk and file digests
@@ -186,16 +189,17 @@ def read_back(args, work, store, writers, digests, env):
     raises if a file differs from what its writer wrote."""
     m = mountlib.Mount(os.path.join(work, "mnt2"), store=store,
                        staging=os.path.join(work, "staging2"), node="reader",
-                       binary=args.ckptfs, extra_args=args.ckptfs_arg, timeout=60)
+                       binary=ckptfs, extra_args=args.ckptfs_arg, timeout=60)
     with m:
         root = os.path.join(m.path, JOB)
         mountlib.wait_for(lambda: os.path.isdir(root), 60, "the job listed on a new node")
         sampler = RssSampler(m.pid)
         sampler.start()
+        marker = [n for n in digests if n.endswith("/.metadata")]
         procs = [subprocess.Popen([sys.executable, "-c", READER, root,
-                                   json.dumps([n for n, _, _ in spec])],
+                                   json.dumps([n for n, _, _ in spec] + (marker if r == 0 else []))],
                                   stdout=subprocess.PIPE, env=env, text=True)
-                 for _, spec in writers]
+                 for r, spec in writers]
         got = {}
         for p in procs:
             out, _ = p.communicate(timeout=args.timeout)
@@ -204,34 +208,23 @@ def read_back(args, work, store, writers, digests, env):
             got.update(json.loads(out))
         sampler.finish()
     bad = [n for n, h in got.items() if digests[n] != h]
-    if bad or len(got) < len(digests) - 1:  # the marker is checked by the restore below
+    if bad or len(got) != len(digests):
         raise RuntimeError("%d files read back differ from what was written, first %s"
                            % (len(bad), bad[:1]))
     return sampler.peak_mib("write")
 
 
-def check_bytes(args, work, store, digests, mode, env):
-    """After the unmount, staging removed: "restore" restores the step with
-    `ckptctl restore` and compares every file's sha256 with its writer's;
-    "verify" (the caller compared the mount's staged copies already: the
-    bytes the ingest read) reads every chunk and every file's digest back
-    from the store with `ckptctl verify`."""
-    cmd = [args.ckptctl, "--store", store, "--job", JOB, "--state-dir",
-           os.path.join(work, "rstate"), "-q"]
-    if mode == "verify":
-        subprocess.run(cmd + ["verify", "--step", str(STEP)], check=True, stdout=subprocess.DEVNULL,
-                       timeout=args.timeout, env=env)
-        return
-    dest = os.path.join(work, "restore")
-    subprocess.run(cmd + ["restore", "--step", str(STEP), "--to", dest], check=True,
-                   timeout=args.timeout, env=env)
-    bad = compare(digests, dest)
-    if bad:
-        raise RuntimeError("%d restored files differ from what was written, first %s"
-                           % (len(bad), bad[0]))
+def verify(args, work, store, env):
+    """Where the disk has no room for a read-back copy (the caller compared
+    the mount's staged copies already: the bytes the ingest read): every
+    chunk and every file's digest read back from the store by
+    `ckptctl verify`."""
+    subprocess.run([args.ckptctl, "--store", store, "--job", JOB, "--state-dir",
+                    os.path.join(work, "vstate"), "-q", "verify", "--step", str(STEP)],
+                   check=True, stdout=subprocess.DEVNULL, timeout=args.timeout, env=env)
 
 
-def run_point(args, kind, value, rep):
+def run_point(args, kind, value, rep, variant):
     point_id = zlib.crc32(("%s:%d:%d" % (kind, value, rep)).encode())
     work = mountlib.tempdir("ckpt-bench-scale-")
     try:
@@ -249,7 +242,7 @@ def run_point(args, kind, value, rep):
         writers, marker = plan(kind, value, args)
         world = len(writers)
         m = mountlib.Mount(mnt, store=store, staging=staging, node="bench",
-                           binary=args.ckptfs, extra_args=args.ckptfs_arg, timeout=60)
+                           binary=variant[1], extra_args=args.ckptfs_arg, timeout=60)
         with m:
             root = os.path.join(m.path, JOB)
             os.mkdir(root)
@@ -280,22 +273,22 @@ def run_point(args, kind, value, rep):
                                   interval=0.5, env=env)
             t_durable = time.monotonic() - t0
             hwm = sampler.finish()
-            # The disk is shared: restore only where a restored copy fits.
+            # The disk is shared: read back only where the fetched copy fits.
             mib = sum(s for _, sp in writers for _, _, s in sp) / MIB
-            # Removing staging frees what a restored copy takes.
-            check = "restore" if free_mib(work) > 2 * args.disk_margin_mib else "verify"
+            # (removing staging frees what the fetched copy takes)
+            check = "read back" if free_mib(work) > 2 * args.disk_margin_mib else "verify"
             if check == "verify":
                 bad = compare(digests, root)
                 if bad:
                     raise RuntimeError("%d staged files differ from what was written, first %s"
                                        % (len(bad), bad[0]))
         shutil.rmtree(staging)
-        rss_read = 0.0
-        if check == "restore":
-            rss_read = read_back(args, work, store, writers, digests, env)
-            shutil.rmtree(os.path.join(work, "staging2"))
-        check_bytes(args, work, store, digests, check, env)
-        row = dict(kind=kind, value=value, rep=rep, files=len(digests),
+        if check == "read back":
+            rss_read = read_back(args, variant[1], work, store, writers, digests, env)
+        else:
+            rss_read = 0.0
+            verify(args, work, store, env)
+        row = dict(kind=kind, value=value, rep=rep, variant=variant[0], files=len(digests),
                    mib=mib, check=check,
                    staged_s=t_staged, durable_s=t_durable,
                    rss_write_mib=sampler.peak_mib("write"),
@@ -310,6 +303,18 @@ def run_point(args, kind, value, rep):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def table_row(pt, variant, rs):
+    """One markdown row: medians, with the range when there are several."""
+    def med(k):
+        vals = [r[k] for r in rs]
+        m = statistics.median(vals)
+        return "%.1f" % m if len(vals) == 1 else "%.1f (%.1f-%.1f)" % (m, min(vals), max(vals))
+    print("| %s | %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s | %s |"
+          % (pt, variant, rs[0]["files"], rs[0]["mib"], med("staged_s"), med("durable_s"),
+             rs[0]["mib"] / statistics.median(r["durable_s"] for r in rs),
+             med("rss_write_mib"), med("rss_upload_mib"), med("hwm_mib"), med("rss_read_mib")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", required=True)
@@ -321,10 +326,13 @@ def main():
     ap.add_argument("--files-total-mib", type=int, default=1024)
     ap.add_argument("--ranks-total-mib", type=int, default=2048)
     ap.add_argument("--disk-margin-mib", type=int, default=4096,
-                    help="restore only if this much disk stays free besides the copy")
+                    help="read back only if this much disk stays free besides the copy")
     ap.add_argument("--rss-cap-mib", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--ckptfs-arg", action="append", default=[])
+    ap.add_argument("--compare", metavar="BUILD",
+                    help="also run every point with BUILD's ckptfs (\"before\"), side by side, "
+                    "the order swapped every other repetition")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.smoke:
@@ -338,34 +346,29 @@ def main():
     why = mountlib.fuse_usable()
     if why:
         raise SystemExit("bench_scale: FUSE unusable: %s" % why)
+    variants = [("this", args.ckptfs)]
+    if args.compare:
+        variants.append(("before", os.path.join(args.compare, "fs", "ckptfs")))
     rows = []
     for rep in range(args.reps):
         for pt in args.points.split(","):
             kind, _, value = pt.partition(":")
-            row = run_point(args, kind, int(value), rep)
-            rows.append(row)
-            print("%(kind)s:%(value)d rep %(rep)d: %(files)d files, %(mib).0f MiB, staged "
-                  "%(staged_s).1f s, durable %(durable_s).1f s, RSS write %(rss_write_mib).0f / "
-                  "upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f MiB, new node reading "
-                  "%(rss_read_mib).0f MiB, bytes checked by %(check)s"
-                  % row, flush=True)
-    print("\n| point | files | MiB | staged s | durable s | MiB/s to durable | peak RSS "
-          "writing MiB | peak RSS uploading MiB | VmHWM MiB | peak RSS of a new node reading it MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+            for variant in variants[::-1] if rep % 2 else variants:
+                row = run_point(args, kind, int(value), rep, variant)
+                rows.append(row)
+                print("%(kind)s:%(value)d %(variant)s rep %(rep)d: %(files)d files, %(mib).0f "
+                      "MiB, staged %(staged_s).1f s, durable %(durable_s).1f s, RSS write "
+                      "%(rss_write_mib).0f / upload %(rss_upload_mib).0f MiB, VmHWM %(hwm_mib).0f "
+                      "MiB, new node reading %(rss_read_mib).0f MiB, bytes checked by %(check)s"
+                      % row, flush=True)
+    print("\n| point | ckptfs | files | MiB | staged s | durable s | MiB/s to durable | peak "
+          "RSS writing MiB | peak RSS uploading MiB | VmHWM MiB | peak RSS of a new node "
+          "reading it MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for pt in args.points.split(","):
-        kind, _, value = pt.partition(":")
-        rs = [r for r in rows if r["kind"] == kind and r["value"] == int(value)]
-
-        def med(k):
-            vals = [r[k] for r in rs]
-            m = statistics.median(vals)
-            return "%.1f" % m if len(vals) == 1 else "%.1f (%.1f-%.1f)" % (m, min(vals),
-                                                                           max(vals))
-        print("| %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s | %s |"
-              % (pt, rs[0]["files"], rs[0]["mib"], med("staged_s"), med("durable_s"),
-                 rs[0]["mib"] / statistics.median(r["durable_s"] for r in rs),
-                 med("rss_write_mib"), med("rss_upload_mib"), med("hwm_mib"),
-                 med("rss_read_mib")))
+        for vname, _ in variants:
+            table_row(pt, vname, [r for r in rows if "%s:%d" % (r["kind"], r["value"]) == pt
+                                  and r["variant"] == vname])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

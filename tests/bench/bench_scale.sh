@@ -11,7 +11,7 @@
 # stopped by its PID in an EXIT trap. Every point removes its own files.
 #
 # --smoke (CI, label bench): small points (64 MiB; 200 files; 16 ranks) on
-# file://, checks completion and bytes identical (restore + sha256) and the
+# file://, checks completion and bytes identical (read back through a new node's mount, sha256) and the
 # default memory bound (--rss-cap-mib 512), never a timing.
 # Full run (the figures in docs/BENCHMARKS.md; ~40 GiB of disk at the
 # 16 GiB point, under /var/tmp):
