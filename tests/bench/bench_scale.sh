@@ -10,9 +10,15 @@
 # starts an s3rver on 127.0.0.1 (tests/s3/s3rver.sh) for the points' stores,
 # stopped by its PID in an EXIT trap. Every point removes its own files.
 #
-# --smoke (CI, label bench): small points (64 MiB; 200 files; 16 ranks) on
-# file://, checks completion and bytes identical (read back through a new node's mount, sha256) and the
-# default memory bound (--rss-cap-mib 512), never a timing.
+# --smoke (CI, label bench): small points (64 MiB; 200 files; 32 ranks of
+# 32 MiB) on file://, checks completion and bytes identical (read back
+# through a new node's mount, one reader per rank, sha256) and the memory
+# bounds of docs/MEMORY.md: the writing daemon's VmHWM under 512 MiB (the
+# default target), the reading daemon's peak VmRSS under 160 MiB (this
+# point's bound: 8 restorers, each fetching an 8 MiB quarter of a file, ~10
+# MiB, on top of the daemon's ~30 MiB, with room to spare; 232 MiB before
+# the fixed mmap threshold, ~460 MiB before the restorer bound); never a
+# timing.
 # Full run (the figures in docs/BENCHMARKS.md; ~40 GiB of disk at the
 # 16 GiB point, under /var/tmp):
 #   nice tests/bench/bench_scale.sh build --rss-cap-mib 512
@@ -26,7 +32,7 @@ args=() s3=0
 for a in "$@"; do
     case "$a" in
     --s3) s3=1 ;;
-    --smoke) args+=(--smoke --rss-cap-mib 512) ;;
+    --smoke) args+=(--smoke --rss-cap-mib 512 --read-rss-cap-mib 160) ;;
     *) args+=("$a") ;;
     esac
 done
