@@ -308,7 +308,10 @@ def run_point(args, kind, value, rep, variant):
 def table_row(pt, variant, rs):
     """One markdown row: medians, with the range when there are several."""
     def med(k):
-        vals = [r[k] for r in rs]
+        # A point checked by verify (no room to read back) has no read figure.
+        vals = [r[k] for r in rs if k != "rss_read_mib" or r["check"] == "read back"]
+        if not vals:
+            return "-"
         m = statistics.median(vals)
         return "%.1f" % m if len(vals) == 1 else "%.1f (%.1f-%.1f)" % (m, min(vals), max(vals))
     print("| %s | %s | %d | %.0f | %s | %s | %.0f | %s | %s | %s | %s |"
