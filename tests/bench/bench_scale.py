@@ -196,11 +196,11 @@ def read_back(args, ckptfs, work, store, writers, digests, env):
         mountlib.wait_for(lambda: os.path.isdir(root), 60, "the job listed on a new node")
         sampler = RssSampler(m.pid)
         sampler.start()
-        marker = [n for n in digests if n.endswith("/.metadata")]
-        procs = [subprocess.Popen([sys.executable, "-c", READER, root,
-                                   json.dumps([n for n, _, _ in spec] + (marker if r == 0 else []))],
+        marker = [n for n in digests if n.endswith("/.metadata")]  # rank 0 reads it
+        lists = [[n for n, _, _ in spec] + (marker if r == 0 else []) for r, spec in writers]
+        procs = [subprocess.Popen([sys.executable, "-c", READER, root, json.dumps(names)],
                                   stdout=subprocess.PIPE, env=env, text=True)
-                 for r, spec in writers]
+                 for names in lists]
         got = {}
         for p in procs:
             out, _ = p.communicate(timeout=args.timeout)
