@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,37 @@ void *vfs_refresher_main(void *arg)
 #define FETCH_PARALLEL_MIN (32ull << 20)
 #define FETCH_WORKERS      4
 
+/* Restorers fetching at once, over all fetches of the process: each holds
+ * one ranged GET of up to ST_RESTORE_MAX_GET bytes and a decoded chunk, so
+ * without a bound the daemon's memory grew with the readers (every FUSE
+ * thread's open fetched, a large file with FETCH_WORKERS restorers: 64 ranks
+ * resuming through one mount reached 428 MiB). 8 of them cost ~150 MiB and
+ * are as many GETs as the stores we measured gain from (docs/MEMORY.md). A
+ * restorer is waited for only while no other lock is held; every holder
+ * finishes within the backend's own time bounds. */
+#define ST_VFS_FETCH_RESTORERS 8
+
+static pthread_mutex_t fetch_gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fetch_gate_freed = PTHREAD_COND_INITIALIZER;
+static int fetch_gate_used; /* guarded by fetch_gate_lock */
+
+static void fetch_gate_enter(void)
+{
+    pthread_mutex_lock(&fetch_gate_lock);
+    while (fetch_gate_used >= ST_VFS_FETCH_RESTORERS)
+        pthread_cond_wait(&fetch_gate_freed, &fetch_gate_lock);
+    fetch_gate_used++;
+    pthread_mutex_unlock(&fetch_gate_lock);
+}
+
+static void fetch_gate_leave(void)
+{
+    pthread_mutex_lock(&fetch_gate_lock);
+    fetch_gate_used--;
+    pthread_cond_signal(&fetch_gate_freed);
+    pthread_mutex_unlock(&fetch_gate_lock);
+}
+
 typedef struct fetch_part {
     st_backend *backend;
     const char *job;
@@ -268,12 +300,14 @@ static void *fetch_part_main(void *arg)
     fetch_part *p = arg;
     vfs_bound outer = vfs_bound_set(p->bound);
     st_restorer *rs = NULL;
+    fetch_gate_enter();
     p->err = st_restorer_new(p->backend, p->job, &rs);
     if (!p->err)
         p->err = st_restore_chunks(rs, p->m, p->f, p->first, p->count, p->fd);
     if (p->err)
         snprintf(p->msg, sizeof p->msg, "%s", st_errmsg());
     st_restorer_free(rs);
+    fetch_gate_leave();
     vfs_bound_set(outer);
     return NULL;
 }
@@ -334,8 +368,14 @@ static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd
     }
     if (f->size >= FETCH_PARALLEL_MIN && f->nchunks >= FETCH_WORKERS)
         e = fetch_parallel(v, job, &m, f, fd);
-    else if (!(e = st_restorer_new(v->backend, job, &rs)))
-        e = st_restore_file(rs, &m, f, fd);
+    else {
+        fetch_gate_enter();
+        if (!(e = st_restorer_new(v->backend, job, &rs)))
+            e = st_restore_file(rs, &m, f, fd);
+        st_restorer_free(rs);
+        rs = NULL;
+        fetch_gate_leave();
+    }
     if (!e)
         *size = f->size;
 out:
