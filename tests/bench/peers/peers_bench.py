@@ -4,7 +4,7 @@ starts the servers and the counting proxy, then calls this once per server).
   peers_bench.py --server NAME --bucket B --direct URL --proxy URL
       --proxy-stats FILE --server-pids PID,... --ckptfs PATH --ckptctl PATH
       --aws PATH --work DIR --out RESULTS.jsonl
-      --plan SCENARIO:SIZE_MIB:REPS [--plan ...] [--tools a,b,...]
+      --plan SCENARIO:SIZE_MIB:REPS[:SAVES] [--plan ...] [--tools a,b,...]
       [--saves N] [--every K] [--durable-timeout S] [--vfs-write-back DUR]
 
 Per plan entry: the scenario's state is built once (untimed, workloads.py)
@@ -12,7 +12,8 @@ and warmed up with one untimed save; then every repetition runs every tool
 once, the order rotated by one per repetition. One run of one tool:
 
   save phase    mount (fresh cache/staging, a fresh prefix in the bucket);
-                --saves times: perturb (untimed), os.sync() (untimed), then
+                SAVES times (the plan entry's, else --saves): perturb
+                (untimed), os.sync() (untimed), then
                 timed: save [+ upload where the trainer waits: aws-cp] =
                 the stall; then polled every 0.2 s until the store itself
                 has the checkpoint (tools.py durable) = time to durable,
@@ -145,17 +146,19 @@ def wait_durable(tool, step, sizes, t0, timeout):
         time.sleep(0.2)
 
 
-def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
+def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
     prefix = "peers-%s-%d-r%d-%s-%d" % (scenario.name, size_mib, rep, tool_name, os.getpid())
     work = os.path.join(a.work, prefix)
     tool = tools.TOOLS[tool_name](ctx, prefix, work)
     rec = {"server": a.server, "scenario": scenario.name, "size_mib": size_mib, "rep": rep,
+           "saves": saves,
            "tool": tool_name, "stall_s": [], "durable_s": [], "ckpt_bytes": 0}
+    t_run = time.time()
     pids = [int(p) for p in a.server_pids.split(",") if p]
     try:
         c0, s0 = counts_after(a.proxy_stats, time.time()), server_cpu(pids)
         job = tool.save_begin()
-        for i in range(1, a.saves + 1):
+        for i in range(1, saves + 1):
             step = i * a.every
             scenario.perturb()
             os.sync()
@@ -176,7 +179,7 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
                                       for r, _, fs in os.walk(job) for f in fs)
         else:
             rec["stored_bytes"] = sum(ctx.store.list(prefix + "/").values())
-        want = reference_hashes(scenario, a.saves * a.every, shm)
+        want = reference_hashes(scenario, saves * a.every, shm)
 
         s0 = server_cpu(pids)
         t0 = time.time()
@@ -190,7 +193,7 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
         rec["server_cpu_resume_s"] = server_cpu(pids) - s0
         got = {f: sha256(os.path.join(job, f)) for f in files}
         rec["daemon_resume"] = tool.resume_end()
-        if step != a.saves * a.every or got != want:
+        if step != saves * a.every or got != want:
             raise RuntimeError("resume of step %d: files not byte-identical to the save "
                                "(%s vs %s)" % (step, sorted(got), sorted(want)))
         rec["verified"] = True
@@ -205,6 +208,7 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
         except Exception as e:
             print("peers_bench: cleaning %s: %s" % (prefix, e), file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
+    rec["run_wall_s"] = time.time() - t_run  # the whole run, for sizing the plan
     return rec
 
 
@@ -232,12 +236,12 @@ def main():
     try:
         with open(a.out, "a") as out:
             for entry in a.plan:
-                sname, size_mib, reps = entry.split(":")
-                size_mib, reps = int(size_mib), int(reps)
+                sname, size_mib, reps, saves = (entry + ":%d" % a.saves).split(":")[:4]
+                size_mib, reps, saves = int(size_mib), int(reps), int(saves)
                 t = time.time()
                 scenario = workloads.SCENARIOS[sname](size_mib << 20)
                 try:
-                    run_plan(a, ctx, scenario, size_mib, reps, names, shm, out, t)
+                    run_plan(a, ctx, scenario, size_mib, reps, saves, names, shm, out, t)
                 finally:
                     scenario.close()
                 del scenario
@@ -250,27 +254,29 @@ def main():
 RESULTS = {"failed": 0}  # runs that failed, over every plan entry
 
 
-def run_plan(a, ctx, scenario, size_mib, reps, names, shm, out, t):
+def run_plan(a, ctx, scenario, size_mib, reps, saves, names, shm, out, t):
     """The repetitions of one plan entry, every tool once per repetition."""
     warm = os.path.join(shm, "warm")
     os.makedirs(warm)
     scenario.save(warm, 0)  # warm-up: first saves are slower (page faults)
     saved = sum(os.path.getsize(os.path.join(warm, f)) for f in scenario.files(0))
     shutil.rmtree(warm)
-    print("== %s: %s %d MiB (%.1f MiB saved, %+.1f%%; built in %.0f s), %d reps: %s" %
-          (a.server, scenario.name, size_mib, saved / 2**20, 100 * (saved / (size_mib << 20) - 1),
-           time.time() - t, reps, " ".join(names)), file=sys.stderr, flush=True)
+    print("== %s: %s %d MiB (%.1f MiB saved, %+.1f%%; built in %.0f s), %d reps of %d saves: %s"
+          % (a.server, scenario.name, size_mib, saved / 2**20,
+             100 * (saved / (size_mib << 20) - 1), time.time() - t, reps, saves, " ".join(names)),
+          file=sys.stderr, flush=True)
     for rep in range(1, reps + 1):
         k = (rep - 1) % len(names)
         for pos, name in enumerate(names[k:] + names[:k]):
-            rec = one_run(a, ctx, scenario, size_mib, rep, name, shm)
+            rec = one_run(a, ctx, scenario, size_mib, saves, rep, name, shm)
             rec["order"] = pos
             RESULTS["failed"] += "error" in rec
             out.write(json.dumps(rec) + "\n")
             out.flush()
-            print("   rep %d %-13s stall %s durable %s resume %s" % (
+            print("   rep %d %-13s stall %s durable %s resume %s (run %.0f s)" % (
                 rep, name, fmt(rec["stall_s"]), fmt(rec["durable_s"]),
-                fmt([rec.get("resume_s", float("nan"))])), file=sys.stderr, flush=True)
+                fmt([rec.get("resume_s", float("nan"))]), rec["run_wall_s"]),
+                file=sys.stderr, flush=True)
 
 
 def fmt(xs):
