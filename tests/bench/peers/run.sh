@@ -21,7 +21,7 @@
 #   run.sh BUILD --servers s3rver --plan full:1024:5 --plan full:4096:1
 # --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
-# --smoke: s3rver only, full and dcp at 8 MiB, 1 repetition, 1 save,
+# --smoke: s3rver only, full at 8 MiB and dcp at 4 MiB, 1 repetition, 1 save,
 # rclone's --vfs-write-back 100ms instead of its 5 s (so the smoke takes
 # about a minute; its durable times for rclone are not the default's) (CI,
 # label bench: fails when a scenario errors or a restore is not
@@ -110,7 +110,7 @@ trap 'exit 143' TERM
 
 default_plan() { # SERVER
     if [ "$smoke" = 1 ]; then
-        echo full:8:1 dcp:8:1 # a file, a step directory of 4 ranks (ddp differs in its saver only)
+        echo full:8:1 dcp:4:1 # a file, a step directory of 4 ranks (ddp differs in its saver only)
     elif [ "$1" = s3rver ]; then
         echo "full:256:$reps dcp:64:$reps full:64:1 bf16:64:1 finetune:64:1:2 ddp:64:1"
     else
