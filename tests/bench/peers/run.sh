@@ -6,7 +6,7 @@
 #
 #   tests/bench/peers/run.sh BUILD_DIR [--smoke] [--servers s3rver,rgw]
 #       [--tools LIST] [--plan SCENARIO:SIZE_MIB:REPS[:SAVES]]... [--reps N] [--saves N]
-#       [--out DIR] [--doc FILE] [--workdir DIR]
+#       [--out DIR] [--doc FILE] [--workdir DIR] [--rgw-memstore]
 #
 # Default (the full run, about 26 min on this 2-vCPU machine while busy):
 # both servers, 1 save per run (--saves); on each, full at 256 MiB (the
@@ -26,6 +26,11 @@
 # about a minute; its durable times for rclone are not the default's) (CI,
 # label bench: fails when a scenario errors or a restore is not
 # byte-identical, never on a timing).
+#
+# --workdir (default /var/tmp) holds everything: servers, caches, staging.
+# --rgw-memstore: RGW's OSD keeps objects in RAM instead of bluestore on a
+# sparse file (with --workdir /dev/shm: bluestore needs O_DIRECT, which
+# tmpfs refuses; Ceph's mon refuses to start with under 5% of its disk free).
 #
 # Writes into --out (default docs/peers in the source tree, linked from the page,
 # or a temp dir with --smoke): results.jsonl (every run), peers.json (every
@@ -50,6 +55,7 @@ orig_args="$*"
 src=$(cd "$here/../../.." && pwd)
 servers=s3rver,rgw smoke=0 saves=1 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
 write_back="" # rclone's --vfs-write-back: its default (5 s) unless --smoke
+rgw_flags=()  # --rgw-memstore: the OSD in RAM (rgw.sh --memstore)
 plans=() tool_list=ckptfs,s3fs,rclone-writes,rclone-full,aws-cp,local
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -62,6 +68,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift ;;
     --doc) doc=$2; shift ;;
     --workdir) workdir=${2:?}; shift ;;
+    --rgw-memstore) rgw_flags=(--memstore) ;;
     -h | --help) usage ;;
     *) echo "peers: unknown option $1" >&2; usage ;;
     esac
@@ -131,7 +138,8 @@ start_server() {
         local env_file
         # A sparse file: only what is stored takes disk (deleted objects
         # come back after RGW's GC, 30 s here).
-        env_file=$(CKPT_RGW_BLOCK_BYTES=$((48 << 30)) bash "$src/tests/s3/rgw.sh" start "$work/rgw" --owner $$)
+        env_file=$(CKPT_RGW_BLOCK_BYTES=$((48 << 30)) bash "$src/tests/s3/rgw.sh" start "$work/rgw" \
+            "${rgw_flags[@]}" --owner $$)
         # shellcheck disable=SC1090
         . "$env_file"
         endpoint=$RGW_ENDPOINT
