@@ -18,7 +18,6 @@ mode-600 file in the run's directory, never argv.
 """
 import os
 import re
-import resource
 import signal
 import subprocess
 import time
