@@ -305,12 +305,12 @@ def main():
                    "summary": [{"server": k[0], "scenario": k[1], "size_mib": k[2], "tools": v}
                                for k, v in sorted(summary.items())]}, f, indent=1)
     for server in sorted({k[0] for k in summary}):
-        main_keys = [k for k in summary if k[0] == server and k[2] == 256] or \
-                    [k for k in summary if k[0] == server]
-        name = "peers_%s_bars.png" % server
-        bars(summary, sorted(main_keys), os.path.join(a.out, name),
-             "%s: every scenario at %s MiB" % (server, main_keys[0][2]))
-        PLOTS.append((name, "%s: bars per tool per measure" % server))
+        for size in sorted({k[2] for k in summary if k[0] == server}, reverse=True):
+            keys = sorted(k for k in summary if k[0] == server and k[2] == size)
+            name = "peers_%s_%d_bars.png" % (server, size)
+            bars(summary, keys, os.path.join(a.out, name),
+                 "%s: every scenario at %d MiB" % (server, size))
+            PLOTS.append((name, "%s, %d MiB: bars per tool per measure" % (server, size)))
         for scenario in sorted({k[1] for k in summary if k[0] == server}):
             if len([k for k in summary if k[:2] == (server, scenario)]) > 1:
                 name = "peers_%s_%s_growth.png" % (server, scenario)
