@@ -4,15 +4,16 @@ starts the servers and the counting proxy, then calls this once per server).
   peers_bench.py --server NAME --bucket B --direct URL --proxy URL
       --proxy-stats FILE --server-pids PID,... --ckptfs PATH --ckptctl PATH
       --aws PATH --work DIR --out RESULTS.jsonl
-      --plan SCENARIO:SIZE_MIB:REPS [--plan ...] [--tools a,b,...]
-      [--saves N] [--every K] [--durable-timeout S]
+      --plan SCENARIO:SIZE_MIB:REPS[:SAVES] [--plan ...] [--tools a,b,...]
+      [--saves N] [--every K] [--durable-timeout S] [--vfs-write-back DUR]
 
 Per plan entry: the scenario's state is built once (untimed, workloads.py)
 and warmed up with one untimed save; then every repetition runs every tool
 once, the order rotated by one per repetition. One run of one tool:
 
   save phase    mount (fresh cache/staging, a fresh prefix in the bucket);
-                --saves times: perturb (untimed), os.sync() (untimed), then
+                SAVES times (the plan entry's, else --saves): perturb
+                (untimed), os.sync() (untimed), then
                 timed: save [+ upload where the trainer waits: aws-cp] =
                 the stall; then polled every 0.2 s until the store itself
                 has the checkpoint (tools.py durable) = time to durable,
@@ -20,7 +21,8 @@ once, the order rotated by one per repetition. One run of one tool:
                 Unmount (drains), then the proxy's counts (PUT/GET/HEAD/...
                 per checkpoint) and the bytes listed under the prefix.
   resume phase  a new node: fresh mount and cache, list the job directory,
-                torch.load every file of the newest step = time to resume
+                load the newest step (torch.load of every file; dcp: DCP's
+                load_state_dict) = time to resume
                 (from before the mount command); then, untimed, the bytes
                 read through the mount are checked (SHA-256) against the
                 same save replayed into /dev/shm. A mismatch is an error.
@@ -45,8 +47,6 @@ import s3check  # noqa: E402
 import tools  # noqa: E402
 import workloads  # noqa: E402
 
-import torch  # noqa: E402
-
 METHODS = ("PUT", "POST", "GET", "HEAD", "DELETE")
 
 
@@ -56,6 +56,7 @@ class Ctx:
     def __init__(self, a):
         self.bucket, self.direct_endpoint, self.proxy_endpoint = a.bucket, a.direct, a.proxy
         self.ckptfs, self.ckptctl, self.aws = a.ckptfs, a.ckptctl, a.aws
+        self.vfs_write_back = a.vfs_write_back
         self.store = s3check.Store(a.direct, a.bucket)
         # Only this server's key pair: a CA bundle (rclone 1.60 refuses any
         # with plain HTTP), a profile or a session token from the caller's
@@ -110,7 +111,7 @@ def sha256(path):
 
 def newest_files(job):
     """The files of the newest step in a job directory (ckpt-N.pt, or the
-    .pt files of step-N/), relative to it."""
+    files of step-N/ but its empty marker .ckpt-complete), relative to it."""
     best, best_n = None, -1
     for name in os.listdir(job):
         m = re.fullmatch(r"(?:ckpt|step)-(\d+)(\.pt)?", name)
@@ -120,7 +121,7 @@ def newest_files(job):
         raise RuntimeError("no checkpoint in %s: %s" % (job, os.listdir(job)))
     if os.path.isdir(os.path.join(job, best)):
         return best_n, sorted(best + "/" + f for f in os.listdir(os.path.join(job, best))
-                              if f.endswith(".pt"))
+                              if f != ".ckpt-complete")
     return best_n, [best]
 
 
@@ -131,8 +132,7 @@ def reference_hashes(scenario, step, shm):
     os.makedirs(ref)
     try:
         scenario.save(ref, step)
-        return {f: sha256(os.path.join(ref, f)) for f in scenario.files(step)
-                if f.endswith(".pt")}
+        return {f: sha256(os.path.join(ref, f)) for f in scenario.data_files(step)}
     finally:
         shutil.rmtree(ref)
 
@@ -146,17 +146,19 @@ def wait_durable(tool, step, sizes, t0, timeout):
         time.sleep(0.2)
 
 
-def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
+def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
     prefix = "peers-%s-%d-r%d-%s-%d" % (scenario.name, size_mib, rep, tool_name, os.getpid())
     work = os.path.join(a.work, prefix)
     tool = tools.TOOLS[tool_name](ctx, prefix, work)
     rec = {"server": a.server, "scenario": scenario.name, "size_mib": size_mib, "rep": rep,
+           "saves": saves,
            "tool": tool_name, "stall_s": [], "durable_s": [], "ckpt_bytes": 0}
+    t_run = time.time()
     pids = [int(p) for p in a.server_pids.split(",") if p]
     try:
         c0, s0 = counts_after(a.proxy_stats, time.time()), server_cpu(pids)
         job = tool.save_begin()
-        for i in range(1, a.saves + 1):
+        for i in range(1, saves + 1):
             step = i * a.every
             scenario.perturb()
             os.sync()
@@ -177,14 +179,13 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
                                       for r, _, fs in os.walk(job) for f in fs)
         else:
             rec["stored_bytes"] = sum(ctx.store.list(prefix + "/").values())
-        want = reference_hashes(scenario, a.saves * a.every, shm)
+        want = reference_hashes(scenario, saves * a.every, shm)
 
         s0 = server_cpu(pids)
         t0 = time.time()
         job = tool.resume_begin()
         step, files = newest_files(job)
-        for f in files:
-            torch.load(os.path.join(job, f), map_location="cpu")
+        scenario.load(job, files)
         t1 = time.time()
         rec["resume_s"] = t1 - t0
         c2 = counts_after(a.proxy_stats, t1)
@@ -192,7 +193,7 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
         rec["server_cpu_resume_s"] = server_cpu(pids) - s0
         got = {f: sha256(os.path.join(job, f)) for f in files}
         rec["daemon_resume"] = tool.resume_end()
-        if step != a.saves * a.every or got != want:
+        if step != saves * a.every or got != want:
             raise RuntimeError("resume of step %d: files not byte-identical to the save "
                                "(%s vs %s)" % (step, sorted(got), sorted(want)))
         rec["verified"] = True
@@ -207,6 +208,7 @@ def one_run(a, ctx, scenario, size_mib, rep, tool_name, shm):
         except Exception as e:
             print("peers_bench: cleaning %s: %s" % (prefix, e), file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
+    rec["run_wall_s"] = time.time() - t_run  # the whole run, for sizing the plan
     return rec
 
 
@@ -220,6 +222,8 @@ def main():
     ap.add_argument("--saves", type=int, default=3)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--durable-timeout", type=float, default=600)
+    ap.add_argument("--vfs-write-back", default="",
+                    help="rclone's --vfs-write-back (its default, 5s, if empty)")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ctx = Ctx(a)
@@ -229,36 +233,50 @@ def main():
             sys.exit("peers_bench: unknown tool %s (known: %s)" % (n, ", ".join(tools.TOOLS)))
     shm = os.path.join("/dev/shm", "ckpt-peers.%d" % os.getpid())
     os.makedirs(shm)
-    failed = 0
     try:
         with open(a.out, "a") as out:
             for entry in a.plan:
-                sname, size_mib, reps = entry.split(":")
-                size_mib, reps = int(size_mib), int(reps)
+                sname, size_mib, reps, saves = (entry + ":%d" % a.saves).split(":")[:4]
+                size_mib, reps, saves = int(size_mib), int(reps), int(saves)
                 t = time.time()
                 scenario = workloads.SCENARIOS[sname](size_mib << 20)
-                scenario.save(shm, 0)  # warm-up: first saves are slower (page faults)
-                for f in scenario.files(0):
-                    os.remove(os.path.join(shm, f))
-                print("== %s: %s %d MiB (%.0f MiB saved; built in %.0f s), %d reps: %s" %
-                      (a.server, sname, size_mib, workloads.nbytes(scenario.state) / 2**20,
-                       time.time() - t, reps, " ".join(names)), file=sys.stderr, flush=True)
-                for rep in range(1, reps + 1):
-                    k = (rep - 1) % len(names)
-                    for pos, name in enumerate(names[k:] + names[:k]):
-                        rec = one_run(a, ctx, scenario, size_mib, rep, name, shm)
-                        rec["order"] = pos
-                        failed += "error" in rec
-                        out.write(json.dumps(rec) + "\n")
-                        out.flush()
-                        print("   rep %d %-13s stall %s durable %s resume %s" % (
-                            rep, name, fmt(rec["stall_s"]), fmt(rec["durable_s"]),
-                            fmt([rec.get("resume_s", float("nan"))])), file=sys.stderr, flush=True)
+                try:
+                    run_plan(a, ctx, scenario, size_mib, reps, saves, names, shm, out, t)
+                finally:
+                    scenario.close()
                 del scenario
     finally:
         tools.stop_all()
         shutil.rmtree(shm, ignore_errors=True)
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if RESULTS["failed"] else 0)
+
+
+RESULTS = {"failed": 0}  # runs that failed, over every plan entry
+
+
+def run_plan(a, ctx, scenario, size_mib, reps, saves, names, shm, out, t):
+    """The repetitions of one plan entry, every tool once per repetition."""
+    warm = os.path.join(shm, "warm")
+    os.makedirs(warm)
+    scenario.save(warm, 0)  # warm-up: first saves are slower (page faults)
+    saved = sum(os.path.getsize(os.path.join(warm, f)) for f in scenario.files(0))
+    shutil.rmtree(warm)
+    print("== %s: %s %d MiB (%.1f MiB saved, %+.1f%%; built in %.0f s), %d reps of %d saves: %s"
+          % (a.server, scenario.name, size_mib, saved / 2**20,
+             100 * (saved / (size_mib << 20) - 1), time.time() - t, reps, saves, " ".join(names)),
+          file=sys.stderr, flush=True)
+    for rep in range(1, reps + 1):
+        k = (rep - 1) % len(names)
+        for pos, name in enumerate(names[k:] + names[:k]):
+            rec = one_run(a, ctx, scenario, size_mib, saves, rep, name, shm)
+            rec["order"] = pos
+            RESULTS["failed"] += "error" in rec
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            print("   rep %d %-13s stall %s durable %s resume %s (run %.0f s)" % (
+                rep, name, fmt(rec["stall_s"]), fmt(rec["durable_s"]),
+                fmt([rec.get("resume_s", float("nan"))]), rec["run_wall_s"]),
+                file=sys.stderr, flush=True)
 
 
 def fmt(xs):

@@ -81,7 +81,8 @@ def summarize(runs):
             mine = [r for r in rs if r["tool"] == tool]
             if not mine:
                 continue
-            res[tool] = {"reps": len(mine), "ckpt_mib": mine[0]["ckpt_bytes"] / MIB}
+            res[tool] = {"reps": len(mine), "ckpt_mib": mine[0]["ckpt_bytes"] / MIB,
+                         "saves": mine[0].get("saves", len(mine[0]["stall_s"]))}
             for m, _, fn in MEASURES:
                 vals = [v for v in (fn(r) for r in mine) if v is not None]
                 if not vals:
@@ -200,8 +201,10 @@ def section(summary, runs, machine, command, out):
         res = summary[key]
         reps = max(v["reps"] for v in res.values())
         ck = res.get("ckptfs", next(iter(res.values())))["ckpt_mib"]
-        L += ["### %s, %s, %d MiB (%.0f MiB per checkpoint), %d repetition%s" %
-              (key[0], key[1], key[2], ck, reps, "" if reps == 1 else "s"), "",
+        saves = res.get("ckptfs", next(iter(res.values())))["saves"]
+        L += ["### %s, %s, %d MiB (%.1f MiB per checkpoint), %d repetition%s of %d save%s" %
+              (key[0], key[1], key[2], ck, reps, "" if reps == 1 else "s", saves,
+               "" if saves == 1 else "s"), "",
               "Times in seconds; median [min–max] over repetitions; (**ratio**) = tool / "
               "ckptfs of the same repetition, median.", "",
               main_table(res, ["stall", "durable", "resume", "stored", "puts", "save_other"]),
@@ -227,14 +230,28 @@ the runs, tools.py the tools, workloads.py the checkpoints, s3check.py the
 store checks, report.py this section):
 
 * **Workloads**, real PyTorch (Debian's 1.13): a transformer (embedding,
-  encoder layers of width 1024, final norm) with its AdamW state after one
-  step, saved as `torch.save({"step", "model", "optim"}, ckpt-{step:06d}.pt)`
-  every 10 steps, 2 saves per run (--saves). `full`: fp32, every value changes between
-  saves; `bf16`: weights and AdamW state in bf16; `finetune`: frozen
-  backbone, only the last two layers and the norm train (only they and their
-  AdamW state change); `ddp`: 4 forked rank processes save the same state at
-  once as `step-N/rank{r}.pt` (a quarter of the size each), then the empty
-  marker `.ckpt-complete` (ckptfs's explicit completion, docs/STEPS.md R1).
+  encoder layers, final norm; the widest of 2048..128 that leaves at least
+  4 layers, 12 for finetune, in three quarters of the parameters, the
+  vocabulary sized to the rest, so a checkpoint of N MiB saves N MiB, +0.5%
+  at most from 64 MiB up; the "MiB per checkpoint" in each heading is the
+  measured size) with its AdamW state after one step, saved as
+  `torch.save({"step", "model", "optim"}, ckpt-{step:06d}.pt)` every 10
+  steps, as many saves per run as the plan says (each heading). `full`: fp32, every value changes
+  between saves; `bf16`: weights and AdamW state in bf16; `finetune`: frozen
+  backbone, only the last two layers and the norm train (only they and
+  their AdamW state change); `ddp`: 4 forked rank processes save the same
+  state at once as `step-N/rank{r}.pt` (a quarter of the size each), then
+  the empty marker `.ckpt-complete` (ckptfs's explicit completion,
+  docs/STEPS.md R1); `dcp`: a 4-rank torch.distributed.checkpoint step, 4
+  processes of one gloo group each holding a quarter of every tensor's rows
+  as a ShardedTensor, `save_state_dict` with `FileSystemWriter(...,
+  single_file_per_rank=True)` writing `step-N/__R_0.distcp` and rank 0's
+  `.metadata` (through `.metadata.tmp` and a rename; every file fsynced,
+  DCP's default); its resume is `load_state_dict` of the whole step in one
+  process. Debian's 1.13 has DCP as `torch.distributed._shard.checkpoint`,
+  whose import fails on Python 3.11 (a dataclass default that 3.11 refuses,
+  fixed upstream in pytorch/pytorch#91795); workloads.py makes that one
+  class hashable for the import.
 * **Tools**, each against the same server through one counting proxy
   (tests/s3/faultproxy.py with no faults: it counts requests per method at
   the server's door; all tools pay its copy), every run in a fresh bucket
@@ -244,7 +261,8 @@ store checks, report.py this section):
   `multipart_size=64` MB parts instead of 10, `parallel_count=8` instead of 5,
   `max_dirty_data=-1`, `use_cache=DIR`), path-style; `rclone mount`
   1.60 with `--vfs-cache-mode writes` and `full` (rclone's defaults
-  otherwise: a closed file is uploaded 5 s later, `--vfs-write-back`);
+  otherwise: a closed file is uploaded 5 s later, `--vfs-write-back`,
+  which only the CI smoke sets, to 100 ms);
   `aws-cp`: torch.save to the local disk, then `aws s3 cp` (awscli 2.9,
   its defaults: 8 MiB parts, 10 in flight; the trainer waits for both);
   `local`: torch.save to the local disk only, the floor.
@@ -256,7 +274,7 @@ store checks, report.py this section):
   prefix; polled every 0.2 s, and the next save starts only then. *Resume* =
   a new node: from starting a fresh mount (fresh cache/staging; aws-cp: `aws
   s3 ls` + `aws s3 cp` of the newest) until torch.load of every file of the
-  newest step has returned; then (untimed) the bytes read through the mount
+  newest step (dcp: DCP's load of the step) has returned; then (untimed) the bytes read through the mount
   are compared by SHA-256 with the same save replayed into /dev/shm — a
   mismatch fails the run. *Stored* = bytes listed under the run's prefix
   after its saves, per checkpoint. *Requests* = counted by the proxy during
@@ -287,12 +305,12 @@ def main():
                    "summary": [{"server": k[0], "scenario": k[1], "size_mib": k[2], "tools": v}
                                for k, v in sorted(summary.items())]}, f, indent=1)
     for server in sorted({k[0] for k in summary}):
-        main_keys = [k for k in summary if k[0] == server and k[2] == 256] or \
-                    [k for k in summary if k[0] == server]
-        name = "peers_%s_bars.png" % server
-        bars(summary, sorted(main_keys), os.path.join(a.out, name),
-             "%s: every scenario at %s MiB" % (server, main_keys[0][2]))
-        PLOTS.append((name, "%s: bars per tool per measure" % server))
+        for size in sorted({k[2] for k in summary if k[0] == server}, reverse=True):
+            keys = sorted(k for k in summary if k[0] == server and k[2] == size)
+            name = "peers_%s_%d_bars.png" % (server, size)
+            bars(summary, keys, os.path.join(a.out, name),
+                 "%s: every scenario at %d MiB" % (server, size))
+            PLOTS.append((name, "%s, %d MiB: bars per tool per measure" % (server, size)))
         for scenario in sorted({k[1] for k in summary if k[0] == server}):
             if len([k for k in summary if k[:2] == (server, scenario)]) > 1:
                 name = "peers_%s_%s_growth.png" % (server, scenario)

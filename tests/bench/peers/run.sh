@@ -5,21 +5,32 @@
 # order rotated per repetition (docs/BENCHMARKS.md, "Peers").
 #
 #   tests/bench/peers/run.sh BUILD_DIR [--smoke] [--servers s3rver,rgw]
-#       [--tools LIST] [--plan SCENARIO:SIZE_MIB:REPS]... [--reps N] [--saves N]
-#       [--out DIR] [--doc FILE] [--workdir DIR]
+#       [--tools LIST] [--plan SCENARIO:SIZE_MIB:REPS[:SAVES]]... [--reps N] [--saves N]
+#       [--out DIR] [--doc FILE] [--workdir DIR] [--rgw-memstore]
 #
-# Default (the full run): both servers, 2 saves per run; on each, full at
-# 256 MiB (the transformer + AdamW, fp32) with --reps repetitions (default
-# 5); on s3rver also one repetition of bf16, finetune and ddp at 256 MiB and
-# of full at 64 and 1024 MiB (the growth plot). Sized by a probe on this
-# 2-vCPU machine while it was busy: one repetition of every tool at 1 GiB
-# with 3 saves took 9.6 min on s3rver, so 1 GiB x 5 repetitions x 2
-# servers (~100 min) cannot fit the 30 minutes; this plan takes ~30 min
-# there (docs/BENCHMARKS.md, "Peers", says what was run). --plan
-# (repeatable) replaces the plan for every server.
-# --smoke: s3rver only, full, finetune and ddp at 8 MiB, 1 repetition, 1 save (CI,
+# Default (the full run, about 26 min on this 2-vCPU machine while busy):
+# both servers, 1 save per run (--saves); on each, full at 256 MiB (the
+# transformer + AdamW, fp32) with --reps repetitions (default 5); on s3rver
+# also dcp (the 4-rank DCP step) at 64 MiB with --reps repetitions, and one
+# repetition each of full (the growth plot's second point), bf16, finetune
+# (2 saves: the second is what a frozen backbone makes incremental) and ddp
+# at 64 MiB. Sized by probes on the busy machine: one repetition of every
+# tool took 133 s for full at 256 MiB with 2 saves and 4 min for dcp at 256
+# MiB with 2 saves, so 1 GiB x 5 repetitions (~40 min per server) cannot
+# fit the 30 minutes. The long variant, a separate command:
+#   run.sh BUILD --servers s3rver --plan full:1024:5 --plan full:4096:1
+# --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
+# server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
+# --smoke: s3rver only, full at 8 MiB and dcp at 4 MiB, 1 repetition, 1 save,
+# rclone's --vfs-write-back 100ms instead of its 5 s (so the smoke takes
+# about a minute; its durable times for rclone are not the default's) (CI,
 # label bench: fails when a scenario errors or a restore is not
 # byte-identical, never on a timing).
+#
+# --workdir (default /var/tmp) holds everything: servers, caches, staging.
+# --rgw-memstore: RGW's OSD keeps objects in RAM instead of bluestore on a
+# sparse file (with --workdir /dev/shm: bluestore needs O_DIRECT, which
+# tmpfs refuses; Ceph's mon refuses to start with under 5% of its disk free).
 #
 # Writes into --out (default docs/peers in the source tree, linked from the page,
 # or a temp dir with --smoke): results.jsonl (every run), peers.json (every
@@ -42,11 +53,13 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 orig_args="$*"
 src=$(cd "$here/../../.." && pwd)
-servers=s3rver,rgw smoke=0 saves=2 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
+servers=s3rver,rgw smoke=0 saves=1 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
+write_back="" # rclone's --vfs-write-back: its default (5 s) unless --smoke
+rgw_flags=()  # --rgw-memstore: the OSD in RAM (rgw.sh --memstore)
 plans=() tool_list=ckptfs,s3fs,rclone-writes,rclone-full,aws-cp,local
 while [ $# -gt 0 ]; do
     case "$1" in
-    --smoke) smoke=1 servers=s3rver saves=1 doc="" ;;
+    --smoke) smoke=1 servers=s3rver saves=1 doc="" write_back=100ms ;;
     --servers) servers=${2:?}; shift ;;
     --tools) tool_list=${2:?}; shift ;;
     --plan) plans+=("${2:?}"); shift ;;
@@ -55,6 +68,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?}; shift ;;
     --doc) doc=$2; shift ;;
     --workdir) workdir=${2:?}; shift ;;
+    --rgw-memstore) rgw_flags=(--memstore) ;;
     -h | --help) usage ;;
     *) echo "peers: unknown option $1" >&2; usage ;;
     esac
@@ -103,9 +117,9 @@ trap 'exit 143' TERM
 
 default_plan() { # SERVER
     if [ "$smoke" = 1 ]; then
-        echo full:8:1 finetune:8:1 ddp:8:1 # bf16 is full with another dtype
+        echo full:8:1 dcp:4:1 # a file, a step directory of 4 ranks (ddp differs in its saver only)
     elif [ "$1" = s3rver ]; then
-        echo "full:256:$reps bf16:256:1 finetune:256:1 ddp:256:1 full:64:1 full:1024:1"
+        echo "full:256:$reps dcp:64:$reps full:64:1 bf16:64:1 finetune:64:1:2 ddp:64:1"
     else
         echo "full:256:$reps"
     fi
@@ -124,7 +138,8 @@ start_server() {
         local env_file
         # A sparse file: only what is stored takes disk (deleted objects
         # come back after RGW's GC, 30 s here).
-        env_file=$(CKPT_RGW_BLOCK_BYTES=$((48 << 30)) bash "$src/tests/s3/rgw.sh" start "$work/rgw" --owner $$)
+        env_file=$(CKPT_RGW_BLOCK_BYTES=$((48 << 30)) bash "$src/tests/s3/rgw.sh" start "$work/rgw" \
+            "${rgw_flags[@]}" --owner $$)
         # shellcheck disable=SC1090
         . "$env_file"
         endpoint=$RGW_ENDPOINT
@@ -173,11 +188,12 @@ for server in "${server_list[@]}"; do
     [ ${#mine[@]} -gt 0 ] || read -ra mine <<<"$(default_plan "$server")"
     plan_args=()
     for p in "${mine[@]}"; do plan_args+=(--plan "$p"); done
+    echo "plan on $server (scenario:MiB:repetitions, $saves saves per run): ${mine[*]}" >>"$out/machine.txt"
     $py "$here/peers_bench.py" --server "$server" --bucket ckpt-test --direct "$endpoint" \
         --proxy "http://127.0.0.1:$(cat "$work/proxy.port")" --proxy-stats "$work/proxy.stats" \
         --server-pids "$server_pids" --ckptfs "$build/fs/ckptfs" --ckptctl "$build/tools/ckptctl" \
         --aws "$aws" --work "$work/runs" --out "$out/results.jsonl" --tools "$tool_list" \
-        --saves "$saves" "${plan_args[@]}" &
+        --saves "$saves" --vfs-write-back "$write_back" "${plan_args[@]}" &
     bench_pid=$!
     wait "$bench_pid" || status=1
     bench_pid=""

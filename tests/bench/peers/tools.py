@@ -18,7 +18,6 @@ mode-600 file in the run's directory, never argv.
 """
 import os
 import re
-import resource
 import signal
 import subprocess
 import time
@@ -28,6 +27,10 @@ MOUNT_TIMEOUT = 30
 UNMOUNT_TIMEOUT = 120  # ckptfs drains its upload queue on unmount
 
 _daemons = []  # every daemon started and not yet reaped: (pid, mountpoint)
+
+# ckptfs's mount options beyond the run's own (store, endpoint, staging,
+# node): the one place to change how ckptfs runs in every measure.
+CKPTFS_OPTIONS = ["-f"]
 
 
 def is_mounted(mnt):
@@ -211,7 +214,8 @@ class S3fs(FileMount):
 
 class Rclone(FileMount):
     """rclone 1.60 mount with its VFS cache in mode `writes` or `full`
-    (defaults otherwise: a file uploads 5 s after its last close). It mounts
+    (defaults otherwise: a file uploads 5 s after its last close, unless
+    the run sets --vfs-write-back: the smoke does, to be short). It mounts
     bucket/PREFIX: s3rver 3.7.1 leaves a prefix out of a delimited listing
     when its keys lie two levels deeper (a/b/c gives no a/), and rclone,
     unlike s3fs, writes no directory objects that would show it."""
@@ -228,8 +232,10 @@ class Rclone(FileMount):
         self.env["RCLONE_CONFIG"] = conf
 
     def argv(self, mnt, cache):
-        return ["rclone", "mount", "store:%s/%s" % (self.ctx.bucket, self.prefix), mnt, "--vfs-cache-mode", self.mode,
-                "--cache-dir", cache, "--s3-no-check-bucket", "--log-level", "NOTICE"]
+        wb = ["--vfs-write-back", self.ctx.vfs_write_back] if self.ctx.vfs_write_back else []
+        return ["rclone", "mount", "store:%s/%s" % (self.ctx.bucket, self.prefix), mnt,
+                "--vfs-cache-mode", self.mode, "--cache-dir", cache, "--s3-no-check-bucket",
+                "--log-level", "NOTICE"] + wb
 
 
 class Ckptfs(Tool):
@@ -251,7 +257,7 @@ class Ckptfs(Tool):
         staging = os.path.join(self.work, "staging." + phase)
         os.makedirs(staging)
         argv = [self.ctx.ckptfs, mnt, "--store", self.store_url(), "--s3-endpoint",
-                self.ctx.proxy_endpoint, "--staging", staging, "--node", node, "-f"]
+                self.ctx.proxy_endpoint, "--staging", staging, "--node", node] + CKPTFS_OPTIONS
         self.daemon = Daemon(self.name, argv, mnt, self.log(phase), self.env)
         job = os.path.join(mnt, self.JOB)
         if mkjob:
