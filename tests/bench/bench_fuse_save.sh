@@ -10,6 +10,7 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
+#       [--ckptfs-base PATH] [--series N]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -20,6 +21,11 @@
 # or fails with --require-ckptfs. ckptctl (--ckptctl or BUILD_DIR/tools/ckptctl)
 # is used to wait, untimed, until each ckptfs save is durable before the next
 # save, so its background upload does not slow the other targets.
+# --ckptfs-base PATH mounts a second ckptfs (say, built from an earlier
+# commit) as target ckptfs-base, with a store and staging of its own, so a
+# change is measured before/after side by side in one run. --series N: then
+# N saves per target in a row with no waiting, earlier ckptfs steps still
+# uploading (fuse_save_bench.py).
 # passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
 # BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
 # (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
@@ -33,6 +39,7 @@ build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
+base="" series=0
 same=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -46,6 +53,8 @@ while [ $# -gt 0 ]; do
     --workdir) workdir=$2; shift ;;
     --json) json=$2; shift ;;
     --same-state) same=(--same-state) ;;
+    --ckptfs-base) base=$2; shift ;;
+    --series) series=$2; shift ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
     esac
@@ -137,19 +146,31 @@ mount_daemon passthrough_ll "$work/ptll" "$ptll" -f -o "source=$work/ptll-src" "
 targets=(--target "disk=$work/disk" --target "passthrough_ll=$work/ptll/job")
 settle_args=()
 
+# mount_ckptfs NAME BINARY: mount BINARY as target NAME, store and staging
+# under $work/NAME-*.
+mount_ckptfs() {
+    local name=$1 bin=$2
+    echo "$name: $bin (store file://$work/$name-store, staging $work/$name-staging)"
+    mkdir -p "$work/$name-store" "$work/$name-staging"
+    mount_daemon "$name" "$work/$name" "$bin" "$work/$name" --store "file://$work/$name-store" \
+        --staging "$work/$name-staging" --node bench -f
+    timeout 30 mkdir "$work/$name/bench"
+    targets+=(--target "$name=$work/$name/bench")
+    settle_args+=(--settle "$name=file://$work/$name-store")
+}
+
+if [ -n "$base" ] && [ ! -x "$base" ]; then
+    echo "bench_fuse_save: --ckptfs-base $base is not an executable" >&2
+    exit 1
+fi
 if [ -x "$ckptfs" ]; then
-    echo "ckptfs: $ckptfs (store file://$work/store, staging $work/staging)"
-    mkdir -p "$work/store" "$work/staging"
-    mount_daemon ckptfs "$work/ckptfs" "$ckptfs" "$work/ckptfs" --store "file://$work/store" \
-        --staging "$work/staging" --node bench -f
-    timeout 30 mkdir "$work/ckptfs/bench"
-    targets+=(--target "ckptfs=$work/ckptfs/bench")
+    mount_ckptfs ckptfs "$ckptfs"
+    [ -z "$base" ] || mount_ckptfs ckptfs-base "$base"
     if [ -x "$ckptctl" ]; then
-        settle_args=(--settle-target ckptfs --settle-ckptctl "$ckptctl"
-                     --settle-store "file://$work/store" --settle-job bench
-                     --settle-timeout "$settle")
+        settle_args+=(--settle-ckptctl "$ckptctl" --settle-job bench --settle-timeout "$settle")
     else
         echo "!! no ckptctl at $ckptctl: not waiting for durability between saves"
+        settle_args=()
     fi
 else
     echo
@@ -171,7 +192,7 @@ json_args=()
 # (bash defers traps while a foreground command runs).
 timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
     --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
-    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} &
+    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" &
 runner=$!
 wait "$runner"
 runner=""
