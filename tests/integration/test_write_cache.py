@@ -16,7 +16,10 @@ What that must not break, each a test:
 * O_APPEND through two write-only descriptors appends in order;
 * a file opened O_RDWR (which may be mmapped shared) keeps the page cache:
   a MAP_SHARED write through it is read back, then also after a remount;
-* a torch.save of a state is read back identical by torch.load.
+* a torch.save of a state is read back identical by torch.load;
+* the background threads (uploader, refresher; gc with --gc) run 5 nice steps below
+  the daemon's FUSE threads, so sealing earlier steps yields to a save
+  (docs/MOUNT.md, "Background work yields to the writer").
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -184,6 +187,20 @@ class WriteCacheTest(MountTestCase):
                 "assert all(torch.equal(s[k], t[k]) for k in s), 'torch.load differs'\n")
         run_torch(code, path, ref, timeout=300)
         self.assertEqual(sha256_file(path), sha256_file(ref))
+
+    def test_background_threads_run_nicer(self):
+        def nice_of(tid):
+            with open("/proc/%d/task/%s/stat" % (self.m.pid, tid)) as f:
+                return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+        main = nice_of(self.m.pid)
+        names = {}
+        for tid in os.listdir("/proc/%d/task" % self.m.pid):
+            with open("/proc/%d/task/%s/comm" % (self.m.pid, tid)) as f:
+                names[f.read().strip()] = nice_of(tid)
+        for name in ("ckpt-uploader", "ckpt-refresher"):  # gc: only with --gc
+            self.assertIn(name, names, "threads: %s" % sorted(names))
+            self.assertEqual(names[name], min(19, main + 5), name)
 
 
 if __name__ == "__main__":
