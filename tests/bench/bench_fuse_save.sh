@@ -10,7 +10,7 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
-#       [--ckptfs-base PATH] [--series N]
+#       [--ckptfs-base PATH] [--series N] [--rclone]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -25,7 +25,10 @@
 # commit) as target ckptfs-base, with a store and staging of its own, so a
 # change is measured before/after side by side in one run. --series N: then
 # N saves per target in a row with no waiting, earlier ckptfs steps still
-# uploading (fuse_save_bench.py).
+# uploading (fuse_save_bench.py). --rclone: also rclone mount (Debian's
+# rclone) of a local directory as its remote, with the VFS cache mode the
+# peers bench uses (`writes`); after each save the run waits, untimed, until
+# rclone has copied the file to its remote.
 # passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
 # BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
 # (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
@@ -39,7 +42,7 @@ build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
-base="" series=0
+base="" series=0 rclone=0
 same=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
     --same-state) same=(--same-state) ;;
     --ckptfs-base) base=$2; shift ;;
     --series) series=$2; shift ;;
+    --rclone) rclone=1 ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
     esac
@@ -184,6 +188,16 @@ else
     echo "!! Reporting disk and passthrough_ll ONLY (no ckptfs numbers in this run)."
     echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
     echo
+fi
+
+if [ "$rclone" = 1 ]; then
+    command -v rclone >/dev/null || { echo "bench_fuse_save: --rclone: no rclone on PATH" >&2; exit 1; }
+    mkdir -p "$work/rclone-remote" "$work/rclone-cache"
+    mount_daemon rclone "$work/rclone" rclone mount "$work/rclone-remote" "$work/rclone" \
+        --vfs-cache-mode writes --cache-dir "$work/rclone-cache" --log-level NOTICE
+    mkdir -p "$work/rclone/job"
+    targets+=(--target "rclone=$work/rclone/job")
+    settle_args+=(--settle-file "rclone=$work/rclone-remote/job")
 fi
 
 json_args=()

@@ -167,6 +167,31 @@ class Settler:
         self.durable_s.append(time.monotonic() - t_start)
 
 
+class FileSettler:
+    """Waits (untimed) until a saved file is in a directory with its full
+    size: for rclone mount, whose upload to its (local) remote starts after
+    the close."""
+
+    def __init__(self, args, remote_dir):
+        self.dir, self.timeout, self.enabled = remote_dir, args.settle_timeout, True
+        self.durable_s = []
+
+    def wait(self, path, t_start):
+        if not self.enabled:
+            return
+        want = os.stat(path).st_size
+        dest = os.path.join(self.dir, os.path.basename(path))
+        deadline = time.monotonic() + self.timeout
+        while not (os.path.exists(dest) and os.stat(dest).st_size == want):
+            if time.monotonic() > deadline:
+                print("!! WARNING: %s not in %s within %ss; no more settling" % (
+                    os.path.basename(path), self.dir, self.timeout), flush=True)
+                self.enabled = False
+                return
+            time.sleep(0.05)
+        self.durable_s.append(time.monotonic() - t_start)
+
+
 def make_room(target, keep):
     """Untimed, right before a save: flush dirty pages, then delete the
     target's files beyond the newest keep-1. Deleting *just before* saving
@@ -208,7 +233,8 @@ def run_state(label, state, targets, args, settlers):
         grown = page_cache_bytes() - c0
         t.files.append(path)
         if settle and t.name in settlers:
-            settlers[t.name].wait(step, t0)
+            st = settlers[t.name]
+            st.wait(path if isinstance(st, FileSettler) else step, t0)
         if timed:
             print("  %-10s %-15s %7.3f s  %6.0f MB/s  page cache %+6.0f MiB" % (
                 variant, t.name, dt, nbytes / dt / 1e6, grown / MIB), flush=True)
@@ -252,7 +278,7 @@ def run_series(nbytes, targets, args, one):
     if "passthrough_ll" in per:
         base = per["passthrough_ll"]
         for name, xs in per.items():
-            if name.startswith("ckptfs"):
+            if name.startswith("ckptfs") or name == "rclone":
                 rs = [a / b for a, b in zip(xs, base)]
                 print("   %s / passthrough_ll per save: median %.3f [%.3f-%.3f], last %.3f" % (
                     name, statistics.median(rs), min(rs), max(rs), rs[-1]))
@@ -279,6 +305,7 @@ def ratio_pairs(names):
     pairs = [("passthrough_ll", "disk")]
     pairs += [(c, "passthrough_ll") for c in ck] + [(c, "disk") for c in ck]
     pairs += [(a, b) for a in ck for b in ck if a == "ckptfs" and b != a]
+    pairs += [(c, "rclone") for c in ck] + [("rclone", "passthrough_ll")]
     return pairs
 
 
@@ -309,8 +336,9 @@ def report(label, nbytes, times, cache, rounds, targets, settlers):
     for name, st in settlers.items():
         if st.durable_s:
             med = statistics.median(st.durable_s)
-            print("\n   %s time from save start to durable (ckptctl ls): median %.3f s "
-                  "(%.0f MB/s end to end), n=%d" % (name, med, nbytes / med / 1e6,
+            how = "in its remote" if isinstance(st, FileSettler) else "ckptctl ls"
+            print("\n   %s time from save start to durable (%s): median %.3f s "
+                  "(%.0f MB/s end to end), n=%d" % (name, how, med, nbytes / med / 1e6,
                                                     len(st.durable_s)))
             out["%s_to_durable_s" % name] = st.durable_s
     return out
@@ -330,6 +358,9 @@ def main():
     ap.add_argument("--settle", action="append", default=[], metavar="NAME=STORE_URL",
                     help="after each save to target NAME wait until ckptctl lists the step "
                          "in STORE_URL (repeatable)")
+    ap.add_argument("--settle-file", action="append", default=[], metavar="NAME=DIR",
+                    help="after each save to target NAME wait until the file is in DIR "
+                         "with its size (rclone's remote; repeatable)")
     ap.add_argument("--settle-ckptctl")
     ap.add_argument("--settle-job")
     ap.add_argument("--series", type=int, default=0, metavar="N",
@@ -347,6 +378,9 @@ def main():
     for spec in args.settle:
         name, _, store = spec.partition("=")
         settlers[name] = Settler(args, store)
+    for spec in args.settle_file:
+        name, _, d = spec.partition("=")
+        settlers[name] = FileSettler(args, d)
     print("torch %s, %d threads; %d MiB per save, %d repetitions; targets: %s" % (
         torch.__version__, torch.get_num_threads(), args.size_mib, args.reps,
         ", ".join("%s=%s" % (t.name, t.dir) for t in targets)), flush=True)
