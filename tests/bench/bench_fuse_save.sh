@@ -10,7 +10,7 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
-#       [--ckptfs-base PATH] [--series N] [--rclone]
+#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N] [--rclone]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -23,7 +23,8 @@
 # save, so its background upload does not slow the other targets.
 # --ckptfs-base PATH mounts a second ckptfs (say, built from an earlier
 # commit) as target ckptfs-base, with a store and staging of its own, so a
-# change is measured before/after side by side in one run. --series N: then
+# change is measured before/after side by side in one run; --ckptfs-also
+# NAME=PATH adds more (NAME starting with ckptfs-). --series N: then
 # N saves per target in a row with no waiting, earlier ckptfs steps still
 # uploading (fuse_save_bench.py). --rclone: also rclone mount (Debian's
 # rclone) of a local directory as its remote, with the VFS cache mode the
@@ -43,6 +44,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
 base="" series=0 rclone=0
+also=()
 same=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --json) json=$2; shift ;;
     --same-state) same=(--same-state) ;;
     --ckptfs-base) base=$2; shift ;;
+    --ckptfs-also) also+=("$2"); shift ;;
     --series) series=$2; shift ;;
     --rclone) rclone=1 ;;
     -h|--help) usage ;;
@@ -170,6 +173,14 @@ fi
 if [ -x "$ckptfs" ]; then
     mount_ckptfs ckptfs "$ckptfs"
     [ -z "$base" ] || mount_ckptfs ckptfs-base "$base"
+    for spec in ${also[@]+"${also[@]}"}; do
+        case "${spec%%=*}" in
+        ckptfs-?*) ;;
+        *) echo "bench_fuse_save: --ckptfs-also $spec: NAME must start with ckptfs-" >&2; exit 1 ;;
+        esac
+        [ -x "${spec#*=}" ] || { echo "bench_fuse_save: --ckptfs-also $spec: not an executable" >&2; exit 1; }
+        mount_ckptfs "${spec%%=*}" "${spec#*=}"
+    done
     if [ -x "$ckptctl" ]; then
         settle_args+=(--settle-ckptctl "$ckptctl" --settle-job bench --settle-timeout "$settle")
     else

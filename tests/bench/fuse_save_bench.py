@@ -305,6 +305,7 @@ def ratio_pairs(names):
     pairs = [("passthrough_ll", "disk")]
     pairs += [(c, "passthrough_ll") for c in ck] + [(c, "disk") for c in ck]
     pairs += [(a, b) for a in ck for b in ck if a == "ckptfs" and b != a]
+    pairs += [(a, "ckptfs-base") for a in ck if a not in ("ckptfs", "ckptfs-base")]
     pairs += [(c, "rclone") for c in ck] + [("rclone", "passthrough_ll")]
     return pairs
 
