@@ -23,6 +23,7 @@
 #include <fuse_lowlevel.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -268,6 +269,20 @@ static void op_unsupported_mknod(fuse_req_t req, fuse_ino_t parent, const char *
     fuse_reply_err(req, S_ISREG(mode) ? ENOSYS : ENOTSUP);
 }
 
+/* How the kernel caches a file opened through fi (docs/MOUNT.md, "One copy
+ * in the page cache"). A virtual file is direct I/O: its size is not known
+ * up front. So is a file opened write-only: through the page cache every
+ * byte a trainer writes would be cached twice, in the mount's pages and in
+ * the staging file's, and the second copy made a save of 1 GiB allocate
+ * 2 GiB of page cache. Direct I/O loses nothing there: mmap needs a
+ * readable descriptor, and readers' own opens stay cached (the kernel
+ * drops their pages over a range a direct write changes). */
+static void set_cache_mode(struct fuse_file_info *fi, const st_vfs_handle *h)
+{
+    if (st_vfs_handle_fd(h) < 0 || (fi->flags & O_ACCMODE) == O_WRONLY)
+        fi->direct_io = 1;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     st_vfs_handle *h;
@@ -277,8 +292,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     fi->fh = (uint64_t)(uintptr_t)h;
-    if (st_vfs_handle_fd(h) < 0)
-        fi->direct_io = 1; /* a virtual file: its size is not known up front */
+    set_cache_mode(fi, h);
     fuse_reply_open(req, fi);
 }
 
@@ -294,6 +308,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
         return;
     }
     fi->fh = (uint64_t)(uintptr_t)h;
+    set_cache_mode(fi, h);
     struct fuse_entry_param ep;
     memset(&ep, 0, sizeof ep);
     ep.ino = a.ino;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -1570,11 +1571,50 @@ fail:
     return e;
 }
 
+/* The background threads (the uploader: seal and PUTs; the refresher; gc)
+ * run VFS_BACKGROUND_NICE steps nicer than the daemon, and the threads they
+ * start (the ingest's upload workers) inherit it: a trainer's save, served by
+ * libfuse's threads at the daemon's own priority, must not wait behind the
+ * chunking, hashing and compression of earlier steps (docs/MOUNT.md,
+ * "Background work yields to the writer"). On Linux the nice value is a
+ * thread's own (setpriority of its tid). It only lowers the share of the
+ * CPU the background gets while the writer runs: alone, it has all of it. */
+#define VFS_BACKGROUND_NICE 5
+
+typedef struct background_start {
+    void *(*body)(void *);
+    st_vfs *v;
+    char name[16]; /* the thread's name (top -H, /proc/PID/task/TID/comm) */
+} background_start;
+
+static void *background_main(void *arg)
+{
+    background_start start = *(background_start *)arg;
+    free(arg);
+    (void)pthread_setname_np(pthread_self(), start.name);
+    id_t tid = (id_t)gettid();
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, tid);
+    /* Best effort: a thread that cannot be reniced still does its work. */
+    if (errno == 0)
+        (void)setpriority(PRIO_PROCESS, tid,
+                          now + VFS_BACKGROUND_NICE > 19 ? 19 : now + VFS_BACKGROUND_NICE);
+    return start.body(start.v);
+}
+
 static st_err start_thread(pthread_t *t, int *started, void *(*body)(void *), st_vfs *v,
                            const char *what)
 {
-    if (pthread_create(t, NULL, body, v) != 0)
+    background_start *start = malloc(sizeof *start);
+    if (!start)
         return st_seterr(ST_ERR_NOMEM, "cannot start the %s thread", what);
+    start->body = body;
+    start->v = v;
+    snprintf(start->name, sizeof start->name, "ckpt-%s", what);
+    if (pthread_create(t, NULL, background_main, start) != 0) {
+        free(start);
+        return st_seterr(ST_ERR_NOMEM, "cannot start the %s thread", what);
+    }
     *started = 1;
     return ST_OK;
 }

@@ -10,6 +10,7 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
+#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N] [--rclone]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -20,6 +21,15 @@
 # or fails with --require-ckptfs. ckptctl (--ckptctl or BUILD_DIR/tools/ckptctl)
 # is used to wait, untimed, until each ckptfs save is durable before the next
 # save, so its background upload does not slow the other targets.
+# --ckptfs-base PATH mounts a second ckptfs (say, built from an earlier
+# commit) as target ckptfs-base, with a store and staging of its own, so a
+# change is measured before/after side by side in one run; --ckptfs-also
+# NAME=PATH adds more (NAME starting with ckptfs-). --series N: then
+# N saves per target in a row with no waiting, earlier ckptfs steps still
+# uploading (fuse_save_bench.py). --rclone: also rclone mount (Debian's
+# rclone) of a local directory as its remote, with the VFS cache mode the
+# peers bench uses (`writes`); after each save the run waits, untimed, until
+# rclone has copied the file to its remote.
 # passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
 # BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
 # (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
@@ -33,6 +43,8 @@ build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
+base="" series=0 rclone=0
+also=()
 same=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -46,6 +58,10 @@ while [ $# -gt 0 ]; do
     --workdir) workdir=$2; shift ;;
     --json) json=$2; shift ;;
     --same-state) same=(--same-state) ;;
+    --ckptfs-base) base=$2; shift ;;
+    --ckptfs-also) also+=("$2"); shift ;;
+    --series) series=$2; shift ;;
+    --rclone) rclone=1 ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
     esac
@@ -137,19 +153,39 @@ mount_daemon passthrough_ll "$work/ptll" "$ptll" -f -o "source=$work/ptll-src" "
 targets=(--target "disk=$work/disk" --target "passthrough_ll=$work/ptll/job")
 settle_args=()
 
+# mount_ckptfs NAME BINARY: mount BINARY as target NAME, store and staging
+# under $work/NAME-*.
+mount_ckptfs() {
+    local name=$1 bin=$2
+    echo "$name: $bin (store file://$work/$name-store, staging $work/$name-staging)"
+    mkdir -p "$work/$name-store" "$work/$name-staging"
+    mount_daemon "$name" "$work/$name" "$bin" "$work/$name" --store "file://$work/$name-store" \
+        --staging "$work/$name-staging" --node bench -f
+    timeout 30 mkdir "$work/$name/bench"
+    targets+=(--target "$name=$work/$name/bench")
+    settle_args+=(--settle "$name=file://$work/$name-store")
+}
+
+if [ -n "$base" ] && [ ! -x "$base" ]; then
+    echo "bench_fuse_save: --ckptfs-base $base is not an executable" >&2
+    exit 1
+fi
 if [ -x "$ckptfs" ]; then
-    echo "ckptfs: $ckptfs (store file://$work/store, staging $work/staging)"
-    mkdir -p "$work/store" "$work/staging"
-    mount_daemon ckptfs "$work/ckptfs" "$ckptfs" "$work/ckptfs" --store "file://$work/store" \
-        --staging "$work/staging" --node bench -f
-    timeout 30 mkdir "$work/ckptfs/bench"
-    targets+=(--target "ckptfs=$work/ckptfs/bench")
+    mount_ckptfs ckptfs "$ckptfs"
+    [ -z "$base" ] || mount_ckptfs ckptfs-base "$base"
+    for spec in ${also[@]+"${also[@]}"}; do
+        case "${spec%%=*}" in
+        ckptfs-?*) ;;
+        *) echo "bench_fuse_save: --ckptfs-also $spec: NAME must start with ckptfs-" >&2; exit 1 ;;
+        esac
+        [ -x "${spec#*=}" ] || { echo "bench_fuse_save: --ckptfs-also $spec: not an executable" >&2; exit 1; }
+        mount_ckptfs "${spec%%=*}" "${spec#*=}"
+    done
     if [ -x "$ckptctl" ]; then
-        settle_args=(--settle-target ckptfs --settle-ckptctl "$ckptctl"
-                     --settle-store "file://$work/store" --settle-job bench
-                     --settle-timeout "$settle")
+        settle_args+=(--settle-ckptctl "$ckptctl" --settle-job bench --settle-timeout "$settle")
     else
         echo "!! no ckptctl at $ckptctl: not waiting for durability between saves"
+        settle_args=()
     fi
 else
     echo
@@ -165,13 +201,23 @@ else
     echo
 fi
 
+if [ "$rclone" = 1 ]; then
+    command -v rclone >/dev/null || { echo "bench_fuse_save: --rclone: no rclone on PATH" >&2; exit 1; }
+    mkdir -p "$work/rclone-remote" "$work/rclone-cache"
+    mount_daemon rclone "$work/rclone" rclone mount "$work/rclone-remote" "$work/rclone" \
+        --vfs-cache-mode writes --cache-dir "$work/rclone-cache" --log-level NOTICE
+    mkdir -p "$work/rclone/job"
+    targets+=(--target "rclone=$work/rclone/job")
+    settle_args+=(--settle-file "rclone=$work/rclone-remote/job")
+fi
+
 json_args=()
 [ -z "$json" ] || json_args=(--json "$json")
 # In the background and waited for, so that a signal reaches the trap at once
 # (bash defers traps while a foreground command runs).
 timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
     --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
-    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} &
+    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" &
 runner=$!
 wait "$runner"
 runner=""

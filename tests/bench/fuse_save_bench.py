@@ -5,8 +5,8 @@ bench_fuse_save.sh (which mounts the targets); runnable by hand too:
   LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 \\
     fuse_save_bench.py --target disk=/var/tmp/a --target other=/mnt/x/job \\
     [--size-mib 1024] [--reps 5] [--state random|model|both] [--keep 1] \\
-    [--settle-ckptctl PATH --settle-store URL --settle-job JOB --settle-target NAME] \\
-    [--json OUT]
+    [--settle-ckptctl PATH --settle-job JOB --settle NAME=STORE_URL ...] \\
+    [--series N] [--json OUT]
 
 What is timed is what the trainer waits for:
   save        torch.save(state, path)                 (open, write, close)
@@ -24,7 +24,15 @@ make_room for why just before); after it, for the --settle-target, the
 script waits until ckptctl lists the step as durable (so one target's
 background upload does not slow the next target's save; the time to durable
 is reported too). File names are ckpt-NNNNNN.pt, NNNNNN counting up per
-target, so ckptfs sees one new single-file step per save.
+target, so ckptfs sees one new single-file step per save. Each timed save
+also reports how much the page cache grew (/proc/meminfo Cached, after the
+save minus before it, the dirty pages of the save included).
+
+--series N: after the repetitions, N more saves per target round-robin
+(variant save) with no settling, so ckptfs's earlier steps are still being
+sealed and uploaded while the next save runs (as in training that saves
+often); reported per save index, with each save's ratio to the
+passthrough_ll save of the same index.
 """
 import argparse
 import gc
@@ -126,10 +134,10 @@ class Target:
 
 
 class Settler:
-    """Waits (untimed) until ckptctl lists a step as durable."""
+    """Waits (untimed) until ckptctl lists a step of one target as durable."""
 
-    def __init__(self, args):
-        self.ckptctl, self.store, self.job = args.settle_ckptctl, args.settle_store, args.settle_job
+    def __init__(self, args, store):
+        self.ckptctl, self.store, self.job = args.settle_ckptctl, store, args.settle_job
         self.timeout = args.settle_timeout
         self.enabled = bool(self.ckptctl)
         self.durable_s = []
@@ -159,6 +167,31 @@ class Settler:
         self.durable_s.append(time.monotonic() - t_start)
 
 
+class FileSettler:
+    """Waits (untimed) until a saved file is in a directory with its full
+    size: for rclone mount, whose upload to its (local) remote starts after
+    the close."""
+
+    def __init__(self, args, remote_dir):
+        self.dir, self.timeout, self.enabled = remote_dir, args.settle_timeout, True
+        self.durable_s = []
+
+    def wait(self, path, t_start):
+        if not self.enabled:
+            return
+        want = os.stat(path).st_size
+        dest = os.path.join(self.dir, os.path.basename(path))
+        deadline = time.monotonic() + self.timeout
+        while not (os.path.exists(dest) and os.stat(dest).st_size == want):
+            if time.monotonic() > deadline:
+                print("!! WARNING: %s not in %s within %ss; no more settling" % (
+                    os.path.basename(path), self.dir, self.timeout), flush=True)
+                self.enabled = False
+                return
+            time.sleep(0.05)
+        self.durable_s.append(time.monotonic() - t_start)
+
+
 def make_room(target, keep):
     """Untimed, right before a save: flush dirty pages, then delete the
     target's files beyond the newest keep-1. Deleting *just before* saving
@@ -171,34 +204,49 @@ def make_room(target, keep):
         os.unlink(target.files.pop(0))
 
 
-def run_state(label, state, targets, args, settler):
+def page_cache_bytes():
+    """The page cache's size now (/proc/meminfo Cached), in bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Cached:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_state(label, state, targets, args, settlers):
     nbytes = state_bytes(state)
     print("\n== state %s: %.3f GiB in %d tensors" % (
         label, nbytes / (1 << 30), sum(1 for _ in iter_tensors(state))), flush=True)
     times = {(v, t.name): [] for v, _ in VARIANTS for t in targets}
+    cache = {(v, t.name): [] for v, _ in VARIANTS for t in targets}
     rounds = []  # per repetition: {(variant, target): seconds}
 
-    def one(variant, fn, t, timed):
+    def one(variant, fn, t, timed, settle=True):
         step, path = t.next_path()
         if not args.same_state:
             perturb(state)
         make_room(t, args.keep)
+        c0 = page_cache_bytes()
         t0 = time.monotonic()
         fn(state, path)
         dt = time.monotonic() - t0
+        grown = page_cache_bytes() - c0
         t.files.append(path)
-        if t.name == args.settle_target:
-            settler.wait(step, t0)
+        if settle and t.name in settlers:
+            st = settlers[t.name]
+            st.wait(path if isinstance(st, FileSettler) else step, t0)
         if timed:
-            print("  %-10s %-15s %7.3f s  %6.0f MB/s" % (variant, t.name, dt, nbytes / dt / 1e6),
-                  flush=True)
+            print("  %-10s %-15s %7.3f s  %6.0f MB/s  page cache %+6.0f MiB" % (
+                variant, t.name, dt, nbytes / dt / 1e6, grown / MIB), flush=True)
+            cache[(variant, t.name)].append(grown)
         return dt
 
     print("-- warm-up (untimed)", flush=True)
     for variant, fn in VARIANTS:
         for t in targets:
             one(variant, fn, t, False)
-    settler.durable_s.clear()
+    for st in settlers.values():
+        st.durable_s.clear()
     for rep in range(args.reps):
         print("-- repetition %d/%d" % (rep + 1, args.reps), flush=True)
         order = targets[rep % len(targets):] + targets[:rep % len(targets)]
@@ -208,7 +256,34 @@ def run_state(label, state, targets, args, settler):
                 r[(variant, t.name)] = dt = one(variant, fn, t, True)
                 times[(variant, t.name)].append(dt)
         rounds.append(r)
-    return report(label, nbytes, times, rounds, targets, settler)
+    out = report(label, nbytes, times, cache, rounds, targets, settlers)
+    if args.series:
+        out["series"] = run_series(nbytes, targets, args, one)
+    return out
+
+
+def run_series(nbytes, targets, args, one):
+    """--series: args.series saves per target round-robin, no settling."""
+    print("\n-- series: %d saves per target in a row, earlier ones still uploading "
+          "(no settling)" % args.series, flush=True)
+    fn = dict(VARIANTS)["save"]
+    per = {t.name: [] for t in targets}
+    for i in range(args.series):
+        for t in targets:
+            per[t.name].append(one("save", fn, t, True, settle=False))
+    print("\n   %-5s %s" % ("save", " ".join("%15s" % t.name for t in targets)))
+    for i in range(args.series):
+        print("   %-5d %s" % (i + 1, " ".join("%15.3f" % per[t.name][i] for t in targets)))
+    out = {"saves_s": per, "ratios": {}}
+    if "passthrough_ll" in per:
+        base = per["passthrough_ll"]
+        for name, xs in per.items():
+            if name.startswith("ckptfs") or name == "rclone":
+                rs = [a / b for a, b in zip(xs, base)]
+                print("   %s / passthrough_ll per save: median %.3f [%.3f-%.3f], last %.3f" % (
+                    name, statistics.median(rs), min(rs), max(rs), rs[-1]))
+                out["ratios"]["%s/passthrough_ll" % name] = rs
+    return out
 
 
 def iter_tensors(obj):
@@ -222,35 +297,51 @@ def iter_tensors(obj):
             yield from iter_tensors(v)
 
 
-RATIOS = [("passthrough_ll", "disk"), ("ckptfs", "passthrough_ll"), ("ckptfs", "disk")]
+def ratio_pairs(names):
+    """(a, b) pairs whose ratio is reported: passthrough_ll / disk, and every
+    ckptfs target (ckptfs, ckptfs-base, ...) against passthrough_ll, disk and
+    one another."""
+    ck = [n for n in names if n.startswith("ckptfs")]
+    pairs = [("passthrough_ll", "disk")]
+    pairs += [(c, "passthrough_ll") for c in ck] + [(c, "disk") for c in ck]
+    pairs += [(a, b) for a in ck for b in ck if a == "ckptfs" and b != a]
+    pairs += [(a, "ckptfs-base") for a in ck if a not in ("ckptfs", "ckptfs-base")]
+    pairs += [(c, "rclone") for c in ck] + [("rclone", "passthrough_ll")]
+    return pairs
 
 
-def report(label, nbytes, times, rounds, targets, settler):
+def report(label, nbytes, times, cache, rounds, targets, settlers):
     names = [t.name for t in targets]
     out = {"state": label, "bytes": nbytes, "targets": {}, "ratios": {}}
-    print("\n   %-10s %-15s %9s %9s %9s %9s" % ("variant", "target", "median s", "min s",
-                                                 "max s", "MB/s"))
+    print("\n   %-10s %-15s %9s %9s %9s %9s %12s" % ("variant", "target", "median s", "min s",
+                                                      "max s", "MB/s", "cache MiB"))
     for variant, _ in VARIANTS:
         for n in names:
             xs = times[(variant, n)]
             med = statistics.median(xs)
-            print("   %-10s %-15s %9.3f %9.3f %9.3f %9.0f" % (variant, n, med, min(xs), max(xs),
-                                                             nbytes / med / 1e6))
-            out["targets"].setdefault(n, {})[variant] = {"median_s": med, "all_s": xs}
+            grown = statistics.median(cache[(variant, n)]) / MIB
+            print("   %-10s %-15s %9.3f %9.3f %9.3f %9.0f %+12.0f" % (
+                variant, n, med, min(xs), max(xs), nbytes / med / 1e6, grown))
+            out["targets"].setdefault(n, {})[variant] = {"median_s": med, "all_s": xs,
+                                                         "cache_growth_mib": grown}
     print("\n   ratios of medians (paired: median of the per-repetition ratios)")
     for variant, _ in VARIANTS:
-        for a, b in RATIOS:
+        for a, b in ratio_pairs(names):
             if a in names and b in names:
                 rm = statistics.median(times[(variant, a)]) / statistics.median(times[(variant, b)])
-                rp = statistics.median(r[(variant, a)] / r[(variant, b)] for r in rounds)
-                print("   %-10s %-26s %6.3f  (paired %.3f)" % (variant, a + " / " + b, rm, rp))
-                out["ratios"].setdefault(variant, {})["%s/%s" % (a, b)] = {"medians": rm,
-                                                                          "paired": rp}
-    if settler.durable_s:
-        med = statistics.median(settler.durable_s)
-        print("\n   ckptfs time from save start to durable (ckptctl ls): median %.3f s "
-              "(%.0f MB/s end to end), n=%d" % (med, nbytes / med / 1e6, len(settler.durable_s)))
-        out["ckptfs_to_durable_s"] = settler.durable_s
+                rs = [r[(variant, a)] / r[(variant, b)] for r in rounds]
+                print("   %-10s %-30s %6.3f  (paired %.3f [%.3f-%.3f])" % (
+                    variant, a + " / " + b, rm, statistics.median(rs), min(rs), max(rs)))
+                out["ratios"].setdefault(variant, {})["%s/%s" % (a, b)] = {
+                    "medians": rm, "paired": statistics.median(rs), "per_rep": rs}
+    for name, st in settlers.items():
+        if st.durable_s:
+            med = statistics.median(st.durable_s)
+            how = "in its remote" if isinstance(st, FileSettler) else "ckptctl ls"
+            print("\n   %s time from save start to durable (%s): median %.3f s "
+                  "(%.0f MB/s end to end), n=%d" % (name, how, med, nbytes / med / 1e6,
+                                                    len(st.durable_s)))
+            out["%s_to_durable_s" % name] = st.durable_s
     return out
 
 
@@ -265,10 +356,16 @@ def main():
     ap.add_argument("--same-state", action="store_true",
                     help="save the same bytes every time (default: change every value "
                          "before each save, untimed)")
-    ap.add_argument("--settle-target")
+    ap.add_argument("--settle", action="append", default=[], metavar="NAME=STORE_URL",
+                    help="after each save to target NAME wait until ckptctl lists the step "
+                         "in STORE_URL (repeatable)")
+    ap.add_argument("--settle-file", action="append", default=[], metavar="NAME=DIR",
+                    help="after each save to target NAME wait until the file is in DIR "
+                         "with its size (rclone's remote; repeatable)")
     ap.add_argument("--settle-ckptctl")
-    ap.add_argument("--settle-store")
     ap.add_argument("--settle-job")
+    ap.add_argument("--series", type=int, default=0, metavar="N",
+                    help="then N saves per target without settling (see above)")
     ap.add_argument("--settle-timeout", type=float, default=120)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -278,7 +375,13 @@ def main():
         name, _, d = spec.partition("=")
         os.makedirs(d, exist_ok=True)
         targets.append(Target(name, d))
-    settler = Settler(args)
+    settlers = {}
+    for spec in args.settle:
+        name, _, store = spec.partition("=")
+        settlers[name] = Settler(args, store)
+    for spec in args.settle_file:
+        name, _, d = spec.partition("=")
+        settlers[name] = FileSettler(args, d)
     print("torch %s, %d threads; %d MiB per save, %d repetitions; targets: %s" % (
         torch.__version__, torch.get_num_threads(), args.size_mib, args.reps,
         ", ".join("%s=%s" % (t.name, t.dir) for t in targets)), flush=True)
@@ -290,7 +393,7 @@ def main():
         state = (random_state if kind == "random" else model_state)(args.size_mib * MIB)
         label = "random fp32 tensors" if kind == "random" else "transformer + AdamW"
         print("(built %s in %.1f s)" % (label, time.monotonic() - t0), flush=True)
-        results.append(run_state(label, state, targets, args, settler))
+        results.append(run_state(label, state, targets, args, settlers))
         del state
         gc.collect()
         for t in targets:

@@ -1,0 +1,207 @@
+"""How the mount caches what a trainer writes (docs/MOUNT.md, "One copy in
+the page cache"): a real FUSE mount, a file:// store.
+
+A file opened write-only is direct I/O (FOPEN_DIRECT_IO): its bytes are
+cached once, in the staging file's pages, not a second time in the mount's.
+What that must not break, each a test:
+
+* one copy: after 64 MiB written write-only through the mount, the mount's
+  own pages of the file are not in the page cache (mincore(2) through a
+  descriptor opened before the write; the regression test: before the
+  change every page was);
+* a reader that has cached part of the file sees the writer's later
+  overwrite of that part (the kernel drops its pages over a direct write);
+* a reader reads back, during the save, what has been written so far, and
+  stat shows the size written so far;
+* O_APPEND through two write-only descriptors appends in order;
+* a file opened O_RDWR (which may be mmapped shared) keeps the page cache:
+  a MAP_SHARED write through it is read back, then also after a remount;
+* a torch.save of a state is read back identical by torch.load;
+* the background threads (uploader, refresher; gc with --gc) run 5 nice steps below
+  the daemon's FUSE threads, so sealing earlier steps yields to a save
+  (docs/MOUNT.md, "Background work yields to the writer").
+
+Environment: CKPTFS and CKPTCTL name the binaries.
+"""
+import ctypes
+import mmap
+import os
+import random
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import (CKPTCTL, Mount, MountTestCase, run_torch, sha256_file,  # noqa: E402
+                      wait_durable)
+
+JOB = "job"
+MIB = 1 << 20
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def resident_pages(fd, size):
+    """How many pages of the file behind fd are in the page cache: mincore(2)
+    over a read-only shared mapping of it (which faults nothing in)."""
+    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap")
+    try:
+        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        if _libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return sum(b & 1 for b in vec.raw)
+    finally:
+        _libc.munmap(addr, size)
+
+
+def write_only_keep(path, data, block=8 * MIB):
+    """Writes data into the existing file path through a write-only
+    descriptor (no O_TRUNC: that would drop the mount's pages too)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for off in range(0, len(data), block):
+            os.write(fd, data[off:off + block])
+    finally:
+        os.close(fd)
+
+
+class WriteCacheTest(MountTestCase):
+    TMP_PREFIX = "ckptfs-wcache-"
+
+    def setUp(self):
+        super().setUp()
+        self.m = Mount(os.path.join(self.tmp, "mnt"), store=self.store,
+                       staging=os.path.join(self.tmp, "staging"), node="wc",
+                       binary=os.environ["CKPTFS"])
+        self.mounts.append(self.m)
+        self.m.start()
+        self.step = os.path.join(self.m.path, JOB, "step-000001")
+        os.makedirs(self.step)
+
+    def test_one_copy_in_the_page_cache(self):
+        # The mount's own pages of the file, seen through a descriptor opened
+        # before the write (an open without keep_cache drops them).
+        size = 64 * MIB
+        path = os.path.join(self.step, "big.bin")
+        open(path, "wb").close()
+        r = os.open(path, os.O_RDONLY)
+        try:
+            write_only_keep(path, os.urandom(size))
+            # No stat before mincore: a fresh mtime makes the kernel drop
+            # the pages (libfuse's default auto_inval_data).
+            pages = resident_pages(r, size)
+        finally:
+            os.close(r)
+        print("mount pages cached after a write-only 64 MiB write: %d of %d" %
+              (pages, size // mmap.PAGESIZE))
+        self.assertLess(pages, size // mmap.PAGESIZE // 10,
+                        "a write-only file is cached once (staging), not in the mount too")
+
+    def test_cached_reader_sees_a_later_overwrite(self):
+        path = os.path.join(self.step, "model.bin")
+        a, b = b"A" * (4 * MIB), b"B" * (4 * MIB)
+        w = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(w, a)
+            r = os.open(path, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(r, len(a), 0), a)  # now in r's page cache
+                os.pwrite(w, b, 0)
+                self.assertEqual(os.pread(r, len(b), 0), b, "stale pages after a write")
+            finally:
+                os.close(r)
+        finally:
+            os.close(w)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b)
+
+    def test_read_back_and_size_during_a_save(self):
+        path = os.path.join(self.step, "model.bin")
+        rnd = random.Random(2)
+        blocks = [rnd.randbytes(3 * MIB + 17) for _ in range(4)]
+        w = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = b""
+            for blk in blocks:
+                os.write(w, blk)
+                done += blk
+                self.assertEqual(os.stat(path).st_size, len(done))
+                with open(path, "rb") as f:
+                    self.assertEqual(f.read(), done, "read back during the save")
+        finally:
+            os.close(w)
+
+    def test_append_through_two_write_only_descriptors(self):
+        path = os.path.join(self.step, "log.txt")
+        open(path, "wb").close()
+        x = os.open(path, os.O_WRONLY | os.O_APPEND)
+        y = os.open(path, os.O_WRONLY | os.O_APPEND)
+        want = b""
+        try:
+            for i in range(20):
+                line = b"%s line %d\n" % (b"x" if i % 2 else b"y", i)
+                os.write(x if i % 2 else y, line)
+                want += line
+        finally:
+            os.close(x)
+            os.close(y)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), want)
+
+    def test_shared_mmap_of_a_read_write_file(self):
+        path = os.path.join(self.step, "mapped.bin")
+        size = 6 * MIB
+        data = random.Random(3).randbytes(size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+                mm[:] = data
+                mm.flush()
+        finally:
+            os.close(fd)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data)
+        open(os.path.join(self.step, ".ckpt-complete"), "w").close()
+        wait_durable(CKPTCTL, self.store, JOB, 1, timeout=120)
+        self.m.unmount()
+        self.m.start()
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data, "after a remount")
+
+    def test_torch_save_load_round_trip(self):
+        path = os.path.join(self.step, "ckpt.pt")
+        ref = os.path.join(self.tmp_dir("ref"), "ckpt.pt")  # the name is in the bytes
+        code = ("import sys, torch\n"
+                "torch.manual_seed(5)\n"
+                "s = {'w%d' % i: torch.randn(1 << 20) for i in range(12)}\n"
+                "torch.save(s, sys.argv[1]); torch.save(s, sys.argv[2])\n"
+                "t = torch.load(sys.argv[1])\n"
+                "assert all(torch.equal(s[k], t[k]) for k in s), 'torch.load differs'\n")
+        run_torch(code, path, ref, timeout=300)
+        self.assertEqual(sha256_file(path), sha256_file(ref))
+
+    def test_background_threads_run_nicer(self):
+        def nice_of(tid):
+            with open("/proc/%d/task/%s/stat" % (self.m.pid, tid)) as f:
+                return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+
+        main = nice_of(self.m.pid)
+        names = {}
+        for tid in os.listdir("/proc/%d/task" % self.m.pid):
+            with open("/proc/%d/task/%s/comm" % (self.m.pid, tid)) as f:
+                names[f.read().strip()] = nice_of(tid)
+        for name in ("ckpt-uploader", "ckpt-refresher"):  # gc: only with --gc
+            self.assertIn(name, names, "threads: %s" % sorted(names))
+            self.assertEqual(names[name], min(19, main + 5), name)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
