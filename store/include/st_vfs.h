@@ -286,9 +286,13 @@ typedef struct st_vfs_stats {
     int gc_running;   /* gauge: a run is under way */
     uint64_t gc_steps_deleted, gc_objects_deleted, gc_bytes_freed;
     uint64_t deleted_steps, deleted_bytes_freed; /* by removals through the mount */
-    uint64_t errors;                             /* errors recorded (status last_error, gc) */
-    int64_t last_error_unix_ns;                  /* wall clock of the newest, 0: none */
-    st_vfs_job_stats *jobs;                      /* malloc'd, njobs entries, in no set order */
+    uint64_t fetches_active; /* gauge: remote files being fetched (docs/WARMUP.md) */
+    uint64_t fetched_bytes;  /* verified bytes fetched from the store */
+    uint64_t warmup_bytes, warmup_warm_bytes; /* gauges: files of the listed warm-up
+                                                 requests, and of those local */
+    uint64_t errors;                          /* errors recorded (status last_error, gc) */
+    int64_t last_error_unix_ns;               /* wall clock of the newest, 0: none */
+    st_vfs_job_stats *jobs;                   /* malloc'd, njobs entries, in no set order */
     size_t njobs;
 } st_vfs_stats;
 
