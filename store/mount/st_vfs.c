@@ -1191,7 +1191,7 @@ int st_vfs_job_name_ok(const char *name)
 /* A write to .ckptfs/warmup: one line "JOB" or "JOB STEP" (docs/WARMUP.md). */
 static st_err warmup_write(st_vfs *v, const void *buf, size_t len)
 {
-    char text[ST_JOB_MAX + 32], job[ST_JOB_MAX + 2], extra;
+    char text[ST_JOB_MAX + 32], job[sizeof text], extra; /* a token fits: %159s */
     unsigned long long step = UINT64_MAX;
     if (len >= sizeof text)
         return st_seterr(ST_ERR_INVALID, "expected one line \"JOB [STEP]\"");
@@ -1200,7 +1200,7 @@ static st_err warmup_write(st_vfs *v, const void *buf, size_t len)
     if (len && text[len - 1] == '\n')
         text[len - 1] = '\0';
     const char *sp = strchr(text, ' ');
-    int got = sscanf(text, "%256s %llu %c", job, &step, &extra);
+    int got = sscanf(text, "%159s %llu %c", job, &step, &extra);
     /* The step is digits only (strtoull would take "-1"). */
     int digits = sp && sp[1] && strspn(sp + 1, "0123456789") == strlen(sp + 1);
     if ((got != 1 && got != 2) || strchr(text, '\n') || !st_name_is_valid(job, ST_JOB_MAX) ||
