@@ -517,6 +517,15 @@ void *vfs_refresher_main(void *arg);
 /* Makes n's content local (fetch and verify, whole); called and returns with
  * lock held, which it drops while it waits. */
 st_err vfs_fetch(st_vfs *v, vnode *n);
+/* A run holds about this much raw data: the unit of work, of waiting and of
+ * priority. Small enough that a read waits for little more than its own
+ * bytes, large enough that one run is a few large ranged GETs. */
+#define VFS_RUN_BYTES (8ull << 20)
+/* Cuts f's chunks into runs of at most VFS_RUN_BYTES (a longer chunk: a run
+ * of its own), never splitting a chunk: *runs malloc'd, *nruns of them,
+ * states TODO. ST_ERR_CORRUPT if the chunks do not add up to f's size. No
+ * lock needed. */
+st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns);
 /* Starts the fetch of remote file n, or finds the one under way, and returns
  * once it is laid out (docs/WARMUP.md): *out is then the fetch, one reference
  * taken for the caller (vfs_fetch_put), or NULL when n's content is already

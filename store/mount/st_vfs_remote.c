@@ -247,34 +247,36 @@ void *vfs_refresher_main(void *arg)
 
 /* ---- fetching a remote file in runs (docs/WARMUP.md) ---- */
 
-/* A run holds about this much raw data: the unit of work, of waiting and of
- * priority. Small enough that a read waits for little more than its own
- * bytes, large enough that one run is a few large ranged GETs. */
-#define VFS_RUN_BYTES (8ull << 20)
 /* Worker threads per fetch: GETs in flight for one file. */
 #define FETCH_WORKERS 4
 
-/* Cuts f's chunks into runs of about VFS_RUN_BYTES, never splitting a chunk. */
-static st_err layout_runs(vfetch *fx)
+st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
 {
-    const st_file_entry *f = fx->f;
-    size_t cap = (size_t)(f->size / VFS_RUN_BYTES) + 2, n = 0;
-    if (!(fx->runs = calloc(cap < f->nchunks + 1 ? cap : f->nchunks + 1, sizeof *fx->runs)))
+    size_t n = 0;
+    /* At most one run per chunk (a run holds one chunk at least); not
+     * size / VFS_RUN_BYTES: runs whose chunks do not add up to it exactly
+     * are shorter, and a 1 GiB file had more runs than that bound. */
+    vrun *r = calloc(f->nchunks + 1, sizeof *r);
+    if (!r)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     uint64_t off = 0;
     for (size_t i = 0; i < f->nchunks;) {
-        vrun *r = &fx->runs[n++];
-        r->first = i;
-        r->off = off;
-        while (i < f->nchunks && (r->len == 0 || r->len + f->chunks[i].raw_len <= VFS_RUN_BYTES))
-            r->len += f->chunks[i++].raw_len;
-        r->count = i - r->first;
-        off += r->len;
+        vrun *run = &r[n++];
+        run->first = i;
+        run->off = off;
+        while (i < f->nchunks &&
+               (run->len == 0 || run->len + f->chunks[i].raw_len <= VFS_RUN_BYTES))
+            run->len += f->chunks[i++].raw_len;
+        run->count = i - run->first;
+        off += run->len;
     }
-    fx->nruns = n;
-    if (off != f->size)
+    if (off != f->size) {
+        free(r);
         return st_seterr(ST_ERR_CORRUPT, "%s: its chunks hold %llu bytes, the manifest says %llu",
                          f->path, (unsigned long long)off, (unsigned long long)f->size);
+    }
+    *runs = r;
+    *nruns = n;
     return ST_OK;
 }
 
@@ -319,7 +321,7 @@ static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
     if (fx->fd < 0 || ftruncate(fx->fd, (off_t)fx->size) < 0)
         return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
                          strerror(errno));
-    return layout_runs(fx);
+    return vfs_layout_runs(fx->f, &fx->runs, &fx->nruns);
 }
 
 /* The fetch ended (lock held): every run verified and the whole file checked

@@ -13,6 +13,7 @@
  * 8 MiB, 4 workers, 1 s per pack GET: two rounds of GETs at least).
  */
 #include "vfs_harness.h"
+#include "mount/st_vfs_impl.h"
 
 static st_backend *store;
 
@@ -188,11 +189,53 @@ static void test_closed_mid_fetch_leaves_nothing_trusted(void)
     vh_mount_close(&b);
 }
 
+/* The runs a file is cut into: every chunk in exactly one run, in order,
+ * none over VFS_RUN_BYTES unless one chunk is. A 1 GiB torch.save file had
+ * more runs than size / VFS_RUN_BYTES + 2 (chunks that do not fill a run
+ * exactly), which overflowed the run table (ckptfs aborted in the resume
+ * benchmark): 5 MiB chunks make one run each, 2.5x that bound. */
+static void test_runs_cover_every_chunk(void)
+{
+    enum { N = 100 };
+    st_chunk_ref chunks[N + 1];
+    memset(chunks, 0, sizeof chunks);
+    uint64_t size = 0;
+    for (int i = 0; i < N; i++)
+        size += chunks[i].raw_len = i == 7 ? (12u << 20) : (5u << 20) + (uint32_t)i;
+    st_file_entry f = {.path = "f", .size = size, .nchunks = N, .chunks = chunks};
+    vrun *runs = NULL;
+    size_t n = 0;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    CHECK(n == N);
+    uint64_t off = 0;
+    size_t next = 0;
+    for (size_t r = 0; runs && r < n; r++) {
+        CHECK(runs[r].first == next && runs[r].off == off && runs[r].count >= 1);
+        CHECK(runs[r].len <= VFS_RUN_BYTES || runs[r].count == 1);
+        CHECK(runs[r].state == VRUN_TODO);
+        next += runs[r].count;
+        off += runs[r].len;
+    }
+    CHECK(next == N && off == size);
+    free(runs);
+    /* 1 MiB chunks fill 8 MiB runs exactly; a short last run. */
+    for (int i = 0; i < N; i++)
+        chunks[i].raw_len = 1u << 20;
+    f.size = (uint64_t)N << 20;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    CHECK(n == (N + 7) / 8 && runs[n - 1].count == N % 8);
+    free(runs);
+    /* Chunks that do not add up to the size: damage, not a layout. */
+    f.size++;
+    CHECK_ERR(vfs_layout_runs(&f, &runs, &n), ST_ERR_CORRUPT);
+}
+
 int main(void)
 {
     if (vh_setup("vfs-warmup"))
         return 1;
     big = vh_data(BIG_LEN, 77);
+    RUN(test_runs_cover_every_chunk);
     RUN(test_read_during_fetch);
     RUN(test_warmup_warms);
     RUN(test_bad_requests_refused);
