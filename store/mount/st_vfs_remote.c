@@ -535,9 +535,7 @@ st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len)
 {
     uint64_t end = off + len < fx->size ? off + len : fx->size;
     for (;;) {
-        if (fx->err)
-            return st_seterr(fx->err, "%s", fx->msg);
-        if (fx->ended || off >= end)
+        if (off >= end || (fx->ended && !fx->err))
             return ST_OK;
         /* The first run ending after off (runs are sorted by offset). */
         size_t lo = 0, hi = fx->nruns;
@@ -552,7 +550,9 @@ st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len)
         while (r < fx->nruns && fx->runs[r].off < end && fx->runs[r].state == VRUN_DONE)
             r++;
         if (r == fx->nruns || fx->runs[r].off >= end)
-            return ST_OK; /* every run of the range is verified */
+            return ST_OK; /* every run of the range is verified (kept by an open fd) */
+        if (fx->err)
+            return st_seterr(fx->err, "%s", fx->msg);
         if (fx->runs[r].state == VRUN_TODO)
             fx->urgent = r; /* ahead of the fetch front: next */
         pthread_cond_wait(&v->changed, &v->lock);
