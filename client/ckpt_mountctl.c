@@ -126,6 +126,16 @@ ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg)
     return control_write(mount, "drain", line, (int)sizeof line - 1, msg);
 }
 
+ckpt_mountctl_err ckpt_mountctl_warmup(const char *mount, const char *job, uint64_t step, char *msg)
+{
+    char line[CKPT_MOUNTCTL_JOB_MAX + 32];
+    if (!ckpt_mountctl_job_ok(job))
+        return say(msg, CKPT_MOUNTCTL_EINVAL, "invalid job name \"%s\"", job ? job : "(null)");
+    int len = step == UINT64_MAX ? snprintf(line, sizeof line, "%s\n", job)
+                                 : snprintf(line, sizeof line, "%s %" PRIu64 "\n", job, step);
+    return control_write(mount, "warmup", line, len, msg);
+}
+
 /* ------------------------------------------------------------------ status */
 
 ckpt_mountctl_err ckpt_mountctl_status_read(const char *mount, char **text, size_t *len, char *msg)

@@ -5,6 +5,7 @@
  *
  *   MOUNT/.ckptfs/commit  write-only; one line "JOB STEP RANK WORLD\n" per write()
  *   MOUNT/.ckptfs/drain   write-only; "drain\n", a preemption notice
+ *   MOUNT/.ckptfs/warmup  write-only; "JOB [STEP]\n", a warm-up request (docs/WARMUP.md)
  *   MOUNT/.ckptfs/status  read-only; one JSON object (docs/MOUNT.md lists the fields)
  *
  * Internal to client/: not installed. Built as an object library that goes
@@ -76,6 +77,16 @@ ckpt_mountctl_err ckpt_mountctl_commit(const char *mount, const char *job, uint6
  * one too old to have the file.
  */
 ckpt_mountctl_err ckpt_mountctl_drain(const char *mount, char *msg);
+
+/*!
+ * A warm-up request: writes "JOB STEP\n" (step UINT64_MAX: "JOB\n", the
+ * job's newest step) to MOUNT/.ckptfs/warmup. The daemon fetches the step's
+ * files in the background; the status file's "warmup" object follows the
+ * request. EINVAL: a job name it refused; EIO: e.g. too many requests under
+ * way (EBUSY).
+ */
+ckpt_mountctl_err ckpt_mountctl_warmup(const char *mount, const char *job, uint64_t step,
+                                       char *msg);
 
 /*!
  * Reads MOUNT/.ckptfs/status to its end (a FUSE file's st_size may be stale)

@@ -334,6 +334,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(buf);
         return;
     }
+    /* A file still being fetched: its range must have arrived and been
+     * verified first (docs/WARMUP.md). */
+    st_err e = st_vfs_read_wait(vfs_of(req), h, (uint64_t)off, size);
+    if (e) {
+        reply_err(req, e);
+        return;
+    }
     struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
     bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
     bv.buf[0].fd = fd;
@@ -651,6 +658,35 @@ static int export_secrets(const fs_settings *s)
     return 0;
 }
 
+/* --prefetch latest|JOB,...: warm-up requests (docs/WARMUP.md). v NULL:
+ * only checks spec (before the mount; an error says why). Returns 0 or -1. */
+static int prefetch_start(st_vfs *v, const char *spec)
+{
+    if (!strcmp(spec, "latest")) {
+        if (v && st_vfs_warmup(v, NULL, UINT64_MAX))
+            fs_logf(FS_LOG_WARN, "--prefetch: %s", st_errmsg());
+        return 0;
+    }
+    for (const char *p = spec; *p;) {
+        size_t len = strcspn(p, ",");
+        char job[256];
+        if (len == 0 || len >= sizeof job) {
+            fs_logf(FS_LOG_ERROR, "--prefetch wants latest or JOB,JOB...: got '%s'", spec);
+            return -1;
+        }
+        memcpy(job, p, len);
+        job[len] = '\0';
+        if (!v && !st_vfs_job_name_ok(job)) {
+            fs_logf(FS_LOG_ERROR, "--prefetch: '%s' is not a job name", job);
+            return -1;
+        }
+        if (v && st_vfs_warmup(v, job, UINT64_MAX))
+            fs_logf(FS_LOG_WARN, "--prefetch %s: %s", job, st_errmsg());
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     fs_settings s;
@@ -730,6 +766,10 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    if (s.prefetch && prefetch_start(NULL, s.prefetch)) {
+        rc = 2;
+        goto out;
+    }
     st_err e = st_vfs_open(&s.vo, &v);
     if (e) {
         fs_log_write(FS_LOG_ERROR, st_errmsg()[0] ? st_errmsg() : st_strerror(e));
@@ -750,6 +790,8 @@ int main(int argc, char **argv)
         fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
+    if (s.prefetch)
+        (void)prefetch_start(v, s.prefetch); /* checked above; a busy queue is logged */
     if (fs_drain_signal_start(v, &usr1))
         fs_log_write(FS_LOG_WARN, "cannot start the SIGUSR1 thread: use ckptctl drain");
     if (metrics_port) {

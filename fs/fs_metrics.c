@@ -92,6 +92,14 @@ static void put_all(FILE *out, const st_vfs_stats *s, const char *version)
     put_u64(out, "ckptfs_draining", "gauge",
             "1 once a preemption notice or shutdown put the newest complete step first.",
             (uint64_t)s->draining);
+    put_u64(out, "ckptfs_fetches_active", "gauge", "Remote files being fetched into staging.",
+            s->fetches_active);
+    put_u64(out, "ckptfs_fetched_bytes_total", "counter",
+            "Bytes of remote files fetched and verified.", s->fetched_bytes);
+    put_u64(out, "ckptfs_warmup_bytes", "gauge", "Bytes of the files of the warm-up requests.",
+            s->warmup_bytes);
+    put_u64(out, "ckptfs_warmup_warm_bytes", "gauge",
+            "Of those, bytes fetched and verified into staging.", s->warmup_warm_bytes);
     put_family(out, "ckptfs_eta_durable_seconds", "gauge",
                "Estimated seconds until the pending bytes are durable; NaN before the first "
                "upload measured the rate.");

@@ -78,6 +78,10 @@ const fs_option fs_option_table[] = {
      "sweep only, no step deleted). The newest consistent\n"
      "step and pinned steps are always kept. Run it on one\n"
      "node per job: two are safe, only wasteful."},
+    {"prefetch", 0, "latest|JOB,...", FS_VAL_STRING, F(prefetch), 0,
+     "once mounted, fetch each job's newest consistent step\n"
+     "(latest), or the named jobs' newest, into staging in\n"
+     "the background (docs/WARMUP.md; ckptctl warmup)"},
     {"log-level", 0, "LEVEL", FS_VAL_LOG_LEVEL, F(log_level), 0,
      "error, warn, info (default) or debug"},
     {"metrics-listen", 0, "HOST:PORT", FS_VAL_STRING, F(metrics_listen), 0,

@@ -33,8 +33,9 @@
     "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
     "  4  corrupt data: a chunk or file failed verification, or a pack is missing\n"               \
     "  5  already exists\n"                                                                        \
-    "  6  timeout (wait)\n"                                                                        \
-    "  7  gc did only part of its work: the sweep was skipped (the report says why)\n"             \
+    "  6  timeout (wait, warmup)\n"                                                                \
+    "  7  gc did only part of its work: the sweep was skipped (the report says why);\n"            \
+    "     warmup: partial (not every file fitted under the staging cap)\n"                         \
     "  128+N  gc stopped early by signal N (130: SIGINT), at a safe point\n"
 
 static const verb verbs[] = {
@@ -105,6 +106,15 @@ static const verb verbs[] = {
      "(docs/SHUTDOWN.md). Prints the estimated time until every pending byte is\n"
      "durable (status eta_durable_seconds). Then wait for the newest step with\n"
      "ckptctl wait.\n"},
+    {"warmup", run_warmup, 0, OPT_JSON | OPT_TIMEOUT,
+     "warmup MOUNT/JOB[/STEP] [--timeout S] [--json]",
+     "Ask the ckptfs mount to fetch a step into its staging now (writes \"JOB [STEP]\"\n"
+     "to MOUNT/.ckptfs/warmup; docs/WARMUP.md), then wait until every file of it is\n"
+     "local and verified, with progress on stderr (a terminal). STEP is a step number\n"
+     "or a step directory's name (the last number in it); without it, the job's\n"
+     "newest step. Exit 0: warm; 7: partial (the rest did not fit under\n"
+     "--staging-cap); 3: a fetch failed; 6: --timeout S passed (the warm-up goes on).\n"
+     "--json: the request's status object.\n"},
     {"gc", run_gc, 1, OPT_GC | OPT_JSON,
      "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
      "             [--compact[=PCT]] [--progress] [--dry-run] [--json]",
@@ -301,9 +311,9 @@ static void usage(FILE *out)
         "  --to DIR         target directory (restore, get)\n"
         "  --mount M        a ckptfs mount point (commit, wait, status)\n"
         "  --world-size W   number of ranks (commit)\n"
-        "  --timeout S      seconds to wait (wait; default: forever)\n"
+        "  --timeout S      seconds to wait (wait, warmup; default: forever)\n"
         "  --json           one JSON document on stdout (ls latest restore get put\n"
-        "                   verify stats status); nothing on stdout on failure\n\n"
+        "                   verify stats status warmup); nothing on stdout on failure\n\n"
         "Run 'ckptctl VERB --help' for a verb's details; see also ckptctl(1).\n\n" EXIT_CODES_TEXT);
 }
 

@@ -11,6 +11,7 @@
  *   ckptctl_mount.c  verbs over a local mount: commit wait status (the protocol
  *                    is client/ckpt_mountctl, shared with libckpt)
  *   ckptctl_gc.c     retention and GC: gc pin unpin
+ *   ckptctl_warmup.c warmup: a step fetched into a mount's staging ahead of use
  */
 #ifndef CKPTCTL_H
 #define CKPTCTL_H
@@ -102,7 +103,7 @@ typedef struct verb {
 
 /* ---- verbs (one function each) ---- */
 verb_fn run_put, run_get, run_restore, run_ls, run_latest, run_verify, run_stats, run_commit,
-    run_wait, run_status, run_drain, run_gc, run_pin, run_unpin;
+    run_wait, run_status, run_drain, run_gc, run_pin, run_unpin, run_warmup;
 
 /* ---- errors ---- */
 

@@ -18,8 +18,10 @@ typedef struct fault_ctx {
     st_backend_ops ops; /* del_many only when inner has it (as the count wrapper) */
     st_backend *inner;
     unsigned put_delay_ms;
+    unsigned get_delay_ms;            /* before a GET of a pack only */
     char fail_key[256];               /* "" : none */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
+    atomic_int get_delay_told;
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -49,6 +51,12 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
 static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     fault_ctx *f = ctx;
+    if (f->get_delay_ms && strstr(key, "/packs/")) {
+        if (!atomic_exchange(&f->get_delay_told, 1))
+            fprintf(stderr, "st_backend_fault: fired: get_delay_ms=%u (first: %s)\n",
+                    f->get_delay_ms, key);
+        sleep_ms(f->get_delay_ms);
+    }
     return f->inner->ops->get(f->inner->ctx, key, off, len, out);
 }
 
@@ -109,6 +117,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
          it = strtok_r(NULL, ",", &save)) {
         if (!strncmp(it, "put_delay_ms=", 13)) {
             f->put_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
+        } else if (!strncmp(it, "get_delay_ms=", 13)) {
+            f->get_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
         } else if (!strncmp(it, "fail_key=", 9) && it[9]) {
             snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
         } else {
@@ -119,6 +129,7 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     }
     atomic_init(&f->delay_told, 0);
     atomic_init(&f->fail_told, 0);
+    atomic_init(&f->get_delay_told, 0);
     f->inner = *b;
     f->ops = fault_ops_template;
     if (!f->inner->ops->del_many)

@@ -6,12 +6,14 @@
  * Configured by a spec string (in the daemon, from $CKPT_FAULT, read only in
  * a -DCKPT_TEST_HOOKS=ON build: docs/BACKENDS.md), items separated by ',':
  *   "put_delay_ms=N"   sleep N ms before every PUT
+ *   "get_delay_ms=N"   sleep N ms before every GET of a pack (a slow store
+ *                      for reads: fetches that are still under way)
  *   "fail_key=S"       every PUT of a key containing S fails as transient (the
  *                      caller retries forever: a node that cannot publish)
  * Unknown keys are an error, so a typo does not silently test nothing. Each
  * kind of fault says once on stderr that it fired, so a test can check it did.
  *
- * Threads: after creation only the two "said it fired" flags change (atomic);
+ * Threads: after creation only the "said it fired" flags change (atomic);
  * sleeps on the calling thread.
  */
 #ifndef ST_BACKEND_FAULT_H

@@ -44,7 +44,8 @@
     5                         /* ".ckptfs/drain": write "drain                                     \
 " (st_vfs_drain) */
 #define ST_VFS_METRICS_INO  6 /* ".ckptfs/metrics": st_vfs_options.metrics's text */
-#define ST_VFS_LAST_CTL_INO ST_VFS_METRICS_INO /* inodes 2..this are the control entries */
+#define ST_VFS_WARMUP_INO   7 /* ".ckptfs/warmup": write "JOB [STEP]\n" (st_vfs_warmup) */
+#define ST_VFS_LAST_CTL_INO ST_VFS_WARMUP_INO /* inodes 2..this are the control entries */
 
 typedef struct st_vfs st_vfs;
 typedef struct st_vfs_handle st_vfs_handle;
@@ -175,6 +176,23 @@ void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n);
 st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
                      pid_t pid, st_vfs_attr *out, st_vfs_handle **h);
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h);
+/*! Before a read of [off, off + len) through h's fd: waits until that range
+ *  has been fetched and verified when h was opened while its file was being
+ *  fetched from the store (docs/WARMUP.md); returns at once otherwise. A
+ *  failed fetch: its error (the reader gets EIO). Any thread; may block. */
+st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len);
+
+/*! Warm-up (docs/WARMUP.md): fetches every file of step of job into staging
+ *  in the background, one file after another, each with parallel ranged
+ *  GETs. job NULL: every job of the mount; step UINT64_MAX: the job's newest
+ *  listed (consistent) step, looked for again at each refresh while there is
+ *  none. Returns once the request is queued; the status file's "warmup"
+ *  object follows it. ST_ERR_BUSY: 16 requests are under way already. Any
+ *  thread. */
+st_err st_vfs_warmup(st_vfs *v, const char *job, uint64_t step);
+
+/*! 1 if name can be a job (a job directory's name), else 0. */
+int st_vfs_job_name_ok(const char *name);
 /*! The fd reads and writes go to (staging or cache file), or -1 for a
  *  virtual file, whose bytes come from st_vfs_handle_read(). */
 int st_vfs_handle_fd(const st_vfs_handle *h);
@@ -268,9 +286,13 @@ typedef struct st_vfs_stats {
     int gc_running;   /* gauge: a run is under way */
     uint64_t gc_steps_deleted, gc_objects_deleted, gc_bytes_freed;
     uint64_t deleted_steps, deleted_bytes_freed; /* by removals through the mount */
-    uint64_t errors;                             /* errors recorded (status last_error, gc) */
-    int64_t last_error_unix_ns;                  /* wall clock of the newest, 0: none */
-    st_vfs_job_stats *jobs;                      /* malloc'd, njobs entries, in no set order */
+    uint64_t fetches_active; /* gauge: remote files being fetched (docs/WARMUP.md) */
+    uint64_t fetched_bytes;  /* verified bytes fetched from the store */
+    uint64_t warmup_bytes, warmup_warm_bytes; /* gauges: files of the listed warm-up
+                                                 requests, and of those local */
+    uint64_t errors;                          /* errors recorded (status last_error, gc) */
+    int64_t last_error_unix_ns;               /* wall clock of the newest, 0: none */
+    st_vfs_job_stats *jobs;                   /* malloc'd, njobs entries, in no set order */
     size_t njobs;
 } st_vfs_stats;
 

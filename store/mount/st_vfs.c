@@ -39,6 +39,7 @@
 #define COMMIT_NAME  "commit"
 #define DRAIN_NAME   "drain"
 #define METRICS_NAME "metrics"
+#define WARMUP_NAME  "warmup"
 
 struct st_vfs_handle {
     vnode *node;  /* NULL for a control file */
@@ -54,6 +55,10 @@ struct st_vfs_handle {
     uint64_t start_version;
     uint64_t writeback_from; /* start of the range not yet handed to writeback */
     st_bytes virt;           /* a virtual file's content */
+    /* The fetch that fills the staging file fd reads (a read-only open of a
+     * remote file during its fetch): reads wait for their range in it
+     * (st_vfs_read_wait). Set at open, one reference, dropped at release. */
+    vfetch *fetch;
 };
 
 /* Sequential writes hand every WRITEBACK_CHUNK to the disk right away
@@ -306,9 +311,10 @@ static void virt_attr(uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
-    a->mode = ino == ST_VFS_CTL_DIR_INO                             ? (S_IFDIR | 0555)
-              : ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO ? (S_IFREG | 0222)
-                                                                    : (S_IFREG | 0444);
+    a->mode = ino == ST_VFS_CTL_DIR_INO ? (S_IFDIR | 0555)
+              : ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO
+                  ? (S_IFREG | 0222)
+                  : (S_IFREG | 0444);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
     a->mtime_ns = a->ctime_ns = st_now_ns();
 }
@@ -392,6 +398,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "steps", steps);
     bad |= vfs_deletions_status(v, root);
     bad |= vfs_gc_status(v, root);
+    bad |= vfs_warmup_status(v, root);
     size_t len = 0;
     const char *text =
         bad ? NULL
@@ -482,6 +489,8 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             virt_attr(ST_VFS_COMMIT_INO, out);
         else if (!strcmp(name, DRAIN_NAME))
             virt_attr(ST_VFS_DRAIN_INO, out);
+        else if (!strcmp(name, WARMUP_NAME))
+            virt_attr(ST_VFS_WARMUP_INO, out);
         else if (!strcmp(name, METRICS_NAME) && v->opts.metrics)
             virt_attr(ST_VFS_METRICS_INO, out);
         else
@@ -537,6 +546,8 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 /* Gives n a staging file of its own (empty, or with its fetched content). */
 static st_err make_local(st_vfs *v, vnode *n, int empty)
 {
+    while (n->fetching) /* a change never races a fetch's writes */
+        pthread_cond_wait(&v->changed, &v->lock);
     if (n->sid && !empty)
         return ST_OK;
     if (!n->sid && !empty) {
@@ -574,8 +585,8 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
     if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
-        if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) && which == ST_VFS_SET_SIZE &&
-            size == 0) {
+        if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO) &&
+            which == ST_VFS_SET_SIZE && size == 0) {
             virt_attr(ino, out); /* O_TRUNC of a write-only control file: nothing to do */
             return ST_OK;
         }
@@ -777,6 +788,11 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
     if (newparent <= ST_VFS_LAST_CTL_INO && newparent != ST_VFS_ROOT_INO)
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
     pthread_mutex_lock(&v->lock);
+    /* A file whose fetch is under way (a reader may have had every byte
+     * already) is local once the fetch has checked it whole. */
+    for (vnode *d, *f;
+         (d = get_node(v, parent)) && S_ISDIR(d->mode) && (f = vfs_child(d, name)) && f->fetching;)
+        pthread_cond_wait(&v->changed, &v->lock);
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent), *ndir = get_node(v, newparent);
     vnode *n = dir && S_ISDIR(dir->mode) ? vfs_child(dir, name) : NULL;
@@ -872,7 +888,7 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
     st_vfs_dirent *out = NULL;
     size_t count = 0;
     if (ino == ST_VFS_CTL_DIR_INO) {
-        out = calloc(6, sizeof *out);
+        out = calloc(7, sizeof *out);
         if (!out)
             return ST_ERR_NOMEM;
         out[0] = (st_vfs_dirent){ST_VFS_CTL_DIR_INO, S_IFDIR, strdup(".")};
@@ -880,7 +896,8 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n)
         out[2] = (st_vfs_dirent){ST_VFS_STATUS_INO, S_IFREG, strdup(STATUS_NAME)};
         out[3] = (st_vfs_dirent){ST_VFS_COMMIT_INO, S_IFREG, strdup(COMMIT_NAME)};
         out[4] = (st_vfs_dirent){ST_VFS_DRAIN_INO, S_IFREG, strdup(DRAIN_NAME)};
-        count = 5;
+        out[5] = (st_vfs_dirent){ST_VFS_WARMUP_INO, S_IFREG, strdup(WARMUP_NAME)};
+        count = 6;
         if (v->opts.metrics)
             out[count++] = (st_vfs_dirent){ST_VFS_METRICS_INO, S_IFREG, strdup(METRICS_NAME)};
         *ents = out;
@@ -934,10 +951,10 @@ void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n)
 
 /* ---- files ---- */
 
-static st_err open_staging_fd(st_vfs *v, vnode *n, int writable, int *fd)
+static st_err open_staging_fd(st_vfs *v, uint64_t sid, int writable, int *fd)
 {
     char path[PATH_MAX];
-    vfs_staging_path(v, n->sid, path, sizeof path);
+    vfs_staging_path(v, sid, path, sizeof path);
     *fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (*fd < 0)
         return st_seterr(ST_ERR_IO, "open staging file %s: %s", path, strerror(errno));
@@ -952,22 +969,30 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     if (S_ISDIR(n->mode))
         return ST_ERR_IS_DIR;
     n->opens++; /* pins n while a fetch drops the lock */
+    vfetch *fx = NULL;
     if (writable && (flags & O_TRUNC))
         e = make_local(v, n, 1);
-    else if (!n->sid)
+    else if (writable && !n->sid)
         e = make_local(v, n, 0);
+    else if (!n->sid) /* read-only: served run by run as the fetch verifies them */
+        e = vfs_fetch_begin(v, n, &fx);
     st_vfs_handle *h = NULL;
     if (!e && !(h = calloc(1, sizeof *h)))
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
+    if (!e && fx && fx->err) /* it ended at once (nothing could be started) */
+        e = st_seterr(fx->err, "%s", fx->msg);
     if (!e)
-        e = open_staging_fd(v, n, writable, &h->fd);
+        e = open_staging_fd(v, fx ? fx->sid : n->sid, writable, &h->fd);
     if (e) {
+        if (fx)
+            vfs_fetch_put(fx);
         free(h);
         n->opens--;
         vfs_maybe_free(v, n);
         return e;
     }
     h->node = n;
+    h->fetch = fx;
     h->writable = writable;
     h->step = VFS_NO_STEP;
     h->start_version = n->version;
@@ -1071,10 +1096,12 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
         *h = sh;
         return ST_OK;
     }
-    if (ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO) {
+    if (ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO) {
         if ((flags & O_ACCMODE) == O_RDONLY)
             return st_seterr(ST_ERR_READ_ONLY, "%s is write-only",
-                             ino == ST_VFS_COMMIT_INO ? COMMIT_NAME : DRAIN_NAME);
+                             ino == ST_VFS_COMMIT_INO  ? COMMIT_NAME
+                             : ino == ST_VFS_DRAIN_INO ? DRAIN_NAME
+                                                       : WARMUP_NAME);
         st_vfs_handle *ch = calloc(1, sizeof *ch);
         if (!ch)
             return ST_ERR_NOMEM;
@@ -1096,6 +1123,16 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
 int st_vfs_handle_fd(const st_vfs_handle *h)
 {
     return h->fd;
+}
+
+st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len)
+{
+    if (!h->fetch) /* set at open only: no lock needed to see it */
+        return ST_OK;
+    pthread_mutex_lock(&v->lock);
+    st_err e = vfs_fetch_wait_range(v, h->fetch, off, len);
+    pthread_mutex_unlock(&v->lock);
+    return e;
 }
 
 /* Records an explicit commit of (job, step) by rank (lock held). */
@@ -1139,12 +1176,48 @@ static st_err drain_write(st_vfs *v, const void *buf, size_t len)
     return ST_OK;
 }
 
+st_err st_vfs_warmup(st_vfs *v, const char *job, uint64_t step)
+{
+    pthread_mutex_lock(&v->lock);
+    st_err e = vfs_warmup_request(v, job ? job : "", step == UINT64_MAX ? VFS_NO_STEP : step);
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+int st_vfs_job_name_ok(const char *name)
+{
+    return st_name_is_valid(name, ST_JOB_MAX);
+}
+
+/* A write to .ckptfs/warmup: one line "JOB" or "JOB STEP" (docs/WARMUP.md). */
+static st_err warmup_write(st_vfs *v, const void *buf, size_t len)
+{
+    char text[ST_JOB_MAX + 32], job[sizeof text], extra; /* a token fits: %159s */
+    unsigned long long step = UINT64_MAX;
+    if (len >= sizeof text)
+        return st_seterr(ST_ERR_INVALID, "expected one line \"JOB [STEP]\"");
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    if (len && text[len - 1] == '\n')
+        text[len - 1] = '\0';
+    const char *sp = strchr(text, ' ');
+    int got = sscanf(text, "%159s %llu %c", job, &step, &extra);
+    /* The step is digits only (strtoull would take "-1"). */
+    int digits = sp && sp[1] && strspn(sp + 1, "0123456789") == strlen(sp + 1);
+    if ((got != 1 && got != 2) || strchr(text, '\n') || !st_name_is_valid(job, ST_JOB_MAX) ||
+        (got == 2 && (!digits || step == UINT64_MAX)) || (got == 1 && sp))
+        return st_seterr(ST_ERR_INVALID, "expected one line \"JOB [STEP]\"");
+    return st_vfs_warmup(v, job, got == 2 ? step : UINT64_MAX);
+}
+
 st_err st_vfs_handle_write(st_vfs *v, st_vfs_handle *h, const void *buf, size_t len)
 {
     if (h->node || !h->writable)
         return st_seterr(ST_ERR_READ_ONLY, "not a control file open for writing");
     if (h->ctl == ST_VFS_DRAIN_INO)
         return drain_write(v, buf, len);
+    if (h->ctl == ST_VFS_WARMUP_INO)
+        return warmup_write(v, buf, len);
     char text[4096];
     if (len >= sizeof text)
         return st_seterr(ST_ERR_INVALID, "commit lines are short: at most %zu bytes",
@@ -1293,6 +1366,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
     vnode *n = h->node;
     if (h->fd >= 0)
         close(h->fd);
+    if (h->fetch)
+        vfs_fetch_put(h->fetch);
     n->opens--;
     if (h->writable) {
         n->writers--;
@@ -1669,6 +1744,7 @@ void st_vfs_close(st_vfs *v)
     /* Past the drain nothing waits for the store: requests in flight and
      * retry waits of every thread end within 100 ms (docs/MOUNT.md). */
     vfs_health_stop_all(v);
+    vfs_fetch_stop_all(v); /* fetches and warm-up end after their runs in flight */
     stop_thread(v, v->gc, &v->gc_started);
     stop_thread(v, v->refresher, &v->refresher_started);
     stop_thread(v, v->uploader, &v->uploader_started);

@@ -75,12 +75,13 @@ struct vnode {
     uint64_t version;         /* bumped by every change of content or path */
     uint64_t durable_version; /* the version that is in the store, 0: none */
     vfile_state state;
-    int from_remote; /* content fetched from the store, unchanged since */
-    uint64_t step;   /* the step the file belongs to, VFS_NO_STEP: none yet */
-    int32_t rank;    /* RANK of the process that created it, -1: unknown */
-    uint32_t world;  /* its WORLD_SIZE, 0: unknown */
-    vremote *remote; /* where its durable content lives, NULL: nowhere */
-    int fetching;    /* a fetch of the remote content is under way */
+    int from_remote;      /* content fetched from the store, unchanged since */
+    uint64_t step;        /* the step the file belongs to, VFS_NO_STEP: none yet */
+    int32_t rank;         /* RANK of the process that created it, -1: unknown */
+    uint32_t world;       /* its WORLD_SIZE, 0: unknown */
+    vremote *remote;      /* where its durable content lives, NULL: nowhere */
+    int fetching;         /* a fetch of the remote content is under way */
+    struct vfetch *fetch; /* that fetch once laid out (docs/WARMUP.md), NULL: none yet */
     /* A write to the file failed (ST_ERR_NOSPACE: the staging cap or the
      * disk; ST_ERR_IO) since it was last truncated to 0: its content is not
      * what the writer meant, so its step neither completes nor uploads until
@@ -193,6 +194,71 @@ typedef struct vfs_bound {
     int64_t outage_budget_ns;
 } vfs_bound;
 
+/* A fetch of one remote file in runs of chunks (docs/WARMUP.md): the per-file
+ * map of verified ranges. Fields above `state` are set before the fetch is
+ * published in vnode.fetch and then only read; the rest under v->lock.
+ *
+ *   run state   meaning                                 next
+ *   TODO        not fetched                             BUSY when a worker takes it
+ *   BUSY        a worker restores it                    DONE (verified), or TODO on error
+ *   DONE        every chunk checked against its id      (final)
+ */
+typedef enum vrun_state { VRUN_TODO = 0, VRUN_BUSY = 1, VRUN_DONE = 2 } vrun_state;
+
+typedef struct vrun {
+    size_t first, count; /* chunks of the file entry */
+    uint64_t off, len;   /* the bytes of the file they hold */
+    vrun_state state;    /* (lock) */
+} vrun;
+
+typedef struct vfetch {
+    struct st_vfs *v;
+    vnode *n; /* pinned by n->fetching until the fetch ends */
+    char job[ST_JOB_MAX + 1];
+    uint64_t sid;  /* the staging file being filled */
+    int fd;        /* on it, O_RDWR; closed when the fetch ends */
+    uint64_t size; /* the file's size */
+    st_bytes buf;  /* the part record, then the manifest it names */
+    st_part part;
+    st_manifest m;
+    const st_file_entry *f; /* in m */
+    vrun *runs;
+    size_t nruns;
+    vfs_bound bound;            /* of the thread that began it, for its workers */
+    pthread_mutex_t write_lock; /* st_restore_chunks_locked */
+    size_t front;               /* (lock) no run below it is TODO */
+    size_t urgent;              /* (lock) a TODO run a reader waits for, SIZE_MAX: none */
+    size_t done;                /* (lock) runs DONE */
+    uint64_t done_bytes;        /* (lock) bytes of those */
+    int workers;                /* (lock) worker threads not finished */
+    int refs;                   /* (lock) n->fetch and the handles that wait on it */
+    int ended;                  /* (lock) verified whole, or failed (err) */
+    st_err err;                 /* (lock) */
+    char msg[400];              /* (lock) err's text */
+} vfetch;
+
+/* A warm-up request (docs/WARMUP.md, "Warm-up"); the status file shows the
+ * newest VFS_WARM_MAX. */
+typedef enum vwarm_state {
+    VWARM_QUEUED = 0,  /* not looked at yet */
+    VWARM_WAITING = 1, /* no step listed for it yet: tried again at each refresh */
+    VWARM_FETCHING = 2,
+    VWARM_DONE = 3,   /* every file looked at; warm, or partial (skipped) */
+    VWARM_FAILED = 4, /* a fetch failed: error */
+} vwarm_state;
+
+typedef struct vwarm {
+    uint64_t id;              /* finds the request again after the lock was dropped */
+    char job[ST_JOB_MAX + 1]; /* "": every job (--prefetch latest) */
+    uint64_t step;            /* VFS_NO_STEP: the job's newest */
+    vwarm_state state;
+    uint64_t cursor;  /* the next inode to look at while FETCHING */
+    uint64_t skipped; /* files that did not fit under the staging cap */
+    char error[256];
+} vwarm;
+
+#define VFS_WARM_MAX 16
+
 /* What last_error and the log say while the store cannot be reached. */
 #define VFS_UNREACHABLE "the store is unreachable"
 
@@ -264,6 +330,16 @@ struct st_vfs {
     int gc_started;
     volatile int gc_stop; /* set at close: a run ends after its current batch */
     vgc_status gc_status;
+
+    /* fetches and warm-up (st_vfs_remote.c, st_vfs_warmup.c; lock) */
+    int fetch_threads;        /* fetch workers and warm-up threads running */
+    int fetch_stop;           /* set at close: workers stop after their run */
+    uint64_t fetches_active;  /* fetches laid out and not ended */
+    uint64_t fetched_bytes;   /* verified bytes fetched since start */
+    vwarm warm[VFS_WARM_MAX]; /* oldest first */
+    size_t nwarm;
+    int warm_thread; /* the warm-up thread runs */
+    uint64_t next_warm_id;
 };
 
 /* The modules, bottom to top; each calls only those above it in this list
@@ -273,6 +349,7 @@ struct st_vfs {
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_drop.c     files leaving the namespace or staging
  *   st_vfs_remote.c   the remote view and fetch
+ *   st_vfs_warmup.c   warm-up requests (docs/WARMUP.md)
  *   st_vfs_delete.c   steps deleted through the mount
  *   st_vfs_upload.c   the uploader thread
  *   st_vfs_gc.c       the background GC thread
@@ -437,8 +514,41 @@ void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
 st_err vfs_remote_refresh(st_vfs *v);
 /* The refresher thread's body (started by st_vfs_start). */
 void *vfs_refresher_main(void *arg);
-/* Makes n's content local (fetch and verify); called and returns with lock held. */
+/* Makes n's content local (fetch and verify, whole); called and returns with
+ * lock held, which it drops while it waits. */
 st_err vfs_fetch(st_vfs *v, vnode *n);
+/* A run holds about this much raw data: the unit of work, of waiting and of
+ * priority. Small enough that a read waits for little more than its own
+ * bytes, large enough that one run is a few large ranged GETs. */
+#define VFS_RUN_BYTES (8ull << 20)
+/* Cuts f's chunks into runs of at most VFS_RUN_BYTES (a longer chunk: a run
+ * of its own), never splitting a chunk: *runs malloc'd, *nruns of them,
+ * states TODO. ST_ERR_CORRUPT if the chunks do not add up to f's size. No
+ * lock needed. */
+st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns);
+/* Starts the fetch of remote file n, or finds the one under way, and returns
+ * once it is laid out (docs/WARMUP.md): *out is then the fetch, one reference
+ * taken for the caller (vfs_fetch_put), or NULL when n's content is already
+ * local. Lock held on entry and return, dropped meanwhile. */
+st_err vfs_fetch_begin(st_vfs *v, vnode *n, vfetch **out);
+/* Waits until bytes [off, off + len) of fx are verified (or fx failed: its
+ * error), moving the first run not fetched yet to the front. Lock held. */
+st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len);
+/* Drops a reference from vfs_fetch_begin (lock held). */
+void vfs_fetch_put(vfetch *fx);
+/* At close, past the drain: fetches stop after their runs in flight and every
+ * fetch and warm-up thread has ended on return. Takes v->lock. */
+void vfs_fetch_stop_all(st_vfs *v);
+
+/* st_vfs_warmup.c — warm-up requests (docs/WARMUP.md). Every call under
+ * v->lock. */
+/* Queues a warm-up of step (VFS_NO_STEP: the newest) of job ("": every
+ * job's newest) and starts the warm-up thread if it does not run. */
+st_err vfs_warmup_request(st_vfs *v, const char *job, uint64_t step);
+/* Status: adds the "warmup" object to root; as vfs_json_add. */
+int vfs_warmup_status(st_vfs *v, struct json_object *root);
+/* Bytes of the files of the listed requests, and of those warm. */
+void vfs_warmup_bytes(st_vfs *v, uint64_t *bytes, uint64_t *warm);
 
 /* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT.md). Every
  * call under v->lock. */

@@ -246,11 +246,7 @@ void *vfs_refresher_main(void *arg)
     return NULL;
 }
 
-/* Files at least this large are fetched by FETCH_WORKERS threads in parallel,
- * each restoring a contiguous run of chunks (one ranged GET per 16 MiB of a
- * pack), so one big checkpoint uses the store's parallel GET throughput. */
-#define FETCH_PARALLEL_MIN (32ull << 20)
-#define FETCH_WORKERS      4
+/* ---- fetching a remote file in runs (docs/WARMUP.md) ---- */
 
 /* Restorers fetching at once, over all fetches of the process: each holds
  * one ranged GET of up to ST_RESTORE_MAX_GET bytes and a decoded chunk, so
@@ -283,114 +279,237 @@ static void fetch_gate_leave(void)
     pthread_mutex_unlock(&fetch_gate_lock);
 }
 
-typedef struct fetch_part {
-    st_backend *backend;
-    const char *job;
-    const st_manifest *m;
-    const st_file_entry *f;
-    size_t first, count;
-    int fd;
-    vfs_bound bound; /* the fetching thread's, for this worker too */
-    st_err err;
-    char msg[512];
-} fetch_part;
+/* Worker threads per fetch: GETs in flight for one file. */
+#define FETCH_WORKERS 4
 
-static void *fetch_part_main(void *arg)
+st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
 {
-    fetch_part *p = arg;
-    vfs_bound outer = vfs_bound_set(p->bound);
+    size_t n = 0;
+    /* At most one run per chunk (a run holds one chunk at least); not
+     * size / VFS_RUN_BYTES: runs whose chunks do not add up to it exactly
+     * are shorter, and a 1 GiB file had more runs than that bound. */
+    vrun *r = calloc(f->nchunks + 1, sizeof *r);
+    if (!r)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    uint64_t off = 0;
+    for (size_t i = 0; i < f->nchunks;) {
+        vrun *run = &r[n++];
+        run->first = i;
+        run->off = off;
+        while (i < f->nchunks &&
+               (run->len == 0 || run->len + f->chunks[i].raw_len <= VFS_RUN_BYTES))
+            run->len += f->chunks[i++].raw_len;
+        run->count = i - run->first;
+        off += run->len;
+    }
+    if (off != f->size) {
+        free(r);
+        return st_seterr(ST_ERR_CORRUPT, "%s: its chunks hold %llu bytes, the manifest says %llu",
+                         f->path, (unsigned long long)off, (unsigned long long)f->size);
+    }
+    *runs = r;
+    *nruns = n;
+    return ST_OK;
+}
+
+static void fetch_free(vfetch *fx)
+{
+    if (!fx)
+        return;
+    if (fx->fd >= 0)
+        close(fx->fd);
+    free(fx->runs);
+    st_manifest_free(&fx->m);
+    st_part_free(&fx->part);
+    st_bytes_free(&fx->buf);
+    pthread_mutex_destroy(&fx->write_lock);
+    free(fx);
+}
+
+void vfs_fetch_put(vfetch *fx)
+{
+    if (--fx->refs == 0 && fx->ended)
+        fetch_free(fx);
+}
+
+/* The store side of laying out a fetch (no lock held): the file's manifest
+ * entry, its staging file created at its size (sparse), its runs. */
+static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
+{
+    st_err e = st_catalog_load_part(v->backend, fx->job, r->step, r->node, &fx->buf, &fx->part);
+    if (!e)
+        e = st_catalog_load_manifest(v->backend, &fx->part, &fx->buf, &fx->m);
+    for (size_t i = 0; !e && i < fx->m.nfiles; i++)
+        if (!strcmp(fx->m.files[i].path, r->path))
+            fx->f = &fx->m.files[i];
+    if (!e && !fx->f)
+        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
+    if (e)
+        return e;
+    fx->size = fx->f->size;
+    char sp[PATH_MAX];
+    vfs_staging_path(v, fx->sid, sp, sizeof sp);
+    fx->fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* read back to verify */
+    if (fx->fd < 0 || ftruncate(fx->fd, (off_t)fx->size) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
+                         strerror(errno));
+    return vfs_layout_runs(fx->f, &fx->runs, &fx->nruns);
+}
+
+/* The fetch ended (lock held): every run verified and the whole file checked
+ * (e == ST_OK), or not. n becomes a cached copy, or stays remote. */
+static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
+{
+    vnode *n = fx->n;
+    char sp[PATH_MAX];
+    vfs_staging_path(v, fx->sid, sp, sizeof sp);
+    if (!e && !n->parent)
+        e = st_seterr(ST_ERR_NOT_FOUND, "removed while it was fetched");
+    if (!e) {
+        n->sid = fx->sid;
+        n->size = fx->size;
+        n->state = VFILE_DURABLE;
+        n->from_remote = 1;
+        n->durable_version = n->version;
+        v->staged_bytes += fx->size;
+        /* The copy is a cache of durable content: without its row a restart
+         * fetches it again. Only a whole, verified copy gets a row. */
+        (void)vfs_journal_put_file(v, n);
+    } else {
+        unlink(sp); /* open handles keep what they were answered */
+        if (!fx->err) {
+            fx->err = e;
+            snprintf(fx->msg, sizeof fx->msg, "%s", st_errmsg());
+        }
+        if (n->parent && !v->fetch_stop) {
+            vfs_set_error(v, "fetching %s: %s", n->name, fx->msg);
+            vfs_log(v, 2, "%s", v->last_error);
+        }
+    }
+    fx->ended = 1;
+    v->fetches_active--;
+    n->fetch = NULL;
+    n->fetching = 0;
+    close(fx->fd);
+    fx->fd = -1;
+    /* Only the runs are needed from here (handles still waiting on fx). */
+    st_manifest_free(&fx->m);
+    st_part_free(&fx->part);
+    st_bytes_free(&fx->buf);
+    fx->f = NULL;
+    pthread_cond_broadcast(&v->changed);
+    vfs_maybe_free(v, n);
+    vfs_fetch_put(fx); /* n's reference */
+}
+
+/* The run a worker takes next (lock held): the one a reader waits for, else
+ * the fetch front; SIZE_MAX when none is left to do. */
+static size_t take_run(vfetch *fx)
+{
+    size_t r = fx->urgent;
+    fx->urgent = SIZE_MAX;
+    if (r == SIZE_MAX || fx->runs[r].state != VRUN_TODO) {
+        while (fx->front < fx->nruns && fx->runs[fx->front].state != VRUN_TODO)
+            fx->front++;
+        r = fx->front < fx->nruns ? fx->front : SIZE_MAX;
+    }
+    if (r != SIZE_MAX)
+        fx->runs[r].state = VRUN_BUSY;
+    return r;
+}
+
+/* A fetch worker: restores runs until none is left, then the last worker
+ * checks the whole file and ends the fetch. */
+static void *fetch_worker_main(void *arg)
+{
+    vfetch *fx = arg;
+    st_vfs *v = fx->v;
+    vfs_bound outer = vfs_bound_set(fx->bound);
     st_restorer *rs = NULL;
-    fetch_gate_enter();
-    p->err = st_restorer_new(p->backend, p->job, &rs);
-    if (!p->err)
-        p->err = st_restore_chunks(rs, p->m, p->f, p->first, p->count, p->fd);
-    if (p->err)
-        snprintf(p->msg, sizeof p->msg, "%s", st_errmsg());
+    fetch_gate_enter(); /* before v->lock: a waiting worker holds no lock */
+    st_err e = st_restorer_new(v->backend, fx->job, &rs);
+    pthread_mutex_lock(&v->lock);
+    size_t r;
+    while (!e && !fx->err && !v->fetch_stop && (r = take_run(fx)) != SIZE_MAX) {
+        vrun *run = &fx->runs[r];
+        pthread_mutex_unlock(&v->lock);
+        e = st_restore_chunks_locked(rs, &fx->m, fx->f, run->first, run->count, fx->fd,
+                                     &fx->write_lock);
+        pthread_mutex_lock(&v->lock);
+        run->state = e ? VRUN_TODO : VRUN_DONE;
+        if (!e) {
+            fx->done++;
+            fx->done_bytes += run->len;
+            v->fetched_bytes += run->len;
+            pthread_cond_broadcast(&v->changed);
+        }
+    }
+    if (!e && v->fetch_stop && fx->done < fx->nruns)
+        e = st_seterr(ST_ERR_IO, "the mount is closing");
+    if (e && !fx->err) {
+        fx->err = e;
+        snprintf(fx->msg, sizeof fx->msg, "%s", st_errmsg());
+        pthread_cond_broadcast(&v->changed); /* readers fail now, not at the end */
+    }
+    if (--fx->workers == 0) {
+        e = fx->err;
+        if (!e) {
+            pthread_mutex_unlock(&v->lock);
+            e = st_restore_verify_file(fx->fd, fx->f);
+            pthread_mutex_lock(&v->lock);
+        }
+        fetch_end(v, fx, e);
+    }
+    v->fetch_threads--;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
     st_restorer_free(rs);
     fetch_gate_leave();
     vfs_bound_set(outer);
     return NULL;
 }
 
-/* Restores f into fd with several workers, then checks the whole file. */
-static st_err fetch_parallel(st_vfs *v, const char *job, const st_manifest *m,
-                             const st_file_entry *f, int fd)
+/* Starts fx's workers (lock held); ends the fetch at once if none starts or
+ * there is nothing to fetch (an empty file). */
+static void fetch_start_workers(st_vfs *v, vfetch *fx)
 {
-    if (ftruncate(fd, (off_t)f->size) < 0)
-        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "size cache file: %s",
-                         strerror(errno));
-    fetch_part parts[FETCH_WORKERS];
-    pthread_t threads[FETCH_WORKERS];
-    int started[FETCH_WORKERS] = {0};
-    size_t next = 0;
-    uint64_t share = f->size / FETCH_WORKERS + 1, acc = 0;
-    for (int w = 0; w < FETCH_WORKERS; w++) {
-        size_t first = next;
-        uint64_t goal = (uint64_t)(w + 1) * share;
-        while (next < f->nchunks && (acc < goal || w == FETCH_WORKERS - 1))
-            acc += f->chunks[next++].raw_len;
-        parts[w] = (fetch_part){v->backend,      job,   m, f, first, next - first, fd,
-                                vfs_bound_get(), ST_OK, ""};
-        if (parts[w].count && pthread_create(&threads[w], NULL, fetch_part_main, &parts[w]) == 0)
-            started[w] = 1;
-        else if (parts[w].count)
-            fetch_part_main(&parts[w]); /* no thread: do this part here */
+    size_t want = fx->nruns < FETCH_WORKERS ? fx->nruns : FETCH_WORKERS;
+    pthread_attr_t attr;
+    int attr_ok = pthread_attr_init(&attr) == 0 &&
+                  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0;
+    for (size_t w = 0; attr_ok && w < want; w++) {
+        pthread_t t;
+        fx->workers++;
+        v->fetch_threads++;
+        if (pthread_create(&t, &attr, fetch_worker_main, fx) != 0) {
+            fx->workers--;
+            v->fetch_threads--;
+            break;
+        }
     }
-    st_err e = ST_OK;
-    for (int w = 0; w < FETCH_WORKERS; w++) {
-        if (started[w])
-            pthread_join(threads[w], NULL);
-        if (parts[w].err && !e)
-            e = st_seterr(parts[w].err, "%s", parts[w].msg);
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    if (fx->workers)
+        return;
+    st_err e = fx->nruns ? st_seterr(ST_ERR_NOMEM, "cannot start a fetch thread") : ST_OK;
+    if (!e) { /* an empty file: nothing to wait for */
+        pthread_mutex_unlock(&v->lock);
+        e = st_restore_verify_file(fx->fd, fx->f);
+        pthread_mutex_lock(&v->lock);
     }
-    return e ? e : st_restore_verify_file(fd, f);
+    fetch_end(v, fx, e);
 }
 
-/* The store side of a fetch: no lock held. */
-static st_err fetch_content(st_vfs *v, const char *job, const vremote *r, int fd, uint64_t *size)
+st_err vfs_fetch_begin(st_vfs *v, vnode *n, vfetch **out)
 {
-    st_bytes buf = {0};
-    st_part part;
-    st_manifest m = {0};
-    st_restorer *rs = NULL;
-    st_err e = st_catalog_load_part(v->backend, job, r->step, r->node, &buf, &part);
-    if (e)
-        goto out_nopart;
-    if ((e = st_catalog_load_manifest(v->backend, &part, &buf, &m)))
-        goto out;
-    const st_file_entry *f = NULL;
-    for (size_t i = 0; i < m.nfiles; i++)
-        if (!strcmp(m.files[i].path, r->path))
-            f = &m.files[i];
-    if (!f) {
-        e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
-        goto out;
+    *out = NULL;
+    while (n->fetching && !n->fetch)
+        pthread_cond_wait(&v->changed, &v->lock); /* another thread lays one out */
+    if (n->fetch) {
+        n->fetch->refs++;
+        *out = n->fetch;
+        return ST_OK;
     }
-    if (f->size >= FETCH_PARALLEL_MIN && f->nchunks >= FETCH_WORKERS)
-        e = fetch_parallel(v, job, &m, f, fd);
-    else {
-        fetch_gate_enter();
-        if (!(e = st_restorer_new(v->backend, job, &rs)))
-            e = st_restore_file(rs, &m, f, fd);
-        st_restorer_free(rs);
-        rs = NULL;
-        fetch_gate_leave();
-    }
-    if (!e)
-        *size = f->size;
-out:
-    st_restorer_free(rs);
-    st_manifest_free(&m);
-    st_part_free(&part);
-out_nopart:
-    st_bytes_free(&buf);
-    return e;
-}
-
-st_err vfs_fetch(st_vfs *v, vnode *n)
-{
-    while (n->fetching)
-        pthread_cond_wait(&v->changed, &v->lock);
     if (n->sid)
         return ST_OK;
     if (!n->remote)
@@ -398,53 +517,104 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
     vnode *jd = vfs_job_dir(n);
     if (!jd)
         return ST_ERR_NOT_FOUND;
-    char job[ST_JOB_MAX + 1];
-    snprintf(job, sizeof job, "%s", jd->name);
+    vfetch *fx = calloc(1, sizeof *fx);
     vremote r = *n->remote;
-    if (!(r.path = strdup(n->remote->path)))
+    if (!fx || !(r.path = strdup(n->remote->path))) {
+        free(fx);
         return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    fx->v = v;
+    fx->n = n;
+    fx->fd = -1;
+    fx->urgent = SIZE_MAX;
+    fx->refs = 1; /* n->fetch's */
+    snprintf(fx->job, sizeof fx->job, "%s", jd->name);
+    pthread_mutex_init(&fx->write_lock, NULL);
+    /* A reader gets EIO once the store has been unreachable for
+     * VFS_FETCH_OUTAGE_NS, rather than waiting out every retry. */
+    fx->bound = vfs_bound_get();
+    if (!fx->bound.outage_budget_ns)
+        fx->bound.outage_budget_ns = VFS_FETCH_OUTAGE_NS;
     vfs_evict_durable(v, n->size); /* the cache lives under the staging cap too */
-    uint64_t sid = v->next_sid++;
+    fx->sid = v->next_sid++;
     n->fetching = 1;
     pthread_mutex_unlock(&v->lock);
 
-    char sp[PATH_MAX];
-    vfs_staging_path(v, sid, sp, sizeof sp);
-    uint64_t size = 0;
-    st_err e;
-    int fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* read back to verify */
-    if (fd < 0) {
-        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
-                      strerror(errno));
-    } else {
-        /* A reader gets EIO once the store has been unreachable for
-         * VFS_FETCH_OUTAGE_NS, rather than waiting out every retry. */
-        vfs_bound outer = vfs_bound_set((vfs_bound){.outage_budget_ns = VFS_FETCH_OUTAGE_NS});
-        e = fetch_content(v, job, &r, fd, &size);
-        vfs_bound_set(outer);
-        close(fd);
-        if (e)
-            unlink(sp);
-    }
+    vfs_bound outer = vfs_bound_set(fx->bound);
+    st_err e = fetch_layout(v, fx, &r);
+    vfs_bound_set(outer);
     free(r.path);
 
     pthread_mutex_lock(&v->lock);
-    n->fetching = 0;
-    if (!e) {
-        n->sid = sid;
-        n->size = size;
-        n->state = VFILE_DURABLE;
-        n->from_remote = 1;
-        n->durable_version = n->version;
-        v->staged_bytes += size;
-        /* The copy is a cache of durable content: without its row a restart
-         * fetches it again. */
-        if (n->parent)
-            (void)vfs_journal_put_file(v, n);
-    } else {
+    if (e) {
+        char sp[PATH_MAX];
+        vfs_staging_path(v, fx->sid, sp, sizeof sp);
+        unlink(sp);
+        n->fetching = 0;
         vfs_set_error(v, "fetching %s: %s", n->name, st_errmsg());
         vfs_log(v, 2, "%s", v->last_error);
+        pthread_cond_broadcast(&v->changed);
+        fetch_free(fx);
+        return e;
     }
-    pthread_cond_broadcast(&v->changed);
+    n->fetch = fx;
+    v->fetches_active++;
+    fx->refs++; /* the caller's */
+    *out = fx;
+    fetch_start_workers(v, fx);
+    return ST_OK;
+}
+
+st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len)
+{
+    uint64_t end = off + len < fx->size ? off + len : fx->size;
+    for (;;) {
+        if (off >= end || (fx->ended && !fx->err))
+            return ST_OK;
+        /* The first run ending after off (runs are sorted by offset). */
+        size_t lo = 0, hi = fx->nruns;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (fx->runs[mid].off + fx->runs[mid].len <= off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t r = lo;
+        while (r < fx->nruns && fx->runs[r].off < end && fx->runs[r].state == VRUN_DONE)
+            r++;
+        if (r == fx->nruns || fx->runs[r].off >= end)
+            return ST_OK; /* every run of the range is verified (kept by an open fd) */
+        if (fx->err)
+            return st_seterr(fx->err, "%s", fx->msg);
+        if (fx->runs[r].state == VRUN_TODO)
+            fx->urgent = r; /* ahead of the fetch front: next */
+        pthread_cond_wait(&v->changed, &v->lock);
+    }
+}
+
+st_err vfs_fetch(st_vfs *v, vnode *n)
+{
+    vfetch *fx;
+    st_err e = vfs_fetch_begin(v, n, &fx);
+    if (e || !fx)
+        return e;
+    e = vfs_fetch_wait_range(v, fx, 0, fx->size);
+    /* Verified run by run; the whole-file check is the fetch's end. */
+    while (!e && !fx->ended)
+        pthread_cond_wait(&v->changed, &v->lock);
+    if (!e && fx->err)
+        e = st_seterr(fx->err, "%s", fx->msg);
+    vfs_fetch_put(fx);
     return e;
+}
+
+void vfs_fetch_stop_all(st_vfs *v)
+{
+    pthread_mutex_lock(&v->lock);
+    v->fetch_stop = 1;
+    pthread_cond_broadcast(&v->changed);
+    while (v->fetch_threads)
+        pthread_cond_wait(&v->changed, &v->lock);
+    pthread_mutex_unlock(&v->lock);
 }

@@ -295,7 +295,8 @@ static inline st_err vh_read(vh_mount *m, const char *path, st_bytes *out)
     if (e || (e = st_vfs_open_file(m->v, a.ino, O_RDONLY, VH_PID_A, &h)))
         return e;
     for (;;) {
-        if ((e = st_bytes_reserve(out, 1u << 16)))
+        if ((e = st_bytes_reserve(out, 1u << 16)) ||
+            (e = st_vfs_read_wait(m->v, h, out->len, out->cap - out->len)))
             break;
         ssize_t n =
             pread(st_vfs_handle_fd(h), out->data + out->len, out->cap - out->len, (off_t)out->len);
@@ -307,6 +308,20 @@ static inline st_err vh_read(vh_mount *m, const char *path, st_bytes *out)
     }
     st_vfs_release(m->v, h);
     return e;
+}
+
+/* Reads len bytes at off through an open handle h as the FUSE read does
+ * (st_vfs_read_wait, then pread on its fd); returns the bytes read, -1 on
+ * error (e set). */
+static inline ssize_t vh_pread(vh_mount *m, st_vfs_handle *h, void *buf, size_t len, uint64_t off,
+                               st_err *e)
+{
+    if ((*e = st_vfs_read_wait(m->v, h, off, len)))
+        return -1;
+    ssize_t n = pread(st_vfs_handle_fd(h), buf, len, (off_t)off);
+    if (n < 0)
+        *e = st_seterr(ST_ERR_IO, "pread: %s", strerror(errno));
+    return n;
 }
 
 /* 1 if path reads back as exactly data[0..len). */
@@ -409,16 +424,23 @@ static inline st_err vh_rmtree(vh_mount *m, const char *path)
     return e ? e : vh_rmdir(m, path);
 }
 
-/* Writes lines to .ckptfs/commit (one write, as ckpt_commit does). */
-static inline st_err vh_commit(vh_mount *m, const char *lines)
+/* Writes text to the write-only control file ino (one write, as ckpt_commit
+ * and ckptctl do). */
+static inline st_err vh_ctl_write(vh_mount *m, uint64_t ino, const char *text)
 {
     st_vfs_handle *h;
-    st_err e = st_vfs_open_file(m->v, ST_VFS_COMMIT_INO, O_WRONLY, VH_PID_A, &h);
+    st_err e = st_vfs_open_file(m->v, ino, O_WRONLY, VH_PID_A, &h);
     if (e)
         return e;
-    e = st_vfs_handle_write(m->v, h, lines, strlen(lines));
+    e = st_vfs_handle_write(m->v, h, text, strlen(text));
     st_vfs_release(m->v, h);
     return e;
+}
+
+/* Writes lines to .ckptfs/commit. */
+static inline st_err vh_commit(vh_mount *m, const char *lines)
+{
+    return vh_ctl_write(m, ST_VFS_COMMIT_INO, lines);
 }
 
 /* ---- the status file ---- */

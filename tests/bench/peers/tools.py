@@ -258,6 +258,8 @@ class Ckptfs(Tool):
         os.makedirs(staging)
         argv = [self.ctx.ckptfs, mnt, "--store", self.store_url(), "--s3-endpoint",
                 self.ctx.proxy_endpoint, "--staging", staging, "--node", node] + CKPTFS_OPTIONS
+        if phase == "resume":  # a new node warms the newest step up at once (docs/WARMUP.md)
+            argv += ["--prefetch", "latest"]
         self.daemon = Daemon(self.name, argv, mnt, self.log(phase), self.env)
         job = os.path.join(mnt, self.JOB)
         if mkjob:

@@ -1,0 +1,247 @@
+/*
+ * test_vfs_warmup — fetching remote files in verified runs and warm-up
+ * (docs/WARMUP.md, store/mount/st_vfs_remote.c and st_vfs_warmup.c): node A
+ * makes a step durable; node B, over a store whose pack GETs are slowed
+ * (st_backend_fault get_delay_ms), reads the first MiB of a 64 MiB file
+ * while the rest is still being fetched, and reads back every byte; a
+ * warm-up request makes a step's files local before anybody opens them
+ * (status "warm", and reading them then fetches nothing); a mount closed
+ * mid-fetch leaves nothing a restart trusts; malformed requests are refused.
+ *
+ * The cases check order and content, never durations: the delay only keeps
+ * the fetch under way long enough for a read to land during it (8 runs of
+ * 8 MiB, 4 workers, 1 s per pack GET: two rounds of GETs at least).
+ */
+#include "vfs_harness.h"
+#include "mount/st_vfs_impl.h"
+
+static st_backend *store;
+
+#define BIG_LEN  (64u << 20)
+#define BIG_PATH VH_JOB "/step-000007/model.pt"
+#define SLOW_GET "get_delay_ms=1000"
+
+static uint8_t *big;
+
+/* A fresh store holding step 7 of VH_JOB (model.pt: BIG_LEN random bytes,
+ * and a marker), durable and consistent, written by node "a". */
+static void store_with_step(void)
+{
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "warm-a", 1));
+    if (!a.v)
+        return;
+    CHECK_OK(vh_write(&a, BIG_PATH, big, BIG_LEN, VH_PID_A));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000007/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(a.v, 60));
+    CHECK(vh_consistent(store, 7));
+    vh_mount_close(&a);
+}
+
+/* Opens mount b (node "b", started) over the store, pack GETs slowed if
+ * fault, and waits until it lists BIG_PATH. */
+static int open_b(vh_mount *b, const char *staging, const char *fault)
+{
+    CHECK_OK(vh_mount_open_fault(b, store, "b", staging, 1, fault));
+    if (!b->v)
+        return 0;
+    CHECK(VH_WAIT(vh_exists(b, BIG_PATH), 10));
+    return 1;
+}
+
+static int fetches_active(vh_mount *m)
+{
+    return (int)vh_status_u64(m, "\"warmup\"", "fetches_active");
+}
+
+/* Verified bytes mount m fetched so far (status warmup.fetched_bytes). */
+static uint64_t fetched(vh_mount *m)
+{
+    return vh_status_u64(m, "\"warmup\"", "fetched_bytes");
+}
+
+static void test_read_during_fetch(void)
+{
+    store_with_step();
+    vh_mount b;
+    if (!open_b(&b, "during-b", SLOW_GET))
+        return;
+    st_vfs_attr at;
+    st_vfs_handle *h = NULL;
+    CHECK_OK(vh_lookup(&b, BIG_PATH, &at));
+    CHECK_OK(st_vfs_open_file(b.v, at.ino, O_RDONLY, VH_PID_A, &h));
+    if (!h) {
+        vh_mount_close(&b);
+        return;
+    }
+    /* The open returned before the content: the fetch is under way. */
+    CHECK(fetches_active(&b) == 1);
+    uint8_t *buf = malloc(1u << 20);
+    st_err e;
+    CHECK(vh_pread(&b, h, buf, 1u << 20, 0, &e) == (ssize_t)(1u << 20));
+    CHECK(memcmp(buf, big, 1u << 20) == 0);
+    /* Served once its run was verified, not after the whole file: the
+     * fetch still runs and has fetched less than the file. */
+    CHECK(fetches_active(&b) == 1);
+    CHECK(fetched(&b) < BIG_LEN);
+    /* A read ahead of the fetch front (the end, as torch.load's zip
+     * directory) and then every byte, through the same handle. */
+    CHECK(vh_pread(&b, h, buf, 1u << 20, BIG_LEN - (1u << 20), &e) == (ssize_t)(1u << 20));
+    CHECK(memcmp(buf, big + BIG_LEN - (1u << 20), 1u << 20) == 0);
+    int same = 1;
+    for (uint64_t off = 0; off < BIG_LEN && same; off += 1u << 20)
+        same = vh_pread(&b, h, buf, 1u << 20, off, &e) == (ssize_t)(1u << 20) &&
+               memcmp(buf, big + off, 1u << 20) == 0;
+    CHECK(same);
+    st_vfs_release(b.v, h);
+    /* The fetch ends with the whole-file check: a cached, verified copy. */
+    CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    CHECK(fetched(&b) == BIG_LEN);
+    CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
+    free(buf);
+    vh_mount_close(&b);
+}
+
+/* Writes line to .ckptfs/warmup as ckptctl warmup does. */
+static st_err warmup_write(vh_mount *m, const char *line)
+{
+    return vh_ctl_write(m, ST_VFS_WARMUP_INO, line);
+}
+
+/* How many warm-up requests of step 7 of VH_JOB the status shows in state want. */
+static int warm_requests(vh_mount *m, const char *want)
+{
+    st_bytes s = {0};
+    vh_status(m, &s);
+    char pat[128];
+    snprintf(pat, sizeof pat, "{\"job\":\"%s\",\"step\":7,\"state\":\"%s\"", VH_JOB, want);
+    int n = 0;
+    for (const char *p = (const char *)s.data; (p = strstr(p, pat)); p++)
+        n++;
+    st_bytes_free(&s);
+    return n;
+}
+
+static int warm_state_is(vh_mount *m, const char *want)
+{
+    return warm_requests(m, want) > 0;
+}
+
+static void test_warmup_warms(void)
+{
+    store_with_step();
+    vh_mount b;
+    if (!open_b(&b, "warm-b", NULL))
+        return;
+    CHECK_OK(warmup_write(&b, VH_JOB "\n")); /* the newest step: 7 */
+    CHECK(VH_WAIT(warm_state_is(&b, "warm"), 60));
+    CHECK(vh_status_u64(&b, "\"requests\"", "files") == 2);
+    CHECK(vh_status_u64(&b, "\"requests\"", "files_warm") == 2);
+    CHECK(vh_status_u64(&b, "\"requests\"", "bytes_warm") == BIG_LEN);
+    /* Warm means local: reading it fetches nothing more. */
+    CHECK(fetched(&b) == BIG_LEN);
+    CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
+    CHECK(fetched(&b) == BIG_LEN);
+    /* Every job's newest (--prefetch latest): a request per job, warm too. */
+    CHECK_OK(st_vfs_warmup(b.v, NULL, UINT64_MAX));
+    CHECK(VH_WAIT(warm_requests(&b, "warm") == 2, 10));
+    vh_mount_close(&b);
+}
+
+static void test_bad_requests_refused(void)
+{
+    vh_mount b;
+    CHECK_OK(vh_mount_open(&b, store, "c", "bad-c", 0));
+    if (!b.v)
+        return;
+    CHECK_ERR(warmup_write(&b, "bad/name\n"), ST_ERR_INVALID);
+    CHECK_ERR(warmup_write(&b, VH_JOB " -1\n"), ST_ERR_INVALID);
+    CHECK_ERR(warmup_write(&b, VH_JOB " 7 8\n"), ST_ERR_INVALID);
+    CHECK_ERR(warmup_write(&b, VH_JOB " 7\n" VH_JOB "\n"), ST_ERR_INVALID);
+    CHECK_ERR(warmup_write(&b, ""), ST_ERR_INVALID);
+    st_vfs_handle *h = NULL;
+    CHECK_ERR(st_vfs_open_file(b.v, ST_VFS_WARMUP_INO, O_RDONLY, VH_PID_A, &h), ST_ERR_READ_ONLY);
+    CHECK_OK(warmup_write(&b, VH_JOB " 7"));
+    vh_mount_close(&b);
+}
+
+/* Closed in the middle of a fetch (a crash leaves the same: a staging file
+ * no journal row names): the next mount on that staging fetches again and
+ * serves exactly the stored bytes. */
+static void test_closed_mid_fetch_leaves_nothing_trusted(void)
+{
+    store_with_step();
+    vh_mount b;
+    if (!open_b(&b, "mid-b", SLOW_GET))
+        return;
+    CHECK_OK(st_vfs_warmup(b.v, VH_JOB, 7));
+    CHECK(VH_WAIT(fetched(&b) > 0, 30));
+    CHECK(fetched(&b) < BIG_LEN);
+    vh_mount_close(&b);
+    CHECK(open_b(&b, "mid-b", NULL));
+    if (!b.v)
+        return;
+    CHECK(fetches_active(&b) == 0);
+    CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
+    vh_mount_close(&b);
+}
+
+/* The runs a file is cut into: every chunk in exactly one run, in order,
+ * none over VFS_RUN_BYTES unless one chunk is. A 1 GiB torch.save file had
+ * more runs than size / VFS_RUN_BYTES + 2 (chunks that do not fill a run
+ * exactly), which overflowed the run table (ckptfs aborted in the resume
+ * benchmark): 5 MiB chunks make one run each, 2.5x that bound. */
+static void test_runs_cover_every_chunk(void)
+{
+    enum { N = 100 };
+    st_chunk_ref chunks[N + 1];
+    memset(chunks, 0, sizeof chunks);
+    uint64_t size = 0;
+    for (int i = 0; i < N; i++)
+        size += chunks[i].raw_len = i == 7 ? (12u << 20) : (5u << 20) + (uint32_t)i;
+    st_file_entry f = {.path = "f", .size = size, .nchunks = N, .chunks = chunks};
+    vrun *runs = NULL;
+    size_t n = 0;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    CHECK(n == N);
+    uint64_t off = 0;
+    size_t next = 0;
+    for (size_t r = 0; runs && r < n; r++) {
+        CHECK(runs[r].first == next && runs[r].off == off && runs[r].count >= 1);
+        CHECK(runs[r].len <= VFS_RUN_BYTES || runs[r].count == 1);
+        CHECK(runs[r].state == VRUN_TODO);
+        next += runs[r].count;
+        off += runs[r].len;
+    }
+    CHECK(next == N && off == size);
+    free(runs);
+    /* 1 MiB chunks fill 8 MiB runs exactly; a short last run. */
+    for (int i = 0; i < N; i++)
+        chunks[i].raw_len = 1u << 20;
+    f.size = (uint64_t)N << 20;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    CHECK(n == (N + 7) / 8 && runs[n - 1].count == N % 8);
+    free(runs);
+    /* Chunks that do not add up to the size: damage, not a layout. */
+    f.size++;
+    CHECK_ERR(vfs_layout_runs(&f, &runs, &n), ST_ERR_CORRUPT);
+}
+
+int main(void)
+{
+    if (vh_setup("vfs-warmup"))
+        return 1;
+    big = vh_data(BIG_LEN, 77);
+    RUN(test_runs_cover_every_chunk);
+    RUN(test_read_during_fetch);
+    RUN(test_warmup_warms);
+    RUN(test_bad_requests_refused);
+    RUN(test_closed_mid_fetch_leaves_nothing_trusted);
+    free(big);
+    st_backend_close(store);
+    vh_teardown();
+    return ut_finish();
+}
