@@ -477,6 +477,16 @@ def list_steps(ckptctl, store_url, job, timeout=60, env=None):
     return json.loads(p.stdout or "[]")
 
 
+def run_ckptctl(ckptctl, store_url, job, *args, check=True, timeout=300):
+    """`ckptctl --store URL --job JOB ARGS...` run with its output captured;
+    with check, an exit other than 0 raises AssertionError with its stderr."""
+    cmd = [ckptctl, "--store", store_url, "--job", job, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
+    return p
+
+
 def wait_durable(ckptctl, store_url, job, step, timeout=120, interval=0.2, env=None):
     """Poll `ckptctl --json ls` until `step` is listed (durable); return its
     entry. Failures of ckptctl while polling (job not there yet) are retried.

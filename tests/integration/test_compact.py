@@ -31,7 +31,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_torch,  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_ckptctl, run_torch,  # noqa: E402
                       wait_durable)
 
 JOB = "job"
@@ -69,11 +69,8 @@ class CompactTest(MountTestCase):
         return m
 
     def ctl(self, *args, store=None, check=True, timeout=300):
-        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if check and p.returncode != 0:
-            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
-        return p
+        return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
+                           timeout=timeout)
 
     def gc(self, *args, grace="1"):
         return json.loads(self.ctl("gc", "--json", "--keep-last", "2", "--grace", grace,

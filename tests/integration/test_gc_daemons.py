@@ -42,7 +42,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase, torch_env  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase,  # noqa: E402
+                      run_ckptctl, torch_env)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = "job"
@@ -83,11 +84,8 @@ class GcDaemonsTest(MountTestCase):
         return m
 
     def ctl(self, *args, store=None, check=True, timeout=300):
-        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if check and p.returncode != 0:
-            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
-        return p
+        return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
+                           timeout=timeout)
 
     def gc(self, *args):
         return json.loads(self.ctl("gc", "--json", "--grace", GRACE, *args).stdout)
