@@ -671,6 +671,14 @@ class MountTestCase(unittest.TestCase):
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def start_mount(self, m, job):
+        """Starts Mount m, stopped in tearDown, with the directory of job made
+        in it; returns m."""
+        self.mounts.append(m)
+        m.start()
+        os.makedirs(os.path.join(m.path, job), exist_ok=True)
+        return m
+
     def tmp_dir(self, name):
         """Creates the directory TMP/name; returns its path."""
         path = os.path.join(self.tmp, name)

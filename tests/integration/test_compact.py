@@ -63,10 +63,7 @@ class CompactTest(MountTestCase):
     def mount(self, name):
         m = Mount(os.path.join(self.tmp, name), store=self.store, staging=self.staging,
                   node=NODE, binary=CKPTFS, extra_args=["--refresh", "0.5"])
-        self.mounts.append(m)
-        m.start()
-        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
-        return m
+        return self.start_mount(m, JOB)
 
     def ctl(self, *args, store=None, check=True, timeout=300):
         return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,

@@ -78,10 +78,7 @@ class GcDaemonsTest(MountTestCase):
         m = Mount(os.path.join(self.tmp, name), store=self.store,
                   staging=os.path.join(self.tmp, name + "-staging"), node="node-" + name,
                   binary=CKPTFS, extra_args=["--refresh", "0.5", *extra])
-        self.mounts.append(m)
-        m.start()
-        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
-        return m
+        return self.start_mount(m, JOB)
 
     def ctl(self, *args, store=None, check=True, timeout=300):
         return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
