@@ -44,6 +44,18 @@ static void put_u64(FILE *out, const char *name, const char *type, const char *h
     fprintf(out, "%s %" PRIu64 "\n", name, value);
 }
 
+/* A run of unlabelled samples: one table instead of a run of calls. */
+typedef struct {
+    const char *name, *type, *help;
+    uint64_t value;
+} u64_metric;
+
+static void put_u64s(FILE *out, const u64_metric *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        put_u64(out, m[i].name, m[i].type, m[i].help, m[i].value);
+}
+
 static void put_double(FILE *out, const char *name, const char *type, const char *help,
                        double value)
 {
@@ -82,24 +94,26 @@ static void put_all(FILE *out, const st_vfs_stats *s, const char *version)
     fputs("ckptfs_build_info{version=", out);
     put_label_value(out, version);
     fputs("} 1\n", out);
-    put_u64(out, "ckptfs_pending_bytes", "gauge", "Bytes of local files not yet durable.",
-            s->pending_bytes);
-    put_u64(out, "ckptfs_staged_bytes", "gauge",
-            "Bytes of staging files: pending ones and cached durable ones.", s->staged_bytes);
-    put_u64(out, "ckptfs_staging_cap_bytes", "gauge", "The staging cap; 0: no cap.",
-            s->staging_cap);
-    put_u64(out, "ckptfs_upload_queue_steps", "gauge", "Steps waiting for the uploader.", s->queue);
-    put_u64(out, "ckptfs_draining", "gauge",
-            "1 once a preemption notice or shutdown put the newest complete step first.",
-            (uint64_t)s->draining);
-    put_u64(out, "ckptfs_fetches_active", "gauge", "Remote files being fetched into staging.",
-            s->fetches_active);
-    put_u64(out, "ckptfs_fetched_bytes_total", "counter",
-            "Bytes of remote files fetched and verified.", s->fetched_bytes);
-    put_u64(out, "ckptfs_warmup_bytes", "gauge", "Bytes of the files of the warm-up requests.",
-            s->warmup_bytes);
-    put_u64(out, "ckptfs_warmup_warm_bytes", "gauge",
-            "Of those, bytes fetched and verified into staging.", s->warmup_warm_bytes);
+    const u64_metric staging[] = {
+        {"ckptfs_pending_bytes", "gauge", "Bytes of local files not yet durable.",
+         s->pending_bytes},
+        {"ckptfs_staged_bytes", "gauge",
+         "Bytes of staging files: pending ones and cached durable ones.", s->staged_bytes},
+        {"ckptfs_staging_cap_bytes", "gauge", "The staging cap; 0: no cap.", s->staging_cap},
+        {"ckptfs_upload_queue_steps", "gauge", "Steps waiting for the uploader.", s->queue},
+        {"ckptfs_draining", "gauge",
+         "1 once a preemption notice or shutdown put the newest complete step first.",
+         (uint64_t)s->draining},
+        {"ckptfs_fetches_active", "gauge", "Remote files being fetched into staging.",
+         s->fetches_active},
+        {"ckptfs_fetched_bytes_total", "counter", "Bytes of remote files fetched and verified.",
+         s->fetched_bytes},
+        {"ckptfs_warmup_bytes", "gauge", "Bytes of the files of the warm-up requests.",
+         s->warmup_bytes},
+        {"ckptfs_warmup_warm_bytes", "gauge", "Of those, bytes fetched and verified into staging.",
+         s->warmup_warm_bytes},
+    };
+    put_u64s(out, staging, sizeof staging / sizeof staging[0]);
     put_family(out, "ckptfs_eta_durable_seconds", "gauge",
                "Estimated seconds until the pending bytes are durable; NaN before the first "
                "upload measured the rate.");

@@ -192,14 +192,23 @@ static int restore_into(cli *c, st_store *s, int latest)
     return EXIT_OK;
 }
 
+/* What restore and get both need: a job, no positional argument and a
+ * target directory; no_to is the command's own words for a missing --to. */
+static int need_target(const cli *c, int want_step, const char *no_to)
+{
+    if (!need(c, 1, want_step) || !no_positional(c))
+        return 0;
+    if (!c->to) {
+        fprintf(stderr, "%s\n", no_to);
+        return 0;
+    }
+    return 1;
+}
+
 int run_restore(cli *c, st_store *s)
 {
-    if (!need(c, 1, 0) || !no_positional(c))
+    if (!need_target(c, 0, "ckptctl restore: no target: pass --to DIR"))
         return EXIT_USAGE;
-    if (!c->to) {
-        fprintf(stderr, "ckptctl restore: no target: pass --to DIR\n");
-        return EXIT_USAGE;
-    }
     if (c->have_step && c->latest) {
         fprintf(stderr, "ckptctl restore: pass --step N or --latest, not both\n");
         return EXIT_USAGE;
@@ -213,12 +222,8 @@ int run_restore(cli *c, st_store *s)
 
 int run_get(cli *c, st_store *s)
 {
-    if (!need(c, 1, 1) || !no_positional(c))
+    if (!need_target(c, 1, "ckptctl get: expected --to DIR and no other arguments"))
         return EXIT_USAGE;
-    if (!c->to) {
-        fprintf(stderr, "ckptctl get: expected --to DIR and no other arguments\n");
-        return EXIT_USAGE;
-    }
     return restore_into(c, s, 0);
 }
 

@@ -55,24 +55,18 @@
 set -euo pipefail
 shopt -s inherit_errexit # a step that fails inside $(...) fails the run
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/benchopt.sh"
 build="" size=512 reps=5 workdir=/var/tmp use_rgw=0 before=""
 while [ $# -gt 0 ]; do
     case "$1" in
-    --smoke) size=32 reps=1 ;;
-    --size-mib) size=${2:?--size-mib needs a number}; shift ;;
-    --reps) reps=${2:?--reps needs a number}; shift ;;
-    --workdir) workdir=${2:?--workdir needs a directory}; shift ;;
-    --rgw) use_rgw=1 ;;
-    --before) before=${2:?--before needs a ckptctl}; shift ;;
-    -h | --help) usage ;;
-    -*) echo "bench_durable: unknown option $1" >&2; usage ;;
-    *) [ -z "$build" ] || usage; build=$(cd "$1" && pwd) ;;
+    --rgw) use_rgw=1 nargs=1 ;;
+    --before) before=${2:?--before needs a ckptctl}; nargs=2 ;;
+    *) bench_opt bench_durable "$@" ;;
     esac
-    shift
+    shift "$nargs"
 done
 [ -n "$build" ] || usage
-here=$(cd "$(dirname "$0")" && pwd)
 . "$here/s3lib.sh"
 ckptctl=$build/tools/ckptctl
 [ -x "$ckptctl" ] || { echo "bench_durable: $ckptctl not built" >&2; exit 2; }

@@ -36,12 +36,10 @@
 # (lazily if busy), daemons are killed by PID, the work dir is removed.
 set -euo pipefail
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
-[ $# -ge 1 ] || usage
-case "$1" in -h|--help) usage ;; esac
-build=$(cd "$1" && pwd)
-shift
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/benchopt.sh"
+bench_build_dir "$@"
+shift
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
 base="" series=0 rclone=0
 also=()

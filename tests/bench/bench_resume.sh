@@ -42,22 +42,14 @@
 set -euo pipefail
 shopt -s inherit_errexit
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/benchopt.sh"
 build="" size=1024 reps=3 workdir=/var/tmp
 while [ $# -gt 0 ]; do
-    case "$1" in
-    --smoke) size=32 reps=1 ;;
-    --size-mib) size=${2:?--size-mib needs a number}; shift ;;
-    --reps) reps=${2:?--reps needs a number}; shift ;;
-    --workdir) workdir=${2:?--workdir needs a directory}; shift ;;
-    -h | --help) usage ;;
-    -*) echo "bench_resume: unknown option $1" >&2; usage ;;
-    *) [ -z "$build" ] || usage; build=$(cd "$1" && pwd) ;;
-    esac
-    shift
+    bench_opt bench_resume "$@"
+    shift "$nargs"
 done
 [ -n "$build" ] || usage
-here=$(cd "$(dirname "$0")" && pwd)
 . "$here/s3lib.sh"
 ckptctl=$build/tools/ckptctl ckptfs=$build/fs/ckptfs
 for b in "$ckptctl" "$ckptfs"; do

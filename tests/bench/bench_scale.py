@@ -182,6 +182,18 @@ def compare(digests, root):
     return [n for n, h in digests.items() if mountlib.sha256_file(os.path.join(root, n)) != h]
 
 
+def gather(procs, timeout, what):
+    """The JSON objects the processes print, merged; what names them in the
+    error when one fails."""
+    merged = {}
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError("a %s failed with status %d" % (what, p.returncode))
+        merged.update(json.loads(out))
+    return merged
+
+
 def read_back(args, ckptfs, work, store, writers, digests, env):
     """A new node's resume: a fresh mount of the store (empty staging, node
     "reader"), one process per rank reading its own files at once through
@@ -201,12 +213,7 @@ def read_back(args, ckptfs, work, store, writers, digests, env):
         procs = [subprocess.Popen([sys.executable, "-c", READER, root, json.dumps(names)],
                                   stdout=subprocess.PIPE, env=env, text=True)
                  for names in lists]
-        got = {}
-        for p in procs:
-            out, _ = p.communicate(timeout=args.timeout)
-            if p.returncode != 0:
-                raise RuntimeError("a reader failed with status %d" % p.returncode)
-            got.update(json.loads(out))
+        got = gather(procs, args.timeout, "reader")
         sampler.finish()
     bad = [n for n, h in got.items() if digests[n] != h]
     if bad or len(got) != len(digests):
@@ -256,12 +263,7 @@ def run_point(args, kind, value, rep, variant):
                 procs.append(subprocess.Popen(
                     [sys.executable, "-c", WRITER, root, str(point_id), json.dumps(spec)],
                     stdout=subprocess.PIPE, env=wenv, text=True))
-            digests = {}
-            for p in procs:
-                out, _ = p.communicate(timeout=args.timeout)
-                if p.returncode != 0:
-                    raise RuntimeError("a writer failed with status %d" % p.returncode)
-                digests.update(json.loads(out))
+            digests = gather(procs, args.timeout, "writer")
             if marker:  # rank 0's marker, last (R1), from a process that has a rank
                 subprocess.run([sys.executable, "-c", MARKER, os.path.join(root, marker)],
                                check=True, timeout=60,

@@ -477,6 +477,16 @@ def list_steps(ckptctl, store_url, job, timeout=60, env=None):
     return json.loads(p.stdout or "[]")
 
 
+def run_ckptctl(ckptctl, store_url, job, *args, check=True, timeout=300):
+    """`ckptctl --store URL --job JOB ARGS...` run with its output captured;
+    with check, an exit other than 0 raises AssertionError with its stderr."""
+    cmd = [ckptctl, "--store", store_url, "--job", job, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
+    return p
+
+
 def wait_durable(ckptctl, store_url, job, step, timeout=120, interval=0.2, env=None):
     """Poll `ckptctl --json ls` until `step` is listed (durable); return its
     entry. Failures of ckptctl while polling (job not there yet) are retried.
@@ -660,6 +670,14 @@ class MountTestCase(unittest.TestCase):
                 m.check_sanitizer()  # before the logs go with the temp dir
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_mount(self, m, job):
+        """Starts Mount m, stopped in tearDown, with the directory of job made
+        in it; returns m."""
+        self.mounts.append(m)
+        m.start()
+        os.makedirs(os.path.join(m.path, job), exist_ok=True)
+        return m
 
     def tmp_dir(self, name):
         """Creates the directory TMP/name; returns its path."""

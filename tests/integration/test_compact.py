@@ -31,7 +31,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_torch,  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_ckptctl, run_torch,  # noqa: E402
                       wait_durable)
 
 JOB = "job"
@@ -63,17 +63,11 @@ class CompactTest(MountTestCase):
     def mount(self, name):
         m = Mount(os.path.join(self.tmp, name), store=self.store, staging=self.staging,
                   node=NODE, binary=CKPTFS, extra_args=["--refresh", "0.5"])
-        self.mounts.append(m)
-        m.start()
-        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
-        return m
+        return self.start_mount(m, JOB)
 
     def ctl(self, *args, store=None, check=True, timeout=300):
-        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if check and p.returncode != 0:
-            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
-        return p
+        return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
+                           timeout=timeout)
 
     def gc(self, *args, grace="1"):
         return json.loads(self.ctl("gc", "--json", "--keep-last", "2", "--grace", grace,

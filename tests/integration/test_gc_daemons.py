@@ -42,7 +42,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase, torch_env  # noqa: E402
+from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase,  # noqa: E402
+                      run_ckptctl, torch_env)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = "job"
@@ -77,17 +78,11 @@ class GcDaemonsTest(MountTestCase):
         m = Mount(os.path.join(self.tmp, name), store=self.store,
                   staging=os.path.join(self.tmp, name + "-staging"), node="node-" + name,
                   binary=CKPTFS, extra_args=["--refresh", "0.5", *extra])
-        self.mounts.append(m)
-        m.start()
-        os.makedirs(os.path.join(m.path, JOB), exist_ok=True)
-        return m
+        return self.start_mount(m, JOB)
 
     def ctl(self, *args, store=None, check=True, timeout=300):
-        cmd = [CKPTCTL, "--store", store or self.store, "--job", JOB, *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if check and p.returncode != 0:
-            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr))
-        return p
+        return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
+                           timeout=timeout)
 
     def gc(self, *args):
         return json.loads(self.ctl("gc", "--json", "--grace", GRACE, *args).stdout)

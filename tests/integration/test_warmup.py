@@ -20,7 +20,6 @@ The test checks content and states, never timings.
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
-import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +28,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status,  # noqa: E402
-                      run_torch, wait_for)
+                      run_torch, sha256_file, wait_for)
 
 JOB = "job"
 STEP = 10
@@ -51,14 +50,6 @@ state = torch.load(sys.argv[1], weights_only=True)
 assert state["step"] == 10, state["step"]
 print(sum(float(t.double().sum()) for d in ("model", "optim") for t in state[d].values()))
 """
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class WarmupTest(MountTestCase):
@@ -85,14 +76,14 @@ class WarmupTest(MountTestCase):
         path = os.path.join(m.path, JOB, NAME)
         got = float(run_torch(LOAD, path).stdout.strip())
         self.assertEqual(got, want_sum)
-        self.assertEqual(sha256(path), want_sha)
+        self.assertEqual(sha256_file(path), want_sha)
 
     def test_prefetch_warmup_and_cold_reads(self):
         a = self.mount("a")
         os.mkdir(os.path.join(a.path, JOB))
         path_a = os.path.join(a.path, JOB, NAME)
         want_sum = float(run_torch(SAVE, path_a).stdout.strip())
-        want_sha = sha256(path_a)
+        want_sha = sha256_file(path_a)
         wait_for(lambda: read_status(a.path)["queue"] == 0 and
                  all(s["state"] == "durable" for s in read_status(a.path)["steps"]),
                  TIMEOUT, "step %d durable" % STEP)

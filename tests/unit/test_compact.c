@@ -37,16 +37,6 @@ static char url[300];
 static int store_no; /* each case gets a store of its own */
 static char case_url[600], case_dir[400];
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    CHECK(fd >= 0);
-    if (fd < 0)
-        return;
-    CHECK(write(fd, data, len) == (ssize_t)len);
-    close(fd);
-}
-
 static void sleep_ns(int64_t ns)
 {
     struct timespec ts = {ns / 1000000000, ns % 1000000000};
@@ -81,10 +71,10 @@ static st_err put_step_as(st_store *s, uint64_t step, const char *own_name, size
     mkdir(dir, 0755);
     ut_rand_fill(buf, size, 7);
     snprintf(p, sizeof p, "%s/shared.bin", dir);
-    write_file(p, buf, size);
+    ut_write_file(p, buf, size);
     ut_rand_fill(buf, size, 1000 + step);
     snprintf(p, sizeof p, "%s/%s", dir, own_name);
-    write_file(p, buf, size);
+    ut_write_file(p, buf, size);
     st_put_result r;
     return st_store_put_dir(s, "j", step, dir, &r);
 }

@@ -45,12 +45,10 @@
 # the environment and mode-600 files. Everything on 127.0.0.1.
 set -euo pipefail
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
-[ $# -ge 1 ] || usage
-case "$1" in -h | --help) usage ;; esac
-build=$(cd "$1" && pwd)
-shift
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../benchopt.sh"
+bench_build_dir "$@"
+shift
 orig_args="$*"
 src=$(cd "$here/../../.." && pwd)
 servers=s3rver,rgw smoke=0 saves=1 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
