@@ -248,8 +248,11 @@ class LoadTest(MountTestCase):
         # ones: a cut-short step that was listed consistent counts, and gc
         # deleted the acknowledged step it pushed out of the newest KEEP.)
         for job in self.writers:
-            self.assertEqual(self.consistent(job), kept_before[job],
-                             "%s: consistent steps after unmount" % job)
+            # The unmount may still make a cut-short step durable (its drain),
+            # so what was kept must still be there; more may be.
+            after = self.consistent(job)
+            self.assertTrue(set(kept_before[job]) <= set(after),
+                            "%s: after unmount %s, kept before %s" % (job, after, kept_before[job]))
         print("load figures: store %s, nodes 2, writers %d, steps acknowledged %d, "
               "node a's writers running at the kill %d, steps cut short by it %d (kept and whole all the same %d), files %d, bytes %d, kills 1, gc runs %d, "
               "steps deleted by gc %d, packs deleted %d, bytes freed %d, kept steps "
