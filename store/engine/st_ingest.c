@@ -452,9 +452,9 @@ static st_err old_pack_retired(st_ingest *g, const st_id *pack, int *retired)
     return ST_OK;
 }
 
-/* Encodes the chunk in chunk_buf into the open pack of stream (opening one
- * if needed) and fills ref's location. */
-static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
+/* Encodes the chunk data[0..ref->raw_len) into the open pack of stream
+ * (opening one if needed) and fills ref's location. */
+static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chunk_ref *ref)
 {
     const size_t len = ref->raw_len;
     st_err e = ST_OK;
@@ -465,8 +465,8 @@ static st_err store_chunk(st_ingest *g, int stream, st_chunk_ref *ref)
     uint8_t *dst = st_pack_append_begin(&b->w, bound);
     if (!dst)
         return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode_planned(g->chunk_buf, len, &ref->id, dst, bound, &enc_len, g->scratch,
-                                &g->plan, NULL);
+    e = st_codec_encode_planned(data, len, &ref->id, dst, bound, &enc_len, g->scratch, &g->plan,
+                                NULL);
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
     if (!e)
@@ -519,15 +519,15 @@ static int is_all_zero(const uint8_t *buf, size_t len)
     return buf[0] == 0 && memcmp(buf, buf + 1, len - 1) == 0;
 }
 
-/* Stores (or dedups) the chunk in chunk_buf and appends its reference; an
- * all-zero chunk becomes a hole instead. */
-static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
+/* Stores (or dedups) the chunk data[0..len) and appends its reference; an
+ * all-zero chunk becomes a hole instead. data is chunk_buf or, for a chunk
+ * that lies whole in one read, the read buffer itself (no copy). */
+static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const uint8_t *data,
+                         size_t len)
 {
-    const size_t len = g->chunk_len;
-    g->chunk_len = 0;
-    if (is_all_zero(g->chunk_buf, len))
+    if (is_all_zero(data, len))
         return add_hole(g, f, refs_cap, len);
-    st_chunk_ref ref = {.id = st_id_of(g->chunk_buf, len), .raw_len = (uint32_t)len};
+    st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
 
     uint32_t idx;
     if (st_idmap_get(&g->new_ids, &ref.id, &idx)) {
@@ -555,11 +555,19 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap)
      * pack: store it (the last into the rehome stream). */
     if (retired)
         stream = STREAM_REHOME;
-    if ((e = store_chunk(g, stream, &ref)) || (e = add_ref(g, f, refs_cap, &ref)))
+    if ((e = store_chunk(g, stream, data, &ref)) || (e = add_ref(g, f, refs_cap, &ref)))
         return e;
     if (st_pack_writer_size(&g->bufs[g->streams[stream].cur].w) >= ST_PACK_TARGET_SIZE)
         e = flush_pack(g, stream);
     return e;
+}
+
+/* Emits the chunk gathered in chunk_buf (the one that spans reads). */
+static st_err emit_buffered(st_ingest *g, st_file_entry *f, size_t *refs_cap)
+{
+    const size_t len = g->chunk_len;
+    g->chunk_len = 0;
+    return emit_chunk(g, f, refs_cap, g->chunk_buf, len);
 }
 
 /*
@@ -618,11 +626,19 @@ static st_err ingest_data(st_ingest *g, int fd, int seekable, uint64_t *off, uin
             size_t used = st_chunker_next(g->chunker, p, left, &cut);
             if (g->chunk_len + used > g->max_chunk)
                 return st_seterr(ST_ERR_CORRUPT, "chunker exceeded its maximum chunk size");
-            memcpy(g->chunk_buf + g->chunk_len, p, used);
-            g->chunk_len += used;
+            const uint8_t *chunk = p;
             p += used;
             left -= used;
-            if (cut && (e = emit_chunk(g, f, refs_cap)))
+            /* A chunk whole in this read is sealed from read_buf; only one
+             * that spans reads is gathered in chunk_buf (a copy). */
+            if (cut && !g->chunk_len) {
+                if ((e = emit_chunk(g, f, refs_cap, chunk, used)))
+                    return e;
+                continue;
+            }
+            memcpy(g->chunk_buf + g->chunk_len, chunk, used);
+            g->chunk_len += used;
+            if (cut && (e = emit_buffered(g, f, refs_cap)))
                 return e;
         }
     }
@@ -665,7 +681,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
         if (seekable && (e = find_data(fd, off, &data, &data_end, relpath)))
             goto fail;
         if (data > off) { /* a hole: the chunk before it ends here */
-            if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
+            if (g->chunk_len && (e = emit_buffered(g, f, &refs_cap)))
                 goto fail;
             if ((e = add_hole(g, f, &refs_cap, data - off)))
                 goto fail;
@@ -682,7 +698,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
         if (eof)
             break;
     }
-    if (g->chunk_len && (e = emit_chunk(g, f, &refs_cap)))
+    if (g->chunk_len && (e = emit_buffered(g, f, &refs_cap)))
         goto fail;
     f->digest = st_hasher_final(&digest);
     st_hasher_free(&digest);
