@@ -142,22 +142,23 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
         for (size_t k = 0; k < n; k++) {
             const st_chunk_ref *ref = &f->chunks[i + k];
             size_t raw_len;
+            const uint8_t *raw; /* in r->fetched (a raw chunk) or r->raw: no extra copy */
             e = reserve_decode(r, ref->raw_len);
             if (!e)
-                e = st_codec_decode(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
-                                    r->scratch);
+                e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
+                                         r->scratch, &raw);
             if (!e && raw_len != ref->raw_len)
                 e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
             if (e)
                 return st_seterr(e, "restoring %s at byte %llu: %s", f->path,
                                  (unsigned long long)pos, st_errmsg());
             if (digest) {
-                st_hasher_update(digest, r->raw, raw_len);
-                e = st_write_all(fd, r->raw, raw_len, f->path);
+                st_hasher_update(digest, raw, raw_len);
+                e = st_write_all(fd, raw, raw_len, f->path);
             } else {
                 if (write_lock)
                     pthread_mutex_lock(write_lock);
-                e = st_pwrite_all(fd, r->raw, raw_len, pos, f->path);
+                e = st_pwrite_all(fd, raw, raw_len, pos, f->path);
                 if (write_lock)
                     pthread_mutex_unlock(write_lock);
             }

@@ -282,8 +282,9 @@ st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h)
     return ST_OK;
 }
 
-st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_id, uint8_t *out,
-                       size_t out_cap, size_t *raw_len, uint8_t *scratch)
+st_err st_codec_decode_view(const uint8_t *enc, size_t enc_len, const st_id *expect_id,
+                            uint8_t *out, size_t out_cap, size_t *raw_len, uint8_t *scratch,
+                            const uint8_t **bytes)
 {
     char want_hex[ST_ID_HEX_LEN + 1], got_hex[ST_ID_HEX_LEN + 1];
     st_chunk_header h;
@@ -305,10 +306,10 @@ st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_i
                          st_id_hex(&h.id, got_hex));
 
     const uint8_t *payload = enc + ST_CODEC_HEADER_LEN;
-    if (h.codec == ST_CODEC_RAW) {
-        if (h.raw_len)
-            memcpy(out, payload, h.raw_len);
-    } else {
+    /* A raw chunk is verified where it lies: no copy (the caller's enc is
+     * not changed under us, so what is checked is what it reads). */
+    const uint8_t *raw = h.codec == ST_CODEC_RAW ? payload : out;
+    if (h.codec != ST_CODEC_RAW) {
         /* Exact length: LZ4_decompress_safe never writes past raw_len, and a
          * short result means the payload or a length field is damaged. */
         uint8_t *dst = es ? scratch : out;
@@ -321,11 +322,26 @@ st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_i
         if (es)
             st_unshuffle(out, scratch, h.raw_len, es);
     }
-    st_id actual = st_id_of(out, h.raw_len);
+    st_id actual = st_id_of(raw, h.raw_len);
     if (st_id_cmp(&actual, &h.id) != 0)
         return st_seterr(ST_ERR_CORRUPT, "chunk %s: content hashes to %s (checksum mismatch)",
                          st_id_hex(&h.id, want_hex), st_id_hex(&actual, got_hex));
+    *raw_len = h.raw_len;
+    *bytes = raw;
+    return ST_OK;
+}
+
+st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_id, uint8_t *out,
+                       size_t out_cap, size_t *raw_len, uint8_t *scratch)
+{
+    const uint8_t *bytes;
+    size_t len;
+    st_err e = st_codec_decode_view(enc, enc_len, expect_id, out, out_cap, &len, scratch, &bytes);
+    if (e)
+        return e;
+    if (bytes != out && len)
+        memcpy(out, bytes, len);
     if (raw_len)
-        *raw_len = h.raw_len;
+        *raw_len = len;
     return ST_OK;
 }

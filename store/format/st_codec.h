@@ -119,4 +119,14 @@ st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h);
 st_err st_codec_decode(const uint8_t *enc, size_t enc_len, const st_id *expect_id, uint8_t *out,
                        size_t out_cap, size_t *raw_len, uint8_t *scratch);
 
+/*!
+ * st_codec_decode() without the copy of a raw (uncompressed) chunk: on
+ * ST_OK *bytes points at the verified raw_len bytes, either inside enc (a
+ * raw chunk, verified in place) or at out (a decoded one). The checks and
+ * errors are st_codec_decode()'s; raw_len and bytes must not be NULL.
+ */
+st_err st_codec_decode_view(const uint8_t *enc, size_t enc_len, const st_id *expect_id,
+                            uint8_t *out, size_t out_cap, size_t *raw_len, uint8_t *scratch,
+                            const uint8_t **bytes);
+
 #endif

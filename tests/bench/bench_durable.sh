@@ -43,8 +43,9 @@
 # --rgw: also a throw-away Ceph RGW (tests/s3/rgw.sh, bluestore, started
 # and stopped here): every repetition also times (c) and (d) against it,
 # (c-rgw) and (d-rgw), for the same ratio on a second S3 server in one run.
-# --before CKPTCTL: also time (d) (and d-rgw) with another ckptctl build, in
-# the same repetitions: (d0), (d0-rgw) — before/after side by side.
+# --before CKPTCTL: also time (d) (and d-rgw) and (h) with another ckptctl
+# build, in the same repetitions: (d0), (d0-rgw), (h0) — before/after side
+# by side ((h0) restores the same step (d) stored, so only the reader differs).
 # Request counts of one (d) (PUT, HEAD, GET, LIST; ckptctl put --json) are
 # printed with the tables. Server CPU s: s3rver's, plus the RGW daemons'.
 #
@@ -142,6 +143,9 @@ put_file() { ckpt_ctl "file://$work/fstore.$1" "file$1" "$work/file.json" put --
 restore_s3() { # ROUND: step 100 of (d)'s job, to /dev/shm (restore's default threads)
     ckpt_ctl "$s3store" "s3put$1" "$work/restore.json" restore --step 100 --to "$shm/restore.s3"
 }
+restore_s3_before() { # ROUND: (h) with the --before ckptctl
+    bin=$before ckpt_ctl "$s3store" "s3put$1" "$work/restore0.json" restore --step 100 --to "$shm/restore.s3"
+}
 restore_cpu() { # ROUND: the same from (b)'s store on /dev/shm: restore without a network
     ckpt_ctl "file://$shm/cpu.$1" "cpu$1" "$work/lrestore.json" restore --step 100 --to "$shm/restore.cpu"
 }
@@ -233,8 +237,8 @@ step() {
     fileput) timed put_file "$r"; rm -rf "$work/fstore.$r" ;;
     rawget) timed raw_get "$r" null ;;
     getshm) timed raw_get "$r" shm; rm -rf "$shm/get" ;;
-    restore)
-        timed restore_s3 "$r"
+    restore | restore0)
+        if [ "$2" = restore ]; then timed restore_s3 "$r"; else timed restore_s3_before "$r"; fi
         cmp -s "$ckpt" "$shm/restore.s3/${ckpt##*/}" ||
             { echo "bench_durable: restored file differs" >&2; return 1; }
         rm -rf "$shm/restore.s3" ;;
@@ -279,10 +283,12 @@ puts=(cold warm cpu rawput both s3put diskw fileput)
 for m in warm cpu rawput s3put rawget restore lrestore diskw fileput "${puts[@]:8}"; do
     step 0 "$m" >/dev/null
 done
+[ -z "$before" ] || step 0 restore0 >/dev/null
 rm -rf "$shm/cpu.0"
 
 resident_min=100
 gets=(rawget getshm restore lrestore both_get)
+[ -z "$before" ] || gets+=(restore0)
 for ((r = 1; r <= reps; r++)); do
     echo "== repetition $r of $reps" >&2
     # Every other repetition runs the steps in the reverse order.
@@ -308,6 +314,7 @@ for ((r = 1; r <= reps; r++)); do
     record r_restoreshm "$(ratio "$(last getshm)" "$(last restore)")"
     record r_restoreboth "$(ratio "$(last both_get)" "$(last restore)")"
     [ -z "$before" ] || record r_s3_0 "$(ratio "$b" "$(last s3put0)")"
+    [ -z "$before" ] || record r_restore_0 "$(ratio "$(last rawget)" "$(last restore0)")"
     if ((use_rgw)); then
         br=$(maxof "$(last warm)" "$(last cpu)" "$(last rgwraw)")
         record r_rgw "$(ratio "$br" "$(last rgwput)")"
@@ -383,6 +390,7 @@ row "(f) **ckptctl put → file:// on disk**" fileput
 row "(g) raw GET: curl, $npacks packs, 4 in flight, → /dev/null" rawget "$stored"
 row "(g') the same GETs → files on /dev/shm" getshm "$stored"
 row "(h) **ckptctl restore s3:// → /dev/shm** (4 threads)" restore
+[ -z "$before" ] || row "(h0) the same restore with the --before ckptctl" restore0
 row "(h') ckptctl restore from b's file:// store on /dev/shm" lrestore
 row "(g‖h') g and h' at the same time" both_get
 echo
@@ -399,6 +407,7 @@ fi
 target "time to durable, file:// on disk" "slowest of a, b, e: $(slowest warm cpu diskw)" \
     "$bound_file" fileput r_file
 target "**restore, s3://**" "g: raw GET" "${med[rawget]}" restore r_restore
+[ -z "$before" ] || target "restore, s3://, --before" "g: raw GET" "${med[rawget]}" restore0 r_restore_0
 echo
 echo "Reading aids (the CPUs are shared: the pipeline's work and s3rver's run on the same $(nproc)):"
 echo

@@ -304,6 +304,42 @@ static void test_encode_errors(void)
     CHECK_OK(st_codec_encode(raw, sizeof raw, &id, out, sizeof out, &out_len, scratch, NULL));
 }
 
+/* decode_view: a raw chunk is verified where it lies (a pointer into enc, no
+ * copy, out untouched) and a flipped byte is still refused; a compressed one
+ * is decoded into out. */
+static void test_decode_view(void)
+{
+    enc_case raw, lz;
+    if (make_case(&raw, fill_random, 64 << 10, 41) != 0)
+        return;
+    if (make_case(&lz, fill_fp32, 64 << 10, 42) != 0) {
+        free_case(&raw);
+        return;
+    }
+    CHECK(raw.codec == ST_CODEC_RAW && lz.codec != ST_CODEC_RAW);
+    uint8_t *out = xmalloc(raw.raw_len);
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(raw.raw_len));
+    const uint8_t *bytes = NULL;
+    size_t got = 0;
+    memset(out, 0x5A, raw.raw_len);
+    CHECK_OK(st_codec_decode_view(raw.enc, raw.enc_len, &raw.id, out, raw.raw_len, &got, scratch,
+                                  &bytes));
+    CHECK(bytes == raw.enc + ST_CODEC_HEADER_LEN && got == raw.raw_len);
+    CHECK(memcmp(bytes, raw.raw, got) == 0 && out[0] == 0x5A && out[got - 1] == 0x5A);
+    raw.enc[raw.enc_len / 2] ^= 0x10;
+    CHECK_ERR(st_codec_decode_view(raw.enc, raw.enc_len, &raw.id, out, raw.raw_len, &got, scratch,
+                                   &bytes),
+              ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "checksum mismatch") != NULL);
+    CHECK_OK(
+        st_codec_decode_view(lz.enc, lz.enc_len, &lz.id, out, lz.raw_len, &got, scratch, &bytes));
+    CHECK(bytes == out && got == lz.raw_len && memcmp(out, lz.raw, got) == 0);
+    free(out);
+    free(scratch);
+    free_case(&raw);
+    free_case(&lz);
+}
+
 static void test_decode_errors(void)
 {
     enc_case c;
@@ -597,6 +633,7 @@ int main(void)
     RUN(test_plan_changes);
     RUN(test_encode_errors);
     RUN(test_decode_errors);
+    RUN(test_decode_view);
     RUN(test_truncation);
     RUN(test_header_bitflips);
     RUN(test_payload_bitflips);
