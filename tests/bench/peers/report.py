@@ -14,6 +14,7 @@ repetitions. Runs that failed are listed, not averaged.
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -136,15 +137,11 @@ MACHINE_NOTE = ["busy machine"]  # main() replaces it from machine.txt's load av
 
 
 def machine_note(machine):
-    """"busy machine" when the load average before the run was above 2 (the
-    2 vCPUs were shared), else "quiet machine"."""
-    for line in machine.splitlines():
-        if line.startswith("load average before:"):
-            try:
-                return "busy machine" if float(line.split()[3]) > 2 else "quiet machine"
-            except (IndexError, ValueError):
-                pass
-    return "busy machine"
+    """"busy machine" when a load average machine.txt records (before or
+    after a run) was above 2 (the 2 vCPUs were shared), else "quiet
+    machine"."""
+    loads = [float(x) for x in re.findall(r"load average (?:before|after): ([0-9.]+)", machine)]
+    return "quiet machine" if loads and max(loads) <= 2 else "busy machine"
 
 
 def bars(summary, keys, path, title):

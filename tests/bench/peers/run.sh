@@ -10,18 +10,20 @@
 #       [--table-mib N] [--budget-min N] [--append] [--dry-run]
 #
 # Default (the full run; docs/BENCHMARKS.md, "Peers: the plan", says how
-# each piece's estimate was measured): on both servers, 1 save per run,
-# --reps repetitions (default 5) of full at 256 MiB (the transformer +
-# AdamW, fp32; the tables and the growth plot's first point) and of bf16,
-# finetune (2 saves: the second is what a frozen backbone makes
-# incremental), ddp and dcp at --table-mib (default 32) MiB, then one
-# repetition of full at 1 GiB on each server, then one of full at 4 GiB on
-# the last server only (RGW: both do not fit the 30 minutes). Every tool in
-# every piece. Before each piece run.sh prints its estimate (a per-repetition
-# cost model measured by probes, below) and after it the elapsed time; a
-# piece whose estimate does not fit in what is left of --budget-min (default
-# 30) is skipped with a message (and listed in machine.txt) rather than
-# overrunning.
+# each piece's estimate was measured; --dry-run prints them): 1 save per
+# run, every tool in every piece. First the tables, on every server in
+# turn: --reps repetitions (default 5) of full (the transformer + AdamW,
+# fp32), bf16, finetune (2 saves: the second is what a frozen backbone
+# makes incremental), ddp and dcp at --table-mib (default 16) MiB. Then the
+# growth points of full, 1 repetition: 256 MiB and 1 GiB on every server
+# (the last first, so it runs on), 4 GiB on the first server only (s3rver:
+# one 4 GiB repetition is ~21 min, it cannot be on both). Before each piece
+# run.sh prints its estimate (a per-repetition cost model from probes,
+# estimate_s) and after it the elapsed time; a piece whose estimate does not
+# fit in what is left of --budget-min (default 30) is skipped with a message
+# (also in machine.txt) rather than overrunning. The whole plan is
+# estimated at ~72 min here (busy-machine probes): with the default budget
+# the later pieces are skipped; docs/BENCHMARKS.md gives the split commands.
 # --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
 # --smoke: s3rver only, full at 8 MiB and dcp at 4 MiB, 1 repetition, 1 save,
@@ -113,7 +115,8 @@ cleanup() {
     [ -z "$proxy_pid" ] || { kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; }
     if [ "$reported" = 0 ] && [ -s "$out/results.jsonl" ]; then # killed or failed: what finished
         echo "peers: stopped early (exit $rc); reporting the runs that finished" >&2
-        echo "stopped early (exit $rc) after $(($(date +%s) - t_start)) s" >>"$out/machine.txt"
+        echo "stopped early (exit $rc) after $(($(date +%s) - t_start)) s;" \
+            "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
         report || true
     fi
     bash "$src/tests/s3/s3rver.sh" stop "$work/s3rver" >/dev/null 2>&1 || true
