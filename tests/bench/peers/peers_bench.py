@@ -146,6 +146,9 @@ def wait_durable(tool, step, sizes, t0, timeout):
         time.sleep(0.2)
 
 
+QUIET_SINCE = [0.0]  # when the previous run's last request had ended
+
+
 def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
     prefix = "peers-%s-%d-r%d-%s-%d" % (scenario.name, size_mib, rep, tool_name, os.getpid())
     work = os.path.join(a.work, prefix)
@@ -156,7 +159,11 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
     t_run = time.time()
     pids = [int(p) for p in a.server_pids.split(",") if p]
     try:
-        c0, s0 = counts_after(a.proxy_stats, time.time()), server_cpu(pids)
+        # The local disk sends nothing to the proxy: no waits for its dumps
+        # (~0.5 s each). Else a dump after the previous run's end (usually
+        # there already: the cleanup outlasts the proxy's 1 s period).
+        c0 = counts_after(a.proxy_stats, QUIET_SINCE[0] or time.time())
+        s0 = server_cpu(pids)
         job = tool.save_begin()
         for i in range(1, saves + 1):
             step = i * a.every
@@ -171,7 +178,7 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
             if tool_name != "local":
                 rec["durable_s"].append(wait_durable(tool, step, sizes, t0, a.durable_timeout))
         rec["daemon_save"] = tool.save_end()
-        c1 = counts_after(a.proxy_stats, time.time())
+        c1 = c0 if tool_name == "local" else counts_after(a.proxy_stats, time.time())
         rec["server_cpu_save_s"] = server_cpu(pids) - s0
         rec["save_requests"] = count_diff(c0, c1)
         if tool_name == "local":
@@ -188,7 +195,7 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
         scenario.load(job, files)
         t1 = time.time()
         rec["resume_s"] = t1 - t0
-        c2 = counts_after(a.proxy_stats, t1)
+        c2 = c1 if tool_name == "local" else counts_after(a.proxy_stats, t1)
         rec["resume_requests"] = count_diff(c1, c2)
         rec["server_cpu_resume_s"] = server_cpu(pids) - s0
         got = {f: sha256(os.path.join(job, f)) for f in files}
@@ -208,6 +215,7 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
         except Exception as e:
             print("peers_bench: cleaning %s: %s" % (prefix, e), file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
+    QUIET_SINCE[0] = time.time()  # every mount of this run is gone: its requests ended
     rec["run_wall_s"] = time.time() - t_run  # the whole run, for sizing the plan
     return rec
 

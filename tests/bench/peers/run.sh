@@ -7,18 +7,23 @@
 #   tests/bench/peers/run.sh BUILD_DIR [--smoke] [--servers s3rver,rgw]
 #       [--tools LIST] [--plan SCENARIO:SIZE_MIB:REPS[:SAVES]]... [--reps N] [--saves N]
 #       [--out DIR] [--doc FILE] [--workdir DIR] [--rgw-memstore]
+#       [--table-mib N] [--budget-min N] [--append] [--dry-run]
 #
-# Default (the full run, about 26 min on this 2-vCPU machine while busy):
-# both servers, 1 save per run (--saves); on each, full at 256 MiB (the
-# transformer + AdamW, fp32) with --reps repetitions (default 5); on s3rver
-# also dcp (the 4-rank DCP step) at 64 MiB with --reps repetitions, and one
-# repetition each of full (the growth plot's second point), bf16, finetune
-# (2 saves: the second is what a frozen backbone makes incremental) and ddp
-# at 64 MiB. Sized by probes on the busy machine: one repetition of every
-# tool took 133 s for full at 256 MiB with 2 saves and 4 min for dcp at 256
-# MiB with 2 saves, so 1 GiB x 5 repetitions (~40 min per server) cannot
-# fit the 30 minutes. The long variant, a separate command:
-#   run.sh BUILD --servers s3rver --plan full:1024:5 --plan full:4096:1
+# Default (the full run; docs/BENCHMARKS.md, "Peers: the plan", says how
+# each piece's estimate was measured; --dry-run prints them): 1 save per
+# run, every tool in every piece. First the tables, on every server in
+# turn: --reps repetitions (default 5) of full (the transformer + AdamW,
+# fp32), bf16, finetune (2 saves: the second is what a frozen backbone
+# makes incremental), ddp and dcp at --table-mib (default 16) MiB. Then the
+# growth points of full, 1 repetition: 256 MiB and 1 GiB on every server
+# (the last first, so it runs on), 4 GiB on the first server only (s3rver:
+# one 4 GiB repetition is ~21 min, it cannot be on both). Before each piece
+# run.sh prints its estimate (a per-repetition cost model from probes,
+# estimate_s) and after it the elapsed time; a piece whose estimate does not
+# fit in what is left of --budget-min (default 30) is skipped with a message
+# (also in machine.txt) rather than overrunning. The whole plan is
+# estimated at ~72 min here (busy-machine probes): with the default budget
+# the later pieces are skipped; docs/BENCHMARKS.md gives the split commands.
 # --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
 # --smoke: s3rver only, full at 8 MiB and dcp at 4 MiB, 1 repetition, 1 save,
@@ -37,6 +42,8 @@
 # figure: per-run values and the medians/ranges/ratios the tables show),
 # *.png (plots), peers.md (the section), and, unless --smoke or --doc "",
 # replaces the "Peers" section of --doc (default docs/BENCHMARKS.md).
+# results.jsonl gets one line per run as it ends, and the report is also
+# written when the run is killed or fails, from the runs that finished.
 #
 # The servers (tests/s3/s3rver.sh, tests/s3/rgw.sh), one counting proxy in
 # front of each (tests/s3/faultproxy.py without faults) and every mount are
@@ -54,6 +61,7 @@ src=$(cd "$here/../../.." && pwd)
 servers=s3rver,rgw smoke=0 saves=1 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
 write_back="" # rclone's --vfs-write-back: its default (5 s) unless --smoke
 rgw_flags=()  # --rgw-memstore: the OSD in RAM (rgw.sh --memstore)
+table_mib=16 budget_min=30 append=0 dry=0
 plans=() tool_list=ckptfs,s3fs,rclone-writes,rclone-full,aws-cp,local
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -67,6 +75,10 @@ while [ $# -gt 0 ]; do
     --doc) doc=$2; shift ;;
     --workdir) workdir=${2:?}; shift ;;
     --rgw-memstore) rgw_flags=(--memstore) ;;
+    --table-mib) table_mib=${2:?}; shift ;;
+    --budget-min) budget_min=${2:?}; shift ;;
+    --append) append=1 ;;
+    --dry-run) dry=1 doc="" ;; # the plan and its estimates only; writes nothing
     -h | --help) usage ;;
     *) echo "peers: unknown option $1" >&2; usage ;;
     esac
@@ -87,11 +99,11 @@ unset CKPT_STORE CKPT_JOB
 
 work=$(mktemp -d "$workdir/ckpt-peers.XXXXXX")
 if [ -z "$out" ]; then
-    if [ "$smoke" = 1 ]; then out=$work/out; else out=$src/docs/peers; fi
+    if [ "$smoke" = 1 ] || [ "$dry" = 1 ]; then out=$work/out; else out=$src/docs/peers; fi
 fi
 mkdir -p "$out"
-: >"$out/results.jsonl"
-proxy_pid="" bench_pid=""
+[ "$append" = 1 ] || : >"$out/results.jsonl" # --append: a second run adds to the first
+proxy_pid="" bench_pid="" reported=1 t_start=$(date +%s)
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
@@ -101,6 +113,12 @@ cleanup() {
         kill -KILL "$bench_pid" 2>/dev/null || true
     fi
     [ -z "$proxy_pid" ] || { kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; }
+    if [ "$reported" = 0 ] && [ -s "$out/results.jsonl" ]; then # killed or failed: what finished
+        echo "peers: stopped early (exit $rc); reporting the runs that finished" >&2
+        echo "stopped early (exit $rc) after $(($(date +%s) - t_start)) s;" \
+            "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+        report || true
+    fi
     bash "$src/tests/s3/s3rver.sh" stop "$work/s3rver" >/dev/null 2>&1 || true
     [ ! -d "$work/rgw" ] || bash "$src/tests/s3/rgw.sh" stop "$work/rgw" >/dev/null 2>&1 || true
     for m in $(awk -v w="$work" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo); do
@@ -113,14 +131,46 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-default_plan() { # SERVER
+table_plan() { # the tables: every scenario, --reps repetitions, at --table-mib
     if [ "$smoke" = 1 ]; then
         echo full:8:1 dcp:4:1 # a file, a step directory of 4 ranks (ddp differs in its saver only)
-    elif [ "$1" = s3rver ]; then
-        echo "full:256:$reps dcp:64:$reps full:64:1 bf16:64:1 finetune:64:1:2 ddp:64:1"
-    else
-        echo "full:256:$reps"
+        return
     fi
+    local t=$table_mib
+    echo "full:$t:$reps bf16:$t:$reps finetune:$t:$reps:2 ddp:$t:$reps dcp:$t:$reps"
+}
+
+growth_plan() { # SERVER IS_FIRST_SERVER: the growth plots' points, 1 repetition
+    [ "$smoke" = 0 ] || return 0
+    local plan="full:256:1 full:1024:1"
+    [ "$2" = 0 ] || plan+=" full:4096:1"
+    echo "$plan"
+}
+
+start_estimate_s() { # SERVER: seconds to start it and its proxy
+    case $1 in rgw) echo 30 ;; *) echo 8 ;; esac
+}
+
+# estimate_s SCENARIO:MIB:REPS[:SAVES]: seconds for one piece, every tool
+# of $tool_list once per repetition. Per repetition (all six tools): a fixed
+# part per scenario (finetune's with its 2 saves; mounts, rclone's 5 s write-back, polling, the resume
+# mount, the reference replay) plus a part per MiB saved; the numbers are
+# from probes on this machine at load average ~2 (docs/BENCHMARKS.md,
+# "Peers: the plan"), plus the state's build and warm-up save once.
+estimate_s() {
+    local sc mib n sv fixed per_gib=300 # s per GiB saved, all six tools of one repetition
+    IFS=: read -r sc mib n sv <<<"$1"
+    sv=${sv:-$saves}
+    case $sc in
+    full | bf16) fixed=26 ;;
+    finetune) fixed=40 ;; # its 2 saves: rclone's write-back twice
+    ddp) fixed=39 ;;
+    dcp) fixed=39 per_gib=1000 ;; # ckptfs's resume: ~0.7 s per MiB in GETs
+    *) fixed=60 ;;
+    esac
+    local ntools
+    ntools=$(tr , '\n' <<<"$tool_list" | wc -l)
+    echo $(((n * (fixed + sv * per_gib * mib / 1024) * ntools / 6) + 8 * mib / 1024 + 5))
 }
 
 # start_server NAME: sets endpoint, server_pids and the credentials.
@@ -163,6 +213,12 @@ start_proxy() {
     exit 1
 }
 
+stop_proxy() {
+    kill "$proxy_pid" 2>/dev/null || true
+    wait "$proxy_pid" 2>/dev/null || true
+    proxy_pid=""
+}
+
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "kernel: $(uname -r); CPUs: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
@@ -172,38 +228,95 @@ start_proxy() {
         "$(s3fs --version 2>&1 | head -1 | sed 's/ (commit.*//');" \
         "$(rclone version 2>/dev/null | head -1); $($aws --version 2>&1 | cut -d' ' -f1);" \
         "torch $($py -c 'import torch; print(torch.__version__)'); libfuse $(pkg-config --modversion fuse3)"
-} >"$out/machine.txt"
+} >"$out/machine.new"
+[ "$append" = 1 ] && [ -s "$out/machine.txt" ] && { echo; cat "$out/machine.txt"; } >>"$out/machine.new"
+mv "$out/machine.new" "$out/machine.txt"
 cat "$out/machine.txt" >&2
 
 t_start=$(date +%s)
+budget_s=$((budget_min * 60))
 status=0
 IFS=, read -ra server_list <<<"$servers"
-for server in "${server_list[@]}"; do
-    echo "== server $server" >&2
-    start_server "$server"
-    start_proxy
-    mine=("${plans[@]}")
-    [ ${#mine[@]} -gt 0 ] || read -ra mine <<<"$(default_plan "$server")"
-    plan_args=()
-    for p in "${mine[@]}"; do plan_args+=(--plan "$p"); done
-    echo "plan on $server (scenario:MiB:repetitions, $saves saves per run): ${mine[*]}" >>"$out/machine.txt"
+# The whole plan first, so every piece can print its estimate against it.
+pieces=() # SERVER/SCENARIO:MIB:REPS[:SAVES], in the order they run
+add_pieces() { # SERVER PLAN...
+    local server=$1
+    shift
+    for p in "$@"; do pieces+=("$server/$p"); done
+    echo "plan on $server (scenario:MiB:repetitions[:saves], $saves saves per run unless said):" \
+        "$*" >>"$out/machine.txt"
+}
+if [ ${#plans[@]} -gt 0 ]; then
+    for server in "${server_list[@]}"; do add_pieces "$server" "${plans[@]}"; done
+else
+    # Every server's tables first, then the growth points from the last
+    # server back (so it runs on without a restart), 4 GiB on the first
+    # server only: what the budget skips is growth, never a table.
+    for server in "${server_list[@]}"; do
+        read -ra mine <<<"$(table_plan)"
+        add_pieces "$server" "${mine[@]}"
+    done
+    for ((i = ${#server_list[@]} - 1; i >= 0; i--)); do
+        read -ra mine <<<"$(growth_plan "${server_list[$i]}" $((i == 0)))"
+        [ ${#mine[@]} -eq 0 ] || add_pieces "${server_list[$i]}" "${mine[@]}"
+    done
+fi
+# Per piece: its estimate, with its server's start when it changes server.
+ests=() total_est=0 prev=""
+for p in "${pieces[@]}"; do
+    est=$(estimate_s "${p#*/}")
+    [ "${p%%/*}" = "$prev" ] || est=$((est + $(start_estimate_s "${p%%/*}")))
+    prev=${p%%/*} ests+=("$est") total_est=$((total_est + est))
+    [ "$dry" = 0 ] || echo "peers: piece ${p%%/*} ${p#*/}: estimated $est s" >&2
+done
+echo "peers: ${#pieces[@]} pieces, estimated $((total_est / 60)) min $((total_est % 60)) s" \
+    "(budget $budget_min min)" | tee -a "$out/machine.txt" >&2
+[ "$dry" = 0 ] || exit 0
+
+report() { # from every run that finished; also from the EXIT trap
+    reported=1
+    $py "$here/report.py" --results "$out/results.jsonl" --machine "$out/machine.txt" --out "$out" \
+        --command "bash tests/bench/peers/run.sh BUILD${orig_args:+ $orig_args}" ${doc:+--doc "$doc"}
+}
+reported=0 current=""
+n=0
+for p in "${pieces[@]}"; do
+    n=$((n + 1))
+    server=${p%%/*} piece=${p#*/}
+    est=${ests[$((n - 1))]}
+    used=$(($(date +%s) - t_start))
+    if [ $((used + est)) -gt "$budget_s" ]; then
+        echo "peers: SKIPPED piece $n/${#pieces[@]} $server $piece: estimated $est s, only" \
+            "$((budget_s - used)) s left of --budget-min $budget_min" | tee -a "$out/machine.txt" >&2
+        continue
+    fi
+    if [ "$server" != "$current" ]; then
+        [ -z "$current" ] || { stop_proxy; stop_server "$current"; }
+        echo "== server $server" >&2
+        t_srv=$(date +%s)
+        start_server "$server"
+        start_proxy
+        current=$server
+        echo "peers: $server started in $(($(date +%s) - t_srv)) s" | tee -a "$out/machine.txt" >&2
+    fi
+    echo "peers: piece $n/${#pieces[@]} $server $piece: estimated $est s (at $used s of" \
+        "$budget_s)" >&2
+    t_piece=$(date +%s)
     $py "$here/peers_bench.py" --server "$server" --bucket ckpt-test --direct "$endpoint" \
         --proxy "http://127.0.0.1:$(cat "$work/proxy.port")" --proxy-stats "$work/proxy.stats" \
         --server-pids "$server_pids" --ckptfs "$build/fs/ckptfs" --ckptctl "$build/tools/ckptctl" \
         --aws "$aws" --work "$work/runs" --out "$out/results.jsonl" --tools "$tool_list" \
-        --saves "$saves" --vfs-write-back "$write_back" "${plan_args[@]}" &
+        --saves "$saves" --vfs-write-back "$write_back" --plan "$piece" &
     bench_pid=$!
     wait "$bench_pid" || status=1
     bench_pid=""
-    kill "$proxy_pid" 2>/dev/null || true
-    wait "$proxy_pid" 2>/dev/null || true
-    proxy_pid=""
-    stop_server "$server"
+    echo "peers: piece $n/${#pieces[@]} $server $piece: took $(($(date +%s) - t_piece)) s" \
+        "(estimated $est s)" | tee -a "$out/machine.txt" >&2
 done
+[ -z "$current" ] || { stop_proxy; stop_server "$current"; }
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); wall time: $(($(date +%s) - t_start)) s" \
-    >>"$out/machine.txt"
+    "(estimated $total_est s)" >>"$out/machine.txt"
 
-$py "$here/report.py" --results "$out/results.jsonl" --machine "$out/machine.txt" --out "$out" \
-    --command "bash tests/bench/peers/run.sh BUILD${orig_args:+ $orig_args}" ${doc:+--doc "$doc"} || status=1
+report || status=1
 echo "peers: results in $out" >&2
 exit "$status"
