@@ -16,6 +16,7 @@
 #include "backend/st_backend.h"
 #include "backend/st_backend_open.h"
 #include "ut.h"
+#include "ut_store.h"
 
 static char root[] = "/tmp/ckpt-test-store-XXXXXX";
 static char url[300];
@@ -29,12 +30,7 @@ static int files_equal(const char *a, const char *b)
 
 static st_store *open_store(const char *state_name)
 {
-    char state[400];
-    snprintf(state, sizeof state, "%s/%s", root, state_name);
-    st_store_options o = {.url = url, .state_dir = state, .node = "test-node"};
-    st_store *s = NULL;
-    CHECK_OK(st_store_open(&o, &s));
-    return s;
+    return ut_open_store(url, root, state_name, "test-node");
 }
 
 static void mkdirf(const char *fmt, const char *a)
@@ -462,10 +458,8 @@ static void test_failed_commit_leaves_nothing(void)
     st_store_close(s);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    if (ut_tmp_store(root, url, sizeof url))
-        return 1;
     RUN(test_roundtrip_tree);
     RUN(test_identical_files_stored_once);
     RUN(test_insertion_dedups);
@@ -478,6 +472,9 @@ int main(void)
     RUN(test_many_files_few_descriptors);
     RUN(test_unreadable_step_is_listed);
     RUN(test_failed_commit_leaves_nothing);
-    ut_rmtree(root);
-    return ut_finish();
+}
+
+int main(void)
+{
+    return ut_main_tmp_store(root, url, sizeof url, run_cases);
 }
