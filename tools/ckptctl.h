@@ -54,14 +54,10 @@ enum opt_bit {
 };
 
 typedef struct cli {
-    const char *store;
-    const char *job;
-    const char *state_dir;
-    const char *node;
-    const char *s3_endpoint; /* --s3-endpoint; NULL: $CKPT_S3_ENDPOINT */
-    const char *s3_signature, *s3_region, *s3_addressing, *s3_ca_file; /* --s3-*; NULL: env */
-    const char *to;
-    const char *mount;
+    /* What st_store_open() gets, filled by the options themselves: --store
+     * (url), --state (state_dir), --node, --s3-* (NULL: $CKPT_S3_*). */
+    st_store_options open;
+    const char *job, *to, *mount; /* --job (NULL: $CKPT_JOB), --to, --mount */
     uint64_t step;
     int have_step;
     int latest;
