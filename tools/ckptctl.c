@@ -224,6 +224,14 @@ int json_set(json_object *obj, const char *key, json_object *val)
     return 0;
 }
 
+int json_set_u64s(json_object *obj, const json_u64 *fields, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= json_set(obj, fields[i].key, json_object_new_uint64(fields[i].value));
+    return bad;
+}
+
 int json_set_str(json_object *obj, const char *key, const char *s)
 {
     return s ? json_set(obj, key, json_object_new_string(s)) : json_set_null(obj, key);
