@@ -56,6 +56,17 @@ static void random_step_dir(const char *dir, size_t len, uint64_t seed, char *ou
     free(buf);
 }
 
+/* A store (state in root/state_name) holding step 1 of job: the one-file
+ * random_step_dir() root/job (len bytes from seed), whose path goes to dir. */
+static st_store *store_with_random_step(const char *state_name, const char *job, size_t len,
+                                        uint64_t seed, char *dir, size_t cap)
+{
+    st_store *s = open_store(state_name);
+    random_step_dir(job, len, seed, dir, cap);
+    CHECK_OK(st_store_put_dir(s, job, 1, dir, NULL));
+    return s;
+}
+
 static void test_roundtrip_tree(void)
 {
     st_store *s = open_store("state1");
@@ -181,10 +192,8 @@ static void test_uncommitted_step_is_invisible(void)
 {
     /* A put that stopped before its part record: packs and manifest are in
      * the store, but the step must not be listed or restorable. */
-    st_store *s = open_store("state5");
     char p[400];
-    random_step_dir("partial", 5000, 17, p, sizeof p);
-    CHECK_OK(st_store_put_dir(s, "partial", 1, p, NULL));
+    st_store *s = store_with_random_step("state5", "partial", 5000, 17, p, sizeof p);
     CHECK_OK(st_store_put_dir(s, "partial", 2, p, NULL));
     st_backend *b;
     CHECK_OK(st_backend_open(url, &b));
@@ -205,10 +214,8 @@ static void test_uncommitted_step_is_invisible(void)
 
 static void test_tampered_manifest_is_rejected(void)
 {
-    st_store *s = open_store("state6");
     char p[400];
-    random_step_dir("tamper", 5000, 19, p, sizeof p);
-    CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
+    st_store *s = store_with_random_step("state6", "tamper", 5000, 19, p, sizeof p);
     /* One more byte at the end of the manifest: it no longer matches its
      * part record's length and digest. */
     const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.r1.manifest";
