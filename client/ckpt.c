@@ -154,19 +154,21 @@ ckpt_code ckpt_open(const char *store_url, const ckpt_options *opts, ckpt_store 
     ckpt_store *h = calloc(1, sizeof *h);
     if (!h)
         return fail(NULL, CKPT_ENOMEM, "out of memory");
-    st_store_options so = {0};
-    so.url = store_url;
-    if (opts) {
-        so.state_dir = opts->state_dir;
-        so.node = opts->node;
-        so.warn = opts->warn;
-        so.warn_arg = opts->warn_arg;
-        so.s3_endpoint = opts->s3_endpoint;
-        so.s3_signature = opts->s3_signature;
-        so.s3_region = opts->s3_region;
-        so.s3_addressing = opts->s3_addressing;
-        so.s3_ca_file = opts->s3_ca_file;
-    }
+    static const ckpt_options no_options; /* NULL opts: every field unset */
+    if (!opts)
+        opts = &no_options;
+    const st_store_options so = {
+        .url = store_url,
+        .state_dir = opts->state_dir,
+        .node = opts->node,
+        .warn = opts->warn,
+        .warn_arg = opts->warn_arg,
+        .s3_endpoint = opts->s3_endpoint,
+        .s3_signature = opts->s3_signature,
+        .s3_region = opts->s3_region,
+        .s3_addressing = opts->s3_addressing,
+        .s3_ca_file = opts->s3_ca_file,
+    };
     st_err e = st_store_open(&so, &h->st);
     if (e) {
         ckpt_code c = fail_st(NULL, e);
@@ -288,30 +290,33 @@ ckpt_code ckpt_restore(ckpt_store *store, const char *job, uint64_t step,
         return c;
     if (!*dest_dir)
         return fail(store, CKPT_EINVAL, "destination directory is empty");
-    st_restore_opts so = {.rank = -1};
-    if (opts) {
-        if (opts->rank < -1)
-            return fail(store, CKPT_EINVAL, "rank %d: must be -1 (all) or >= 0", opts->rank);
-        so.rank = opts->rank;
-        so.latest = opts->latest;
-        so.no_fallback = opts->no_fallback;
-        so.threads = opts->threads;
-        so.progress = opts->progress;
-        so.progress_arg = opts->progress_arg;
-    }
+    static const ckpt_restore_options defaults = {.rank = -1}; /* as _options_init() */
+    if (!opts)
+        opts = &defaults;
+    if (opts->rank < -1)
+        return fail(store, CKPT_EINVAL, "rank %d: must be -1 (all) or >= 0", opts->rank);
+    const st_restore_opts so = {
+        .rank = opts->rank,
+        .latest = opts->latest,
+        .no_fallback = opts->no_fallback,
+        .threads = opts->threads,
+        .progress = opts->progress,
+        .progress_arg = opts->progress_arg,
+    };
     st_restore_result sr;
     memset(&sr, 0, sizeof sr);
     st_err e = st_store_restore(store->st, job, step, dest_dir, &so, &sr);
     if (e)
         return fail_st(store, e);
     if (res) {
-        memset(res, 0, sizeof *res);
-        res->step = sr.step;
-        res->files = sr.files;
-        res->bytes = sr.bytes;
-        res->gets = sr.gets;
-        res->fell_back = sr.fell_back;
-        res->failed_step = sr.failed_step;
+        *res = (ckpt_restore_result){
+            .step = sr.step,
+            .files = sr.files,
+            .bytes = sr.bytes,
+            .gets = sr.gets,
+            .fell_back = sr.fell_back,
+            .failed_step = sr.failed_step,
+        };
         snprintf(res->failure, sizeof res->failure, "%s", sr.failure);
     }
     return CKPT_OK;

@@ -471,20 +471,12 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
     (void)ino;
-    st_vfs_fsinfo f;
-    st_err e = st_vfs_statfs(vfs_of(req), &f);
+    struct statvfs sv;
+    st_err e = st_vfs_statfs(vfs_of(req), &sv);
     if (e) {
         reply_err(req, e);
         return;
     }
-    struct statvfs sv;
-    memset(&sv, 0, sizeof sv);
-    sv.f_bsize = sv.f_frsize = f.block_size;
-    sv.f_blocks = f.blocks;
-    sv.f_bfree = f.blocks_free;
-    sv.f_bavail = f.blocks_avail;
-    sv.f_files = f.files;
-    sv.f_ffree = sv.f_favail = f.files_free;
     sv.f_namemax = NAME_MAX;
     fuse_reply_statfs(req, &sv);
 }

@@ -224,6 +224,14 @@ int json_set(json_object *obj, const char *key, json_object *val)
     return 0;
 }
 
+int json_set_u64s(json_object *obj, const json_u64 *fields, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= json_set(obj, fields[i].key, json_object_new_uint64(fields[i].value));
+    return bad;
+}
+
 int json_set_str(json_object *obj, const char *key, const char *s)
 {
     return s ? json_set(obj, key, json_object_new_string(s)) : json_set_null(obj, key);
@@ -416,12 +424,12 @@ static int parse_args(int argc, char **argv, cli *c)
     int ch;
     while ((ch = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
         switch (ch) {
-        case O_STORE: c->store = optarg; break;
-        case O_ENDPOINT: c->s3_endpoint = optarg; break;
-        case O_SIGNATURE: c->s3_signature = optarg; break;
-        case O_REGION: c->s3_region = optarg; break;
-        case O_ADDRESSING: c->s3_addressing = optarg; break;
-        case O_CA_FILE: c->s3_ca_file = optarg; break;
+        case O_STORE: c->open.url = optarg; break;
+        case O_ENDPOINT: c->open.s3_endpoint = optarg; break;
+        case O_SIGNATURE: c->open.s3_signature = optarg; break;
+        case O_REGION: c->open.s3_region = optarg; break;
+        case O_ADDRESSING: c->open.s3_addressing = optarg; break;
+        case O_CA_FILE: c->open.s3_ca_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))
@@ -433,8 +441,8 @@ static int parse_args(int argc, char **argv, cli *c)
             c->to = optarg;
             c->given |= OPT_TO;
             break;
-        case O_STATE: c->state_dir = optarg; break;
-        case O_NODE: c->node = optarg; break;
+        case O_STATE: c->open.state_dir = optarg; break;
+        case O_NODE: c->open.node = optarg; break;
         case O_JSON:
             c->json = 1;
             c->given |= OPT_JSON;
@@ -550,9 +558,9 @@ static int check_options(const cli *c, const verb *v)
 
 int main(int argc, char **argv)
 {
-    cli c = {.store = getenv("CKPT_STORE"), .job = getenv("CKPT_JOB"), .rank = -1};
-    if (c.store && !*c.store)
-        c.store = NULL;
+    cli c = {.open = {.url = getenv("CKPT_STORE")}, .job = getenv("CKPT_JOB"), .rank = -1};
+    if (c.open.url && !*c.open.url)
+        c.open.url = NULL;
     if (c.job && !*c.job)
         c.job = NULL;
     int rc = parse_args(argc, argv, &c);
@@ -588,21 +596,13 @@ int main(int argc, char **argv)
         return v->run(&c, NULL);
 
     char default_url[PATH_MAX + 16];
-    if (!c.store && !(c.store = st_default_store_url(default_url, sizeof default_url))) {
+    if (!c.open.url && !(c.open.url = st_default_store_url(default_url, sizeof default_url))) {
         fprintf(stderr, "ckptctl: cannot derive the default store path; pass --store\n");
         return EXIT_USAGE;
     }
-    st_store_options so = {.url = c.store,
-                           .s3_endpoint = c.s3_endpoint,
-                           .s3_signature = c.s3_signature,
-                           .s3_region = c.s3_region,
-                           .s3_addressing = c.s3_addressing,
-                           .s3_ca_file = c.s3_ca_file,
-                           .state_dir = c.state_dir,
-                           .node = c.node,
-                           .warn = print_warning};
+    c.open.warn = print_warning;
     st_store *s;
-    st_err e = st_store_open(&so, &s);
+    st_err e = st_store_open(&c.open, &s);
     if (e)
         return fail(e);
     rc = v->run(&c, s);

@@ -54,14 +54,10 @@ enum opt_bit {
 };
 
 typedef struct cli {
-    const char *store;
-    const char *job;
-    const char *state_dir;
-    const char *node;
-    const char *s3_endpoint; /* --s3-endpoint; NULL: $CKPT_S3_ENDPOINT */
-    const char *s3_signature, *s3_region, *s3_addressing, *s3_ca_file; /* --s3-*; NULL: env */
-    const char *to;
-    const char *mount;
+    /* What st_store_open() gets, filled by the options themselves: --store
+     * (url), --state (state_dir), --node, --s3-* (NULL: $CKPT_S3_*). */
+    st_store_options open;
+    const char *job, *to, *mount; /* --job (NULL: $CKPT_JOB), --to, --mount */
     uint64_t step;
     int have_step;
     int latest;
@@ -129,6 +125,15 @@ int json_set_str(json_object *obj, const char *key, const char *s);
 int json_set_null(json_object *obj, const char *key);
 /*! v with 3 decimals ("1.500"); inf/nan: null (JSON has neither). */
 int json_set_num(json_object *obj, const char *key, double v);
+/*! One unsigned field of a --json answer: its documented key, its value. */
+typedef struct json_u64 {
+    const char *key;
+    uint64_t value;
+} json_u64;
+/*! json_set of each of the n fields, in order, as JSON integers; the ORed
+ *  results. A verb lists its counters as one table of rows. */
+int json_set_u64s(json_object *obj, const json_u64 *fields, size_t n);
+#define JSON_FIELDS(table) (table), sizeof(table) / sizeof *(table)
 /*! Appends val to array arr; as json_set. */
 int json_push(json_object *arr, json_object *val);
 /*! Prints doc compactly on one line on stdout, as ckptctl always did, and

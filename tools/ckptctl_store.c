@@ -48,19 +48,20 @@ int run_put(cli *c, st_store *s)
     if (c->json) {
         json_object *o = json_object_new_object();
         int bad = json_set_str(o, "job", c->job);
-        bad |= json_set(o, "step", json_object_new_uint64(c->step));
-        bad |= json_set(o, "files", json_object_new_uint64(r.files));
-        bad |= json_set(o, "skipped", json_object_new_uint64(r.skipped));
-        bad |= json_set(o, "bytes", json_object_new_uint64(r.logical_bytes));
-        bad |= json_set(o, "chunks", json_object_new_uint64(r.chunks));
-        bad |= json_set(o, "new_chunks", json_object_new_uint64(r.new_chunks));
-        bad |= json_set(o, "new_bytes", json_object_new_uint64(r.new_raw_bytes));
-        bad |= json_set(o, "stored_bytes", json_object_new_uint64(r.stored_bytes));
-        bad |= json_set(o, "packs", json_object_new_uint64(r.packs));
-        bad |= json_set(o, "puts", json_object_new_uint64(r.puts));
-        bad |= json_set(o, "heads", json_object_new_uint64(r.heads));
-        bad |= json_set(o, "gets", json_object_new_uint64(r.gets));
-        bad |= json_set(o, "lists", json_object_new_uint64(r.lists));
+        const json_u64 fields[] = {{"step", c->step},
+                                   {"files", r.files},
+                                   {"skipped", r.skipped},
+                                   {"bytes", r.logical_bytes},
+                                   {"chunks", r.chunks},
+                                   {"new_chunks", r.new_chunks},
+                                   {"new_bytes", r.new_raw_bytes},
+                                   {"stored_bytes", r.stored_bytes},
+                                   {"packs", r.packs},
+                                   {"puts", r.puts},
+                                   {"heads", r.heads},
+                                   {"gets", r.gets},
+                                   {"lists", r.lists}};
+        bad |= json_set_u64s(o, JSON_FIELDS(fields));
         return json_print(o, bad);
     }
     if (!c->quiet) {
@@ -132,9 +133,8 @@ static int print_restore_json(const cli *c, const st_restore_result *r)
     bad |= json_set_str(o, "to", c->to);
     bad |= c->have_rank ? json_set(o, "rank", json_object_new_int64(c->rank))
                         : json_set_null(o, "rank");
-    bad |= json_set(o, "files", json_object_new_uint64(r->files));
-    bad |= json_set(o, "bytes", json_object_new_uint64(r->bytes));
-    bad |= json_set(o, "gets", json_object_new_uint64(r->gets));
+    const json_u64 fields[] = {{"files", r->files}, {"bytes", r->bytes}, {"gets", r->gets}};
+    bad |= json_set_u64s(o, JSON_FIELDS(fields));
     bad |= json_set(o, "fell_back", json_object_new_boolean(r->fell_back));
     if (r->fell_back) {
         bad |= json_set(o, "failed_step", json_object_new_uint64(r->failed_step));
@@ -269,11 +269,12 @@ static int print_steps_json(const st_step_info *steps, size_t n)
         bad |= json_set(o, "consistent", json_object_new_boolean(si->consistent));
         bad |= json_set(o, "complete", json_object_new_boolean(si->complete));
         bad |= json_set_str(o, "why", si->why);
-        bad |= json_set(o, "files", json_object_new_uint64(si->files));
-        bad |= json_set(o, "bytes", json_object_new_uint64(si->bytes));
-        bad |= json_set(o, "nodes", json_object_new_uint64(si->nodes));
-        bad |= json_set(o, "ranks", json_object_new_uint64(si->ranks));
-        bad |= json_set(o, "world_size", json_object_new_uint64(si->world_size));
+        const json_u64 fields[] = {{"files", si->files},
+                                   {"bytes", si->bytes},
+                                   {"nodes", si->nodes},
+                                   {"ranks", si->ranks},
+                                   {"world_size", si->world_size}};
+        bad |= json_set_u64s(o, JSON_FIELDS(fields));
         bad |= json_set(o, "created_ns", json_object_new_int64(si->created_ns));
         bad |= json_push(a, o);
     }
@@ -383,10 +384,11 @@ int run_verify(cli *c, st_store *s)
         int bad = json_set_str(o, "job", c->job);
         bad |= json_set(o, "step", json_object_new_uint64(step));
         bad |= json_set(o, "ok", json_object_new_boolean(!e));
-        bad |= json_set(o, "files", json_object_new_uint64(r.files));
-        bad |= json_set(o, "chunks", json_object_new_uint64(r.chunks));
-        bad |= json_set(o, "bytes", json_object_new_uint64(r.bytes));
-        bad |= json_set(o, "bad_files", json_object_new_uint64(r.bad_files));
+        const json_u64 fields[] = {{"files", r.files},
+                                   {"chunks", r.chunks},
+                                   {"bytes", r.bytes},
+                                   {"bad_files", r.bad_files}};
+        bad |= json_set_u64s(o, JSON_FIELDS(fields));
         bad |= json_set_str(o, "error", e ? why : NULL);
         int rc = json_print(o, bad);
         if (rc && !e)
@@ -423,16 +425,17 @@ static void stats_add(st_store_stats *sum, const st_store_stats *x)
 /* The counters of st into o; json_set's result. */
 static int stats_json_fields(json_object *o, const st_store_stats *st)
 {
-    int bad = json_set(o, "steps", json_object_new_uint64(st->steps));
-    bad |= json_set(o, "consistent_steps", json_object_new_uint64(st->consistent_steps));
-    bad |= json_set(o, "logical_bytes", json_object_new_uint64(st->logical_bytes));
-    bad |= json_set(o, "stored_bytes", json_object_new_uint64(st->stored_bytes));
+    const json_u64 sizes[] = {{"steps", st->steps},
+                              {"consistent_steps", st->consistent_steps},
+                              {"logical_bytes", st->logical_bytes},
+                              {"stored_bytes", st->stored_bytes}};
+    const json_u64 objects[] = {
+        {"packs", st->packs}, {"manifests", st->manifests}, {"part_records", st->part_records}};
+    int bad = json_set_u64s(o, JSON_FIELDS(sizes));
     bad |= st->stored_bytes
                ? json_set_num(o, "dedup_ratio", dedup_ratio(st->logical_bytes, st->stored_bytes))
                : json_set_null(o, "dedup_ratio");
-    bad |= json_set(o, "packs", json_object_new_uint64(st->packs));
-    bad |= json_set(o, "manifests", json_object_new_uint64(st->manifests));
-    bad |= json_set(o, "part_records", json_object_new_uint64(st->part_records));
+    bad |= json_set_u64s(o, JSON_FIELDS(objects));
     return bad;
 }
 
@@ -496,12 +499,10 @@ int run_stats(cli *c, st_store *s)
             bad |= json_set(o, "jobs", a);
         }
         json_object *q = json_object_new_object();
-        bad |= json_set(q, "put", json_object_new_uint64(rq.put));
-        bad |= json_set(q, "get", json_object_new_uint64(rq.get));
-        bad |= json_set(q, "stat", json_object_new_uint64(rq.stat));
-        bad |= json_set(q, "list", json_object_new_uint64(rq.list));
-        bad |= json_set(q, "delete", json_object_new_uint64(rq.del));
-        bad |= json_set(q, "delete_batch", json_object_new_uint64(rq.del_batch));
+        const json_u64 requests[] = {{"put", rq.put},    {"get", rq.get},
+                                     {"stat", rq.stat},  {"list", rq.list},
+                                     {"delete", rq.del}, {"delete_batch", rq.del_batch}};
+        bad |= json_set_u64s(q, JSON_FIELDS(requests));
         bad |= json_set(o, "requests", q);
         rc = json_print(o, bad);
     } else if (!c->quiet) {

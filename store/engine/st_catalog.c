@@ -136,13 +136,13 @@ st_err st_catalog_list_steps(st_backend *b, const char *job, st_step_keys **step
         e = st_list(b, prefix, collect_part, &l);
     if (!e && l.oom)
         e = st_seterr(ST_ERR_NOMEM, "out of memory listing steps");
-    if (e) {
+    if (e) { /* one exit: the list is the caller's only on success */
         st_step_keys_free(l.steps, l.n);
-        return e;
+    } else {
+        *steps = l.steps;
+        *n = l.n;
     }
-    *steps = l.steps;
-    *n = l.n;
-    return ST_OK;
+    return e;
 }
 
 void st_step_keys_free(st_step_keys *steps, size_t n)

@@ -49,16 +49,17 @@
 
 static void info_of(const st_stepview *v, st_step_info *si)
 {
-    memset(si, 0, sizeof *si);
-    si->step = v->step;
-    si->created_ns = v->created_ns;
-    si->files = v->files;
-    si->bytes = v->bytes;
-    si->nodes = v->nparts;
-    si->consistent = v->consistent;
-    si->complete = v->complete;
-    si->world_size = v->world_size;
-    si->ranks = v->ranks;
+    *si = (st_step_info){
+        .step = v->step,
+        .created_ns = v->created_ns,
+        .files = v->files,
+        .bytes = v->bytes,
+        .nodes = v->nparts,
+        .consistent = v->consistent,
+        .complete = v->complete,
+        .world_size = v->world_size,
+        .ranks = v->ranks,
+    };
     snprintf(si->why, sizeof si->why, "%s", v->why);
 }
 

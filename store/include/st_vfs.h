@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 #include "st_error.h"
@@ -223,10 +224,9 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
 /*! Last close of this handle: may complete the file's step. */
 void st_vfs_release(st_vfs *v, st_vfs_handle *h);
 
-typedef struct st_vfs_statfs {
-    uint64_t block_size, blocks, blocks_free, blocks_avail, files, files_free;
-} st_vfs_fsinfo;
-st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out);
+/*! statfs(2) of the mount: the staging file system's, with its blocks
+ *  capped by the staging cap (what is left of it is what is free). */
+st_err st_vfs_statfs(st_vfs *v, struct statvfs *out);
 
 /*! Marks every step of job whose files are all closed complete: an explicit
  *  commit (rule R7), or with at_unmount the clean-unmount rule R8, which

@@ -1415,26 +1415,20 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
     free(h);
 }
 
-st_err st_vfs_statfs(st_vfs *v, st_vfs_fsinfo *out)
+st_err st_vfs_statfs(st_vfs *v, struct statvfs *out)
 {
-    struct statvfs sv;
-    if (statvfs(v->staging, &sv) < 0)
+    if (statvfs(v->staging, out) < 0)
         return st_seterr(ST_ERR_IO, "statfs staging: %s", strerror(errno));
-    out->block_size = sv.f_frsize;
-    out->blocks = sv.f_blocks;
-    out->blocks_free = sv.f_bfree;
-    out->blocks_avail = sv.f_bavail;
-    out->files = sv.f_files;
-    out->files_free = sv.f_ffree;
+    out->f_bsize = out->f_frsize; /* blocks below are counted in f_frsize */
     if (v->opts.staging_cap) {
         pthread_mutex_lock(&v->lock);
-        uint64_t cap_blocks = v->opts.staging_cap / sv.f_frsize;
-        uint64_t used = v->staged_bytes / sv.f_frsize;
+        uint64_t cap_blocks = v->opts.staging_cap / out->f_frsize;
+        uint64_t used = v->staged_bytes / out->f_frsize;
         pthread_mutex_unlock(&v->lock);
         uint64_t left = cap_blocks > used ? cap_blocks - used : 0;
-        out->blocks = cap_blocks < out->blocks ? cap_blocks : out->blocks;
-        out->blocks_avail = left < out->blocks_avail ? left : out->blocks_avail;
-        out->blocks_free = left < out->blocks_free ? left : out->blocks_free;
+        out->f_blocks = cap_blocks < out->f_blocks ? cap_blocks : out->f_blocks;
+        out->f_bavail = left < out->f_bavail ? left : out->f_bavail;
+        out->f_bfree = left < out->f_bfree ? left : out->f_bfree;
     }
     return ST_OK;
 }

@@ -73,14 +73,6 @@ static void fuzz_decode(const uint8_t *enc, size_t enc_len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    size_t len;
-    uint8_t *copy = fuzz_mode_copy(data, size, &len);
-    if (!copy)
-        return 0;
-    if (data[0] & 1)
-        fuzz_roundtrip(copy, len);
-    else
-        fuzz_decode(copy, len);
-    free(copy);
-    return 0;
+    static const fuzz_mode_fn modes[] = {fuzz_roundtrip, fuzz_decode}; /* mode bit 0 set, clear */
+    return fuzz_run_mode(data, size, modes, 2);
 }

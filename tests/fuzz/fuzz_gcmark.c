@@ -96,16 +96,7 @@ static void check_fence(const uint8_t *buf, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    size_t len;
-    uint8_t *buf = fuzz_mode_copy(data, size, &len);
-    if (!buf)
-        return 0;
-    if (data[0] & 1)
-        check_intent(buf, len);
-    else if (data[0] & 2)
-        check_fence(buf, len);
-    else
-        check_marker(buf, len);
-    free(buf);
-    return 0;
+    /* mode bit 0 set; else bit 1 set; else */
+    static const fuzz_mode_fn modes[] = {check_intent, check_fence, check_marker};
+    return fuzz_run_mode(data, size, modes, 3);
 }

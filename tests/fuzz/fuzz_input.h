@@ -34,6 +34,27 @@ static inline uint8_t *fuzz_mode_copy(const uint8_t *data, size_t size, size_t *
     return fuzz_exact_copy(data + 1, *len);
 }
 
+/* One of a target's checks, run on the payload (the input after its mode
+ * byte). */
+typedef void (*fuzz_mode_fn)(const uint8_t *payload, size_t len);
+
+/* The entry point of a target with n checks: the lowest set bit i of the
+ * mode byte (i < n - 1) picks modes[i], no such bit the last one; it runs
+ * on fuzz_mode_copy()'s exact-size copy of the payload. Always 0. */
+static inline int fuzz_run_mode(const uint8_t *data, size_t size, const fuzz_mode_fn *modes,
+                                size_t n)
+{
+    size_t len, i = 0;
+    uint8_t *payload = fuzz_mode_copy(data, size, &len);
+    if (!payload)
+        return 0;
+    while (i + 1 < n && !(data[0] & (1u << i)))
+        i++;
+    modes[i](payload, len);
+    free(payload);
+    return 0;
+}
+
 /* fuzz_mode_copy() of a checksummed object: with bit 0 of the mode set, the
  * trailing XXH3-64 is recomputed over the body, so the fuzzer reaches the
  * structural checks instead of dying on the checksum. */

@@ -89,6 +89,17 @@ static inline void bc_listed_free(bc_listed *l)
     memset(l, 0, sizeof *l);
 }
 
+/* 1 if listing prefix (a full key prefix) succeeds and gives exactly key, or
+ * nothing when key is NULL; a failed listing is a failed CHECK_OK here. */
+static inline int bc_lists_only(const char *prefix, const char *key)
+{
+    bc_listed l = {0};
+    CHECK_OK(st_list(bc_b, prefix, bc_collect, &l));
+    int ok = key ? l.n == 1 && strcmp(l.keys[0], key) == 0 : l.n == 0;
+    bc_listed_free(&l);
+    return ok;
+}
+
 static inline int bc_strcmp_p(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -252,10 +263,7 @@ static inline void bc_case_not_found(void)
     CHECK_ERR(st_get(bc_b, bc_k(&k2, "nf/file/under"), 0, ST_GET_TO_END, &got), ST_ERR_NOT_FOUND);
     CHECK_ERR(st_stat(bc_b, k2.s, &sz), ST_ERR_NOT_FOUND);
     CHECK_OK(st_del(bc_b, k2.s));
-    bc_listed l = {0};
-    CHECK_OK(st_list(bc_b, bc_k(&k2, "nf/file/"), bc_collect, &l));
-    CHECK(l.n == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(bc_k(&k2, "nf/file/"), NULL));
     CHECK_OK(st_del(bc_b, k.s));
     CHECK_OK(st_del(bc_b, bc_k(&k, "nf/never-existed")));
     st_bytes_free(&got);
@@ -285,14 +293,9 @@ static inline void bc_case_del(void)
     CHECK_OK(st_del(bc_b, ab.s));
 
     bc_key p;
-    bc_listed l = {0};
-    CHECK_OK(st_list(bc_b, bc_k(&p, "del/"), bc_collect, &l));
-    CHECK(l.n == 1 && strcmp(l.keys[0], amb.s) == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(bc_k(&p, "del/"), amb.s));
     CHECK_OK(st_del(bc_b, amb.s));
-    CHECK_OK(st_list(bc_b, bc_k(&p, "del/"), bc_collect, &l));
-    CHECK(l.n == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(bc_k(&p, "del/"), NULL));
     st_bytes_free(&got);
 }
 
@@ -414,10 +417,7 @@ static inline void bc_case_list_many(void)
     for (size_t i = 0; i < N; i++)
         failed += items[i].err != ST_OK;
     CHECK(failed == 0);
-    bc_listed l = {0};
-    CHECK_OK(st_list(bc_b, p.s, bc_collect, &l));
-    CHECK(l.n == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(p.s, NULL));
     for (size_t i = 0; i < N; i++)
         free(want[i]);
     free(items);
@@ -465,10 +465,7 @@ static inline void bc_case_del_many(void)
     st_del_item rest[2] = {{.key = keep1.s}, {.key = keep2.s}};
     CHECK_OK(st_del_many(bc_b, rest, 2));
     bc_key p;
-    bc_listed l = {0};
-    CHECK_OK(st_list(bc_b, bc_k(&p, "dm/"), bc_collect, &l));
-    CHECK(l.n == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(bc_k(&p, "dm/"), NULL));
 }
 
 /* Every op refuses malformed keys with ST_ERR_INVALID before touching the store. */
@@ -537,10 +534,7 @@ static inline void bc_case_max_key(void)
     CHECK_OK(st_stat(bc_b, k.s, &sz));
     CHECK(sz == 3);
     bc_key p;
-    bc_listed l = {0};
-    CHECK_OK(st_list(bc_b, bc_k(&p, "maxkey/"), bc_collect, &l));
-    CHECK(l.n == 1 && strcmp(l.keys[0], k.s) == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(bc_k(&p, "maxkey/"), k.s));
     CHECK_OK(st_del(bc_b, k.s));
 
     k.s[n] = 'z';
@@ -714,11 +708,8 @@ static inline void bc_case_left_nothing(void)
 {
     CHECK(bc_del_prefix("") == 0);
     bc_key p;
-    bc_listed l = {0};
     snprintf(p.s, sizeof p.s, "%s", bc_scratch);
-    CHECK_OK(st_list(bc_b, p.s, bc_collect, &l));
-    CHECK(l.n == 0);
-    bc_listed_free(&l);
+    CHECK(bc_lists_only(p.s, NULL));
 }
 
 /*!

@@ -25,6 +25,7 @@
 #include "format/st_gcmark.h"
 #include "format/st_part.h"
 #include "ut.h"
+#include "ut_store.h"
 
 #define KIB 1024
 #define MS  1000000LL
@@ -53,12 +54,9 @@ static void new_case(void)
 
 static st_store *open_store(const char *node)
 {
-    char state[500];
-    snprintf(state, sizeof state, "%s/state-%s", case_dir, node);
-    st_store_options o = {.url = case_url, .state_dir = state, .node = node};
-    st_store *s = NULL;
-    CHECK_OK(st_store_open(&o, &s));
-    return s;
+    char state_name[100];
+    snprintf(state_name, sizeof state_name, "state-%s", node);
+    return ut_open_store(case_url, case_dir, state_name, node);
 }
 
 /* Step `step` of job j: shared.bin (the same in every step) and own.bin
@@ -122,11 +120,7 @@ static void verify_all(st_store *s)
 
 static st_backend *open_backend(void)
 {
-    char dir[500];
-    st_backend *b = NULL;
-    snprintf(dir, sizeof dir, "%s/store", case_dir);
-    CHECK_OK(st_backend_file_open(dir, &b));
-    return b;
+    return ut_open_store_backend(case_dir);
 }
 
 static st_err gc(st_backend *b, int compact, st_gc_report *r)
@@ -573,10 +567,8 @@ static void test_corrupt_chunk_not_copied(void)
     st_store_close(s);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    if (ut_tmp_store(root, url, sizeof url))
-        return 1;
     RUN(test_fence_keys);
     RUN(test_fence_stops_publish);
     RUN(test_compacts_finished_job);
@@ -586,6 +578,9 @@ int main(void)
     RUN(test_corrupt_chunk_not_copied);
     RUN(test_step_deleted_meanwhile);
     RUN(test_crash_at_every_point);
-    ut_rmtree(root);
-    return ut_finish();
+}
+
+int main(void)
+{
+    return ut_main_tmp_store(root, url, sizeof url, run_cases);
 }

@@ -23,6 +23,7 @@
 #include "format/st_part.h"
 #include "engine/st_catalog.h"
 #include "ut.h"
+#include "ut_store.h"
 
 #define KIB 1024
 #define SEC 1000000000LL
@@ -32,12 +33,7 @@ static char url[300];
 
 static st_store *open_store(const char *state_name)
 {
-    char state[400];
-    snprintf(state, sizeof state, "%s/%s", root, state_name);
-    st_store_options o = {.url = url, .state_dir = state, .node = "test-node"};
-    st_store *s = NULL;
-    CHECK_OK(st_store_open(&o, &s));
-    return s;
+    return ut_open_store(url, root, state_name, "test-node");
 }
 
 /* Puts step `step` of job: shared.bin, the same in every step (shared
@@ -229,11 +225,7 @@ static void test_writer_restores_pending_pack(void)
 
 static st_backend *open_backend(void)
 {
-    char dir[400];
-    st_backend *b = NULL;
-    snprintf(dir, sizeof dir, "%s/store", root);
-    CHECK_OK(st_backend_file_open(dir, &b));
-    return b;
+    return ut_open_store_backend(root);
 }
 
 /* ---- the sweep deletes in batches ---- */
@@ -874,10 +866,8 @@ static void test_first_use_gone_pack(void)
     st_store_close(s);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    if (ut_tmp_store(root, url, sizeof url))
-        return 1;
     RUN(test_retention_and_sweep);
     RUN(test_grace_period);
     RUN(test_writer_restores_pending_pack);
@@ -892,6 +882,9 @@ int main(void)
     RUN(test_interrupted_deletion);
     RUN(test_damaged_newest_step);
     RUN(test_garbage_part_record);
-    ut_rmtree(root);
-    return ut_finish();
+}
+
+int main(void)
+{
+    return ut_main_tmp_store(root, url, sizeof url, run_cases);
 }

@@ -454,10 +454,8 @@ static void test_wait_durable_parses_status(void)
     CHECK_CODE(ckpt_wait_durable(mnt, "", 7, 0), CKPT_EINVAL);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    if (ut_tmp_store(root, url, sizeof url))
-        return 1;
     RUN(test_version_and_strings);
     RUN(test_open_errors);
     RUN(test_list_latest_restore);
@@ -466,7 +464,9 @@ int main(void)
     RUN(test_corrupt_and_fallback);
     RUN(test_commit_line);
     RUN(test_wait_durable_parses_status);
-    if (!ut_failed) /* kept for a look when something failed */
-        ut_rmtree(root);
-    return ut_finish();
+}
+
+int main(void)
+{
+    return ut_main_tmp_store(root, url, sizeof url, run_cases);
 }

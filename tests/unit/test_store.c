@@ -16,6 +16,7 @@
 #include "backend/st_backend.h"
 #include "backend/st_backend_open.h"
 #include "ut.h"
+#include "ut_store.h"
 
 static char root[] = "/tmp/ckpt-test-store-XXXXXX";
 static char url[300];
@@ -29,12 +30,7 @@ static int files_equal(const char *a, const char *b)
 
 static st_store *open_store(const char *state_name)
 {
-    char state[400];
-    snprintf(state, sizeof state, "%s/%s", root, state_name);
-    st_store_options o = {.url = url, .state_dir = state, .node = "test-node"};
-    st_store *s = NULL;
-    CHECK_OK(st_store_open(&o, &s));
-    return s;
+    return ut_open_store(url, root, state_name, "test-node");
 }
 
 static void mkdirf(const char *fmt, const char *a)
@@ -58,6 +54,17 @@ static void random_step_dir(const char *dir, size_t len, uint64_t seed, char *ou
     ut_write_file(out, buf, len);
     snprintf(out, cap, "%s/%s", root, dir);
     free(buf);
+}
+
+/* A store (state in root/state_name) holding step 1 of job: the one-file
+ * random_step_dir() root/job (len bytes from seed), whose path goes to dir. */
+static st_store *store_with_random_step(const char *state_name, const char *job, size_t len,
+                                        uint64_t seed, char *dir, size_t cap)
+{
+    st_store *s = open_store(state_name);
+    random_step_dir(job, len, seed, dir, cap);
+    CHECK_OK(st_store_put_dir(s, job, 1, dir, NULL));
+    return s;
 }
 
 static void test_roundtrip_tree(void)
@@ -185,10 +192,8 @@ static void test_uncommitted_step_is_invisible(void)
 {
     /* A put that stopped before its part record: packs and manifest are in
      * the store, but the step must not be listed or restorable. */
-    st_store *s = open_store("state5");
     char p[400];
-    random_step_dir("partial", 5000, 17, p, sizeof p);
-    CHECK_OK(st_store_put_dir(s, "partial", 1, p, NULL));
+    st_store *s = store_with_random_step("state5", "partial", 5000, 17, p, sizeof p);
     CHECK_OK(st_store_put_dir(s, "partial", 2, p, NULL));
     st_backend *b;
     CHECK_OK(st_backend_open(url, &b));
@@ -209,10 +214,8 @@ static void test_uncommitted_step_is_invisible(void)
 
 static void test_tampered_manifest_is_rejected(void)
 {
-    st_store *s = open_store("state6");
     char p[400];
-    random_step_dir("tamper", 5000, 19, p, sizeof p);
-    CHECK_OK(st_store_put_dir(s, "tamper", 1, p, NULL));
+    st_store *s = store_with_random_step("state6", "tamper", 5000, 19, p, sizeof p);
     /* One more byte at the end of the manifest: it no longer matches its
      * part record's length and digest. */
     const char *key = "jobs/tamper/steps/00000000000000000001/nodes/test-node.r1.manifest";
@@ -462,10 +465,8 @@ static void test_failed_commit_leaves_nothing(void)
     st_store_close(s);
 }
 
-int main(void)
+static void run_cases(void)
 {
-    if (ut_tmp_store(root, url, sizeof url))
-        return 1;
     RUN(test_roundtrip_tree);
     RUN(test_identical_files_stored_once);
     RUN(test_insertion_dedups);
@@ -478,6 +479,9 @@ int main(void)
     RUN(test_many_files_few_descriptors);
     RUN(test_unreadable_step_is_listed);
     RUN(test_failed_commit_leaves_nothing);
-    ut_rmtree(root);
-    return ut_finish();
+}
+
+int main(void)
+{
+    return ut_main_tmp_store(root, url, sizeof url, run_cases);
 }

@@ -141,6 +141,20 @@ static inline int ut_tmp_store(char *root_template, char *url, size_t url_cap)
     return 0;
 }
 
+/* main() of a test whose cases share one temp store: makes the temp tree
+ * (ut_tmp_store), runs the cases (a function of RUN lines), removes the tree
+ * unless a check failed (then it is kept for a look), returns ut_finish(). */
+static inline int ut_main_tmp_store(char *root_template, char *url, size_t url_cap,
+                                    void (*run_cases)(void))
+{
+    if (ut_tmp_store(root_template, url, url_cap))
+        return 1;
+    run_cases();
+    if (!ut_failed)
+        ut_rmtree(root_template);
+    return ut_finish();
+}
+
 /* xorshift64*: fixed-seed pseudo-random bytes. */
 static inline uint64_t ut_rand_next(uint64_t *s)
 {
