@@ -62,20 +62,38 @@ static st_err reserve_decode(st_restorer *r, size_t raw_len)
     return ST_OK;
 }
 
-/* How many refs from `first` can be fetched with one contiguous ranged GET. */
-static size_t coalesce(const st_file_entry *f, size_t first)
+/*
+ * How many refs in [first, limit) one ranged GET of their pack can serve, and the
+ * window [*lo, *lo + *span) it reads. A DCP shard's chunks are small and
+ * deduplicated, so its chunk list repeats and jumps around a pack: the window
+ * takes any later chunk of the same pack that lies inside it (a repeat, a
+ * reordered chunk) or that widens it by at most ST_RESTORE_GAP_MAX bytes of
+ * unneeded data, up to ST_RESTORE_MAX_GET in all. The unneeded bytes are
+ * dropped; every chunk in the window is still decoded and verified alone.
+ */
+static size_t coalesce(const st_file_entry *f, size_t first, size_t limit, uint64_t *lo,
+                       uint64_t *span)
 {
     const st_chunk_ref *a = &f->chunks[first];
-    uint64_t end = a->offset + a->stored_len;
+    uint64_t start = a->offset, end = a->offset + a->stored_len;
     size_t n = 1;
-    while (first + n < f->nchunks) {
+    while (first + n < limit) {
         const st_chunk_ref *b = &f->chunks[first + n];
-        if (b->pack != a->pack || b->offset != end ||
-            end + b->stored_len - a->offset > ST_RESTORE_MAX_GET)
+        if (st_chunk_is_hole(b) || b->pack != a->pack)
             break;
-        end += b->stored_len;
+        uint64_t b_end = b->offset + b->stored_len;
+        uint64_t new_start = b->offset < start ? b->offset : start;
+        uint64_t new_end = b_end > end ? b_end : end;
+        uint64_t growth = (new_end - new_start) - (end - start);
+        if (new_end - new_start > ST_RESTORE_MAX_GET ||
+            (growth > b->stored_len && growth - b->stored_len > ST_RESTORE_GAP_MAX))
+            break;
+        start = new_start;
+        end = new_end;
         n++;
     }
+    *lo = start;
+    *span = end - start;
     return n;
 }
 
@@ -118,16 +136,13 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
             pos += f->chunks[i++].raw_len;
             continue;
         }
-        size_t n = coalesce(f, i); /* stops at a hole: its pack differs */
-        if (i + n > end_chunk)
-            n = end_chunk - i;
+        uint64_t lo, span;
+        size_t n = coalesce(f, i, end_chunk, &lo, &span); /* stops at a hole */
         const st_chunk_ref *first = &f->chunks[i];
-        const st_chunk_ref *last = &f->chunks[i + n - 1];
-        uint64_t span = last->offset + last->stored_len - first->offset;
         char key[ST_KEY_MAX];
         st_err e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
         if (!e)
-            e = st_get(r->backend, key, first->offset, span, &r->fetched);
+            e = st_get(r->backend, key, lo, span, &r->fetched);
         if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
             return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
         if (e)
@@ -138,9 +153,9 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
             return st_seterr(ST_ERR_CORRUPT,
                              "restoring %s: pack %s is shorter than the manifest says", f->path,
                              key);
-        const uint8_t *p = r->fetched.data;
         for (size_t k = 0; k < n; k++) {
             const st_chunk_ref *ref = &f->chunks[i + k];
+            const uint8_t *p = r->fetched.data + (ref->offset - lo);
             size_t raw_len;
             const uint8_t *raw; /* in r->fetched (a raw chunk) or r->raw: no extra copy */
             e = reserve_decode(r, ref->raw_len);
@@ -165,7 +180,6 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
             if (e)
                 return e;
             pos += raw_len;
-            p += ref->stored_len;
         }
         i += n;
     }

@@ -5,7 +5,10 @@
  * Adjacent chunks of one pack (the common case: a file's new chunks are
  * written to a pack in order) are fetched with a single ranged GET of up to
  * ST_RESTORE_MAX_GET bytes, so a restore costs about one GET per 16 MiB
- * rather than one per chunk.
+ * rather than one per chunk. Chunks of one pack that are not adjacent in
+ * the file's order (deduplicated repeats, reordered or nearby chunks, as in
+ * a DCP shard) share that GET too when they lie inside its window or widen
+ * it by at most ST_RESTORE_GAP_MAX unneeded bytes, which are dropped.
  *
  * Threads: an st_restorer belongs to one thread; its buffers are reused
  * across files so steady-state restore does not allocate.
@@ -22,6 +25,10 @@
 #include "format/st_manifest.h"
 
 #define ST_RESTORE_MAX_GET (16u << 20)
+/* Unneeded bytes of a pack one GET may read through to reach the next
+ * needed chunk (a gap between deduplicated or reordered chunks): ~1 MiB
+ * costs less than a request's round trip on S3. */
+#define ST_RESTORE_GAP_MAX (1u << 20)
 
 typedef struct st_restorer st_restorer;
 

@@ -211,17 +211,27 @@ typedef struct vrun {
     vrun_state state;    /* (lock) */
 } vrun;
 
+/* A step's part record and decoded manifest, shared by the fetches of its
+ * files (docs/WARMUP.md, "Layout cache"): v->layout_cache keeps the last one
+ * loaded; each fetch holds a reference until it ends. */
+typedef struct vlayout {
+    char job[ST_JOB_MAX + 1];
+    uint64_t step;
+    st_bytes buf; /* the part record, then the manifest it names */
+    st_part part;
+    st_manifest m;
+    int refs; /* (lock) */
+} vlayout;
+
 typedef struct vfetch {
     struct st_vfs *v;
     vnode *n; /* pinned by n->fetching until the fetch ends */
     char job[ST_JOB_MAX + 1];
-    uint64_t sid;  /* the staging file being filled */
-    int fd;        /* on it, O_RDWR; closed when the fetch ends */
-    uint64_t size; /* the file's size */
-    st_bytes buf;  /* the part record, then the manifest it names */
-    st_part part;
-    st_manifest m;
-    const st_file_entry *f; /* in m */
+    uint64_t sid;           /* the staging file being filled */
+    int fd;                 /* on it, O_RDWR; closed when the fetch ends */
+    uint64_t size;          /* the file's size */
+    struct vlayout *layout; /* the step's part record and manifest (shared) */
+    const st_file_entry *f; /* in layout->m */
     vrun *runs;
     size_t nruns;
     vfs_bound bound;            /* of the thread that began it, for its workers */
@@ -335,6 +345,7 @@ struct st_vfs {
     int fetch_threads;        /* fetch workers and warm-up threads running */
     int fetch_stop;           /* set at close: workers stop after their run */
     uint64_t fetches_active;  /* fetches laid out and not ended */
+    vlayout *layout_cache;    /* (lock) the step layout loaded last, or NULL */
     uint64_t fetched_bytes;   /* verified bytes fetched since start */
     vwarm warm[VFS_WARM_MAX]; /* oldest first */
     size_t nwarm;
@@ -539,6 +550,8 @@ void vfs_fetch_put(vfetch *fx);
 /* At close, past the drain: fetches stop after their runs in flight and every
  * fetch and warm-up thread has ended on return. Takes v->lock. */
 void vfs_fetch_stop_all(st_vfs *v);
+/* Forgets the cached step layout (lock held); fetches holding it keep it. */
+void vfs_layout_cache_drop(st_vfs *v);
 
 /* st_vfs_warmup.c — warm-up requests (docs/WARMUP.md). Every call under
  * v->lock. */

@@ -169,6 +169,9 @@ static void forget_vanished(st_vfs *v, const char *job, const st_step_keys *step
         if ((at == n || steps[at].step != step) && s->durable_ns && s->durable_ns < listed_ns &&
             !s->queued && !s->uploading && !vfs_deletion_find(j, step)) {
             vfs_log(v, 0, "step %" PRIu64 " of %s is no longer in the store", step, job);
+            vlayout *l = v->layout_cache; /* docs/WARMUP.md, "Layout cache" */
+            if (l && l->step == step && !strcmp(l->job, job))
+                vfs_layout_cache_drop(v);
             vfs_forget_step(v, j, step);
             if (j->nsteps < before)
                 continue; /* removed: the next one moved to k */
@@ -312,6 +315,9 @@ st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
     return ST_OK;
 }
 
+static void layout_put(vlayout *l);
+
+/* (lock held, as for every vfetch field it frees) */
 static void fetch_free(vfetch *fx)
 {
     if (!fx)
@@ -319,9 +325,7 @@ static void fetch_free(vfetch *fx)
     if (fx->fd >= 0)
         close(fx->fd);
     free(fx->runs);
-    st_manifest_free(&fx->m);
-    st_part_free(&fx->part);
-    st_bytes_free(&fx->buf);
+    layout_put(fx->layout); /* set if the fetch failed before it ended */
     pthread_mutex_destroy(&fx->write_lock);
     free(fx);
 }
@@ -332,16 +336,77 @@ void vfs_fetch_put(vfetch *fx)
         fetch_free(fx);
 }
 
+/* ---- the layout cache (docs/WARMUP.md, "Layout cache") ---- */
+
+static void layout_put(vlayout *l) /* lock held */
+{
+    if (!l || --l->refs > 0)
+        return;
+    st_manifest_free(&l->m);
+    st_part_free(&l->part);
+    st_bytes_free(&l->buf);
+    free(l);
+}
+
+void vfs_layout_cache_drop(st_vfs *v) /* lock held */
+{
+    layout_put(v->layout_cache);
+    v->layout_cache = NULL;
+}
+
+/* The cached layout if it is r's step in the version r shows (lock held). */
+static vlayout *layout_cached(st_vfs *v, const char *job, const vremote *r)
+{
+    vlayout *l = v->layout_cache;
+    if (!l || l->step != r->step || strcmp(l->job, job) || strcmp(l->part.node, r->node) ||
+        l->part.revision != r->revision)
+        return NULL;
+    l->refs++;
+    return l;
+}
+
+/* r's step layout: the cached one, else loaded from the store (no lock held)
+ * and cached in place of the last one. Opening N files of a step reads its
+ * part record and manifest once, not N times (each decode of a 10,000-file
+ * manifest made a step's opens quadratic). */
+static st_err layout_get(st_vfs *v, const char *job, const vremote *r, vlayout **out)
+{
+    pthread_mutex_lock(&v->lock);
+    *out = layout_cached(v, job, r);
+    pthread_mutex_unlock(&v->lock);
+    if (*out)
+        return ST_OK;
+    vlayout *l = calloc(1, sizeof *l);
+    if (!l)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    snprintf(l->job, sizeof l->job, "%s", job);
+    l->step = r->step;
+    l->refs = 1;
+    st_err e = st_catalog_load_part(v->backend, job, r->step, r->node, &l->buf, &l->part);
+    if (!e)
+        e = st_catalog_load_manifest(v->backend, &l->part, &l->buf, &l->m);
+    pthread_mutex_lock(&v->lock);
+    if (!e && !v->fetch_stop) {
+        vfs_layout_cache_drop(v);
+        v->layout_cache = l;
+        l->refs++;
+    }
+    if (e)
+        layout_put(l);
+    else
+        *out = l;
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
 /* The store side of laying out a fetch (no lock held): the file's manifest
  * entry, its staging file created at its size (sparse), its runs. */
 static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
 {
-    st_err e = st_catalog_load_part(v->backend, fx->job, r->step, r->node, &fx->buf, &fx->part);
-    if (!e)
-        e = st_catalog_load_manifest(v->backend, &fx->part, &fx->buf, &fx->m);
-    for (size_t i = 0; !e && i < fx->m.nfiles; i++)
-        if (!strcmp(fx->m.files[i].path, r->path))
-            fx->f = &fx->m.files[i];
+    st_err e = layout_get(v, fx->job, r, &fx->layout);
+    for (size_t i = 0; !e && i < fx->layout->m.nfiles; i++)
+        if (!strcmp(fx->layout->m.files[i].path, r->path))
+            fx->f = &fx->layout->m.files[i];
     if (!e && !fx->f)
         e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
     if (e)
@@ -393,9 +458,8 @@ static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
     close(fx->fd);
     fx->fd = -1;
     /* Only the runs are needed from here (handles still waiting on fx). */
-    st_manifest_free(&fx->m);
-    st_part_free(&fx->part);
-    st_bytes_free(&fx->buf);
+    layout_put(fx->layout);
+    fx->layout = NULL;
     fx->f = NULL;
     pthread_cond_broadcast(&v->changed);
     vfs_maybe_free(v, n);
@@ -433,7 +497,7 @@ static void *fetch_worker_main(void *arg)
     while (!e && !fx->err && !v->fetch_stop && (r = take_run(fx)) != SIZE_MAX) {
         vrun *run = &fx->runs[r];
         pthread_mutex_unlock(&v->lock);
-        e = st_restore_chunks_locked(rs, &fx->m, fx->f, run->first, run->count, fx->fd,
+        e = st_restore_chunks_locked(rs, &fx->layout->m, fx->f, run->first, run->count, fx->fd,
                                      &fx->write_lock);
         pthread_mutex_lock(&v->lock);
         run->state = e ? VRUN_TODO : VRUN_DONE;
@@ -616,5 +680,6 @@ void vfs_fetch_stop_all(st_vfs *v)
     pthread_cond_broadcast(&v->changed);
     while (v->fetch_threads)
         pthread_cond_wait(&v->changed, &v->lock);
+    vfs_layout_cache_drop(v); /* fetch_stop: no layout is cached from here */
     pthread_mutex_unlock(&v->lock);
 }

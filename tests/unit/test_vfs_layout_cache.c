@@ -1,0 +1,66 @@
+/*
+ * test_vfs_layout_cache — the per-step layout cache of st_vfs_remote.c
+ * (docs/WARMUP.md, "Layout cache"): opening N files of one remote step reads
+ * its part record and manifest once, not once per file; the bytes read are
+ * still the step's.
+ */
+#include "vfs_harness.h"
+
+#define NFILES 24
+
+static uint64_t gets_of(vh_mount *m)
+{
+    st_vfs_stats s;
+    CHECK_OK(st_vfs_get_stats(m->v, &s));
+    uint64_t n = 0;
+    for (int r = 0; r < ST_VFS_REQ_RESULTS; r++)
+        n += s.requests[1][r]; /* ST_REQ_GET */
+    st_vfs_stats_free(&s);
+    return n;
+}
+
+static void test_opens_of_one_step_share_its_layout(void)
+{
+    st_backend *store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open(&a, store, "node-a", "view-a", 1));
+    CHECK_OK(vh_mount_open(&b, store, "node-b", "view-b", 1));
+    if (!a.v || !b.v)
+        return;
+    char path[128];
+    uint8_t *data[NFILES];
+    for (int i = 0; i < NFILES; i++) {
+        data[i] = vh_data(3000 + 100 * i, 50 + i);
+        snprintf(path, sizeof path, VH_JOB "/step-000007/rank%02d.distcp", i);
+        CHECK_OK(vh_write(&a, path, data[i], 3000 + 100 * i, VH_PID_A));
+    }
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000007/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(a.v, 20));
+    CHECK(VH_WAIT(vh_exists(&b, VH_JOB "/step-000007/.ckpt-complete"), 10));
+
+    uint64_t before = gets_of(&b);
+    for (int i = 0; i < NFILES; i++) {
+        snprintf(path, sizeof path, VH_JOB "/step-000007/rank%02d.distcp", i);
+        CHECK(vh_file_is(&b, path, data[i], 3000 + 100 * i));
+    }
+    uint64_t gets = gets_of(&b) - before;
+    printf("  %d files of one step: %llu GETs\n", NFILES, (unsigned long long)gets);
+    /* One chunk GET per file, plus one part record and one manifest; was
+     * 3 per file (part record, manifest, chunk). */
+    CHECK(gets <= NFILES + 2);
+    for (int i = 0; i < NFILES; i++)
+        free(data[i]);
+    vh_mount_close(&b);
+    vh_mount_close(&a);
+    st_backend_close(store);
+}
+
+int main(void)
+{
+    if (vh_setup("layout-cache"))
+        return 1;
+    RUN(test_opens_of_one_step_share_its_layout);
+    vh_teardown();
+    return ut_finish();
+}
