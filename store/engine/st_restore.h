@@ -8,7 +8,8 @@
  * rather than one per chunk. Chunks of one pack that are not adjacent in
  * the file's order (deduplicated repeats, reordered or nearby chunks, as in
  * a DCP shard) share that GET too when they lie inside its window or widen
- * it by at most ST_RESTORE_GAP_MAX unneeded bytes, which are dropped.
+ * it by at most ST_RESTORE_GAP_MAX unneeded bytes, which are dropped, or
+ * when a run of them needs at least a quarter of the window it spans.
  *
  * Threads: an st_restorer belongs to one thread; its buffers are reused
  * across files so steady-state restore does not allocate.
@@ -29,6 +30,11 @@
  * needed chunk (a gap between deduplicated or reordered chunks): ~1 MiB
  * costs less than a request's round trip on S3. */
 #define ST_RESTORE_GAP_MAX (1u << 20)
+/* A window wider than the greedy rule allows is read when at least
+ * 1/ST_RESTORE_DENSITY of it is needed (st_restore.c, coalesce_dense), looking
+ * at most ST_RESTORE_LOOKAHEAD refs ahead. */
+#define ST_RESTORE_DENSITY   4u
+#define ST_RESTORE_LOOKAHEAD 8192u
 
 typedef struct st_restorer st_restorer;
 

@@ -201,6 +201,47 @@ static void test_gap_bound(void)
     st_backend_close(b);
 }
 
+/* A DCP shard's layout: the file's own chunks lie in its region of the
+ * pack, and between every two of them it references one of the small
+ * records every archive repeats, whose first copies lie 3 MiB away (another
+ * rank's region in between). Each jump back is a gap the greedy rule
+ * refuses; the file still needs a third of the window: 1 GET. */
+static void test_far_repeats(void)
+{
+    st_backend *b = NULL;
+    st_backend_counts c = {0};
+    open_counted(&b, &c);
+    pack_builder pb = {0};
+    size_t shared[20], own[100];
+    for (size_t i = 0; i < 20; i++)
+        shared[i] = add_chunk(&pb, 1 * KIB, 2000 + i);
+    add_chunk(&pb, 3 * MIB, 2100); /* another rank's region: never needed here */
+    for (size_t i = 0; i < 100; i++)
+        own[i] = add_chunk(&pb, 16 * KIB, 2200 + i);
+    st_id pack_id = st_id_of("pack-c", 6);
+    char key[ST_KEY_MAX];
+    CHECK_OK(st_key_pack(key, sizeof key, "job", &pack_id));
+    CHECK_OK(st_put(b, key, pb.data.data, pb.data.len));
+
+    size_t order[200];
+    for (size_t i = 0; i < 100; i++) {
+        order[2 * i] = own[i];
+        order[2 * i + 1] = shared[i % 20];
+    }
+    st_manifest m;
+    st_file_entry f;
+    st_chunk_ref refs[200];
+    uint8_t *expect = NULL;
+    make_file(&pb, order, 200, &m, &f, refs, &pack_id, &expect);
+    uint64_t gets = restore_and_compare(b, &c, &m, &f, expect);
+    printf("  own chunks interleaved with repeats 3 MiB away: %llu GET(s)\n",
+           (unsigned long long)gets);
+    CHECK(gets == 1); /* was 200: every jump back was a refused gap */
+    free(expect);
+    pack_free(&pb);
+    st_backend_close(b);
+}
+
 int main(void)
 {
     if (!mkdtemp(root)) {
@@ -209,6 +250,7 @@ int main(void)
     }
     RUN(test_dcp_like_layout);
     RUN(test_gap_bound);
+    RUN(test_far_repeats);
     ut_rmtree(root);
     return ut_finish();
 }
