@@ -67,8 +67,8 @@ class Ctx:
 
 
 def counts_after(path, t):
-    """The proxy's counters from a dump written after time t (it dumps every
-    second), so every request finished by t is in them."""
+    """The proxy's counters from a dump written after time t (run.sh has it
+    dump every 0.05 s), so every request finished by t is in them."""
     deadline = time.time() + 10
     while time.time() < deadline:
         try:
@@ -77,7 +77,7 @@ def counts_after(path, t):
                     return json.load(f)
         except (OSError, ValueError):
             pass
-        time.sleep(0.1)
+        time.sleep(0.01)
     raise RuntimeError("the counting proxy wrote no stats after %.1f (is it running?)" % t)
 
 
@@ -149,6 +149,19 @@ def wait_durable(tool, step, sizes, t0, timeout):
 QUIET_SINCE = [0.0]  # when the previous run's last request had ended
 
 
+class Phases:
+    """Wall seconds of a run's untimed parts, by name (rec["phase_s"]): what
+    the harness itself costs, for sizing the plan (run.sh estimate_s)."""
+
+    def __init__(self):
+        self.s, self.t = {}, time.time()
+
+    def mark(self, name):
+        now = time.time()
+        self.s[name] = self.s.get(name, 0.0) + now - self.t
+        self.t = now
+
+
 def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
     prefix = "peers-%s-%d-r%d-%s-%d" % (scenario.name, size_mib, rep, tool_name, os.getpid())
     work = os.path.join(a.work, prefix)
@@ -157,18 +170,22 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
            "saves": saves,
            "tool": tool_name, "stall_s": [], "durable_s": [], "ckpt_bytes": 0}
     t_run = time.time()
+    ph = Phases()
     pids = [int(p) for p in a.server_pids.split(",") if p]
     try:
-        # The local disk sends nothing to the proxy: no waits for its dumps
-        # (~0.5 s each). Else a dump after the previous run's end (usually
-        # there already: the cleanup outlasts the proxy's 1 s period).
+        # The local disk sends nothing to the proxy: no waits for its dumps.
+        # Else a dump after the previous run's end (usually there already:
+        # the cleanup outlasts the proxy's 0.05 s period).
         c0 = counts_after(a.proxy_stats, QUIET_SINCE[0] or time.time())
         s0 = server_cpu(pids)
+        ph.mark("counts")
         job = tool.save_begin()
+        ph.mark("mount")
         for i in range(1, saves + 1):
             step = i * a.every
             scenario.perturb()
             os.sync()
+            ph.mark("perturb")
             t0 = time.time()
             scenario.save(job, step)
             tool.after_save(scenario.files(step))
@@ -177,8 +194,11 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
             rec["ckpt_bytes"] = sum(sizes.values())
             if tool_name != "local":
                 rec["durable_s"].append(wait_durable(tool, step, sizes, t0, a.durable_timeout))
+            ph.mark("timed")
         rec["daemon_save"] = tool.save_end()
+        ph.mark("unmount")
         c1 = c0 if tool_name == "local" else counts_after(a.proxy_stats, time.time())
+        ph.mark("counts")
         rec["server_cpu_save_s"] = server_cpu(pids) - s0
         rec["save_requests"] = count_diff(c0, c1)
         if tool_name == "local":
@@ -186,7 +206,9 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
                                       for r, _, fs in os.walk(job) for f in fs)
         else:
             rec["stored_bytes"] = sum(ctx.store.list(prefix + "/").values())
+        ph.mark("list")
         want = reference_hashes(scenario, saves * a.every, shm)
+        ph.mark("reference")
 
         s0 = server_cpu(pids)
         t0 = time.time()
@@ -195,11 +217,15 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
         scenario.load(job, files)
         t1 = time.time()
         rec["resume_s"] = t1 - t0
+        ph.mark("timed")
         c2 = c1 if tool_name == "local" else counts_after(a.proxy_stats, t1)
         rec["resume_requests"] = count_diff(c1, c2)
         rec["server_cpu_resume_s"] = server_cpu(pids) - s0
+        ph.mark("counts")
         got = {f: sha256(os.path.join(job, f)) for f in files}
+        ph.mark("verify")
         rec["daemon_resume"] = tool.resume_end()
+        ph.mark("unmount")
         if step != saves * a.every or got != want:
             raise RuntimeError("resume of step %d: files not byte-identical to the save "
                                "(%s vs %s)" % (step, sorted(got), sorted(want)))
@@ -215,7 +241,9 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
         except Exception as e:
             print("peers_bench: cleaning %s: %s" % (prefix, e), file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)
+    ph.mark("cleanup")
     QUIET_SINCE[0] = time.time()  # every mount of this run is gone: its requests ended
+    rec["phase_s"] = {k: round(v, 3) for k, v in ph.s.items()}
     rec["run_wall_s"] = time.time() - t_run  # the whole run, for sizing the plan
     return rec
 

@@ -279,9 +279,12 @@ store checks, report.py this section):
   `s3fs` 1.90 with the large-file options of its manual (`man s3fs`:
   `multipart_size=64` MB parts instead of 10, `parallel_count=8` instead of 5,
   `max_dirty_data=-1`, `use_cache=DIR`), path-style; `rclone mount`
-  1.60 with `--vfs-cache-mode writes` and `full` (rclone's defaults
-  otherwise: a closed file is uploaded 5 s later, `--vfs-write-back`,
-  which only the CI smoke sets, to 100 ms);
+  1.60 with `--vfs-cache-mode writes` and `full`, rclone's defaults
+  otherwise but for `--vfs-write-back 1s` (the delay from a file's close
+  to its upload; rclone's default is 5 s, the CI smoke's 100 ms; machine.txt
+  records the run's): a shorter delay only brings rclone's time to durable
+  forward, by ~4 s per save, and the default's idle waits would cost the
+  full run ~10 of its 30 minutes;
   `aws-cp`: torch.save to the local disk, then `aws s3 cp` (awscli 2.9,
   its defaults: 8 MiB parts, 10 in flight; the trainer waits for both);
   `local`: torch.save to the local disk only, the floor.

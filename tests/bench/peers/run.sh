@@ -8,6 +8,7 @@
 #       [--tools LIST] [--plan SCENARIO:SIZE_MIB:REPS[:SAVES]]... [--reps N] [--saves N]
 #       [--out DIR] [--doc FILE] [--workdir DIR] [--rgw-memstore]
 #       [--table-mib N] [--budget-min N] [--append] [--dry-run]
+#       [--rclone-write-back DUR]
 #
 # Default (the full run; docs/BENCHMARKS.md, "Peers: the plan", says how
 # each piece's estimate was measured; --dry-run prints them): 1 save per
@@ -15,20 +16,22 @@
 # turn: --reps repetitions (default 5) of full (the transformer + AdamW,
 # fp32), bf16, finetune (2 saves: the second is what a frozen backbone
 # makes incremental), ddp and dcp at --table-mib (default 16) MiB. Then the
-# growth points of full, 1 repetition: 256 MiB and 1 GiB on every server
-# (the last first, so it runs on), 4 GiB on the first server only (s3rver:
-# one 4 GiB repetition is ~21 min, it cannot be on both). Before each piece
-# run.sh prints its estimate (a per-repetition cost model from probes,
-# estimate_s) and after it the elapsed time; a piece whose estimate does not
-# fit in what is left of --budget-min (default 30) is skipped with a message
-# (also in machine.txt) rather than overrunning. The whole plan is
-# estimated at ~72 min here (busy-machine probes): with the default budget
-# the later pieces are skipped; docs/BENCHMARKS.md gives the split commands.
+# growth points of full, 1 repetition: 256 MiB on every server (the last
+# first, so it runs on), then 1 GiB and 4 GiB on the first server (s3rver;
+# one 4 GiB repetition of all six tools is ~10 min here, it cannot be on
+# both in 30 min). Before each piece run.sh prints its estimate (a
+# per-repetition cost model from the quiet run, estimate_s) and after it
+# the elapsed time; a piece whose estimate does not fit in what is left of
+# --budget-min (default 30) is skipped with a message (also in machine.txt)
+# rather than overrunning. The whole plan is estimated at ~28 min on a
+# quiet machine (docs/BENCHMARKS.md, "Peers: the plan").
 # --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
+# --rclone-write-back DUR: rclone's --vfs-write-back, the delay from a
+# close to the upload (default 1s; rclone's own default, 5s, only adds idle
+# waiting to rclone's time to durable: ~10 min of the full run; "" for it).
 # --smoke: s3rver only, full at 8 MiB and dcp at 4 MiB, 1 repetition, 1 save,
-# rclone's --vfs-write-back 100ms instead of its 5 s (so the smoke takes
-# about a minute; its durable times for rclone are not the default's) (CI,
+# rclone's --vfs-write-back 100ms (so the smoke takes about a minute) (CI,
 # label bench: fails when a scenario errors or a restore is not
 # byte-identical, never on a timing).
 #
@@ -59,7 +62,7 @@ shift
 orig_args="$*"
 src=$(cd "$here/../../.." && pwd)
 servers=s3rver,rgw smoke=0 saves=1 reps=5 out="" doc=$src/docs/BENCHMARKS.md workdir=/var/tmp
-write_back="" # rclone's --vfs-write-back: its default (5 s) unless --smoke
+write_back=1s # rclone's --vfs-write-back (--rclone-write-back; --smoke: 100ms)
 rgw_flags=()  # --rgw-memstore: the OSD in RAM (rgw.sh --memstore)
 table_mib=16 budget_min=30 append=0 dry=0
 plans=() tool_list=ckptfs,s3fs,rclone-writes,rclone-full,aws-cp,local
@@ -78,6 +81,7 @@ while [ $# -gt 0 ]; do
     --table-mib) table_mib=${2:?}; shift ;;
     --budget-min) budget_min=${2:?}; shift ;;
     --append) append=1 ;;
+    --rclone-write-back) write_back=$2; shift ;;
     --dry-run) dry=1 doc="" ;; # the plan and its estimates only; writes nothing
     -h | --help) usage ;;
     *) echo "peers: unknown option $1" >&2; usage ;;
@@ -142,8 +146,8 @@ table_plan() { # the tables: every scenario, --reps repetitions, at --table-mib
 
 growth_plan() { # SERVER IS_FIRST_SERVER: the growth plots' points, 1 repetition
     [ "$smoke" = 0 ] || return 0
-    local plan="full:256:1 full:1024:1"
-    [ "$2" = 0 ] || plan+=" full:4096:1"
+    local plan="full:256:1"
+    [ "$2" = 0 ] || plan+=" full:1024:1 full:4096:1"
     echo "$plan"
 }
 
@@ -153,20 +157,21 @@ start_estimate_s() { # SERVER: seconds to start it and its proxy
 
 # estimate_s SCENARIO:MIB:REPS[:SAVES]: seconds for one piece, every tool
 # of $tool_list once per repetition. Per repetition (all six tools): a fixed
-# part per scenario (finetune's with its 2 saves; mounts, rclone's 5 s write-back, polling, the resume
-# mount, the reference replay) plus a part per MiB saved; the numbers are
-# from probes on this machine at load average ~2 (docs/BENCHMARKS.md,
-# "Peers: the plan"), plus the state's build and warm-up save once.
+# part per scenario (finetune's with its 2 saves; mounts, rclone's 1 s
+# write-back, aws's start, polling, the resume mount, the reference replay)
+# plus a part per GiB saved (saving, uploading, reading back, verifying, the
+# reference replay: 4 GiB took 610 s for the six); the numbers are from the
+# quiet run of 2026-12-02 (docs/BENCHMARKS.md, "Peers: the plan"), a little
+# pessimistic, plus the state's build and warm-up save once.
 estimate_s() {
-    local sc mib n sv fixed per_gib=300 # s per GiB saved, all six tools of one repetition
+    local sc mib n sv fixed per_gib=145 # s per GiB saved, all six tools of one repetition
     IFS=: read -r sc mib n sv <<<"$1"
     sv=${sv:-$saves}
     case $sc in
-    full | bf16) fixed=26 ;;
-    finetune) fixed=40 ;; # its 2 saves: rclone's write-back twice
-    ddp) fixed=39 ;;
-    dcp) fixed=39 per_gib=1000 ;; # ckptfs's resume: ~0.7 s per MiB in GETs
-    *) fixed=60 ;;
+    full | bf16 | ddp) fixed=12 ;;
+    dcp) fixed=13 ;;
+    finetune) fixed=18 ;; # its 2 saves
+    *) fixed=30 ;;
     esac
     local ntools
     ntools=$(tr , '\n' <<<"$tool_list" | wc -l)
@@ -206,7 +211,7 @@ stop_server() {
 start_proxy() {
     rm -f "$work/proxy.port" "$work/proxy.stats"
     $py "$src/tests/s3/faultproxy.py" --target-port "${endpoint##*:}" --port-file "$work/proxy.port" \
-        --stats-file "$work/proxy.stats" --owner-pid $$ >"$work/proxy.log" 2>&1 &
+        --stats-file "$work/proxy.stats" --stats-interval 0.05 --owner-pid $$ >"$work/proxy.log" 2>&1 &
     proxy_pid=$!
     for _ in $(seq 100); do [ -s "$work/proxy.port" ] && return 0; sleep 0.1; done
     echo "peers: the counting proxy did not start: $(cat "$work/proxy.log")" >&2
@@ -224,6 +229,7 @@ stop_proxy() {
     echo "kernel: $(uname -r); CPUs: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
     echo "memory: $(free -g | awk '/Mem:/ { print $2 }') GiB; workdir: $(stat -f -c %T "$work") ($workdir)"
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "rclone --vfs-write-back: ${write_back:-the rclone default (5s)}"
     echo "versions: ckptfs $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo ?);" \
         "$(s3fs --version 2>&1 | head -1 | sed 's/ (commit.*//');" \
         "$(rclone version 2>/dev/null | head -1); $($aws --version 2>&1 | cut -d' ' -f1);" \
