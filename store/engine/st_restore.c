@@ -19,8 +19,8 @@
 struct st_restorer {
     st_backend *backend;
     char job[ST_JOB_MAX + 1];
-    st_bytes fetched; /* one coalesced GET */
-    uint8_t *raw;     /* one decoded chunk */
+    st_bytes window[ST_RESTORE_RUN_PACKS]; /* a run's GETs, one per pack */
+    uint8_t *raw;                          /* one decoded chunk */
     size_t raw_cap;
     uint8_t *scratch;
     size_t scratch_cap;
@@ -41,115 +41,133 @@ st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out)
     return ST_OK;
 }
 
-/* Makes sure the decode buffers hold a chunk of raw_len bytes. */
-static st_err reserve_decode(st_restorer *r, size_t raw_len)
+/* Grows the allocation *data of *cap bytes to exactly need bytes if it is
+ * smaller (its bytes are not kept: the caller overwrites them). */
+static st_err grow_buffer(uint8_t **data, size_t *cap, size_t need)
 {
-    if (raw_len > r->raw_cap) {
-        uint8_t *p = realloc(r->raw, raw_len);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        r->raw = p;
-        r->raw_cap = raw_len;
-    }
-    size_t need = st_codec_scratch_bound(raw_len);
-    if (need > r->scratch_cap) {
-        uint8_t *p = realloc(r->scratch, need);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        r->scratch = p;
-        r->scratch_cap = need;
-    }
+    if (need <= *cap)
+        return ST_OK;
+    uint8_t *p = realloc(*data, need);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    *data = p;
+    *cap = need;
     return ST_OK;
 }
 
-/*
- * The greedy rule: how many refs in [first, limit) one ranged GET of their
- * pack can serve, and the window [*lo, *lo + *span) it reads, taking each
- * next chunk of the same pack that lies inside the window (a repeat, a
- * reordered chunk) or widens it by at most ST_RESTORE_GAP_MAX bytes of
- * unneeded data, up to ST_RESTORE_MAX_GET in all.
- */
-static size_t coalesce_greedy(const st_file_entry *f, size_t first, size_t limit, uint64_t *lo,
-                              uint64_t *span)
+/* Makes sure the decode buffers hold a chunk of raw_len bytes. */
+static st_err reserve_decode(st_restorer *r, size_t raw_len)
 {
-    const st_chunk_ref *a = &f->chunks[first];
-    uint64_t start = a->offset, end = a->offset + a->stored_len;
-    size_t n = 1;
-    while (first + n < limit) {
-        const st_chunk_ref *b = &f->chunks[first + n];
-        if (st_chunk_is_hole(b) || b->pack != a->pack)
-            break;
-        uint64_t b_end = b->offset + b->stored_len;
-        uint64_t new_start = b->offset < start ? b->offset : start;
-        uint64_t new_end = b_end > end ? b_end : end;
-        uint64_t growth = (new_end - new_start) - (end - start);
-        if (new_end - new_start > ST_RESTORE_MAX_GET ||
-            (growth > b->stored_len && growth - b->stored_len > ST_RESTORE_GAP_MAX))
-            break;
-        start = new_start;
-        end = new_end;
-        n++;
-    }
-    *lo = start;
-    *span = end - start;
-    return n;
+    st_err e = grow_buffer(&r->raw, &r->raw_cap, raw_len);
+    return e ? e : grow_buffer(&r->scratch, &r->scratch_cap, st_codec_scratch_bound(raw_len));
 }
 
 /*
- * The dense rule: the longest run of refs from first, all in one pack, whose
- * window stays within ST_RESTORE_MAX_GET and is at least 1/ST_RESTORE_DENSITY
- * needed bytes. A DCP shard's chunk list alternates between the file's own
- * region of the pack and the first copies, megabytes away, of the small
- * records every archive repeats (measured: an 8 MiB 4-rank step, 5,756
- * chunks of which 1,552 unique, one 9.9 MB pack, restored with 2,276 GETs
- * under the greedy rule alone): each jump back is a gap the greedy rule
- * refuses, yet the file needs most of the window they span. A repeat counts
- * its bytes again, so the density is an estimate; the waste is still
- * bounded by the window (ST_RESTORE_MAX_GET) and the scan by
- * ST_RESTORE_LOOKAHEAD refs.
+ * Planning a run: the refs [first, first + n) that one set of ranged GETs
+ * serves, at most one GET (a window) per pack. An incremental step's file
+ * alternates between packs (a frozen-backbone fine-tune: each record's new
+ * header in this save's pack, its data in the first save's; measured on RGW:
+ * 268 GETs for a 16 MiB file, one per pack switch, when windows were cut at
+ * every switch), so a run keeps one window open for each pack it touches.
+ *
+ * A window is acceptable under either rule: the greedy (gap) rule, every
+ * ref added since it opened lay inside it or widened it by at most
+ * ST_RESTORE_GAP_MAX bytes of unneeded data (a repeat, a reordered or nearby
+ * chunk); or the dense rule, at least 1/ST_RESTORE_DENSITY of it is needed
+ * bytes (a DCP shard's own chunks interleaved with first copies of repeated
+ * records megabytes away: measured 2,276 GETs for an 8 MiB 4-rank step
+ * under the gap rule alone, 5 with it). A repeat counts its bytes again, so
+ * the density is an estimate; the waste is bounded by the window. The run
+ * is the longest prefix whose windows are all acceptable, found in one scan
+ * that stops at a hard limit: the windows' spans together beyond
+ * ST_RESTORE_MAX_GET (they are all held until the run's bytes are written in
+ * file order, so this is the restorer's memory, as one GET's was), a pack
+ * beyond ST_RESTORE_RUN_PACKS, or ST_RESTORE_LOOKAHEAD refs past the last
+ * acceptable prefix (bounds the scan where neither rule holds).
  */
-static size_t coalesce_dense(const st_file_entry *f, size_t first, size_t limit, uint64_t *lo,
-                             uint64_t *span)
+typedef struct restore_window {
+    uint32_t pack; /* index into the manifest's packs */
+    uint64_t lo;   /* [lo, end): the bytes of the pack one GET reads */
+    uint64_t end;
+    uint64_t needed; /* stored bytes of the refs it serves */
+    int gaps_ok;     /* every ref kept within the gap rule */
+} restore_window;
+
+typedef struct restore_plan {
+    restore_window win[ST_RESTORE_RUN_PACKS];
+    size_t nwin;
+    uint64_t spans; /* the windows' spans added up */
+} restore_plan;
+
+/* The slot of pack's window in plan, or plan->nwin if it has none. */
+static size_t window_slot(const restore_plan *plan, uint32_t pack)
 {
-    const st_chunk_ref *a = &f->chunks[first];
-    uint64_t start = a->offset, end = a->offset + a->stored_len, needed = a->stored_len;
-    size_t best = 1;
-    *lo = start;
-    *span = end - start;
-    for (size_t n = 1; first + n < limit && n < ST_RESTORE_LOOKAHEAD; n++) {
+    size_t k = 0;
+    while (k < plan->nwin && plan->win[k].pack != pack)
+        k++;
+    return k;
+}
+
+/* Adds chunk ref b (not a hole) to plan; 0 if that breaks a hard limit
+ * (plan then unchanged). */
+static int plan_add(restore_plan *plan, const st_chunk_ref *b)
+{
+    size_t k = window_slot(plan, b->pack);
+    if (k == plan->nwin) { /* a pack new to the run: a window of its own */
+        if (k == ST_RESTORE_RUN_PACKS || (k && plan->spans + b->stored_len > ST_RESTORE_MAX_GET))
+            return 0;
+        plan->win[plan->nwin++] = (restore_window){.pack = b->pack,
+                                                   .lo = b->offset,
+                                                   .end = b->offset + b->stored_len,
+                                                   .needed = b->stored_len,
+                                                   .gaps_ok = 1};
+        plan->spans += b->stored_len;
+        return 1;
+    }
+    restore_window *w = &plan->win[k];
+    uint64_t b_end = b->offset + b->stored_len;
+    uint64_t lo = b->offset < w->lo ? b->offset : w->lo;
+    uint64_t end = b_end > w->end ? b_end : w->end;
+    uint64_t growth = (end - lo) - (w->end - w->lo);
+    if (plan->spans + growth > ST_RESTORE_MAX_GET)
+        return 0;
+    if (growth > b->stored_len && growth - b->stored_len > ST_RESTORE_GAP_MAX)
+        w->gaps_ok = 0;
+    w->lo = lo;
+    w->end = end;
+    w->needed += b->stored_len;
+    plan->spans += growth;
+    return 1;
+}
+
+/* 1 if every window of plan is acceptable under the gap or the dense rule. */
+static int plan_acceptable(const restore_plan *plan)
+{
+    for (size_t k = 0; k < plan->nwin; k++) {
+        const restore_window *w = &plan->win[k];
+        if (!w->gaps_ok && w->needed * ST_RESTORE_DENSITY < w->end - w->lo)
+            return 0;
+    }
+    return 1;
+}
+
+/* The run from ref first (before limit): its length (>= 1) and, in *best,
+ * its windows. Holes join a run without a window. */
+static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, restore_plan *best)
+{
+    restore_plan cur = {.nwin = 0};
+    size_t n_best = 0;
+    *best = cur;
+    for (size_t n = 0; first + n < limit && n - n_best < ST_RESTORE_LOOKAHEAD; n++) {
         const st_chunk_ref *b = &f->chunks[first + n];
-        if (st_chunk_is_hole(b) || b->pack != a->pack)
+        if (!st_chunk_is_hole(b) && !plan_add(&cur, b))
             break;
-        uint64_t b_end = b->offset + b->stored_len;
-        start = b->offset < start ? b->offset : start;
-        end = b_end > end ? b_end : end;
-        if (end - start > ST_RESTORE_MAX_GET)
-            break;
-        needed += b->stored_len;
-        if (needed * ST_RESTORE_DENSITY >= end - start) {
-            best = n + 1;
-            *lo = start;
-            *span = end - start;
+        if (plan_acceptable(&cur)) {
+            *best = cur;
+            n_best = n + 1;
         }
     }
-    return best;
-}
-
-/* One GET's refs and window: whichever rule serves more refs (each window
- * holds every chunk it serves; the chunks are decoded and verified alone,
- * the unneeded bytes dropped). */
-static size_t coalesce(const st_file_entry *f, size_t first, size_t limit, uint64_t *lo,
-                       uint64_t *span)
-{
-    uint64_t dense_lo, dense_span;
-    size_t greedy = coalesce_greedy(f, first, limit, lo, span);
-    size_t dense = coalesce_dense(f, first, limit, &dense_lo, &dense_span);
-    if (dense > greedy) {
-        *lo = dense_lo;
-        *span = dense_span;
-        return dense;
-    }
-    return greedy;
+    return n_best;
 }
 
 /*
@@ -170,12 +188,102 @@ static st_err skip_hole(st_restorer *r, const st_file_entry *f, uint64_t len, ui
     return ST_OK;
 }
 
+static uint64_t window_span(const restore_plan *plan, size_t k)
+{
+    return k < plan->nwin ? plan->win[k].end - plan->win[k].lo : 0;
+}
+
 /*
- * Fetches, decodes and verifies chunks [first, first + count) of f and hands
- * each chunk's bytes to the sink: written sequentially to fd and hashed into
- * digest (whole-file restore), or written with pwrite at their offset in the
- * file (digest NULL: a range restored by one of several workers), holding
- * write_lock (if not NULL) for each write.
+ * Sizes r's window buffers for plan. Their allocations together stay within
+ * ST_RESTORE_MAX_GET (as the one GET buffer before runs had several
+ * windows): when the buffers kept from earlier runs would pass that, each
+ * one larger than this run needs is released first.
+ */
+static st_err reserve_windows(st_restorer *r, const restore_plan *plan)
+{
+    uint64_t held = 0;
+    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++) {
+        uint64_t need = window_span(plan, k);
+        held += r->window[k].cap > need ? r->window[k].cap : need;
+    }
+    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++) {
+        st_bytes *buf = &r->window[k];
+        uint64_t need = window_span(plan, k);
+        if (held > ST_RESTORE_MAX_GET && buf->cap > need)
+            st_bytes_free(buf);
+        st_err e = grow_buffer(&buf->data, &buf->cap, need);
+        if (e)
+            return e;
+    }
+    return ST_OK;
+}
+
+/* Fetches each window of plan with one ranged GET of its pack into
+ * r->window[k] (in the order the run first needs them). */
+static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                            const restore_plan *plan)
+{
+    st_err e = reserve_windows(r, plan);
+    for (size_t k = 0; !e && k < plan->nwin; k++) {
+        const restore_window *w = &plan->win[k];
+        uint64_t span = w->end - w->lo;
+        char key[ST_KEY_MAX];
+        e = st_key_pack(key, sizeof key, r->job, &m->packs[w->pack]);
+        if (!e)
+            e = st_get(r->backend, key, w->lo, span, &r->window[k]);
+        if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
+            return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
+        if (e)
+            return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
+        r->stats.gets++;
+        r->stats.fetched_bytes += r->window[k].len;
+        if (r->window[k].len != span)
+            return st_seterr(ST_ERR_CORRUPT,
+                             "restoring %s: pack %s is shorter than the manifest says", f->path,
+                             key);
+    }
+    return e;
+}
+
+/*
+ * Decodes and verifies chunk ref from its stored bytes at p, then hands its
+ * bytes to the sink: written sequentially to fd and hashed into digest
+ * (whole-file restore), or written with pwrite at pos (digest NULL),
+ * holding write_lock (if not NULL) for the write.
+ */
+static st_err deliver_chunk(st_restorer *r, const st_file_entry *f, const st_chunk_ref *ref,
+                            const uint8_t *p, uint64_t pos, int fd, st_hasher *digest,
+                            pthread_mutex_t *write_lock)
+{
+    size_t raw_len;
+    const uint8_t *raw; /* in the window (a raw chunk) or r->raw: no extra copy */
+    st_err e = reserve_decode(r, ref->raw_len);
+    if (!e)
+        e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
+                                 r->scratch, &raw);
+    if (!e && raw_len != ref->raw_len)
+        e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
+    if (e)
+        return st_seterr(e, "restoring %s at byte %llu: %s", f->path, (unsigned long long)pos,
+                         st_errmsg());
+    if (digest) {
+        st_hasher_update(digest, raw, raw_len);
+        return st_write_all(fd, raw, raw_len, f->path);
+    }
+    if (write_lock)
+        pthread_mutex_lock(write_lock);
+    e = st_pwrite_all(fd, raw, raw_len, pos, f->path);
+    if (write_lock)
+        pthread_mutex_unlock(write_lock);
+    return e;
+}
+
+/*
+ * Restores chunks [first_chunk, first_chunk + count) of f, which start at
+ * byte file_off, run by run (plan_run): a run's windows are fetched first,
+ * then its chunks are decoded, verified and handed to the sink in file
+ * order (deliver_chunk), so a sequential sink and its digest see the bytes
+ * in order whichever pack holds them.
  */
 static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
                            size_t first_chunk, size_t count, uint64_t file_off, int fd,
@@ -184,58 +292,22 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
     const size_t end_chunk = first_chunk + count;
     uint64_t pos = file_off;
     for (size_t i = first_chunk; i < end_chunk;) {
-        if (st_chunk_is_hole(&f->chunks[i])) {
-            st_err e = skip_hole(r, f, f->chunks[i].raw_len, pos, fd, digest);
-            if (e)
-                return e;
-            pos += f->chunks[i++].raw_len;
-            continue;
-        }
-        uint64_t lo, span;
-        size_t n = coalesce(f, i, end_chunk, &lo, &span); /* stops at a hole */
-        const st_chunk_ref *first = &f->chunks[i];
-        char key[ST_KEY_MAX];
-        st_err e = st_key_pack(key, sizeof key, r->job, &m->packs[first->pack]);
-        if (!e)
-            e = st_get(r->backend, key, lo, span, &r->fetched);
-        if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
-            return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
-        if (e)
-            return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
-        r->stats.gets++;
-        r->stats.fetched_bytes += r->fetched.len;
-        if (r->fetched.len != span)
-            return st_seterr(ST_ERR_CORRUPT,
-                             "restoring %s: pack %s is shorter than the manifest says", f->path,
-                             key);
-        for (size_t k = 0; k < n; k++) {
+        restore_plan plan;
+        size_t n = plan_run(f, i, end_chunk, &plan);
+        st_err e = fetch_windows(r, m, f, &plan);
+        for (size_t k = 0; !e && k < n; k++) {
             const st_chunk_ref *ref = &f->chunks[i + k];
-            const uint8_t *p = r->fetched.data + (ref->offset - lo);
-            size_t raw_len;
-            const uint8_t *raw; /* in r->fetched (a raw chunk) or r->raw: no extra copy */
-            e = reserve_decode(r, ref->raw_len);
-            if (!e)
-                e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
-                                         r->scratch, &raw);
-            if (!e && raw_len != ref->raw_len)
-                e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
-            if (e)
-                return st_seterr(e, "restoring %s at byte %llu: %s", f->path,
-                                 (unsigned long long)pos, st_errmsg());
-            if (digest) {
-                st_hasher_update(digest, raw, raw_len);
-                e = st_write_all(fd, raw, raw_len, f->path);
+            if (st_chunk_is_hole(ref)) {
+                e = skip_hole(r, f, ref->raw_len, pos, fd, digest);
             } else {
-                if (write_lock)
-                    pthread_mutex_lock(write_lock);
-                e = st_pwrite_all(fd, raw, raw_len, pos, f->path);
-                if (write_lock)
-                    pthread_mutex_unlock(write_lock);
+                size_t slot = window_slot(&plan, ref->pack);
+                const uint8_t *p = r->window[slot].data + (ref->offset - plan.win[slot].lo);
+                e = deliver_chunk(r, f, ref, p, pos, fd, digest, write_lock);
             }
-            if (e)
-                return e;
-            pos += raw_len;
+            pos += ref->raw_len;
         }
+        if (e)
+            return e;
         i += n;
     }
     r->stats.bytes += pos - file_off;
@@ -372,7 +444,8 @@ void st_restorer_free(st_restorer *r)
 {
     if (!r)
         return;
-    st_bytes_free(&r->fetched);
+    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++)
+        st_bytes_free(&r->window[k]);
     free(r->raw);
     free(r->scratch);
     free(r);

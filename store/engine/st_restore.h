@@ -9,7 +9,12 @@
  * the file's order (deduplicated repeats, reordered or nearby chunks, as in
  * a DCP shard) share that GET too when they lie inside its window or widen
  * it by at most ST_RESTORE_GAP_MAX unneeded bytes, which are dropped, or
- * when a run of them needs at least a quarter of the window it spans.
+ * when a run of them needs at least a quarter of the window it spans. A run
+ * of chunks that alternates between packs (an incremental step: new chunks
+ * in this save's pack, reused ones in an earlier save's) keeps one such
+ * window per pack, up to ST_RESTORE_RUN_PACKS packs and ST_RESTORE_MAX_GET
+ * bytes in all, and writes the run's chunks in file order once its windows
+ * have arrived.
  *
  * Threads: an st_restorer belongs to one thread; its buffers are reused
  * across files so steady-state restore does not allocate.
@@ -31,10 +36,13 @@
  * costs less than a request's round trip on S3. */
 #define ST_RESTORE_GAP_MAX (1u << 20)
 /* A window wider than the greedy rule allows is read when at least
- * 1/ST_RESTORE_DENSITY of it is needed (st_restore.c, coalesce_dense), looking
- * at most ST_RESTORE_LOOKAHEAD refs ahead. */
+ * 1/ST_RESTORE_DENSITY of it is needed (st_restore.c, plan_run), looking
+ * at most ST_RESTORE_LOOKAHEAD refs past the last run that was. */
 #define ST_RESTORE_DENSITY   4u
 #define ST_RESTORE_LOOKAHEAD 8192u
+/* Packs one run of chunks may fetch from at once, one window each (an
+ * incremental step alternates between two; a third covers a pack boundary). */
+#define ST_RESTORE_RUN_PACKS 4u
 
 typedef struct st_restorer st_restorer;
 

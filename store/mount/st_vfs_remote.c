@@ -84,6 +84,34 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         (void)vfs_journal_put_file(v, n);
 }
 
+/*
+ * Hands a merged step's part record and manifest, just loaded, to the layout
+ * cache (lock held; docs/WARMUP.md, "Layout cache"), so the first open of
+ * one of its files does not load them again: on a new node that open is the
+ * resume's critical path, and these were two serial GETs of small objects
+ * (each ~45 ms on RGW with Ceph's defaults, docs/BENCHMARKS.md, "RGW's
+ * fixed mount cost"). The refresh loads steps oldest first, so the newest
+ * one stays cached. A step of several parts is left to the fetch, which
+ * picks the part of the file it opens.
+ */
+static void layout_seed(st_vfs *v, const char *job, st_stepview *sv)
+{
+    if (sv->nparts != 1 || v->fetch_stop)
+        return;
+    vlayout *l = calloc(1, sizeof *l);
+    if (!l)
+        return; /* the fetch loads it */
+    snprintf(l->job, sizeof l->job, "%s", job);
+    l->step = sv->step;
+    l->refs = 1;            /* the cache's */
+    l->part = sv->parts[0]; /* moved: sv's entries still point into the manifest's files */
+    l->m = sv->manifests[0];
+    memset(&sv->parts[0], 0, sizeof sv->parts[0]);
+    memset(&sv->manifests[0], 0, sizeof sv->manifests[0]);
+    vfs_layout_cache_drop(v);
+    v->layout_cache = l;
+}
+
 /* Loads one step into the view if it is consistent (no lock held on entry):
  * a step that is not is never shown (docs/CONSISTENCY.md), nor one whose
  * paths cannot be laid out as a tree (st_stepview_check_paths). Each path
@@ -124,6 +152,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
                 continue;
             merge_file(v, jd, p, k->step, sv.entries[i].f);
         }
+        layout_seed(v, job, &sv);
         s->remote_loaded = 1;
         s->remote_revision = k->max_revision;
         /* This node's clock, not the writer's created_ns: forget_vanished

@@ -3,7 +3,8 @@
 S3 client and an S3 server (s3rver), one decision per request.
 
     faultproxy.py --target-port P [--listen-port 0] --port-file F --pid-file F
-                  [--stats-file F] [--stats-interval S] [--seed N] [--stall-s S] [--owner-pid PID]
+                  [--stats-file F] [--stats-interval S] [--request-log F] [--seed N]
+                  [--stall-s S] [--owner-pid PID]
                   [--faults e500=0.03,e503=0.03,drop_req=0.03,drop_resp=0.03,cut_body=0.03,stall=0.003]
 
 It parses request and response framing (Content-Length, chunked, HEAD/1xx/
@@ -28,7 +29,9 @@ benchmark waits for a dump after each run, so it asks for 0.05): requests, fault
 bytes_down). With no --faults it is a counting proxy; a response with a
 body over 1 MiB that no fault hits is streamed, not held. The proxy listens on 127.0.0.1 only and is
 stopped by PID (the caller's trap). The seed makes a run reproducible up to
-thread timing.
+thread timing. --request-log appends one line per answered request: the
+monotonic clock (CLOCK_MONOTONIC, s) at the request and at the end of its answer, the
+method, the path and query (never a header: no credentials), the status.
 """
 import argparse
 import asyncio
@@ -185,6 +188,17 @@ class Proxy:
             r -= rate
         return None
 
+    def log_request(self, first, status, started):
+        """One line per answered request (--request-log): when it came and
+        when its answer ended (CLOCK_MONOTONIC, comparable with other
+        processes' clocks)."""
+        if not self.args.request_log:
+            return
+        method, target = (first.split(" ") + ["", ""])[:2]
+        with open(self.args.request_log, "a") as f:
+            f.write("%.4f %.4f %s %s %d\n" % (started, time.monotonic(),
+                                               method, target, status))
+
     async def handle(self, creader, cwriter):
         self.stats.counts["connections"] += 1
         ureader = uwriter = None
@@ -195,6 +209,7 @@ class Proxy:
                     return
                 first, headers = parse_headers(head)
                 method = first.split(" ", 1)[0].upper()
+                started = time.monotonic()
                 body_len = int(headers.get("content-length", "0") or 0)
                 if "chunked" in headers.get("transfer-encoding", "").lower():
                     sys.stderr.write("faultproxy: chunked requests are not supported\n")
@@ -261,6 +276,7 @@ class Proxy:
                             await copy_exact(ureader, cwriter, n)
                             self.stats.counts["passed"] += 1
                             self.stats.counts["bytes_down"] += n
+                            self.log_request(first, status, started)
                             break
                         rbody = await read_body(ureader, rheaders, method, status)
                         whole = rhead + rbody
@@ -283,6 +299,7 @@ class Proxy:
                     await cwriter.drain()
                     self.stats.counts["passed"] += 1
                     self.stats.counts["bytes_down"] += len(rbody)
+                    self.log_request(first, status, started)
                 if rheaders.get("connection", "").lower() == "close":
                     return
         except (Closed, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
@@ -341,6 +358,7 @@ def main():
     ap.add_argument("--pid-file")
     ap.add_argument("--stats-file")
     ap.add_argument("--stats-interval", type=float, default=1.0)
+    ap.add_argument("--request-log")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--stall-s", type=float, default=5.0)
     ap.add_argument("--faults", default="")

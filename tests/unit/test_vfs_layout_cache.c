@@ -1,8 +1,9 @@
 /*
  * test_vfs_layout_cache — the per-step layout cache of st_vfs_remote.c
  * (docs/WARMUP.md, "Layout cache"): opening N files of one remote step reads
- * its part record and manifest once, not once per file; the bytes read are
- * still the step's.
+ * its part record and manifest once, not once per file, and not again after
+ * the refresh that showed the step loaded them; the bytes read are still the
+ * step's.
  */
 #include "vfs_harness.h"
 
@@ -40,15 +41,22 @@ static void test_opens_of_one_step_share_its_layout(void)
     CHECK(VH_WAIT(vh_exists(&b, VH_JOB "/step-000007/.ckpt-complete"), 10));
 
     uint64_t before = gets_of(&b);
+    uint64_t first = 0;
     for (int i = 0; i < NFILES; i++) {
         snprintf(path, sizeof path, VH_JOB "/step-000007/rank%02d.distcp", i);
         CHECK(vh_file_is(&b, path, data[i], 3000 + 100 * i));
+        if (i == 0)
+            first = gets_of(&b) - before;
     }
     uint64_t gets = gets_of(&b) - before;
-    printf("  %d files of one step: %llu GETs\n", NFILES, (unsigned long long)gets);
+    printf("  %d files of one step: %llu GETs, the first file %llu\n", NFILES,
+           (unsigned long long)gets, (unsigned long long)first);
     /* One chunk GET per file, plus one part record and one manifest; was
      * 3 per file (part record, manifest, chunk). */
     CHECK(gets <= NFILES + 2);
+    /* The refresh that showed the step handed its layout to the cache: the
+     * first open reads only its chunk (was 3: part record, manifest, chunk). */
+    CHECK(first == 1);
     for (int i = 0; i < NFILES; i++)
         free(data[i]);
     vh_mount_close(&b);
