@@ -21,19 +21,17 @@
 
 const fs_option fs_option_table[] = {
     {"config", 0, "FILE", FS_VAL_STRING, F(config), FS_OPT_CLI_ONLY,
-     "read options from FILE, key = value lines (ckptfs.conf(5));\n"
-     "the command line wins over the file"},
+     "read options from FILE, key = value lines (ckptfs.conf(5)); the command line wins over the "
+     "file"},
     {"mountpoint", 0, "DIR", FS_VAL_STRING, F(mountpoint), 0,
      "where to mount (instead of the MOUNTPOINT argument)"},
     {"store", 0, "URL", FS_VAL_STRING, F(store), 0,
-     "file:///abs/dir or s3://bucket/prefix\n"
-     "(default: $CKPT_STORE, else the embedded file:// store)"},
+     "file:///abs/dir or s3://bucket/prefix (default: $CKPT_STORE, else the embedded file:// "
+     "store)"},
     {"s3-endpoint", 0, "URL", FS_VAL_STRING, F(vo.s3_endpoint), 0,
-     "S3-compatible endpoint, e.g. http://127.0.0.1:9000\n"
-     "(default: $CKPT_S3_ENDPOINT, else AWS); credentials\n"
-     "come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,\n"
-     "~/.aws/credentials or a mode 0600 configuration file,\n"
-     "never from the command line"},
+     "S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $CKPT_S3_ENDPOINT, else AWS); "
+     "credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials or a mode "
+     "0600 configuration file, never from the command line"},
     {"s3-signature", 0, "v4|v2", FS_VAL_STRING, F(vo.s3_signature), 0,
      "request signing: v4 (default; libcurl) or v2 (libs3) (default: $CKPT_S3_SIGNATURE)"},
     {"s3-region", 0, "NAME", FS_VAL_STRING, F(vo.s3_region), 0,
@@ -44,11 +42,9 @@ const fs_option fs_option_table[] = {
     {"s3-ca-file", 0, "PEM", FS_VAL_STRING, F(vo.s3_ca_file), 0,
      "CA certificates to trust for an https endpoint (default: the system store)"},
     {"upload-threads", 0, "N", FS_VAL_THREADS, F(vo.upload_threads), 0,
-     "pack uploads in flight (1..32, default 4); memory is\n"
-     "about (N + 1) x 24 MiB"},
+     "pack uploads in flight (1..32, default 4); memory is about (N + 1) x 24 MiB"},
     {"staging", 0, "DIR", FS_VAL_STRING, F(staging), 0,
-     "local staging directory (default:\n"
-     "$XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)"},
+     "local staging directory (default: $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)"},
     {"node", 0, "NAME", FS_VAL_STRING, F(vo.node), 0,
      "this node's name in the store (default: host name)"},
     {"step-pattern", 0, "RE", FS_VAL_STRING, F(vo.step_pattern), 0,
@@ -63,31 +59,26 @@ const fs_option fs_option_table[] = {
     {"drain", 0, "SECONDS", FS_VAL_SECONDS0, F(vo.drain_seconds), 0,
      "at unmount, how long to wait for uploads (default 60)"},
     {"gc-keep-last", 0, "N", FS_VAL_COUNT, F(vo.gc_keep_last), FS_OPT_GC,
-     "background GC: keep the N newest consistent steps of\n"
-     "every job and delete older ones (N >= 1)"},
+     "background GC: keep the N newest consistent steps of every job and delete older ones (N >= "
+     "1)"},
     {"gc-keep-every", 0, "K", FS_VAL_COUNT, F(vo.gc_keep_every), FS_OPT_GC,
-     "background GC: keep the consistent steps whose number\n"
-     "is a multiple of K (K >= 1), with --gc-keep-last: too"},
+     "background GC: keep the consistent steps whose number is a multiple of K (K >= 1), with "
+     "--gc-keep-last: too"},
     {"gc-grace", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_grace_seconds), FS_OPT_GC,
-     "background GC: how long an unreferenced pack waits\n"
-     "before it is deleted (default 3600)"},
+     "background GC: how long an unreferenced pack waits before it is deleted (default 3600)"},
     {"gc-interval", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_interval_seconds), FS_OPT_GC,
-     "background GC: time between runs (default 600)\n"
-     "Any --gc-* option runs GC over every job of the store\n"
-     "on a background thread (only --gc-interval/--gc-grace:\n"
-     "sweep only, no step deleted). The newest consistent\n"
-     "step and pinned steps are always kept. Run it on one\n"
-     "node per job: two are safe, only wasteful."},
+     "background GC: time between runs (default 600).\n"
+     "Any --gc-* option runs GC over every job of the store on a background thread (only "
+     "--gc-interval/--gc-grace: sweep only, no step deleted). The newest consistent step and "
+     "pinned steps are always kept. Run it on one node per job: two are safe, only wasteful."},
     {"prefetch", 0, "latest|JOB,...", FS_VAL_STRING, F(prefetch), 0,
-     "once mounted, fetch each job's newest consistent step\n"
-     "(latest), or the named jobs' newest, into staging in\n"
-     "the background (docs/WARMUP.md; ckptctl warmup)"},
+     "once mounted, fetch each job's newest consistent step (latest), or the named jobs' newest, "
+     "into staging in the background (docs/WARMUP.md; ckptctl warmup)"},
     {"log-level", 0, "LEVEL", FS_VAL_LOG_LEVEL, F(log_level), 0,
      "error, warn, info (default) or debug"},
     {"metrics-listen", 0, "HOST:PORT", FS_VAL_STRING, F(metrics_listen), 0,
-     "serve Prometheus metrics on GET http://HOST:PORT/metrics\n"
-     "(default: off; PORT alone: 127.0.0.1; an address other\n"
-     "than loopback only when named, never 0.0.0.0 or ::)"},
+     "serve Prometheus metrics on GET http://HOST:PORT/metrics (default: off; PORT alone: "
+     "127.0.0.1; an address other than loopback only when named, never 0.0.0.0 or ::)"},
     {"fuse-options", 'o', "OPTS", FS_VAL_APPEND, F(fuse_opts), 0,
      "FUSE mount options (e.g. allow_other); -o OPTS"},
     {"aws-access-key-id", 0, "KEY", FS_VAL_STRING, F(aws_access_key_id), FS_OPT_SECRET,
@@ -256,6 +247,39 @@ int fs_option_set(const fs_option *o, const char *value, fs_settings *s, char *w
     return 0;
 }
 
+/* --help: a row's head ("  --NAME METAVAR") and its help text, which starts
+ * in HELP_COLUMN (or two spaces after a longer head) and is wrapped to end
+ * before USAGE_WIDTH, at spaces and at the text's own '\n'. */
+#define HELP_COLUMN 23
+#define USAGE_WIDTH 80
+
+/* The length of the next line of text that fits in room columns: up to its
+ * '\n', else up to the last space that fits (a longer word stands alone). */
+static size_t wrapped_line_len(const char *text, size_t room)
+{
+    size_t n = strcspn(text, "\n");
+    if (n <= room)
+        return n;
+    size_t cut = room;
+    while (cut > 0 && text[cut] != ' ')
+        cut--;
+    return cut ? cut : strcspn(text, " \n");
+}
+
+static void write_help_text(FILE *out, size_t column, const char *text)
+{
+    while (*text) {
+        size_t n = wrapped_line_len(text, USAGE_WIDTH - 1 - column);
+        fprintf(out, "%.*s\n", (int)n, text);
+        text += n;
+        if (*text == ' ' || *text == '\n')
+            text++;
+        if (*text)
+            fprintf(out, "%*s", HELP_COLUMN, "");
+        column = HELP_COLUMN;
+    }
+}
+
 void fs_options_usage(FILE *out)
 {
     for (size_t i = 0; i < fs_option_count; i++) {
@@ -263,16 +287,10 @@ void fs_options_usage(FILE *out)
         if (o->flags & FS_OPT_SECRET)
             continue;
         char head[64];
-        snprintf(head, sizeof head, "--%s %s", o->name, o->metavar);
-        /* Help text starts in column 23, or two spaces after a long head. */
-        fprintf(out, "  %-20s%s", head, strlen(head) < 20 ? " " : "  ");
-        for (const char *line = o->help; *line;) {
-            size_t n = strcspn(line, "\n");
-            fprintf(out, "%.*s\n", (int)n, line);
-            line += n;
-            if (*line == '\n' && *++line)
-                fprintf(out, "%23s", "");
-        }
+        int len = snprintf(head, sizeof head, "  --%s %s", o->name, o->metavar);
+        int pad = len < HELP_COLUMN - 1 ? HELP_COLUMN - len : 2;
+        fprintf(out, "%s%*s", head, pad, "");
+        write_help_text(out, (size_t)(len + pad), o->help);
     }
 }
 

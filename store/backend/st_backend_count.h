@@ -17,24 +17,33 @@
 
 #include "backend/st_backend.h"
 
+/*
+ * The kinds and results below are the two indices of st_backend_counts.n,
+ * and of the copy the mount hands out, st_vfs_stats.requests (st_vfs.h,
+ * whose sizes st_vfs_stats.c asserts equal to these). So they count from 0
+ * without gaps, and a new one goes last, before the count (ST_REQ_KINDS,
+ * ST_REQ_RESULTS), where it moves no index a reader of the stats uses.
+ */
+
+/* What a request asked the store for. */
 typedef enum st_req_kind {
-    ST_REQ_PUT = 0,
-    ST_REQ_GET = 1,
-    ST_REQ_STAT = 2,
-    ST_REQ_LIST = 3,
-    ST_REQ_DELETE = 4,
-    ST_REQ_DELETE_BATCH = 5, /* one request deleting many keys (st_del_many) */
-    ST_REQ_KINDS = 6
+    ST_REQ_PUT,
+    ST_REQ_GET,
+    ST_REQ_STAT,
+    ST_REQ_LIST,
+    ST_REQ_DELETE,
+    ST_REQ_DELETE_BATCH, /* one request deleting many keys (st_del_many) */
+    ST_REQ_KINDS
 } st_req_kind;
 
 /* How a request ended: from its st_err (backend errors are classified,
  * st_backend.h). */
 typedef enum st_req_result {
-    ST_REQ_OK = 0,
-    ST_REQ_NOT_FOUND = 1, /* ST_ERR_NOT_FOUND: often an answer, not a failure */
-    ST_REQ_TRANSIENT = 2, /* ST_ERR_TRANSIENT: the retries were used up */
-    ST_REQ_ERROR = 3,     /* anything else: permanent, corrupt, local I/O, memory */
-    ST_REQ_RESULTS = 4
+    ST_REQ_OK,
+    ST_REQ_NOT_FOUND, /* ST_ERR_NOT_FOUND: often an answer, not a failure */
+    ST_REQ_TRANSIENT, /* ST_ERR_TRANSIENT: the retries were used up */
+    ST_REQ_ERROR,     /* anything else: permanent, corrupt, local I/O, memory */
+    ST_REQ_RESULTS
 } st_req_result;
 
 typedef struct st_backend_counts {

@@ -64,9 +64,6 @@
 
 #define POOL_MAX       64
 #define LIST_PAGE_KEYS 1000
-/* Above this, Range end arithmetic on the server side (s3rver parses with
- * JavaScript numbers) is unsafe; such lengths are sent as "to the end". */
-#define RANGE_LEN_MAX (UINT64_C(1) << 52)
 
 typedef struct s3_ctx {
     /* Read-only after open. */
@@ -126,6 +123,10 @@ typedef struct s3_call {
     st_bytes *page; /* keys as "key\0" + 8-byte size, one after the other */
     size_t page_keys;
     int truncated;
+
+    /* an op on one object (object_call_begin) */
+    S3RequestContext *rc;
+    char full_key[S3_MAX_KEY_SIZE + 1]; /* prefix + key, the name S3 knows */
 } s3_call;
 
 static S3Status on_props(const S3ResponseProperties *p, void *arg)
@@ -386,13 +387,19 @@ static st_err call_begin(s3_ctx *c, const char *op, const char *key, S3RequestCo
     return ST_OK;
 }
 
-/* call_begin() of op on one object, whose full key goes into fk (of
- * S3_MAX_KEY_SIZE + 1 bytes) first. */
-static st_err object_call_begin(s3_ctx *c, const char *op, const char *key, char *fk,
-                                S3RequestContext **rc, s3_call *call)
+/* call_begin() of op on one object: the call then owns what the op
+ * needs, its request context (call->rc) and the object's full name
+ * (call->full_key), so that an op opens with this one call. */
+static st_err object_call_begin(s3_ctx *c, const char *op, const char *key, s3_call *call)
 {
+    char fk[S3_MAX_KEY_SIZE + 1];
+    S3RequestContext *rc;
     st_err e = st_s3_full_key(&c->cfg, op, key, fk);
-    return e ? e : call_begin(c, op, key, rc, call);
+    if (e || (e = call_begin(c, op, key, &rc, call)))
+        return e;
+    call->rc = rc; /* after call_begin, which zeroes *call */
+    memcpy(call->full_key, fk, sizeof fk);
+    return ST_OK;
 }
 
 /* ---- ops ---- */
@@ -400,17 +407,15 @@ static st_err object_call_begin(s3_ctx *c, const char *op, const char *key, char
 static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
 {
     s3_ctx *c = ctx;
-    char fk[S3_MAX_KEY_SIZE + 1];
-    S3RequestContext *rc;
     s3_call call;
-    st_err e = object_call_begin(c, "put", key, fk, &rc, &call);
+    st_err e = object_call_begin(c, "put", key, &call);
     if (e)
         return e;
     call.put_data = data;
     call.put_len = len;
     S3PutObjectHandler h = {{on_props, on_complete}, on_put_data};
-    S3_put_object(&c->bucket_ctx, fk, len, NULL, rc, &h, &call);
-    run_request(c, rc, &call, len);
+    S3_put_object(&c->bucket_ctx, call.full_key, len, NULL, call.rc, &h, &call);
+    run_request(c, call.rc, &call, len);
     if (call.status != S3StatusOK || call.timed_out)
         return call_error(c, "put", key, &call);
     if (call.put_off != len) /* the server answered before taking every byte */
@@ -503,7 +508,7 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
     if (e)
         return e;
     call.out = out;
-    uint64_t count = (len == ST_GET_TO_END || len > RANGE_LEN_MAX) ? 0 : len;
+    uint64_t count = (len == ST_GET_TO_END || len > ST_S3_RANGE_LEN_MAX) ? 0 : len;
     call.want_max = count ? count : UINT64_MAX;
     if (call.want_max > SIZE_MAX)
         call.want_max = SIZE_MAX;
@@ -559,47 +564,20 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
     return ST_OK;
 }
 
+/* get_range as st_s3_get calls it: a 416 (InvalidRange) is a refused range. */
+static st_err range_for_get(void *ctx, const char *key, const char *fk, uint64_t off, uint64_t len,
+                            st_bytes *out, int *refused)
+{
+    S3Status st = S3StatusOK;
+    st_err e = get_range(ctx, key, fk, off, len, out, &st);
+    *refused = e == ST_ERR_INVALID && st == S3StatusErrorInvalidRange;
+    return e;
+}
+
 static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     s3_ctx *c = ctx;
-    st_bytes_clear(out);
-    char fk[S3_MAX_KEY_SIZE + 1];
-    st_err e = st_s3_full_key(&c->cfg, "get", key, fk);
-    if (e)
-        return e;
-    uint64_t size = 0;
-    /* S3 cannot express an empty range, and servers read huge offsets in
-     * doubtful ways: ask for the size and answer from the contract. */
-    if (len == 0 || off >= RANGE_LEN_MAX) {
-        if ((e = s3_stat(c, key, &size)) != ST_OK)
-            return e;
-        if (off > size)
-            return st_seterr(ST_ERR_INVALID,
-                             "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
-                             " bytes)",
-                             c->cfg.bucket, c->cfg.prefix, key, off, size);
-        if (len == 0 || off == size)
-            return ST_OK;
-    }
-    S3Status st;
-    e = get_range(c, key, fk, off, len, out, &st);
-    if (e != ST_ERR_INVALID || st != S3StatusErrorInvalidRange)
-        return e;
-    /* 416: the range starts at or past the end. At the end is an empty
-     * result by the contract; past it is an error. */
-    if ((e = s3_stat(c, key, &size)) != ST_OK)
-        return e;
-    if (off == size)
-        return ST_OK;
-    if (off > size)
-        return st_seterr(ST_ERR_INVALID,
-                         "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64
-                         " bytes)",
-                         c->cfg.bucket, c->cfg.prefix, key, off, size);
-    return st_seterr(ST_ERR_TRANSIENT,
-                     "s3 get s3://%s/%s%s: range refused, yet the object now has %" PRIu64
-                     " bytes (replaced meanwhile?)",
-                     c->cfg.bucket, c->cfg.prefix, key, size);
+    return st_s3_get(&c->cfg, c, range_for_get, s3_stat, key, off, len, out);
 }
 
 /*
@@ -772,15 +750,13 @@ out:
 static st_err s3_del(void *ctx, const char *key)
 {
     s3_ctx *c = ctx;
-    char fk[S3_MAX_KEY_SIZE + 1];
-    S3RequestContext *rc;
     s3_call call;
-    st_err e = object_call_begin(c, "del", key, fk, &rc, &call);
+    st_err e = object_call_begin(c, "del", key, &call);
     if (e)
         return e;
     S3ResponseHandler h = {on_props, on_complete};
-    S3_delete_object(&c->bucket_ctx, fk, rc, &h, &call);
-    run_request(c, rc, &call, 0);
+    S3_delete_object(&c->bucket_ctx, call.full_key, call.rc, &h, &call);
+    run_request(c, call.rc, &call, 0);
     if (!call.timed_out &&
         (call.status == S3StatusErrorNoSuchKey || call.status == S3StatusHttpErrorNotFound))
         return ST_OK; /* idempotent: already gone */

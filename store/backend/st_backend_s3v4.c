@@ -65,9 +65,6 @@
 #define LIST_PAGE_KEYS 1000
 #define ERR_BODY_MAX   (64 * 1024)
 #define POLL_MS        100
-/* Above this a Range end is sent as "to the end" (s3rver parses ranges as
- * JavaScript numbers), as in the V2 backend. */
-#define RANGE_LEN_MAX (UINT64_C(1) << 52)
 /* A ranged GET's receive buffer (CURL_MAX_READ_SIZE is at least this). */
 #define GET_RECV_BUFFER (512L * 1024)
 #define EMPTY_SHA256    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -118,6 +115,8 @@ typedef struct v4_req {
     char errbuf[CURL_ERROR_SIZE];
     char code[64]; /* S3 error code from the body, "" if none */
     char msg[200]; /* server's message, scrubbed */
+
+    char full_key[ST_S3_KEY_MAX + 1]; /* an op on one object: prefix + key (object_req_init) */
 } v4_req;
 
 /* ---- process state ---- */
@@ -499,19 +498,25 @@ static void req_init(v4_req *r, v4_ctx *c, const char *op, const char *key)
     r->want_max = UINT64_MAX;
 }
 
+/* req_init() of op on one object, whose full name goes into r->full_key,
+ * so that an op opens with this one call. */
+static st_err object_req_init(v4_req *r, v4_ctx *c, const char *op, const char *key)
+{
+    req_init(r, c, op, key);
+    return st_s3_full_key(&c->cfg, op, key, r->full_key);
+}
+
 /* ---- ops ---- */
 
 static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
 {
     v4_ctx *c = ctx;
-    char fk[ST_S3_KEY_MAX + 1];
-    st_err e = st_s3_full_key(&c->cfg, "put", key, fk);
+    v4_req r;
+    st_err e = object_req_init(&r, c, "put", key);
     if (e)
         return e;
-    v4_req r;
     static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
-    req_init(&r, c, "put", key);
-    return request(c, &r, "PUT", fk, NULL, data ? data : "", len, hdrs);
+    return request(c, &r, "PUT", r.full_key, NULL, data ? data : "", len, hdrs);
 }
 
 /* HEAD: the size. A 404 is not told apart from a missing bucket here. */
@@ -566,7 +571,7 @@ static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
 static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
                         st_bytes *out, long *status)
 {
-    uint64_t count = (len == ST_GET_TO_END || len > RANGE_LEN_MAX) ? 0 : len;
+    uint64_t count = (len == ST_GET_TO_END || len > ST_S3_RANGE_LEN_MAX) ? 0 : len;
     char range[80];
     if (count)
         snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-%" PRIu64, off, off + count - 1);
@@ -591,60 +596,30 @@ static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off
     return e;
 }
 
-static st_err past_end(v4_ctx *c, const char *key, uint64_t off, uint64_t size)
+/* get_range as st_s3_get calls it: a 416 is a refused range. */
+static st_err range_for_get(void *ctx, const char *key, const char *fk, uint64_t off, uint64_t len,
+                            st_bytes *out, int *refused)
 {
-    return st_seterr(ST_ERR_INVALID,
-                     "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64 " bytes)",
-                     c->cfg.bucket, c->cfg.prefix, key, off, size);
+    long status = 0;
+    st_err e = get_range(ctx, key, fk, off, len, out, &status);
+    *refused = e == ST_ERR_INVALID && status == 416;
+    return e;
 }
 
 static st_err v4_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     v4_ctx *c = ctx;
-    st_bytes_clear(out);
-    char fk[ST_S3_KEY_MAX + 1];
-    st_err e = st_s3_full_key(&c->cfg, "get", key, fk);
-    if (e)
-        return e;
-    uint64_t size = 0;
-    /* S3 cannot express an empty range, and servers read huge offsets in
-     * doubtful ways: ask for the size and answer from the contract. */
-    if (len == 0 || off >= RANGE_LEN_MAX) {
-        if ((e = v4_stat(c, key, &size)) != ST_OK)
-            return e;
-        if (off > size)
-            return past_end(c, key, off, size);
-        if (len == 0 || off == size)
-            return ST_OK;
-    }
-    long status = 0;
-    e = get_range(c, key, fk, off, len, out, &status);
-    if (e != ST_ERR_INVALID || status != 416)
-        return e;
-    /* 416: the range starts at or past the end (or the object is empty).
-     * At the end is an empty result by the contract; past it an error. */
-    if ((e = v4_stat(c, key, &size)) != ST_OK)
-        return e;
-    if (off == size)
-        return ST_OK;
-    if (off > size)
-        return past_end(c, key, off, size);
-    return st_seterr(ST_ERR_TRANSIENT,
-                     "s3 get s3://%s/%s%s: range refused, yet the object now has %" PRIu64
-                     " bytes (replaced meanwhile?)",
-                     c->cfg.bucket, c->cfg.prefix, key, size);
+    return st_s3_get(&c->cfg, c, range_for_get, v4_stat, key, off, len, out);
 }
 
 static st_err v4_del(void *ctx, const char *key)
 {
     v4_ctx *c = ctx;
-    char fk[ST_S3_KEY_MAX + 1];
-    st_err e = st_s3_full_key(&c->cfg, "del", key, fk);
+    v4_req r;
+    st_err e = object_req_init(&r, c, "del", key);
     if (e)
         return e;
-    v4_req r;
-    req_init(&r, c, "del", key);
-    e = request(c, &r, "DELETE", fk, NULL, NULL, 0, NULL);
+    e = request(c, &r, "DELETE", r.full_key, NULL, NULL, 0, NULL);
     if (e == ST_ERR_NOT_FOUND && strcmp(r.code, "NoSuchBucket") != 0)
         return ST_OK; /* idempotent: already gone (S3 itself answers 204) */
     return e;

@@ -12,6 +12,7 @@
 #include "backend/st_s3_common.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,51 @@ st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, 
     memcpy(buf, cfg->prefix, cfg->prefix_len);
     memcpy(buf + cfg->prefix_len, key, n + 1);
     return ST_OK;
+}
+
+/* ---- get ---- */
+
+static st_err past_end(const st_s3_config *cfg, const char *key, uint64_t off, uint64_t size)
+{
+    return st_seterr(ST_ERR_INVALID,
+                     "s3 get s3://%s/%s%s: offset %" PRIu64 " is past the end (%" PRIu64 " bytes)",
+                     cfg->bucket, cfg->prefix, key, off, size);
+}
+
+st_err st_s3_get(const st_s3_config *cfg, void *ctx, st_s3_range_fn range,
+                 st_err (*stat)(void *ctx, const char *key, uint64_t *size), const char *key,
+                 uint64_t off, uint64_t len, st_bytes *out)
+{
+    st_bytes_clear(out);
+    char fk[ST_S3_KEY_MAX + 1];
+    st_err e = st_s3_full_key(cfg, "get", key, fk);
+    if (e)
+        return e;
+    uint64_t size = 0;
+    if (len == 0 || off >= ST_S3_RANGE_LEN_MAX) {
+        if ((e = stat(ctx, key, &size)) != ST_OK)
+            return e;
+        if (off > size)
+            return past_end(cfg, key, off, size);
+        if (len == 0 || off == size)
+            return ST_OK;
+    }
+    int refused = 0;
+    e = range(ctx, key, fk, off, len, out, &refused);
+    if (!refused)
+        return e;
+    /* 416: the range starts at or past the end (or the object is empty).
+     * At the end is an empty result by the contract; past it an error. */
+    if ((e = stat(ctx, key, &size)) != ST_OK)
+        return e;
+    if (off == size)
+        return ST_OK;
+    if (off > size)
+        return past_end(cfg, key, off, size);
+    return st_seterr(ST_ERR_TRANSIENT,
+                     "s3 get s3://%s/%s%s: range refused, yet the object now has %" PRIu64
+                     " bytes (replaced meanwhile?)",
+                     cfg->bucket, cfg->prefix, key, size);
 }
 
 /* ---- errors ---- */

@@ -10,14 +10,17 @@
  *   - error classification: an HTTP status and S3 error code, or a
  *     transport failure, to an st_err and a sentence naming the cause and
  *     what to check;
- *   - scrubbing: a server's text with the secret taken out.
+ *   - scrubbing: a server's text with the secret taken out;
+ *   - the get contract (empty and huge ranges, a refused range), over
+ *     each backend's own HEAD and ranged GET (st_s3_get).
  *
  * Secrets: the secret key and session token live only in st_s3_config
  * (zeroed by st_s3_config_free); no message built here contains them.
  *
  * Threads: st_s3_config_load runs on the opening thread and reads the
- * environment; a loaded config is read-only and may be shared. The other
- * functions are pure.
+ * environment; a loaded config is read-only and may be shared. st_s3_get
+ * does its I/O through the backend's callbacks, on the calling thread; the
+ * other functions are pure.
  */
 #ifndef ST_S3_COMMON_H
 #define ST_S3_COMMON_H
@@ -80,6 +83,28 @@ uint64_t st_s3_deadline_ms(const st_s3_config *cfg, uint64_t bytes);
 /*! The object name of key under the URL's prefix into buf (ST_S3_KEY_MAX+1
  *  bytes); ST_ERR_INVALID when it is longer than S3 allows. */
 st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, char *buf);
+
+/* Above this, Range end arithmetic on the server side (s3rver parses with
+ * JavaScript numbers) is unsafe; such lengths are sent as "to the end". */
+#define ST_S3_RANGE_LEN_MAX (UINT64_C(1) << 52)
+
+/* A backend's ranged GET, for st_s3_get: [off, off+len) (len ST_GET_TO_END:
+ * to the end) of the object named fk (key's full name) into out. When the
+ * server refused the range as starting at or past the end (HTTP 416),
+ * *refused is 1 and the result ST_ERR_INVALID. */
+typedef st_err (*st_s3_range_fn)(void *ctx, const char *key, const char *fk, uint64_t off,
+                                 uint64_t len, st_bytes *out, int *refused);
+
+/*!
+ * st_backend_ops.get by the contract (st_backend.h), for both S3 backends:
+ * their ranged GET (range) and HEAD (stat, the backend's stat op) on ctx.
+ * S3 cannot express an empty range and servers read huge offsets in
+ * doubtful ways, so for those the size is asked first; a refused range is
+ * an empty result at the end and ST_ERR_INVALID past it.
+ */
+st_err st_s3_get(const st_s3_config *cfg, void *ctx, st_s3_range_fn range,
+                 st_err (*stat)(void *ctx, const char *key, uint64_t *size), const char *key,
+                 uint64_t off, uint64_t len, st_bytes *out);
 
 /* What went wrong with one request, as far as the backend knows it. */
 typedef enum st_s3_transport {

@@ -22,13 +22,7 @@
 
 typedef struct st_state st_state;
 
-/*! Where a stored chunk lives. */
-typedef struct st_chunk_loc {
-    st_id pack;
-    uint64_t offset;
-    uint32_t stored_len;
-    uint32_t raw_len;
-} st_chunk_loc;
+/* ---- the database ---- */
 
 /*! Opens (creating, and migrating the schema) the database at path. */
 st_err st_state_open(const char *path, st_state **out);
@@ -38,6 +32,17 @@ void st_state_close(st_state *s);
 st_err st_state_begin(st_state *s);
 st_err st_state_commit(st_state *s);
 st_err st_state_rollback(st_state *s);
+
+/* ---- the dedup index: chunks, and the packs that hold them ---- */
+
+/*! Where a stored chunk lives: stored_len bytes (its st_codec header and
+ *  payload, as st_pack_entry has them) at offset in pack; raw_len decoded. */
+typedef struct st_chunk_loc {
+    st_id pack;
+    uint64_t offset;
+    uint32_t stored_len;
+    uint32_t raw_len;
+} st_chunk_loc;
 
 /*! ST_OK and *loc if the job's index knows the chunk, else ST_ERR_NOT_FOUND. */
 st_err st_state_chunk_lookup(st_state *s, const char *job, const st_id *id, st_chunk_loc *loc);
@@ -54,6 +59,8 @@ st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64
 st_err st_state_pack_forget(st_state *s, const char *job, const st_id *pack);
 /*! Number of chunks and packs the index holds for a job (stats, tests). */
 st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t *packs);
+
+/* ---- part records already merged into the index ---- */
 
 /*! 1 if this manifest key was already merged into the index, else 0. */
 int st_state_manifest_seen(st_state *s, const char *key);

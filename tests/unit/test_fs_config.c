@@ -252,11 +252,39 @@ static void test_log_lines(void)
     unlink(path);
 }
 
+/* --help lists every option but the secret ones, in lines that fit an
+ * 80-column terminal (before the help text was wrapped, eight did not). */
+static void test_usage_fits(void)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    CHECK(out != NULL);
+    if (!out)
+        return;
+    fs_options_usage(out);
+    fclose(out);
+    for (const char *line = text; *line; line += strcspn(line, "\n") + 1) {
+        size_t len = strcspn(line, "\n");
+        if (len >= 80)
+            fprintf(stderr, "  too long: %.*s\n", (int)len, line);
+        CHECK(len < 80);
+    }
+    for (size_t i = 0; i < fs_option_count; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "\n  --%s ", fs_option_table[i].name);
+        int secret = (fs_option_table[i].flags & FS_OPT_SECRET) != 0;
+        CHECK((strstr(text, head + (i == 0)) != NULL) == !secret);
+    }
+    free(text);
+}
+
 int main(void)
 {
     RUN(test_values);
     RUN(test_errors);
     RUN(test_table);
+    RUN(test_usage_fits);
     RUN(test_secret_not_echoed);
     RUN(test_load_modes);
     RUN(test_log_escape);

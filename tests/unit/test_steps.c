@@ -528,8 +528,8 @@ static void test_marker_kinds(void)
     st_steprules_free(r);
 }
 
+/* One content case: the marker's bytes and what reading them gives. */
 struct content_case {
-    const char *path;
     const char *content;
     size_t len;
     st_err want;
@@ -540,94 +540,149 @@ struct content_case {
 #define DS   "latest"
 #define MEG  "checkpoints/latest_checkpointed_iteration.txt"
 
-static const struct content_case builtin_contents[] = {
-    /* DeepSpeed: the content is the step directory's name */
-    {DS, C("global_step100"), ST_OK, 100},
-    {DS, C("global_step100\n"), ST_OK, 100},
-    {DS, C("global_step100\r\n"), ST_OK, 100},
-    {DS, C("  global_step100 \t\r\n\n"), ST_OK, 100},
-    {DS, C("\v\fglobal_step100\f"), ST_OK, 100},
-    {DS, C("step-000042"), ST_OK, 42},
-    {DS, C("checkpoint-500\n"), ST_OK, 500},
-    {DS, C("global_step9223372036854775807"), ST_OK, I64MAX},
-    {"checkpoints/latest", C("global_step3"), ST_OK, 3},
-    {DS, C(""), ST_ERR_NOT_FOUND, 0},
-    {DS, C("\n"), ST_ERR_NOT_FOUND, 0},
-    {DS, C(" \r\n\t "), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step100/"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step100/x"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step100.pt"), ST_ERR_NOT_FOUND, 0}, /* a directory name: no extension */
-    {DS, C("global_step1 00"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step100\0"), ST_ERR_NOT_FOUND, 0},
-    {DS,
-     C("global_step10\0"
+/* The cases of one kind of marker, each read at every path of that kind:
+ * what a content means does not depend on the folder the marker is in. */
+struct content_table {
+    const char *const *paths; /* NULL-terminated */
+    const struct content_case *cases;
+    size_t ncases;
+};
+
+#define TABLE(paths, cases)                                                                        \
+    {                                                                                              \
+        paths, cases, sizeof cases / sizeof cases[0]                                               \
+    }
+
+static const char *const deepspeed_paths[] = {DS, "checkpoints/latest", NULL};
+
+/* DeepSpeed: the content is the step directory's name */
+static const struct content_case deepspeed_contents[] = {
+    {C("global_step100"), ST_OK, 100},
+    {C("global_step100\n"), ST_OK, 100},
+    {C("global_step100\r\n"), ST_OK, 100},
+    {C("  global_step100 \t\r\n\n"), ST_OK, 100},
+    {C("\v\fglobal_step100\f"), ST_OK, 100},
+    {C("step-000042"), ST_OK, 42},
+    {C("checkpoint-500\n"), ST_OK, 500},
+    {C("global_step3"), ST_OK, 3},
+    {C("global_step9223372036854775807"), ST_OK, I64MAX},
+    {C(""), ST_ERR_NOT_FOUND, 0},
+    {C("\n"), ST_ERR_NOT_FOUND, 0},
+    {C(" \r\n\t "), ST_ERR_NOT_FOUND, 0},
+    {C("global_step"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step100/"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step100/x"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step100.pt"), ST_ERR_NOT_FOUND, 0}, /* a directory name: no extension */
+    {C("global_step1 00"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step100\0"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step10\0"
        "0"),
      ST_ERR_NOT_FOUND, 0},
-    {DS, C("\0global_step100"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("my_tag"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("100"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step9223372036854775808"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("global_step99999999999999999999999"), ST_ERR_NOT_FOUND, 0},
-    {DS, C("\xef\xbb\xbfglobal_step100"), ST_ERR_NOT_FOUND, 0}, /* BOM is not whitespace */
-    {DS, C("global_step\xd9\xa1"), ST_ERR_NOT_FOUND, 0},
-    /* Megatron: the content is the iteration number */
-    {MEG, C("100"), ST_OK, 100},
-    {MEG, C("100\n"), ST_OK, 100},
-    {MEG, C("0000100\r\n"), ST_OK, 100},
-    {MEG, C(" 7 "), ST_OK, 7},
-    {MEG, C("0"), ST_OK, 0},
-    {MEG, C("9223372036854775807\n"), ST_OK, I64MAX},
-    {"latest_checkpointed_iteration.txt", C("12"), ST_OK, 12},
-    {MEG, C("release"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("release\n"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C(""), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("\r\n"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("-5"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("+5"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("1e3"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("1_000"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("10 0"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("0x10"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("iter_0000100"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("100\0"), ST_ERR_NOT_FOUND, 0},
-    {MEG,
-     C("\xff\xfe"
+    {C("\0global_step100"), ST_ERR_NOT_FOUND, 0},
+    {C("my_tag"), ST_ERR_NOT_FOUND, 0},
+    {C("100"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step9223372036854775808"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step99999999999999999999999"), ST_ERR_NOT_FOUND, 0},
+    {C("\xef\xbb\xbfglobal_step100"), ST_ERR_NOT_FOUND, 0}, /* BOM is not whitespace */
+    {C("global_step\xd9\xa1"), ST_ERR_NOT_FOUND, 0},
+};
+
+static const char *const megatron_paths[] = {MEG, "latest_checkpointed_iteration.txt", NULL};
+
+/* Megatron: the content is the iteration number */
+static const struct content_case megatron_contents[] = {
+    {C("100"), ST_OK, 100},
+    {C("100\n"), ST_OK, 100},
+    {C("0000100\r\n"), ST_OK, 100},
+    {C(" 7 "), ST_OK, 7},
+    {C("0"), ST_OK, 0},
+    {C("12"), ST_OK, 12},
+    {C("9223372036854775807\n"), ST_OK, I64MAX},
+    {C("release"), ST_ERR_NOT_FOUND, 0},
+    {C("release\n"), ST_ERR_NOT_FOUND, 0},
+    {C(""), ST_ERR_NOT_FOUND, 0},
+    {C("\r\n"), ST_ERR_NOT_FOUND, 0},
+    {C("-5"), ST_ERR_NOT_FOUND, 0},
+    {C("+5"), ST_ERR_NOT_FOUND, 0},
+    {C("1e3"), ST_ERR_NOT_FOUND, 0},
+    {C("1_000"), ST_ERR_NOT_FOUND, 0},
+    {C("10 0"), ST_ERR_NOT_FOUND, 0},
+    {C("0x10"), ST_ERR_NOT_FOUND, 0},
+    {C("iter_0000100"), ST_ERR_NOT_FOUND, 0},
+    {C("100\0"), ST_ERR_NOT_FOUND, 0},
+    {C("\xff\xfe"
        "1\0"
        "0"),
      ST_ERR_NOT_FOUND, 0},
-    {MEG, C("\xd9\xa1\xd9\xa0\xd9\xa0"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("9223372036854775808"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("18446744073709551616"), ST_ERR_NOT_FOUND, 0},
-    {MEG, C("123456789012345678901234567890"), ST_ERR_NOT_FOUND, 0},
-    /* not a marker that names a step: a caller error */
-    {"step-100/.metadata", C("100"), ST_ERR_INVALID, 0},
-    {"model.pt", C("100"), ST_ERR_INVALID, 0},
-    {"checkpoint-500/latest", C("global_step500"), ST_ERR_INVALID, 0},
+    {C("\xd9\xa1\xd9\xa0\xd9\xa0"), ST_ERR_NOT_FOUND, 0},
+    {C("9223372036854775808"), ST_ERR_NOT_FOUND, 0},
+    {C("18446744073709551616"), ST_ERR_NOT_FOUND, 0},
+    {C("123456789012345678901234567890"), ST_ERR_NOT_FOUND, 0},
 };
 
-static int check_content_case(const st_steprules *r, const struct content_case *c)
+/* Not a marker that names a step: whatever the content, a caller error. */
+static const char *const non_marker_paths[] = {"step-100/.metadata", "model.pt",
+                                               "checkpoint-500/latest", NULL};
+static const struct content_case non_marker_contents[] = {
+    {C("100"), ST_ERR_INVALID, 0},
+    {C("global_step500"), ST_ERR_INVALID, 0},
+};
+
+static const struct content_table builtin_tables[] = {
+    TABLE(deepspeed_paths, deepspeed_contents),
+    TABLE(megatron_paths, megatron_contents),
+    TABLE(non_marker_paths, non_marker_contents),
+};
+
+/* With a user pattern the DeepSpeed tag is matched by the pattern. */
+static const struct content_case user_deepspeed_contents[] = {
+    {C("run12\n"), ST_OK, 12},
+    {C("run12\0"), ST_ERR_NOT_FOUND, 0},
+    {C("run1\0"
+       "2"),
+     ST_ERR_NOT_FOUND, 0},
+    {C("run1/2"), ST_ERR_NOT_FOUND, 0},
+    {C("global_step100"), ST_ERR_NOT_FOUND, 0},
+};
+static const struct content_case user_megatron_contents[] = {
+    {C("100\n"), ST_OK, 100},
+};
+
+static const struct content_table user_tables[] = {
+    TABLE(deepspeed_paths, user_deepspeed_contents),
+    TABLE(megatron_paths, user_megatron_contents),
+};
+
+static int check_content_case(const st_steprules *r, const char *path, const struct content_case *c)
 {
     /* Exact-size heap copy; a zero-length case gets a 1-byte buffer it must not read. */
     uint8_t *buf = malloc(c->len ? c->len : 1);
     memcpy(buf, c->content, c->len);
     uint64_t step = 0xDEADBEEF;
     st_clearerr();
-    st_err e = st_steprules_marker_step(r, c->path, buf, c->len, &step);
+    st_err e = st_steprules_marker_step(r, path, buf, c->len, &step);
     int ok = e == c->want && (e != ST_OK || step == c->step) && (e == ST_OK || st_errmsg()[0]);
     if (!ok)
-        fprintf(stderr, "  marker \"%s\" content[%zu]: got %d step %llu, want %d step %llu\n",
-                c->path, c->len, (int)e, (unsigned long long)step, (int)c->want,
+        fprintf(stderr, "  marker \"%s\" content[%zu]: got %d step %llu, want %d step %llu\n", path,
+                c->len, (int)e, (unsigned long long)step, (int)c->want,
                 (unsigned long long)c->step);
     free(buf);
     return ok;
 }
 
+/* Every case of every table, at every path of its table. */
+static void check_content_tables(const st_steprules *r, const struct content_table *t, size_t n)
+{
+    for (; n; n--, t++)
+        for (const char *const *path = t->paths; *path; path++)
+            for (size_t i = 0; i < t->ncases; i++)
+                CHECK(check_content_case(r, *path, &t->cases[i]));
+}
+
 static void test_marker_content(void)
 {
     st_steprules *r = rules_or_die(NULL);
-    for (size_t i = 0; i < sizeof builtin_contents / sizeof builtin_contents[0]; i++)
-        CHECK(check_content_case(r, &builtin_contents[i]));
+    check_content_tables(r, builtin_tables, sizeof builtin_tables / sizeof builtin_tables[0]);
 
     /* Size limits: 4096 bytes are read, one more is refused. */
     uint8_t *big = malloc(4097);
@@ -651,21 +706,8 @@ static void test_marker_content(void)
     CHECK_ERR(st_steprules_marker_step(r, DS, NULL, 0, &step), ST_ERR_NOT_FOUND);
     st_steprules_free(r);
 
-    /* With a user pattern the DeepSpeed tag is matched by the pattern. */
-    static const struct content_case user[] = {
-        {DS, C("run12\n"), ST_OK, 12},
-        {DS, C("run12\0"), ST_ERR_NOT_FOUND, 0},
-        {DS,
-         C("run1\0"
-           "2"),
-         ST_ERR_NOT_FOUND, 0},
-        {DS, C("run1/2"), ST_ERR_NOT_FOUND, 0},
-        {DS, C("global_step100"), ST_ERR_NOT_FOUND, 0},
-        {MEG, C("100\n"), ST_OK, 100},
-    };
     r = rules_or_die("run([0-9]+)");
-    for (size_t i = 0; i < sizeof user / sizeof user[0]; i++)
-        CHECK(check_content_case(r, &user[i]));
+    check_content_tables(r, user_tables, sizeof user_tables / sizeof user_tables[0]);
     st_steprules_free(r);
 }
 

@@ -213,8 +213,8 @@ static void test_writing_the_step_again_cancels(void)
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     CHECK(VH_WAIT(strcmp(vh_state(&m, 200), "durable") == 0, 20));
     CHECK(vh_part_revision(store, 200, "a") >= 2 && vh_consistent(store, 200));
-    CHECK(strcmp(vh_stored(store, 200, NULL),
-                 "checkpoint-200/pytorch_model.bin,checkpoint-200/trainer_state.json") == 0);
+    CHECK(vh_stored_is(store, 200,
+                       "checkpoint-200/pytorch_model.bin,checkpoint-200/trainer_state.json"));
     CHECK(vh_consistent(store, 100));
     /* The old version of step 200 is gone for readers: the new one is read
      * here and on another node, byte for byte. */
@@ -240,17 +240,17 @@ static void test_loose_file_moves_to_another_step(void)
     CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000001.pt", "one", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/config.json", "{\"lr\": 0.1}", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "ckpt-000001.pt,config.json") == 0);
+    CHECK(vh_stored_is(store, 1, "ckpt-000001.pt,config.json"));
     CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000002.pt", "two", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000003.pt", "three", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
-    CHECK(strcmp(vh_stored(store, 3, NULL), "ckpt-000003.pt") == 0);
+    CHECK(vh_stored_is(store, 3, "ckpt-000003.pt"));
     /* os.remove of the single-file step: config.json, still visible, is
      * stored with the newest other step before step 1 goes. */
     CHECK_OK(vh_unlink(&m, VH_JOB "/ckpt-000001.pt"));
     CHECK(VH_WAIT(vh_step_objects(store, 1) == 0, 20));
     CHECK(VH_WAIT(strcmp(vh_deletion(&m, 1), "") == 0, 20));
-    CHECK(strcmp(vh_stored(store, 3, NULL), "ckpt-000003.pt,config.json") == 0);
+    CHECK(vh_stored_is(store, 3, "ckpt-000003.pt,config.json"));
     CHECK(vh_consistent(store, 3) && vh_consistent(store, 2));
     CHECK(vh_file_is_str(&m, VH_JOB "/config.json", "{\"lr\": 0.1}"));
     CHECK(strcmp(vh_ls(&m, VH_JOB), "ckpt-000002.pt,ckpt-000003.pt,config.json") == 0);
@@ -278,7 +278,7 @@ static void test_deletion_waits_for_the_moved_file(void)
     CHECK_OK(vh_write_str(&m, VH_JOB "/config.json", "{}", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000002.pt", "two", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "ckpt-000001.pt,config.json") == 0);
+    CHECK(vh_stored_is(store, 1, "ckpt-000001.pt,config.json"));
     vh_mount_close(&m);
 
     CHECK_OK(
@@ -288,7 +288,7 @@ static void test_deletion_waits_for_the_moved_file(void)
     CHECK_OK(vh_unlink(&m, VH_JOB "/ckpt-000001.pt"));
     CHECK(VH_WAIT(strcmp(vh_deletion(&m, 1), "moving_files") == 0, 20));
     CHECK(vh_consistent(store, 1));
-    CHECK(strcmp(vh_stored(store, 2, NULL), "ckpt-000002.pt") == 0);
+    CHECK(vh_stored_is(store, 2, "ckpt-000002.pt"));
     CHECK(vh_file_is_str(&m, VH_JOB "/config.json", "{}"));
     vh_mount_close(&m);
 
@@ -298,7 +298,7 @@ static void test_deletion_waits_for_the_moved_file(void)
     CHECK(!vh_exists(&m, VH_JOB "/ckpt-000001.pt"));
     CHECK(VH_WAIT(vh_step_objects(store, 1) == 0, 20));
     CHECK(VH_WAIT(strcmp(vh_deletion(&m, 1), "") == 0, 20));
-    CHECK(strcmp(vh_stored(store, 2, NULL), "ckpt-000002.pt,config.json") == 0);
+    CHECK(vh_stored_is(store, 2, "ckpt-000002.pt,config.json"));
     CHECK(vh_file_is_str(&m, VH_JOB "/config.json", "{}"));
     vh_mount_close(&m);
 }

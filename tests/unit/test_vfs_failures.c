@@ -89,9 +89,9 @@ static void test_failed_write_holds_the_step(void)
     /* Quiet for longer than eager publishing waits: still nothing stored. */
     usleep(2800000); /* eager publishing waits 2 s of quiet */
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "-") == 0);
+    CHECK(vh_stored_is(store, 1, "-"));
     vh_mount_close(&a); /* R8 must not complete it either */
-    CHECK(strcmp(vh_stored(store, 1, NULL), "-") == 0);
+    CHECK(vh_stored_is(store, 1, "-"));
 
     /* A restart remembers the failed write. */
     CHECK_OK(vh_mount_open(&a, store, "a", "cap-a", 1));
@@ -99,13 +99,13 @@ static void test_failed_write_holds_the_step(void)
         goto out;
     usleep(2800000); /* eager publishing waits 2 s of quiet */
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "-") == 0);
+    CHECK(vh_stored_is(store, 1, "-"));
     CHECK(last_error_has(&a, "step-1/model.bin"));
 
     /* Rewritten from the start: the marker's completion goes on. */
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-1/model.bin", "whole again", VH_PID_A));
     CHECK(VH_WAIT(vh_consistent(store, 1), 20));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "step-1/.ckpt-complete,step-1/model.bin") == 0);
+    CHECK(vh_stored_is(store, 1, "step-1/.ckpt-complete,step-1/model.bin"));
     CHECK(last_error_has(&a, "\"\""));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "cap-b", 0));
@@ -169,11 +169,10 @@ static void test_failed_loose_file_joins_no_step(void)
     }
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-20/y", "y", VH_PID_A)); /* R5: stored again */
     CHECK(VH_WAIT(vh_part_revision(store, 20, "a") == 2, 20));
-    CHECK(strcmp(vh_stored(store, 20, NULL), "step-20/.ckpt-complete,step-20/x,step-20/y") == 0);
+    CHECK(vh_stored_is(store, 20, "step-20/.ckpt-complete,step-20/x,step-20/y"));
     CHECK_OK(vh_write_str(&a, VH_JOB "/notes.txt", "whole", VH_PID_A)); /* R6 now */
     CHECK(VH_WAIT(vh_part_revision(store, 20, "a") == 3, 20));
-    CHECK(strcmp(vh_stored(store, 20, NULL),
-                 "notes.txt,step-20/.ckpt-complete,step-20/x,step-20/y") == 0);
+    CHECK(vh_stored_is(store, 20, "notes.txt,step-20/.ckpt-complete,step-20/x,step-20/y"));
     vh_mount_close(&a);
 }
 
@@ -219,7 +218,7 @@ static void test_unlinked_writer_releases_its_step(void)
     if (h)
         CHECK_OK(vh_close(&a, h));
     CHECK(VH_WAIT(vh_consistent(store, 7), 20));
-    CHECK(strcmp(vh_stored(store, 7, NULL), "ckpt-000007.pt") == 0);
+    CHECK(vh_stored_is(store, 7, "ckpt-000007.pt"));
     vh_mount_close(&a);
 }
 

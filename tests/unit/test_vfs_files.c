@@ -99,8 +99,8 @@ static void test_create_write_read(void)
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/.ckpt-complete", "", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_part_complete(a.b, 1, "a"));
-    CHECK(strcmp(vh_stored(store, 1, NULL),
-                 "step-000001/.ckpt-complete,step-000001/model.bin,step-000001/random.bin") == 0);
+    CHECK(vh_stored_is(store, 1,
+                       "step-000001/.ckpt-complete,step-000001/model.bin,step-000001/random.bin"));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "files-b", 1));
     if (b.v) {
@@ -242,10 +242,10 @@ static void test_crash_after_close(void)
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_part_complete(store, 1, "a"));
     CHECK(vh_part_complete(store, 2, "a"));
-    CHECK(strcmp(vh_stored(store, 1, NULL), "ckpt-000001.pt") == 0);
-    CHECK(strcmp(vh_stored(store, 2, NULL),
-                 "step-000002/.ckpt-complete,step-000002/a.bin,step-000002/b.bin,"
-                 "step-000002/d.bin") == 0);
+    CHECK(vh_stored_is(store, 1, "ckpt-000001.pt"));
+    CHECK(vh_stored_is(store, 2,
+                       "step-000002/.ckpt-complete,step-000002/a.bin,step-000002/b.bin,"
+                       "step-000002/d.bin"));
     CHECK(vh_consistent(store, 1) && vh_consistent(store, 2));
     CHECK(strcmp(vh_state(&a, 2), "durable") == 0);
     /* A new node reads them from the store. */
@@ -367,8 +367,8 @@ static void test_rename_tmp_checkpoint(void)
     CHECK(strcmp(vh_state(&a, 500), "writing") != 0);
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_part_complete(store, 500, "a") && vh_consistent(store, 500));
-    CHECK(strcmp(vh_stored(store, 500, NULL),
-                 "checkpoint-500/pytorch_model.bin,checkpoint-500/trainer_state.json") == 0);
+    CHECK(vh_stored_is(store, 500,
+                       "checkpoint-500/pytorch_model.bin,checkpoint-500/trainer_state.json"));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "tmpck-b", 0));
     if (b.v) {
@@ -398,10 +398,10 @@ static void test_rename_tmp_checkpoint_after_a_step(void)
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK_OK(vh_rename(&a, VH_JOB "/tmp-checkpoint-500", VH_JOB "/checkpoint-500"));
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
-    CHECK(strcmp(vh_stored(store, 500, NULL),
-                 "checkpoint-500/pytorch_model.bin,checkpoint-500/trainer_state.json") == 0);
-    CHECK(strcmp(vh_stored(store, 400, NULL),
-                 "checkpoint-400/pytorch_model.bin,checkpoint-400/trainer_state.json") == 0);
+    CHECK(vh_stored_is(store, 500,
+                       "checkpoint-500/pytorch_model.bin,checkpoint-500/trainer_state.json"));
+    CHECK(vh_stored_is(store, 400,
+                       "checkpoint-400/pytorch_model.bin,checkpoint-400/trainer_state.json"));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "tmpck2-b", 0));
     if (b.v) {
@@ -430,8 +430,7 @@ static void test_rename_over_existing(void)
     CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/.ckpt-complete", "", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_part_revision(store, 1, "a") == 1);
-    CHECK(strcmp(vh_stored(store, 1, NULL),
-                 "step-000001/.ckpt-complete,step-000001/model.safetensors") == 0);
+    CHECK(vh_stored_is(store, 1, "step-000001/.ckpt-complete,step-000001/model.safetensors"));
 
     /* Again over the durable version: the step is stored again (a new
      * revision: the temp file's close is a change too, then the rename) and
@@ -441,8 +440,7 @@ static void test_rename_over_existing(void)
                        VH_JOB "/step-000001/model.safetensors"));
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_part_revision(store, 1, "a") >= 2);
-    CHECK(strcmp(vh_stored(store, 1, NULL),
-                 "step-000001/.ckpt-complete,step-000001/model.safetensors") == 0);
+    CHECK(vh_stored_is(store, 1, "step-000001/.ckpt-complete,step-000001/model.safetensors"));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "over-b", 0));
     if (b.v) {

@@ -108,7 +108,7 @@ static void test_partial_step_is_not_shown(void)
     CHECK_OK(vh_commit(&b, VH_JOB " 20 1 2\n"));
     CHECK_OK(st_vfs_wait_idle(b.v, 20));
     CHECK(vh_consistent(store, 20));
-    CHECK(strcmp(vh_stored(store, 20, NULL), "step-000020/rank-0.bin,step-000020/rank-1.bin") == 0);
+    CHECK(vh_stored_is(store, 20, "step-000020/rank-0.bin,step-000020/rank-1.bin"));
     /* Each node now shows the other's rank, byte for byte. */
     CHECK(VH_WAIT(vh_exists(&a, VH_JOB "/step-000020/rank-1.bin"), 10));
     CHECK(VH_WAIT(vh_exists(&b, VH_JOB "/step-000020/rank-0.bin"), 10));
@@ -141,8 +141,8 @@ static void test_newest_step_wins_a_path(void)
     CHECK_OK(st_vfs_wait_idle(a.v, 20));
     CHECK(vh_consistent(store, 2));
     /* Each step keeps the `latest` that named it. */
-    CHECK(strcmp(vh_stored(store, 1, NULL), "global_step1/mp_rank_00_model_states.pt,latest") == 0);
-    CHECK(strcmp(vh_stored(store, 2, NULL), "global_step2/mp_rank_00_model_states.pt,latest") == 0);
+    CHECK(vh_stored_is(store, 1, "global_step1/mp_rank_00_model_states.pt,latest"));
+    CHECK(vh_stored_is(store, 2, "global_step2/mp_rank_00_model_states.pt,latest"));
     CHECK(VH_WAIT(vh_exists(&b, VH_JOB "/global_step2/mp_rank_00_model_states.pt"), 10));
     CHECK(vh_file_is_str(&b, VH_JOB "/latest", "global_step2"));
     vh_mount c;

@@ -108,8 +108,7 @@ static void test_r1_markers(void)
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     CHECK(vh_part_complete(store, 100, "a") && vh_consistent(store, 100));
     CHECK(vh_part_complete(store, 500, "a") && vh_part_complete(store, 7, "a"));
-    CHECK(strcmp(vh_stored(store, 100, NULL), "step-000100/.metadata,step-000100/__0_0.distcp") ==
-          0);
+    CHECK(vh_stored_is(store, 100, "step-000100/.metadata,step-000100/__0_0.distcp"));
     vh_mount_close(&m);
 }
 
@@ -151,7 +150,7 @@ static void test_r2_naming_markers(void)
     CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step10", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     CHECK(vh_part_complete(store, 10, "a"));
-    CHECK(strcmp(vh_stored(store, 10, NULL), "global_step10/zero_pp_rank_0_states.pt,latest") == 0);
+    CHECK(vh_stored_is(store, 10, "global_step10/zero_pp_rank_0_states.pt,latest"));
     vh_mount_close(&m);
 }
 
@@ -262,8 +261,7 @@ static void test_r5_change_after_completion(void)
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     CHECK(vh_part_revision(store, 20, "a") == 2 && vh_part_complete(store, 20, "a"));
     CHECK(vh_part_revision(store, 21, "a") == 2 && vh_part_complete(store, 21, "a"));
-    CHECK(strcmp(vh_stored(store, 21, NULL),
-                 "step-21/.ckpt-complete,step-21/extra.bin,step-21/model.bin") == 0);
+    CHECK(vh_stored_is(store, 21, "step-21/.ckpt-complete,step-21/extra.bin,step-21/model.bin"));
     vh_mount b;
     CHECK_OK(vh_mount_open(&b, store, "b", "r5-b", 0));
     if (b.v) {
@@ -287,21 +285,20 @@ static void test_r6_loose_files(void)
     CHECK(vh_count(store, "jobs/") == 0);
     CHECK_OK(vh_write_str(&m, VH_JOB "/ckpt-000030.pt", "thirty", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
-    CHECK(strcmp(vh_stored(store, 30, NULL), "ckpt-000030.pt,config.json") == 0);
+    CHECK(vh_stored_is(store, 30, "ckpt-000030.pt,config.json"));
 
     /* After: it belongs to the newest step, which is stored again (R5). */
     CHECK_OK(vh_write_str(&m, VH_JOB "/notes.txt", "n", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     CHECK(vh_part_revision(store, 30, "a") == 2);
-    CHECK(strcmp(vh_stored(store, 30, NULL), "ckpt-000030.pt,config.json,notes.txt") == 0);
+    CHECK(vh_stored_is(store, 30, "ckpt-000030.pt,config.json,notes.txt"));
     /* A loose file completes nothing by itself. */
     CHECK_OK(vh_write_str(&m, VH_JOB "/step-31/part.bin", "p", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/zero_to_fp32.py", "py", VH_PID_A));
     CHECK(strcmp(vh_state(&m, 31), "writing") == 0);
     CHECK_OK(vh_write_str(&m, VH_JOB "/step-31/.ckpt-complete", "", VH_PID_A));
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
-    CHECK(strcmp(vh_stored(store, 31, NULL),
-                 "step-31/.ckpt-complete,step-31/part.bin,zero_to_fp32.py") == 0);
+    CHECK(vh_stored_is(store, 31, "step-31/.ckpt-complete,step-31/part.bin,zero_to_fp32.py"));
     CHECK(vh_part_revision(store, 30, "a") == 2);
     vh_mount_close(&m);
 }
@@ -331,7 +328,7 @@ static void test_r7_explicit_commit(void)
     CHECK(p.ncommits == 2);
     st_part_free(&p);
     CHECK(vh_consistent(store, 40));
-    CHECK(strcmp(vh_stored(store, 40, NULL), "run-40/rank0.bin,run-40/rank1.bin") == 0);
+    CHECK(vh_stored_is(store, 40, "run-40/rank0.bin,run-40/rank1.bin"));
 
     /* st_vfs_complete_all without at_unmount (ckptctl commit's path for a
      * whole job) completes what R8 would leave, e.g. a checkpoint-N/ without

@@ -646,6 +646,21 @@ static inline const char *vh_stored(st_backend *b, uint64_t step, int *consisten
     return out;
 }
 
+/*
+ * 1 if what the store holds of step of VH_JOB (vh_stored) is exactly want;
+ * else 0, and both lists go to stderr, so that the failing CHECK shows which
+ * file is missing or extra without a debugger.
+ */
+static inline int vh_stored_is(st_backend *b, uint64_t step, const char *want)
+{
+    const char *got = vh_stored(b, step, NULL);
+    if (strcmp(got, want) == 0)
+        return 1;
+    fprintf(stderr, "  step %llu stored: %s\n  want:            %s\n", (unsigned long long)step,
+            got, want);
+    return 0;
+}
+
 /* 1 if the store holds step of VH_JOB and it is consistent. */
 static inline int vh_consistent(st_backend *b, uint64_t step)
 {
