@@ -1,7 +1,7 @@
 /*
  * fs_options — the table of ckptfs's options and the parsing of their
- * values (fs_options.h). One row per option: the command line
- * (fs_options_getopt), the configuration file (fs_config) and --help
+ * values (fs_options.h). One row per option, in fs_options.def: the command
+ * line (fs_options_getopt), the configuration file (fs_config) and --help
  * (fs_options_usage) are all read from fs_option_table.
  *
  * Values are checked strictly (a trailing unit that is not one, a negative
@@ -17,75 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define F(field) offsetof(fs_settings, field)
-
+/* One fs_option per row of fs_options.def. */
+#define FS_OPTION(name, short_name, metavar, kind, field, flags, help)                             \
+    {name, short_name, metavar, kind, offsetof(fs_settings, field), flags, help},
 const fs_option fs_option_table[] = {
-    {"config", 0, "FILE", FS_VAL_STRING, F(config), FS_OPT_CLI_ONLY,
-     "read options from FILE, key = value lines (ckptfs.conf(5)); the command line wins over the "
-     "file"},
-    {"mountpoint", 0, "DIR", FS_VAL_STRING, F(mountpoint), 0,
-     "where to mount (instead of the MOUNTPOINT argument)"},
-    {"store", 0, "URL", FS_VAL_STRING, F(store), 0,
-     "file:///abs/dir or s3://bucket/prefix (default: $CKPT_STORE, else the embedded file:// "
-     "store)"},
-    {"s3-endpoint", 0, "URL", FS_VAL_STRING, F(vo.s3_endpoint), 0,
-     "S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: $CKPT_S3_ENDPOINT, else AWS); "
-     "credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials or a mode "
-     "0600 configuration file, never from the command line"},
-    {"s3-signature", 0, "v4|v2", FS_VAL_STRING, F(vo.s3_signature), 0,
-     "request signing: v4 (default; libcurl) or v2 (libs3) (default: $CKPT_S3_SIGNATURE)"},
-    {"s3-region", 0, "NAME", FS_VAL_STRING, F(vo.s3_region), 0,
-     "region of the bucket (default: $AWS_REGION, $AWS_DEFAULT_REGION, the profile's, else "
-     "us-east-1)"},
-    {"s3-addressing", 0, "path|virtual", FS_VAL_STRING, F(vo.s3_addressing), 0,
-     "bucket in the path or in the host name (default: virtual on AWS, else path)"},
-    {"s3-ca-file", 0, "PEM", FS_VAL_STRING, F(vo.s3_ca_file), 0,
-     "CA certificates to trust for an https endpoint (default: the system store)"},
-    {"upload-threads", 0, "N", FS_VAL_THREADS, F(vo.upload_threads), 0,
-     "pack uploads in flight (1..32, default 4); memory is about (N + 1) x 24 MiB"},
-    {"staging", 0, "DIR", FS_VAL_STRING, F(staging), 0,
-     "local staging directory (default: $XDG_STATE_HOME/ckptfs/staging, ~/.local/state/...)"},
-    {"node", 0, "NAME", FS_VAL_STRING, F(vo.node), 0,
-     "this node's name in the store (default: host name)"},
-    {"step-pattern", 0, "RE", FS_VAL_STRING, F(vo.step_pattern), 0,
-     "POSIX ERE with one group capturing the step number"},
-    {"staging-cap", 0, "BYTES", FS_VAL_SIZE, F(vo.staging_cap), 0,
-     "cap on staged bytes (K, M, G, T suffixes); full: ENOSPC"},
-    {"refresh", 0, "SECONDS", FS_VAL_SECONDS, F(vo.refresh_seconds), 0,
-     "how often the store's steps are re-listed (default 5)"},
-    {"node-lease-ttl", 0, "SECONDS", FS_VAL_SECONDS, F(vo.node_lease_ttl_seconds), 0,
-     "how long this daemon's claim on its node name lasts without a heartbeat (default 60; "
-     "docs/NODES.md)"},
-    {"drain", 0, "SECONDS", FS_VAL_SECONDS0, F(vo.drain_seconds), 0,
-     "at unmount, how long to wait for uploads (default 60)"},
-    {"gc-keep-last", 0, "N", FS_VAL_COUNT, F(vo.gc_keep_last), FS_OPT_GC,
-     "background GC: keep the N newest consistent steps of every job and delete older ones (N >= "
-     "1)"},
-    {"gc-keep-every", 0, "K", FS_VAL_COUNT, F(vo.gc_keep_every), FS_OPT_GC,
-     "background GC: keep the consistent steps whose number is a multiple of K (K >= 1), with "
-     "--gc-keep-last: too"},
-    {"gc-grace", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_grace_seconds), FS_OPT_GC,
-     "background GC: how long an unreferenced pack waits before it is deleted (default 3600)"},
-    {"gc-interval", 0, "SECONDS", FS_VAL_SECONDS, F(vo.gc_interval_seconds), FS_OPT_GC,
-     "background GC: time between runs (default 600).\n"
-     "Any --gc-* option runs GC over every job of the store on a background thread (only "
-     "--gc-interval/--gc-grace: sweep only, no step deleted). The newest consistent step and "
-     "pinned steps are always kept. Run it on one node per job: two are safe, only wasteful."},
-    {"prefetch", 0, "latest|JOB,...", FS_VAL_STRING, F(prefetch), 0,
-     "once mounted, fetch each job's newest consistent step (latest), or the named jobs' newest, "
-     "into staging in the background (docs/WARMUP.md; ckptctl warmup)"},
-    {"log-level", 0, "LEVEL", FS_VAL_LOG_LEVEL, F(log_level), 0,
-     "error, warn, info (default) or debug"},
-    {"metrics-listen", 0, "HOST:PORT", FS_VAL_STRING, F(metrics_listen), 0,
-     "serve Prometheus metrics on GET http://HOST:PORT/metrics (default: off; PORT alone: "
-     "127.0.0.1; an address other than loopback only when named, never 0.0.0.0 or ::)"},
-    {"fuse-options", 'o', "OPTS", FS_VAL_APPEND, F(fuse_opts), 0,
-     "FUSE mount options (e.g. allow_other); -o OPTS"},
-    {"aws-access-key-id", 0, "KEY", FS_VAL_STRING, F(aws_access_key_id), FS_OPT_SECRET,
-     "S3 access key (configuration file only)"},
-    {"aws-secret-access-key", 0, "SECRET", FS_VAL_STRING, F(aws_secret_access_key), FS_OPT_SECRET,
-     "S3 secret key (configuration file only)"},
+#include "fs_options.def"
 };
+#undef FS_OPTION
 
 const size_t fs_option_count = sizeof fs_option_table / sizeof fs_option_table[0];
 

@@ -41,7 +41,8 @@ def layers_of(repo):
 
 def tracked_sources(repo):
     try:
-        out = subprocess.run(["git", "-C", repo, "ls-files", "*.c", "*.h"], check=True,
+        # *.def: X-macro tables (fs/fs_options.def), included like headers.
+        out = subprocess.run(["git", "-C", repo, "ls-files", "*.c", "*.h", "*.def"], check=True,
                              capture_output=True, text=True).stdout.split()
         if out:
             return out
@@ -51,7 +52,7 @@ def tracked_sources(repo):
     for top, dirs, files in os.walk(repo):
         dirs[:] = [d for d in dirs if not d.startswith((".", "build"))]
         found += [os.path.relpath(os.path.join(top, f), repo) for f in files
-                  if f.endswith((".c", ".h"))]
+                  if f.endswith((".c", ".h", ".def"))]
     return found
 
 
