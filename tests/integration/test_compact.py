@@ -43,10 +43,11 @@ STEPS = 6
 TORCH_READY_S = 300
 FENCE_SEEN_S = 120
 
-# With a 5th argument "wait", the snippet says "ready" once torch is imported
-# and the state built, and saves only after a line on stdin: the writer that
-# comes back mid-compaction must save while the fence stands (grace/2 s), so
-# torch's start-up must not eat that window.
+# With a 5th argument "wait", the snippet says "ready" once torch is imported,
+# the state built and the reference copy saved, and saves into the mount only
+# after a line on stdin: the writer that comes back mid-compaction must save
+# while the fence stands (grace/2 s), so torch's start-up must not eat that
+# window.
 SAVE = r"""
 import sys, torch
 step, out, ref, phase = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -54,11 +55,11 @@ g = torch.Generator().manual_seed(phase)
 backbone = torch.randn(1 << 20, generator=g)          # 4 MiB, frozen
 g = torch.Generator().manual_seed(1000 + step)
 state = {"backbone": backbone, "head": torch.randn(1 << 20, generator=g), "step": step}
+torch.save(state, ref)
 if sys.argv[5:] == ["wait"]:
     print("ready", flush=True)
     sys.stdin.readline()
-for path in (out, ref):
-    torch.save(state, path)
+torch.save(state, out)
 """
 
 
@@ -110,7 +111,7 @@ class CompactTest(MountTestCase):
         """checkpoint-<step>'s directories, in the mount and the reference tree."""
         name = "checkpoint-%d" % step
         os.makedirs(os.path.join(m.path, JOB, name))
-        os.makedirs(os.path.join(self.ref, name))
+        os.makedirs(os.path.join(self.ref, name), exist_ok=True)  # ready_saver made it
 
     def commit(self, m, step):
         """The step's commit, as one rank of a job."""
@@ -128,6 +129,7 @@ class CompactTest(MountTestCase):
         """A SAVE process for checkpoint-<step> that has torch imported and
         its state built, waiting for a line on stdin (finish_save). Nothing
         of the step exists in the mount until then."""
+        os.makedirs(os.path.join(self.ref, "checkpoint-%d" % step))
         p = subprocess.Popen([TORCH_PYTHON, "-c", SAVE, *map(str, self.save_args(m, step)),
                               "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=torch_env())
