@@ -239,7 +239,10 @@ class CompactTest(MountTestCase):
         m.stop()
         self.gc()
         self.settle()
-        grace = 16  # the fence stands grace/2 = 8 s before any rewrite
+        # The fence stands grace/2 = 16 s before any rewrite: the writer must
+        # save 8 MiB into the mount and commit in that window (up to 6.8 s
+        # under load 17, with torch started beforehand).
+        grace = 32
         m = self.mount("c")  # the same node, the job resumed (idle until the fence is up)
         step = STEPS + 4
         saver = self.ready_saver(m, step)
