@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct fault_ctx {
     st_backend_ops ops; /* del_many only when inner has it (as the count wrapper) */
@@ -20,8 +21,9 @@ typedef struct fault_ctx {
     unsigned put_delay_ms;
     unsigned get_delay_ms;            /* before a GET of a pack only */
     char fail_key[256];               /* "" : none */
+    char put_hold[256];               /* "" : none; else a file that holds pack PUTs */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
-    atomic_int get_delay_told;
+    atomic_int get_delay_told, hold_told;
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -31,9 +33,22 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
+/* Waits while the hold file exists: an upload stays under way until the
+ * test that removes the file says so, however slow the machine is. */
+static void wait_while_held(fault_ctx *f, const char *key)
+{
+    if (!f->put_hold[0] || !strstr(key, "/packs/") || access(f->put_hold, F_OK) != 0)
+        return;
+    if (!atomic_exchange(&f->hold_told, 1))
+        fprintf(stderr, "st_backend_fault: fired: put_hold=%s (first: %s)\n", f->put_hold, key);
+    while (access(f->put_hold, F_OK) == 0)
+        sleep_ms(10);
+}
+
 static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
 {
     fault_ctx *f = ctx;
+    wait_while_held(f, key);
     if (f->put_delay_ms) {
         if (!atomic_exchange(&f->delay_told, 1))
             fprintf(stderr, "st_backend_fault: fired: put_delay_ms=%u (first: %s)\n",
@@ -121,6 +136,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             f->get_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
         } else if (!strncmp(it, "fail_key=", 9) && it[9]) {
             snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
+        } else if (!strncmp(it, "put_hold=", 9) && it[9]) {
+            snprintf(f->put_hold, sizeof f->put_hold, "%s", it + 9);
         } else {
             free(f);
             free(w);
@@ -130,6 +147,7 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->delay_told, 0);
     atomic_init(&f->fail_told, 0);
     atomic_init(&f->get_delay_told, 0);
+    atomic_init(&f->hold_told, 0);
     f->inner = *b;
     f->ops = fault_ops_template;
     if (!f->inner->ops->del_many)

@@ -10,11 +10,14 @@
  *                      for reads: fetches that are still under way)
  *   "fail_key=S"       every PUT of a key containing S fails as transient (the
  *                      caller retries forever: a node that cannot publish)
+ *   "put_hold=PATH"    every PUT of a pack waits while the file PATH exists
+ *                      (polled every 10 ms): a test holds an upload under way
+ *                      for as long as it needs, then removes PATH
  * Unknown keys are an error, so a typo does not silently test nothing. Each
  * kind of fault says once on stderr that it fired, so a test can check it did.
  *
  * Threads: after creation only the "said it fired" flags change (atomic);
- * sleeps on the calling thread.
+ * sleeps and holds on the calling thread.
  */
 #ifndef ST_BACKEND_FAULT_H
 #define ST_BACKEND_FAULT_H

@@ -24,6 +24,7 @@ stderr for docs/GC.md. Environment: CKPTFS and CKPTCTL name the binaries.
 import filecmp
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -31,13 +32,22 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, read_status, run_ckptctl, run_torch,  # noqa: E402
-                      wait_durable)
+from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase, read_status,  # noqa: E402
+                      run_ckptctl, run_torch, torch_env, wait_durable)
 
 JOB = "job"
 NODE = "trainer"
 STEPS = 6
+# Bounds on events, never timings: starting python with torch takes 10+ s
+# on a loaded 2-core machine (and more in the ASan run).
+TORCH_READY_S = 300
+FENCE_SEEN_S = 120
 
+# With a 5th argument "wait", the snippet says "ready" once torch is imported,
+# the state built and the reference copy saved, and saves into the mount only
+# after a line on stdin: the writer that comes back mid-compaction must save
+# while the fence stands (grace/2 s), so torch's start-up must not eat that
+# window.
 SAVE = r"""
 import sys, torch
 step, out, ref, phase = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -45,8 +55,11 @@ g = torch.Generator().manual_seed(phase)
 backbone = torch.randn(1 << 20, generator=g)          # 4 MiB, frozen
 g = torch.Generator().manual_seed(1000 + step)
 state = {"backbone": backbone, "head": torch.randn(1 << 20, generator=g), "step": step}
-for path in (out, ref):
-    torch.save(state, path)
+torch.save(state, ref)
+if sys.argv[5:] == ["wait"]:
+    print("ready", flush=True)
+    sys.stdin.readline()
+torch.save(state, out)
 """
 
 
@@ -55,10 +68,18 @@ class CompactTest(MountTestCase):
 
     def setUp(self):
         super().setUp()
+        self.savers = []  # ready_saver processes, killed at the end if still there
+        self.addCleanup(self.kill_savers)
         self.ref = self.tmp_dir("ref")
         self.staging = os.path.join(self.tmp, "staging")
 
     # ------------------------------------------------------------ helpers
+
+    def kill_savers(self):
+        for p in self.savers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
 
     def mount(self, name):
         m = Mount(os.path.join(self.tmp, name), store=self.store, staging=self.staging,
@@ -79,18 +100,54 @@ class CompactTest(MountTestCase):
             time.sleep(grace + 0.2)
             self.gc()
 
-    def save(self, m, step):
-        """torch.save of checkpoint-<step> through the mount (and into the
-        reference tree), then the step's commit, as one rank of a job."""
+    def save_args(self, m, step):
+        """SAVE's arguments for checkpoint-<step>: mount path, reference path."""
+        name = "checkpoint-%d" % step
+        # Phase 2 (after the first compaction) freezes another backbone.
+        return (step, os.path.join(m.path, JOB, name, "model.pt"),
+                os.path.join(self.ref, name, "model.pt"), 1 if step <= STEPS else 2)
+
+    def make_dirs(self, m, step):
+        """checkpoint-<step>'s directories, in the mount and the reference tree."""
         name = "checkpoint-%d" % step
         os.makedirs(os.path.join(m.path, JOB, name))
-        os.makedirs(os.path.join(self.ref, name))
-        # Phase 2 (after the first compaction) freezes another backbone.
-        run_torch(SAVE, step, os.path.join(m.path, JOB, name, "model.pt"),
-                  os.path.join(self.ref, name, "model.pt"), 1 if step <= STEPS else 2,
-                  timeout=300)
+        os.makedirs(os.path.join(self.ref, name), exist_ok=True)  # ready_saver made it
+
+    def commit(self, m, step):
+        """The step's commit, as one rank of a job."""
         with open(os.path.join(m.path, ".ckptfs", "commit"), "w") as f:
             f.write("%s %d 0 1\n" % (JOB, step))
+
+    def save(self, m, step):
+        """torch.save of checkpoint-<step> through the mount (and into the
+        reference tree), then the step's commit."""
+        self.make_dirs(m, step)
+        run_torch(SAVE, *self.save_args(m, step), timeout=300)
+        self.commit(m, step)
+
+    def ready_saver(self, m, step):
+        """A SAVE process for checkpoint-<step> that has torch imported and
+        its state built, waiting for a line on stdin (finish_save). Nothing
+        of the step exists in the mount until then."""
+        os.makedirs(os.path.join(self.ref, "checkpoint-%d" % step))
+        p = subprocess.Popen([TORCH_PYTHON, "-c", SAVE, *map(str, self.save_args(m, step)),
+                              "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=torch_env())
+        self.savers.append(p)
+        readable, _, _ = select.select([p.stdout], [], [], TORCH_READY_S)
+        line = p.stdout.readline() if readable else ""
+        if line != "ready\n":
+            p.kill()
+            self.fail("the saver was not ready after %d s: %r %s"
+                      % (TORCH_READY_S, line, p.communicate()[1]))
+        return p
+
+    def finish_save(self, m, step, saver):
+        """Lets a ready_saver save, then commits the step."""
+        self.make_dirs(m, step)
+        _, err = saver.communicate("go\n", timeout=300)
+        self.assertEqual(saver.returncode, 0, err)
+        self.commit(m, step)
 
     def rotate(self, m, step):
         """HF Trainer's save_total_limit=2: once checkpoint-<step> is durable,
@@ -182,20 +239,24 @@ class CompactTest(MountTestCase):
         m.stop()
         self.gc()
         self.settle()
-        grace = 16  # the fence stands grace/2 = 8 s before any rewrite
+        # The fence stands grace/2 = 16 s before any rewrite: the writer must
+        # save 8 MiB into the mount and commit in that window (up to 6.8 s
+        # under load 17, with torch started beforehand).
+        grace = 32
         m = self.mount("c")  # the same node, the job resumed (idle until the fence is up)
+        step = STEPS + 4
+        saver = self.ready_saver(m, step)
         gc = subprocess.Popen([CKPTCTL, "--store", self.store, "--job", JOB, "gc", "--json",
                                "--keep-last", "2", "--grace", str(grace), "--compact"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + FENCE_SEEN_S
             while not self.fence_up():
                 self.assertIsNone(gc.poll(), "gc ended before its fence was seen")
-                self.assertLess(time.monotonic(), deadline, "no fence after 30 s")
+                self.assertLess(time.monotonic(), deadline, "no fence after %d s" % FENCE_SEEN_S)
                 time.sleep(0.05)
-            step = STEPS + 4
             fenced_at = time.monotonic()
-            self.save(m, step)
+            self.finish_save(m, step, saver)
             saved_in = time.monotonic() - fenced_at
             refused = False
             deadline = time.monotonic() + grace

@@ -3,7 +3,9 @@
 
 A slow store (CKPT_FAULT put_delay_ms, docs/BACKENDS.md) makes steps queue:
 real PyTorch saves step 1, waits until the uploader has taken it, then saves
-steps 2, 3 and 4, which queue behind it. The order in which the steps
+steps 2, 3 and 4, which queue behind it. Step 1's upload is held (CKPT_FAULT
+put_hold) until they are queued and the notice, if any, has been taken: on a
+loaded machine a delay alone let step 1 end before step 4 was saved. The order in which the steps
 became durable is read from the store itself: the modification time of each
 step's part record (written last, docs/PROTOCOL.md), never the daemon's
 word.
@@ -28,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -47,7 +50,8 @@ NEWEST_FIRST = [1] + list(reversed(QUEUED))
 # Each upload is several PUTs (packs, manifest, part record): the delay keeps
 # step 1 uploading while the writer saves the rest. More steps need more.
 PUT_DELAY_MS = int(os.environ.get("CKPT_DRAIN_PUT_DELAY_MS", "500"))
-FAULT = {"CKPT_FAULT": "put_delay_ms=%d" % PUT_DELAY_MS}
+HOLD_FILE = "hold-uploads"  # in the test's temp dir: pack PUTs wait while it exists
+DRAIN_LOGGED = "draining: the newest complete steps upload first"
 
 # Saves step 1, waits until the mount's uploader has taken it, then saves
 # steps 2..4: those queue behind step 1 on the slow store. Each is ~8 MiB of
@@ -96,6 +100,24 @@ def durable_order(store_url):
 class DrainTest(MountTestCase):
     TMP_PREFIX = "ckptfs-drain-"
 
+    def fault(self):
+        """The slow store, whose pack PUTs also wait while the hold file exists."""
+        self.hold = os.path.join(self.tmp, HOLD_FILE)
+        return {"CKPT_FAULT": "put_delay_ms=%d,put_hold=%s" % (PUT_DELAY_MS, self.hold)}
+
+    def hold_uploads(self):
+        open(self.hold, "w").close()
+
+    def release_uploads(self):
+        if os.path.exists(self.hold):
+            os.unlink(self.hold)
+
+    def tearDown(self):
+        # A test that failed while holding must not leave the unmount waiting.
+        if getattr(self, "hold", None):
+            self.release_uploads()
+        super().tearDown()
+
     def mount(self, name="mnt", env=None, drain=60, staging="staging"):
         m = Mount(os.path.join(self.tmp, name), store=self.store,
                   staging=os.path.join(self.tmp, staging), node=NODE,
@@ -106,16 +128,35 @@ class DrainTest(MountTestCase):
         return m
 
     def queue_four_steps(self, m):
-        """Runs WRITER; returns once steps 2..LAST are queued behind step 1."""
-        m.assert_fault_fired()
+        """Runs WRITER; returns once steps 2..LAST are queued behind step 1,
+        whose upload is held until the caller releases it (release_uploads)."""
+        self.hold_uploads()
         run_torch(WRITER, m.path, JOB, LAST, timeout=300)
 
         def queued():
             st = {s["step"]: s["state"] for s in read_status(m.path)["steps"]
                   if s["job"] == JOB}
             return all(st.get(k) == "queued" for k in QUEUED) and st
-        wait_for(queued, 30, "steps 2..%d queued" % LAST)
+        wait_for(queued, 120, "steps 2..%d queued" % LAST)
+        m.assert_fault_fired()  # the delay, and the hold on step 1's pack PUT
         self.assertNotIn(LAST, part_times(self.store), "the newest durable before the notice")
+
+    def terminate_then_release(self, m, timeout):
+        """SIGTERM; once the daemon has logged its drain, step 1's upload goes on.
+        Returns the exit status."""
+        watcher = threading.Thread(target=self.release_once_draining, args=(m,), daemon=True)
+        watcher.start()
+        try:
+            return m.terminate(timeout=timeout)
+        finally:
+            self.release_uploads()
+            watcher.join()
+
+    def release_once_draining(self, m):
+        try:
+            wait_for(lambda: DRAIN_LOGGED in m.log_text(), 60, "the drain logged")
+        finally:
+            self.release_uploads()
 
     def wait_all_durable(self, steps=ALL, timeout=120):
         return wait_for(lambda: set(steps) <= set(part_times(self.store)), timeout,
@@ -133,10 +174,11 @@ class DrainTest(MountTestCase):
     # ---------------------------------------------------------------- orders
 
     def test_fifo_without_notice(self):
-        m = self.mount(env=FAULT)
+        m = self.mount(env=self.fault())
         self.queue_four_steps(m)
         t0 = time.time_ns()
         self.assertFalse(read_status(m.path)["draining"])
+        self.release_uploads()
         self.wait_all_durable()
         self.bench("fifo (no notice)", t0)
         self.assertEqual(durable_order(self.store), list(ALL))
@@ -149,6 +191,7 @@ class DrainTest(MountTestCase):
                       "status draining")
         self.assertIn("eta_durable_seconds", st)
         self.assertGreater(st["pending_bytes"], 0)
+        self.release_uploads()  # the notice is taken: step 1 may end now
         # Writes go on while draining.
         other = os.path.join(m.path, JOB, "notes.txt")
         with open(other, "w") as f:
@@ -167,7 +210,7 @@ class DrainTest(MountTestCase):
         m.unmount()
 
     def test_sigusr1_switches_order_while_mounted(self):
-        m = self.mount(env=FAULT)
+        m = self.mount(env=self.fault())
         self.queue_four_steps(m)
         t0 = time.time_ns()
         os.kill(m.pid, signal.SIGUSR1)
@@ -175,7 +218,7 @@ class DrainTest(MountTestCase):
         self.assertIn("SIGUSR1: preemption notice", m.log_text())
 
     def test_ckptctl_drain_switches_order_while_mounted(self):
-        m = self.mount(env=FAULT)
+        m = self.mount(env=self.fault())
         # A bad notice is refused, and changes nothing.
         with self.assertRaises(OSError) as cm:
             with open(os.path.join(m.path, ".ckptfs", "drain"), "w") as f:
@@ -203,19 +246,19 @@ class DrainTest(MountTestCase):
     # -------------------------------------------------------------- SIGTERM
 
     def test_sigterm_uploads_newest_first(self):
-        m = self.mount(env=FAULT, drain=60)
+        m = self.mount(env=self.fault(), drain=60)
         self.queue_four_steps(m)
         t0 = time.time_ns()
-        self.assertEqual(m.terminate(timeout=90), 0)
+        self.assertEqual(self.terminate_then_release(m, timeout=90), 0)
         self.bench("SIGTERM", t0)
         self.assertEqual(durable_order(self.store), NEWEST_FIRST)
 
     def test_sigterm_deadline_leaves_the_rest_for_the_next_start(self):
-        m = self.mount(env=FAULT, drain=1)
+        m = self.mount(env=self.fault(), drain=1)
         self.queue_four_steps(m)
         digests = {k: sha256_file(os.path.join(m.path, JOB, "ckpt-%06d.pt" % k))
                    for k in QUEUED[:-1]}
-        self.assertEqual(m.terminate(timeout=60), 0)
+        self.assertEqual(self.terminate_then_release(m, timeout=60), 0)
         left = part_times(self.store)
         # Every upload takes several PUTs of PUT_DELAY_MS: with a 1 s drain,
         # at most the upload under way and the one after it (the newest) end.

@@ -3,13 +3,19 @@
  * the shared conformance suite, then what only it has: handles shared on one
  * store (st_backend_mem_share), a store that lives until its last handle,
  * stores that are independent of each other, and a list callback that calls
- * back into the store (it runs unlocked).
+ * back into the store (it runs unlocked). Also the fault wrapper over it.
  */
 #include "backend_conformance.h"
 #include "backend/st_backend.h"
 #include "backend/st_backend_fault.h"
 #include "st_backend_mem.h"
 #include "ut.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 static void test_conformance(void)
 {
@@ -137,6 +143,54 @@ static void test_list_callback_may_call_the_store(void)
     st_backend_close(b);
 }
 
+/* The thread that PUTs a pack while it is held; says when the PUT returned.
+ * Its st_err comes back as the thread's result. */
+typedef struct held_put {
+    st_backend *b;
+    atomic_int returned;
+} held_put;
+
+static void *put_a_pack(void *arg)
+{
+    held_put *h = arg;
+    intptr_t e = st_put(h->b, "j/packs/p1", "pack", 4);
+    atomic_store(&h->returned, 1);
+    return (void *)e;
+}
+
+/* put_hold=PATH: a pack PUT does not happen while PATH exists (whenever we
+ * look), other PUTs go through, and removing PATH lets the pack PUT end. */
+static void test_fault_put_hold(void)
+{
+    char hold[] = "/tmp/ckpt-put-hold-XXXXXX", spec[64];
+    int fd = mkstemp(hold);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    snprintf(spec, sizeof spec, "put_hold=%s", hold);
+    st_backend *b = NULL, *w = NULL;
+    CHECK_OK(st_backend_mem_open(&b));
+    CHECK_OK(st_backend_mem_share(b, &w));
+    CHECK_OK(st_backend_fault_wrap(&w, spec));
+    held_put h = {.b = w};
+    atomic_init(&h.returned, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, put_a_pack, &h) == 0);
+    CHECK_OK(st_put(w, "j/manifests/m1", "m", 1)); /* not a pack: not held */
+    CHECK_ERR(st_stat(b, "j/packs/p1", &(uint64_t){0}), ST_ERR_NOT_FOUND);
+    CHECK(atomic_load(&h.returned) == 0);
+    unlink(hold);
+    void *put_result = NULL;
+    pthread_join(t, &put_result);
+    CHECK_OK((st_err)(intptr_t)put_result);
+    uint64_t sz = 0;
+    CHECK_OK(st_stat(b, "j/packs/p1", &sz));
+    CHECK(sz == 4);
+    st_backend_close(w);
+    st_backend_close(b);
+}
+
 int main(void)
 {
     RUN(test_conformance);
@@ -145,5 +199,6 @@ int main(void)
     RUN(test_stores_are_independent);
     RUN(test_share_refuses_other_backends);
     RUN(test_list_callback_may_call_the_store);
+    RUN(test_fault_put_hold);
     return ut_finish();
 }
