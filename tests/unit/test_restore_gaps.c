@@ -243,6 +243,15 @@ static void test_far_repeats(void)
     st_backend_close(b);
 }
 
+/* Puts pb's bytes as the pack whose id is st_id_of(name): its id and key. */
+static void store_pack(st_backend *b, const pack_builder *pb, const char *name, st_id *pack_id,
+                       char key[ST_KEY_MAX])
+{
+    *pack_id = st_id_of(name, strlen(name));
+    CHECK_OK(st_key_pack(key, ST_KEY_MAX, "job", pack_id));
+    CHECK_OK(st_put(b, key, pb->data.data, pb->data.len));
+}
+
 /* Chunks in pack order, 20-90 KiB each, so that most straddle the memory
  * backend's 65,521-byte stream pieces: restored byte-identical from one
  * streamed GET (each chunk decoded as soon as its last byte arrived, split
@@ -255,18 +264,15 @@ static void test_streamed_in_pack_order(void)
     st_backend_counts c = {0};
     open_counted(&b, &c);
     pack_builder pb = {0};
-    for (size_t i = 0; i < 40; i++)
-        add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 3000 + i);
-    st_id pack_id = st_id_of("pack-s", 6);
-    char key[ST_KEY_MAX];
-    CHECK_OK(st_key_pack(key, sizeof key, "job", &pack_id));
-    CHECK_OK(st_put(b, key, pb.data.data, pb.data.len));
     size_t order[40];
     for (size_t i = 0; i < 40; i++)
-        order[i] = i;
+        order[i] = add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 3000 + i);
+    st_id pack_id;
+    char key[ST_KEY_MAX];
+    store_pack(b, &pb, "pack-s", &pack_id, key);
+    st_chunk_ref refs[40];
     st_manifest m;
     st_file_entry f;
-    st_chunk_ref refs[40];
     uint8_t *expect = NULL;
     make_file(&pb, order, 40, &m, &f, refs, &pack_id, &expect);
     CHECK(restore_and_compare(b, &c, &m, &f, expect) == 1);
