@@ -1,7 +1,7 @@
 /*
  * st_backend — key rules and the validating wrappers every caller goes
- * through (st_put, st_get, st_stat, st_list, st_del, st_del_many), and the
- * one generic batched delete for backends without a batch request. Opening a backend
+ * through (st_put, st_get, st_get_stream, st_stat, st_list, st_del, st_del_many), and the
+ * generic batched delete and streamed GET for backends without their own. Opening a backend
  * from a URL is st_backend_open.c, a layer above the backends.
  *
  * Invariants: no key that fails st_key_is_valid() ever reaches a backend's
@@ -109,6 +109,32 @@ st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_
     if (!out)
         return st_seterr(ST_ERR_INVALID, "get %s: out is NULL", key);
     return b->ops->get(b->ctx, key, offset, len, out);
+}
+
+st_err st_get_stream(st_backend *b, const char *key, uint64_t offset, uint64_t len,
+                     const st_get_sink *sink)
+{
+    st_err e = key_require("get", key, 0);
+    if (e)
+        return e;
+    if (!sink || !sink->on_bytes)
+        return st_seterr(ST_ERR_INVALID, "get %s: no sink", key);
+    if (b->ops->get_stream)
+        return b->ops->get_stream(b->ctx, key, offset, len, sink);
+    return st_get_stream_by_get(b->ops->get, b->ctx, key, offset, len, sink);
+}
+
+st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t off, uint64_t len,
+                                          st_bytes *out),
+                            void *ctx, const char *key, uint64_t offset, uint64_t len,
+                            const st_get_sink *sink)
+{
+    st_bytes body = {0};
+    st_err e = get(ctx, key, offset, len, &body);
+    if (!e && body.len)
+        e = sink->on_bytes(sink->arg, 0, body.data, body.len);
+    st_bytes_free(&body);
+    return e;
 }
 
 st_err st_stat(st_backend *b, const char *key, uint64_t *size)

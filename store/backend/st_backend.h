@@ -42,6 +42,22 @@
  *  continue, non-zero to stop the listing (list then returns ST_OK). */
 typedef int (*st_list_cb)(void *arg, const char *key, uint64_t size);
 
+/*!
+ * Where a streamed GET (ops->get_stream, st_get_stream) hands the body: on
+ * the calling thread, in order, each piece as soon as the transport has it.
+ * `at` is the offset of data[0] within the requested range; pieces are
+ * contiguous (the first has at == 0, each next one starts where the last
+ * ended), of any size, and data is valid only during the call. A piece is
+ * never handed twice, also across the retry wrapper's tries (it resumes the
+ * range where the body broke off). Return ST_OK to go on; any other value
+ * stops the transfer and becomes get_stream's result, with the sink's
+ * st_errmsg(), and is never retried.
+ */
+typedef struct st_get_sink {
+    st_err (*on_bytes)(void *arg, uint64_t at, const uint8_t *data, size_t len);
+    void *arg;
+} st_get_sink;
+
 /*! One key of a batched delete (st_del_many) and its own result. */
 typedef struct st_del_item {
     const char *key; /* in: owned by the caller */
@@ -82,6 +98,16 @@ typedef struct st_backend_ops {
 
     /*! Releases ctx. */
     void (*close)(void *ctx);
+
+    /* Last, so that tables written in order without it stay valid. */
+    /*! Optional (NULL: st_get_stream falls back on get and one call of the
+     *  sink). The same range rules as get, but the body goes to sink as it
+     *  arrives (st_get_sink above), not into a buffer: a caller can decode
+     *  while the rest is still on the wire, and no copy of the whole range
+     *  is made. A failure after some bytes were handed on returns the error;
+     *  what was handed stays handed (the retry wrapper resumes from there). */
+    st_err (*get_stream)(void *ctx, const char *key, uint64_t offset, uint64_t len,
+                         const st_get_sink *sink);
 } st_backend_ops;
 
 typedef struct st_backend {
@@ -166,6 +192,10 @@ void st_backend_close(st_backend *b);
 st_err st_put(st_backend *b, const char *key, const void *data, size_t len);
 st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
 st_err st_stat(st_backend *b, const char *key, uint64_t *size);
+/*! A streamed GET (ops->get_stream), or for a backend without one a ranged
+ *  get into a buffer handed to the sink in one piece (st_get_stream_by_get). */
+st_err st_get_stream(st_backend *b, const char *key, uint64_t offset, uint64_t len,
+                     const st_get_sink *sink);
 st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
 st_err st_del(st_backend *b, const char *key);
 
@@ -188,6 +218,17 @@ st_err st_del_many(st_backend *b, st_del_item *items, size_t n);
  */
 st_err st_del_many_each(st_err (*del)(void *ctx, const char *key), void *ctx, st_del_item *items,
                         size_t n);
+
+/*!
+ * The generic streamed GET for a backend or wrapper without a streaming
+ * transport: get(ctx, ...) into a buffer, then the sink once with all of
+ * it. Wrappers call it with their own get so the fallback is counted,
+ * retried or faulted like a get.
+ */
+st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t off, uint64_t len,
+                                          st_bytes *out),
+                            void *ctx, const char *key, uint64_t offset, uint64_t len,
+                            const st_get_sink *sink);
 
 /*! The first failed item's err among items[0..n), or ST_OK. */
 st_err st_del_items_result(const st_del_item *items, size_t n);

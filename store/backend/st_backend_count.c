@@ -43,6 +43,15 @@ static st_err count_get(void *ctx, const char *key, uint64_t off, uint64_t len, 
     return counted(x, ST_REQ_GET, x->inner->ops->get(x->inner->ctx, key, off, len, out));
 }
 
+/* One streamed GET is one request, whether the inner backend streams or
+ * falls back on its get. */
+static st_err count_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
+                               const st_get_sink *sink)
+{
+    count_ctx *x = ctx;
+    return counted(x, ST_REQ_GET, st_get_stream(x->inner, key, off, len, sink));
+}
+
 static st_err count_stat(void *ctx, const char *key, uint64_t *size)
 {
     count_ctx *x = ctx;
@@ -80,6 +89,7 @@ static const st_backend_ops count_ops_template = {
     .scheme = "count",
     .put = count_put,
     .get = count_get,
+    .get_stream = count_get_stream,
     .stat = count_stat,
     .list = count_list,
     .del = count_del,

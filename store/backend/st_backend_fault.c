@@ -63,16 +63,30 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
     return f->inner->ops->put(f->inner->ctx, key, data, len);
 }
 
-static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+/* get_delay_ms: a GET of a pack, buffered or streamed, waits first. */
+static void delay_pack_get(fault_ctx *f, const char *key)
 {
-    fault_ctx *f = ctx;
     if (f->get_delay_ms && strstr(key, "/packs/")) {
         if (!atomic_exchange(&f->get_delay_told, 1))
             fprintf(stderr, "st_backend_fault: fired: get_delay_ms=%u (first: %s)\n",
                     f->get_delay_ms, key);
         sleep_ms(f->get_delay_ms);
     }
+}
+
+static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    fault_ctx *f = ctx;
+    delay_pack_get(f, key);
     return f->inner->ops->get(f->inner->ctx, key, off, len, out);
+}
+
+static st_err fault_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
+                               const st_get_sink *sink)
+{
+    fault_ctx *f = ctx;
+    delay_pack_get(f, key);
+    return st_get_stream(f->inner, key, off, len, sink);
 }
 
 static st_err fault_stat(void *ctx, const char *key, uint64_t *size)
@@ -110,6 +124,7 @@ static const st_backend_ops fault_ops_template = {
     .scheme = "fault",
     .put = fault_put,
     .get = fault_get,
+    .get_stream = fault_get_stream,
     .stat = fault_stat,
     .list = fault_list,
     .del = fault_del,

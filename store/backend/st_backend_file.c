@@ -311,51 +311,98 @@ static st_err open_object(const file_ctx *c, const char *op, const char *key, in
     return ST_OK;
 }
 
-static st_err file_get(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out)
+/* Opens key for a read of [offset, offset + len) and says how many bytes of
+ * it the object has (*n, the range truncated to the object). */
+static st_err open_range(const file_ctx *c, const char *key, uint64_t offset, uint64_t len,
+                         int *fd_out, uint64_t *n)
 {
-    file_ctx *c = ctx;
     struct stat st;
     int fd = -1;
-    st_bytes_clear(out);
     st_err e = open_object(c, "get", key, &fd, &st);
     if (e)
         return e;
-
     uint64_t size = (uint64_t)st.st_size;
     if (offset > size) {
-        e = st_seterr(ST_ERR_INVALID,
-                      "file store %s: get %s: offset %" PRIu64 " past the end (size %" PRIu64 ")",
-                      c->root, key, offset, size);
-        goto out;
+        close(fd);
+        return st_seterr(ST_ERR_INVALID,
+                         "file store %s: get %s: offset %" PRIu64 " past the end (size %" PRIu64
+                         ")",
+                         c->root, key, offset, size);
     }
-    uint64_t n = size - offset < len ? size - offset : len;
+    *n = size - offset < len ? size - offset : len;
+    *fd_out = fd;
+    return ST_OK;
+}
+
+/* Reads exactly n bytes at offset (an object's are never fewer: objects are
+ * replaced by rename, never truncated in place). */
+static st_err pread_exact(const file_ctx *c, const char *key, int fd, uint8_t *buf, size_t n,
+                          uint64_t offset)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return file_err(c, errno, "get", key, "read");
+        if (r == 0)
+            return st_seterr(ST_ERR_IO, "file store %s: get %s: object shrank while being read",
+                             c->root, key);
+        got += (size_t)r;
+    }
+    return ST_OK;
+}
+
+static st_err file_get(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out)
+{
+    file_ctx *c = ctx;
+    int fd = -1;
+    uint64_t n;
+    st_bytes_clear(out);
+    st_err e = open_range(c, key, offset, len, &fd, &n);
+    if (e)
+        return e;
     if (n > SIZE_MAX) {
         e = st_seterr(ST_ERR_NOMEM, "file store %s: get %s: %" PRIu64 " bytes do not fit in memory",
                       c->root, key, n);
         goto out;
     }
     e = st_bytes_reserve(out, (size_t)n);
-    if (e)
-        goto out;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, out->data + got, (size_t)n - got, (off_t)(offset + got));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            e = file_err(c, errno, "get", key, "read");
-            goto out;
-        }
-        if (r == 0) {
-            /* Objects are replaced by rename, never truncated in place. */
-            e = st_seterr(ST_ERR_IO, "file store %s: get %s: object shrank while being read",
-                          c->root, key);
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    out->len = got;
+    if (!e)
+        e = pread_exact(c, key, fd, out->data, (size_t)n, offset);
+    if (!e)
+        out->len = (size_t)n;
 out:
+    close(fd);
+    return e;
+}
+
+/* A streamed get: the range read in pieces of FILE_STREAM_PIECE into one
+ * buffer and handed to the sink piece by piece, so the caller decodes the
+ * start while the rest is still on disk and never holds the whole range. */
+#define FILE_STREAM_PIECE (1u << 20)
+
+static st_err file_get_stream(void *ctx, const char *key, uint64_t offset, uint64_t len,
+                              const st_get_sink *sink)
+{
+    file_ctx *c = ctx;
+    int fd = -1;
+    uint64_t n;
+    st_err e = open_range(c, key, offset, len, &fd, &n);
+    if (e)
+        return e;
+    uint8_t *piece = n ? malloc(n < FILE_STREAM_PIECE ? (size_t)n : FILE_STREAM_PIECE) : NULL;
+    if (n && !piece)
+        e = st_seterr(ST_ERR_NOMEM, "file store %s: get %s: out of memory", c->root, key);
+    for (uint64_t at = 0; !e && at < n;) {
+        size_t want = n - at < FILE_STREAM_PIECE ? (size_t)(n - at) : FILE_STREAM_PIECE;
+        e = pread_exact(c, key, fd, piece, want, offset + at);
+        if (!e)
+            e = sink->on_bytes(sink->arg, at, piece, want);
+        at += want;
+    }
+    free(piece);
     close(fd);
     return e;
 }
@@ -626,6 +673,7 @@ static const st_backend_ops file_ops = {
     .scheme = "file",
     .put = file_put,
     .get = file_get,
+    .get_stream = file_get_stream,
     .stat = file_stat,
     .list = file_list,
     .del = file_del,

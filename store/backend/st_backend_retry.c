@@ -14,6 +14,12 @@
  *         it just stores the same bytes again.
  *   get   the inner backend clears out on every error (st_backend.h), so a
  *         retry starts from an empty buffer.
+ *   get_stream   bytes already handed to the caller's sink stay handed: a
+ *         retry asks for the rest of the range only, from the offset where
+ *         the body broke off, and the wrapper's sink shifts the pieces so
+ *         the caller sees one contiguous body, each byte once (a restarted
+ *         range would need a sink that can forget; resuming needs none).
+ *         An error from the caller's own sink ends the call unretried.
  *   stat, del   idempotent.
  *   del_many    idempotent per key; a retry carries only the keys whose
  *         result was transient (a whole request that failed left all of
@@ -187,6 +193,45 @@ static st_err retry_get(void *ctx, const char *key, uint64_t off, uint64_t len, 
     return e;
 }
 
+/* Resumes a streamed GET after a retry: see the header comment. */
+typedef struct stream_resume {
+    const st_get_sink *sink; /* the caller's */
+    uint64_t delivered;      /* bytes of the range the caller's sink has taken */
+    int sink_failed;         /* the caller's sink refused: its error is final */
+} stream_resume;
+
+static st_err resume_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
+{
+    stream_resume *r = arg;
+    (void)at; /* relative to this try's range; the caller's offset is delivered */
+    st_err e = r->sink->on_bytes(r->sink->arg, r->delivered, data, len);
+    if (e) {
+        r->sink_failed = 1;
+        return e;
+    }
+    r->delivered += len;
+    return ST_OK;
+}
+
+static st_err retry_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
+                               const st_get_sink *sink)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    stream_resume r = {.sink = sink};
+    const st_get_sink resume = {resume_on_bytes, &r};
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        if (tries > 1 && len != ST_GET_TO_END && r.delivered == len)
+            return ST_OK; /* the body was whole when the last try failed */
+        uint64_t rest = len == ST_GET_TO_END ? len : len - r.delivered;
+        e = st_get_stream(c->inner, key, off + r.delivered, rest, &resume);
+    } while (!r.sink_failed && retry_again(c, e, tries, t0));
+    return e;
+}
+
 static st_err retry_stat(void *ctx, const char *key, uint64_t *size)
 {
     retry_ctx *c = ctx;
@@ -300,6 +345,7 @@ static const st_backend_ops retry_ops_template = {
     .scheme = "retry", /* replaced by the inner scheme per instance */
     .put = retry_put,
     .get = retry_get,
+    .get_stream = retry_get_stream,
     .stat = retry_stat,
     .list = retry_list,
     .del = retry_del,

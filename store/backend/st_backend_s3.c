@@ -564,10 +564,13 @@ static st_err get_range(s3_ctx *c, const char *key, const char *fk, uint64_t off
     return ST_OK;
 }
 
-/* get_range as st_s3_get calls it: a 416 (InvalidRange) is a refused range. */
+/* get_range as st_s3_get calls it: a 416 (InvalidRange) is a refused range.
+ * No sink ever comes here: this backend has no get_stream op (st_get_stream
+ * falls back to get). */
 static st_err range_for_get(void *ctx, const char *key, const char *fk, uint64_t off, uint64_t len,
-                            st_bytes *out, int *refused)
+                            st_bytes *out, const st_get_sink *sink, int *refused)
 {
+    (void)sink;
     S3Status st = S3StatusOK;
     st_err e = get_range(ctx, key, fk, off, len, out, &st);
     *refused = e == ST_ERR_INVALID && st == S3StatusErrorInvalidRange;
@@ -577,7 +580,7 @@ static st_err range_for_get(void *ctx, const char *key, const char *fk, uint64_t
 static st_err s3_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     s3_ctx *c = ctx;
-    return st_s3_get(&c->cfg, c, range_for_get, s3_stat, key, off, len, out);
+    return st_s3_get(&c->cfg, c, range_for_get, s3_stat, key, off, len, out, NULL);
 }
 
 /*

@@ -100,9 +100,14 @@ typedef struct v4_req {
     const char *op; /* for messages: "put", "get", ... */
     const char *key;
 
-    st_bytes *out;     /* 2xx body goes here (NULL: dropped) */
-    uint64_t want_max; /* most body bytes a 2xx may bring */
-    st_bytes err_body; /* non-2xx body, up to ERR_BODY_MAX */
+    st_bytes *out;           /* 2xx body goes here (NULL: dropped, unless sink) */
+    const st_get_sink *sink; /* or is handed here as it arrives (get_stream) */
+    uint64_t sunk;           /* body bytes the sink has taken */
+    int partial_only;        /* the Range starts past 0: a 200 (whole object) is refused */
+    st_err sink_err;         /* the sink's refusal (or ours), which ends the request */
+    char sink_msg[512];      /* its message, kept across the abort */
+    uint64_t want_max;       /* most body bytes a 2xx may bring */
+    st_bytes err_body;       /* non-2xx body, up to ERR_BODY_MAX */
     int overflow, nomem;
     long recv_buffer; /* CURLOPT_BUFFERSIZE for a large body, 0: libcurl's 16 KiB */
 
@@ -193,16 +198,41 @@ static void pool_put(v4_ctx *c, v4_conn *k)
 
 /* ---- callbacks ---- */
 
+/* A 2xx body piece for the sink: handed on where it lies in libcurl's
+ * receive buffer (no copy). 0 aborts the transfer. */
+static size_t body_to_sink(v4_req *r, const char *buf, size_t len)
+{
+    if (r->partial_only && r->status == 200) {
+        r->sink_err = st_seterr(ST_ERR_PERMANENT,
+                                "s3 get s3://%s/%s%s at %s: the server ignored "
+                                "the Range header",
+                                r->c->cfg.bucket, r->c->cfg.prefix, r->key, r->c->cfg.endpoint);
+    } else if (r->sunk + len > r->want_max) {
+        r->overflow = 1;
+        return 0;
+    } else {
+        r->sink_err = r->sink->on_bytes(r->sink->arg, r->sunk, (const uint8_t *)buf, len);
+    }
+    if (r->sink_err) {
+        snprintf(r->sink_msg, sizeof r->sink_msg, "%s", st_errmsg());
+        return 0;
+    }
+    r->sunk += len;
+    return len;
+}
+
 static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 {
     v4_req *r = arg;
     size_t len = size * n;
     r->moved += len;
-    if (r->status == 0 || r->status / 100 != 2 || !r->out) {
+    if (r->status == 0 || r->status / 100 != 2 || (!r->out && !r->sink)) {
         if (r->err_body.len + len <= ERR_BODY_MAX && st_bytes_append(&r->err_body, buf, len))
             r->nomem = 1;
         return len;
     }
+    if (r->sink)
+        return body_to_sink(r, buf, len);
     if ((uint64_t)r->out->len + len > r->want_max) {
         r->overflow = 1;
         return 0; /* aborts the transfer */
@@ -464,6 +494,10 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     run(c, k, r, body ? body_len : (r->want_max < UINT64_MAX ? r->want_max : 0));
     /* A handle whose transfer was cut leaves no state behind: reusable. */
     pool_put(c, k);
+    if (r->sink_err) { /* the sink's message, not libcurl's "write error" */
+        e = st_seterr(r->sink_err, "%s", r->sink_msg);
+        goto out;
+    }
     if (r->cc == CURLE_OK && r->status / 100 == 2 && !r->nomem && !r->overflow)
         goto out;
     if (r->overflow) {
@@ -536,7 +570,7 @@ static st_err head(v4_ctx *c, const char *key, const char *fk, uint64_t *size)
 }
 
 static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
-                        st_bytes *out, long *status);
+                        st_bytes *out, const st_get_sink *sink, long *status);
 
 static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
 {
@@ -553,7 +587,7 @@ static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
      * bucket is missing, nor why a request was refused. A 1-byte GET can. */
     st_bytes probe = {0};
     long status;
-    st_err pe = get_range(c, key, fk, 0, 1, &probe, &status);
+    st_err pe = get_range(c, key, fk, 0, 1, &probe, NULL, &status);
     st_bytes_free(&probe);
     if (pe == ST_OK || status == 416) /* it appeared meanwhile, or is empty */
         return head(c, key, fk, size);
@@ -564,12 +598,13 @@ static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
 }
 
 /*
- * GET of [off, off+len) (len ST_GET_TO_END: to the end) into out; *status
- * is the HTTP status (0 without an answer), so that v4_get can sort out a
- * 416. The whole object is asked for without a Range header.
+ * GET of [off, off+len) (len ST_GET_TO_END: to the end) into out, or to
+ * sink as it arrives (out NULL); *status is the HTTP status (0 without an
+ * answer), so that get_object can sort out a 416. The whole object is
+ * asked for without a Range header.
  */
 static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
-                        st_bytes *out, long *status)
+                        st_bytes *out, const st_get_sink *sink, long *status)
 {
     uint64_t count = (len == ST_GET_TO_END || len > ST_S3_RANGE_LEN_MAX) ? 0 : len;
     char range[80];
@@ -580,6 +615,8 @@ static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off
     v4_req r;
     req_init(&r, c, "get", key);
     r.out = out;
+    r.sink = sink;
+    r.partial_only = off != 0;
     r.want_max = count ? count : (SIZE_MAX < UINT64_MAX ? SIZE_MAX : UINT64_MAX);
     /* A pack range is MiBs: fewer, larger reads and body callbacks
      * (libcurl's default is 16 KiB; the curl tool's raw GET uses 100 KiB). */
@@ -591,25 +628,39 @@ static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off
         e = st_seterr(ST_ERR_PERMANENT,
                       "s3 get s3://%s/%s%s at %s: the server ignored the Range header",
                       c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
-    if (e)
+    if (e && out)
         st_bytes_clear(out);
     return e;
 }
 
 /* get_range as st_s3_get calls it: a 416 is a refused range. */
 static st_err range_for_get(void *ctx, const char *key, const char *fk, uint64_t off, uint64_t len,
-                            st_bytes *out, int *refused)
+                            st_bytes *out, const st_get_sink *sink, int *refused)
 {
     long status = 0;
-    st_err e = get_range(ctx, key, fk, off, len, out, &status);
+    st_err e = get_range(ctx, key, fk, off, len, out, sink, &status);
     *refused = e == ST_ERR_INVALID && status == 416;
     return e;
 }
 
+/* get and get_stream: the body into out, or to sink (out NULL). */
+static st_err get_object(v4_ctx *c, const char *key, uint64_t off, uint64_t len, st_bytes *out,
+                         const st_get_sink *sink)
+{
+    return st_s3_get(&c->cfg, c, range_for_get, v4_stat, key, off, len, out, sink);
+}
+
 static st_err v4_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
-    v4_ctx *c = ctx;
-    return st_s3_get(&c->cfg, c, range_for_get, v4_stat, key, off, len, out);
+    return get_object(ctx, key, off, len, out, NULL);
+}
+
+/* A 416 or an empty range answers before any body byte, so the sink hears
+ * nothing then, as the contract says. */
+static st_err v4_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
+                            const st_get_sink *sink)
+{
+    return get_object(ctx, key, off, len, NULL, sink);
 }
 
 static st_err v4_del(void *ctx, const char *key)
@@ -1001,6 +1052,7 @@ static const st_backend_ops v4_ops = {
     .scheme = "s3",
     .put = v4_put,
     .get = v4_get,
+    .get_stream = v4_get_stream,
     .stat = v4_stat,
     .list = v4_list,
     .del = v4_del,

@@ -453,9 +453,10 @@ static st_err past_end(const st_s3_config *cfg, const char *key, uint64_t off, u
 
 st_err st_s3_get(const st_s3_config *cfg, void *ctx, st_s3_range_fn range,
                  st_err (*stat)(void *ctx, const char *key, uint64_t *size), const char *key,
-                 uint64_t off, uint64_t len, st_bytes *out)
+                 uint64_t off, uint64_t len, st_bytes *out, const st_get_sink *sink)
 {
-    st_bytes_clear(out);
+    if (out)
+        st_bytes_clear(out);
     char fk[ST_S3_KEY_MAX + 1];
     st_err e = st_s3_full_key(cfg, "get", key, fk);
     if (e)
@@ -470,7 +471,7 @@ st_err st_s3_get(const st_s3_config *cfg, void *ctx, st_s3_range_fn range,
             return ST_OK;
     }
     int refused = 0;
-    e = range(ctx, key, fk, off, len, out, &refused);
+    e = range(ctx, key, fk, off, len, out, sink, &refused);
     if (!refused)
         return e;
     /* 416: the range starts at or past the end (or the object is empty).

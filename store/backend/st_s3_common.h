@@ -89,14 +89,17 @@ st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, 
 #define ST_S3_RANGE_LEN_MAX (UINT64_C(1) << 52)
 
 /* A backend's ranged GET, for st_s3_get: [off, off+len) (len ST_GET_TO_END:
- * to the end) of the object named fk (key's full name) into out. When the
- * server refused the range as starting at or past the end (HTTP 416),
- * *refused is 1 and the result ST_ERR_INVALID. */
+ * to the end) of the object named fk (key's full name) into out, or to
+ * sink as it arrives (out NULL; only a backend with a get_stream op is
+ * given a sink). When the server refused the range as starting at or past
+ * the end (HTTP 416), *refused is 1 and the result ST_ERR_INVALID. */
 typedef st_err (*st_s3_range_fn)(void *ctx, const char *key, const char *fk, uint64_t off,
-                                 uint64_t len, st_bytes *out, int *refused);
+                                 uint64_t len, st_bytes *out, const st_get_sink *sink,
+                                 int *refused);
 
 /*!
- * st_backend_ops.get by the contract (st_backend.h), for both S3 backends:
+ * st_backend_ops.get (out) and get_stream (sink, out NULL) by the contract
+ * (st_backend.h), for both S3 backends:
  * their ranged GET (range) and HEAD (stat, the backend's stat op) on ctx.
  * S3 cannot express an empty range and servers read huge offsets in
  * doubtful ways, so for those the size is asked first; a refused range is
@@ -104,7 +107,7 @@ typedef st_err (*st_s3_range_fn)(void *ctx, const char *key, const char *fk, uin
  */
 st_err st_s3_get(const st_s3_config *cfg, void *ctx, st_s3_range_fn range,
                  st_err (*stat)(void *ctx, const char *key, uint64_t *size), const char *key,
-                 uint64_t off, uint64_t len, st_bytes *out);
+                 uint64_t off, uint64_t len, st_bytes *out, const st_get_sink *sink);
 
 /* What went wrong with one request, as far as the backend knows it. */
 typedef enum st_s3_transport {

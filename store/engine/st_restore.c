@@ -19,8 +19,10 @@
 struct st_restorer {
     st_backend *backend;
     char job[ST_JOB_MAX + 1];
-    st_bytes window[ST_RESTORE_RUN_PACKS]; /* a run's GETs, one per pack */
-    uint8_t *raw;                          /* one decoded chunk */
+    st_bytes window[ST_RESTORE_RUN_PACKS]; /* a run's GETs, one per pack (not streamed) */
+    uint8_t *stage;                        /* one chunk that arrived split across stream pieces */
+    size_t stage_cap;
+    uint8_t *raw; /* one decoded chunk */
     size_t raw_cap;
     uint8_t *scratch;
     size_t scratch_cap;
@@ -218,6 +220,147 @@ static st_err reserve_windows(st_restorer *r, const restore_plan *plan)
     return ST_OK;
 }
 
+/* Where the bytes of one span go: see restore_span(). */
+typedef struct span_sink {
+    const st_file_entry *f;
+    int fd;
+    st_hasher *digest;           /* sequential write + whole-file digest, or NULL */
+    pthread_mutex_t *write_lock; /* pwrite: held for each write, or NULL */
+    uint64_t pos;                /* file offset of the next chunk */
+} span_sink;
+
+/*
+ * Decodes the stored chunk p[0..ref->stored_len), verifies it (XXH3-128, in
+ * st_codec_decode_view) and only then hands its bytes to the sink: written
+ * sequentially and hashed into the digest, or pwritten at their offset.
+ */
+static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *ref, const uint8_t *p)
+{
+    size_t raw_len;
+    const uint8_t *raw; /* in p (a raw chunk) or r->raw: no extra copy */
+    st_err e = reserve_decode(r, ref->raw_len);
+    if (!e)
+        e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
+                                 r->scratch, &raw);
+    if (!e && raw_len != ref->raw_len)
+        e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
+    if (e)
+        return st_seterr(e, "restoring %s at byte %llu: %s", k->f->path, (unsigned long long)k->pos,
+                         st_errmsg());
+    if (k->digest) {
+        st_hasher_update(k->digest, raw, raw_len);
+        e = st_write_all(k->fd, raw, raw_len, k->f->path);
+    } else {
+        if (k->write_lock)
+            pthread_mutex_lock(k->write_lock);
+        e = st_pwrite_all(k->fd, raw, raw_len, k->pos, k->f->path);
+        if (k->write_lock)
+            pthread_mutex_unlock(k->write_lock);
+    }
+    if (!e)
+        k->pos += raw_len;
+    return e;
+}
+
+/* The message of a failed GET of pack `key` (not the sink's own errors). */
+static st_err get_failed(const st_file_entry *f, const char *key, st_err e)
+{
+    if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
+        return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
+    return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
+}
+
+static st_err pack_short(const st_file_entry *f, const char *key)
+{
+    return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is shorter than the manifest says",
+                     f->path, key);
+}
+
+/* 1 when refs[0..n) lie in the pack in their own order without overlap:
+ * each can be decoded as soon as the stream has passed its last byte. */
+static int refs_in_pack_order(const st_chunk_ref *refs, size_t n)
+{
+    for (size_t k = 1; k < n; k++)
+        if (refs[k].offset < refs[k - 1].offset + refs[k - 1].stored_len)
+            return 0;
+    return 1;
+}
+
+/*
+ * One GET's window [lo, lo + span) streamed (st_get_stream): each chunk is
+ * decoded, verified and written as soon as its last byte has arrived, from
+ * where it lies in the transport's piece, or from r->stage when it came
+ * split across pieces. The window's unneeded bytes (gaps) are dropped.
+ */
+typedef struct window_stream {
+    st_restorer *r;
+    span_sink *sink;
+    const st_chunk_ref *refs; /* in pack order (refs_in_pack_order) */
+    size_t n, next;           /* refs[next] is the next to decode */
+    uint64_t lo;              /* the window's start in the pack */
+    size_t staged;            /* bytes of refs[next] in r->stage */
+    uint64_t received;        /* window bytes seen */
+    int sink_failed;          /* a chunk failed: its message is final */
+} window_stream;
+
+/* Takes window bytes [at, at + len) into the chunk refs[next]: decoded in
+ * place if the piece holds all of it, else staged. Returns bytes used. */
+static size_t window_take(window_stream *w, uint64_t at, const uint8_t *data, size_t len, st_err *e)
+{
+    const st_chunk_ref *ref = &w->refs[w->next];
+    uint64_t start = ref->offset - w->lo, end = start + ref->stored_len;
+    if (at < start) /* a gap before the chunk */
+        return start - at < len ? (size_t)(start - at) : len;
+    if (!w->staged && at == start && end - at <= len) {
+        w->next++;
+        *e = deliver_chunk(w->r, w->sink, ref, data);
+        return ref->stored_len;
+    }
+    size_t take = end - at < len ? (size_t)(end - at) : len;
+    if (!w->staged)
+        *e = grow_buffer(&w->r->stage, &w->r->stage_cap, ref->stored_len);
+    if (*e)
+        return take;
+    memcpy(w->r->stage + w->staged, data, take);
+    w->staged += take;
+    if (w->staged == ref->stored_len) {
+        w->staged = 0;
+        w->next++;
+        *e = deliver_chunk(w->r, w->sink, ref, w->r->stage);
+    }
+    return take;
+}
+
+static st_err window_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
+{
+    window_stream *w = arg;
+    w->received += len;
+    st_err e = ST_OK;
+    while (len && w->next < w->n && !e) {
+        size_t used = window_take(w, at, data, len, &e);
+        at += used;
+        data += used;
+        len -= used;
+    }
+    w->sink_failed = e != ST_OK;
+    return e;
+}
+
+static st_err restore_window_streamed(st_restorer *r, span_sink *k, const st_chunk_ref *refs,
+                                      size_t n, const char *key, uint64_t lo, uint64_t span)
+{
+    window_stream w = {.r = r, .sink = k, .refs = refs, .n = n, .lo = lo};
+    const st_get_sink sink = {window_on_bytes, &w};
+    st_err e = st_get_stream(r->backend, key, lo, span, &sink);
+    r->stats.fetched_bytes += w.received;
+    if (e)
+        return w.sink_failed ? e : get_failed(k->f, key, e);
+    r->stats.gets++;
+    if (w.received != span || w.next != n)
+        return pack_short(k->f, key);
+    return ST_OK;
+}
+
 /* Fetches each window of plan with one ranged GET of its pack into
  * r->window[k] (in the order the run first needs them). */
 static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_entry *f,
@@ -231,86 +374,80 @@ static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_
         e = st_key_pack(key, sizeof key, r->job, &m->packs[w->pack]);
         if (!e)
             e = st_get(r->backend, key, w->lo, span, &r->window[k]);
-        if (e == ST_ERR_NOT_FOUND) /* a part record names it: its loss is damage */
-            return st_seterr(ST_ERR_CORRUPT, "restoring %s: pack %s is missing", f->path, key);
         if (e)
-            return st_seterr(e, "restoring %s: %s", f->path, st_errmsg());
+            return get_failed(f, key, e);
         r->stats.gets++;
         r->stats.fetched_bytes += r->window[k].len;
         if (r->window[k].len != span)
-            return st_seterr(ST_ERR_CORRUPT,
-                             "restoring %s: pack %s is shorter than the manifest says", f->path,
-                             key);
+            return pack_short(f, key);
     }
     return e;
 }
 
-/*
- * Decodes and verifies chunk ref from its stored bytes at p, then hands its
- * bytes to the sink: written sequentially to fd and hashed into digest
- * (whole-file restore), or written with pwrite at pos (digest NULL),
- * holding write_lock (if not NULL) for the write.
- */
-static st_err deliver_chunk(st_restorer *r, const st_file_entry *f, const st_chunk_ref *ref,
-                            const uint8_t *p, uint64_t pos, int fd, st_hasher *digest,
-                            pthread_mutex_t *write_lock)
+/* A run fetched whole, window by window, then decoded in file order: for
+ * runs over several packs, with holes, or whose refs repeat or go back. */
+static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_sink *k,
+                                   const restore_plan *plan, const st_chunk_ref *refs, size_t n)
 {
-    size_t raw_len;
-    const uint8_t *raw; /* in the window (a raw chunk) or r->raw: no extra copy */
-    st_err e = reserve_decode(r, ref->raw_len);
-    if (!e)
-        e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
-                                 r->scratch, &raw);
-    if (!e && raw_len != ref->raw_len)
-        e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
-    if (e)
-        return st_seterr(e, "restoring %s at byte %llu: %s", f->path, (unsigned long long)pos,
-                         st_errmsg());
-    if (digest) {
-        st_hasher_update(digest, raw, raw_len);
-        return st_write_all(fd, raw, raw_len, f->path);
+    st_err e = fetch_windows(r, m, k->f, plan);
+    for (size_t j = 0; !e && j < n; j++) {
+        const st_chunk_ref *ref = &refs[j];
+        if (st_chunk_is_hole(ref)) {
+            e = skip_hole(r, k->f, ref->raw_len, k->pos, k->fd, k->digest);
+            k->pos += ref->raw_len;
+            continue;
+        }
+        size_t slot = window_slot(plan, ref->pack);
+        e = deliver_chunk(r, k, ref, r->window[slot].data + (ref->offset - plan->win[slot].lo));
     }
-    if (write_lock)
-        pthread_mutex_lock(write_lock);
-    e = st_pwrite_all(fd, raw, raw_len, pos, f->path);
-    if (write_lock)
-        pthread_mutex_unlock(write_lock);
     return e;
+}
+
+/* 1 when the run can be streamed: one window, no hole, refs in pack order. */
+static int run_streams(const restore_plan *plan, const st_chunk_ref *refs, size_t n)
+{
+    if (plan->nwin != 1)
+        return 0;
+    for (size_t j = 0; j < n; j++)
+        if (st_chunk_is_hole(&refs[j]))
+            return 0;
+    return refs_in_pack_order(refs, n);
 }
 
 /*
  * Restores chunks [first_chunk, first_chunk + count) of f, which start at
- * byte file_off, run by run (plan_run): a run's windows are fetched first,
- * then its chunks are decoded, verified and handed to the sink in file
- * order (deliver_chunk), so a sequential sink and its digest see the bytes
- * in order whichever pack holds them.
+ * byte file_off, run by run (plan_run), and hands each chunk's bytes to the
+ * sink (span_sink: written sequentially and hashed into digest, or pwritten
+ * at their offset holding write_lock if not NULL) in file order, so a
+ * sequential sink and its digest see the bytes in order whichever pack
+ * holds them. A run of one window in pack order is streamed (decoding
+ * overlaps the transfer); any other run is fetched whole, then decoded.
  */
 static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
                            size_t first_chunk, size_t count, uint64_t file_off, int fd,
                            st_hasher *digest, pthread_mutex_t *write_lock)
 {
     const size_t end_chunk = first_chunk + count;
-    uint64_t pos = file_off;
+    span_sink k = {.f = f, .fd = fd, .digest = digest, .write_lock = write_lock, .pos = file_off};
     for (size_t i = first_chunk; i < end_chunk;) {
         restore_plan plan;
         size_t n = plan_run(f, i, end_chunk, &plan);
-        st_err e = fetch_windows(r, m, f, &plan);
-        for (size_t k = 0; !e && k < n; k++) {
-            const st_chunk_ref *ref = &f->chunks[i + k];
-            if (st_chunk_is_hole(ref)) {
-                e = skip_hole(r, f, ref->raw_len, pos, fd, digest);
-            } else {
-                size_t slot = window_slot(&plan, ref->pack);
-                const uint8_t *p = r->window[slot].data + (ref->offset - plan.win[slot].lo);
-                e = deliver_chunk(r, f, ref, p, pos, fd, digest, write_lock);
-            }
-            pos += ref->raw_len;
+        const st_chunk_ref *refs = &f->chunks[i];
+        st_err e;
+        if (run_streams(&plan, refs, n)) {
+            char key[ST_KEY_MAX];
+            e = st_key_pack(key, sizeof key, r->job, &m->packs[plan.win[0].pack]);
+            if (!e)
+                e = restore_window_streamed(r, &k, refs, n, key, plan.win[0].lo,
+                                            plan.win[0].end - plan.win[0].lo);
+        } else {
+            e = restore_run_buffered(r, m, &k, &plan, refs, n);
         }
         if (e)
             return e;
         i += n;
     }
-    r->stats.bytes += pos - file_off;
+    r->stats.bytes += k.pos - file_off;
     return ST_OK;
 }
 
@@ -446,6 +583,7 @@ void st_restorer_free(st_restorer *r)
         return;
     for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++)
         st_bytes_free(&r->window[k]);
+    free(r->stage);
     free(r->raw);
     free(r->scratch);
     free(r);

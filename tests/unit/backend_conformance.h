@@ -4,8 +4,8 @@
  * A backend's unit test opens an instance and calls
  *     backend_conformance_run(b, "some/scratch-prefix");
  * The suite goes only through the public st_backend API (st_put, st_get,
- * st_stat, st_list, st_del, st_del_many), so the same cases run against file://, against
- * s3:// on s3rver, and against any wrapper (retry, fault injection).
+ * st_get_stream, st_stat, st_list, st_del, st_del_many), so the same cases run against file://,
+ * against s3:// on s3rver, and against any wrapper (retry, fault injection).
  *
  * Scope: every key the suite writes lives under "<scratch_prefix>/", so it
  * can run in a shared bucket; each case deletes what it wrote, and the last
@@ -190,37 +190,57 @@ static inline void bc_case_overwrite(void)
     free(b);
 }
 
-/* Ranged gets: the expected result is computed from the contract's rule. */
+/* The ranges a get and a streamed get are checked with, of an object of
+ * BC_RANGE_OBJ bytes: the expected result is computed from the contract's
+ * rule (bc_range_want), never written down. */
+#define BC_RANGE_OBJ 10000
+static const struct {
+    uint64_t off, len;
+} bc_ranges[] = {
+    {0, 100},
+    {5000, 100},
+    {9000, ST_GET_TO_END},
+    {9990, 100},
+    {0, ST_GET_TO_END},
+    {10000, 5},
+    {10000, ST_GET_TO_END},
+    {0, 0},
+    {123, 0},
+    {1, UINT64_MAX - 1},
+    {9999, 1},
+    {10001, 1},
+    {10001, ST_GET_TO_END},
+    {UINT64_MAX, 1},
+    {20000, 0},
+};
+#define BC_NRANGES (sizeof bc_ranges / sizeof bc_ranges[0])
+
+/* The bytes range i gives of an object of `size` bytes (its offset within). */
+static inline uint64_t bc_range_want(size_t i, uint64_t size)
+{
+    uint64_t left = size - bc_ranges[i].off;
+    return left < bc_ranges[i].len ? left : bc_ranges[i].len;
+}
+
+/* Stores BC_RANGE_OBJ random bytes (from seed) under name; returns them. */
+static inline uint8_t *bc_put_range_obj(bc_key *k, const char *name, unsigned seed)
+{
+    uint8_t *buf = malloc(BC_RANGE_OBJ);
+    ut_rand_fill(buf, BC_RANGE_OBJ, seed);
+    CHECK_OK(st_put(bc_b, bc_k(k, "%s", name), buf, BC_RANGE_OBJ));
+    return buf;
+}
+
+/* Ranged gets (bc_ranges). */
 static inline void bc_case_ranges(void)
 {
-    const uint64_t size = 10000;
-    static const struct {
-        uint64_t off, len;
-    } r[] = {
-        {0, 100},
-        {5000, 100},
-        {9000, ST_GET_TO_END},
-        {9990, 100},
-        {0, ST_GET_TO_END},
-        {10000, 5},
-        {10000, ST_GET_TO_END},
-        {0, 0},
-        {123, 0},
-        {1, UINT64_MAX - 1},
-        {9999, 1},
-        {10001, 1},
-        {10001, ST_GET_TO_END},
-        {UINT64_MAX, 1},
-        {20000, 0},
-    };
-    uint8_t *buf = malloc(size);
-    ut_rand_fill(buf, size, 21);
+    const uint64_t size = BC_RANGE_OBJ;
     bc_key k;
-    bc_k(&k, "rg/obj");
-    CHECK_OK(st_put(bc_b, k.s, buf, size));
+    uint8_t *buf = bc_put_range_obj(&k, "rg/obj", 21);
+    const __typeof__(bc_ranges[0]) *r = bc_ranges;
 
     st_bytes got = {0};
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    for (size_t i = 0; i < BC_NRANGES; i++) {
         /* Pre-fill so that "replaces its contents" is checked too. */
         st_bytes_clear(&got);
         CHECK_OK(st_bytes_append(&got, "junk-junk-junk", 14));
@@ -229,7 +249,7 @@ static inline void bc_case_ranges(void)
             CHECK_ERR(e, ST_ERR_INVALID);
             continue;
         }
-        uint64_t want = size - r[i].off < r[i].len ? size - r[i].off : r[i].len;
+        uint64_t want = bc_range_want(i, size);
         CHECK_OK(e);
         CHECK(got.len == want);
         if (e != ST_OK || got.len != want) {
@@ -242,6 +262,98 @@ static inline void bc_case_ranges(void)
     }
     CHECK_OK(st_del(bc_b, k.s));
     st_bytes_free(&got);
+    free(buf);
+}
+
+/* ---- streamed gets (st_get_stream) ---- */
+
+/* What a conformance sink saw: the body, and whether every piece started
+ * where the last ended (the contract's `at`). */
+typedef struct bc_stream {
+    st_bytes body;
+    size_t pieces;
+    int gap;          /* a piece's at was not the bytes seen so far */
+    size_t refuse_at; /* refuse (ST_ERR_CORRUPT) the piece with this index, 0: never */
+} bc_stream;
+
+static inline st_err bc_stream_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
+{
+    bc_stream *c = arg;
+    if (at != c->body.len)
+        c->gap = 1;
+    if (++c->pieces == c->refuse_at)
+        return st_seterr(ST_ERR_CORRUPT, "bc sink: refused piece %zu", c->pieces);
+    return st_bytes_append(&c->body, data, len);
+}
+
+/* Streams [off, off + len) of key into c (emptied first). */
+static inline st_err bc_stream_get(const char *key, uint64_t off, uint64_t len, bc_stream *c)
+{
+    st_bytes_clear(&c->body);
+    c->pieces = 0;
+    c->gap = 0;
+    const st_get_sink sink = {bc_stream_on_bytes, c};
+    return st_get_stream(bc_b, key, off, len, &sink);
+}
+
+/* The range rules of get, for a streamed get: the same bytes, handed on in
+ * contiguous pieces; past the end an error and no piece. */
+static inline void bc_case_stream_ranges(void)
+{
+    bc_stream c = {0};
+    bc_key k;
+    uint8_t *buf = bc_put_range_obj(&k, "sr/obj", 22);
+    for (size_t i = 0; i < BC_NRANGES; i++) {
+        st_err e = bc_stream_get(k.s, bc_ranges[i].off, bc_ranges[i].len, &c);
+        if (bc_ranges[i].off > BC_RANGE_OBJ) {
+            CHECK_ERR(e, ST_ERR_INVALID);
+            CHECK(c.pieces == 0);
+            continue;
+        }
+        uint64_t want = bc_range_want(i, BC_RANGE_OBJ);
+        CHECK_OK(e);
+        CHECK(!c.gap);
+        CHECK(c.body.len == want);
+        CHECK(want != 0 || c.pieces == 0);
+        if (c.body.len == want && want)
+            CHECK(memcmp(c.body.data, buf + bc_ranges[i].off, want) == 0);
+    }
+    CHECK_ERR(bc_stream_get(bc_k(&k, "sr/missing"), 0, ST_GET_TO_END, &c), ST_ERR_NOT_FOUND);
+    CHECK(c.pieces == 0);
+    CHECK_OK(st_del(bc_b, bc_k(&k, "sr/obj")));
+    st_bytes_free(&c.body);
+    free(buf);
+}
+
+/* A body of several MiB (more than one piece of every transport), whole and
+ * in ranges that start and end inside pieces; and a sink that refuses a
+ * piece stops the transfer with its own error and hears nothing more. */
+static inline void bc_case_stream_large(void)
+{
+    const size_t size = (3u << 20) + 4099;
+    uint8_t *buf = malloc(size);
+    ut_rand_fill(buf, size, 23);
+    bc_key k;
+    bc_k(&k, "sl/obj");
+    CHECK_OK(st_put(bc_b, k.s, buf, size));
+    bc_stream c = {0};
+    static const uint64_t offs[] = {0, 1, 65537, (1u << 20) + 3};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        uint64_t len = i % 2 ? size - offs[i] - 12345 : ST_GET_TO_END;
+        CHECK_OK(bc_stream_get(k.s, offs[i], len, &c));
+        uint64_t want = len == ST_GET_TO_END ? size - offs[i] : len;
+        CHECK(!c.gap);
+        CHECK(c.body.len == want);
+        if (c.body.len == want)
+            CHECK(memcmp(c.body.data, buf + offs[i], want) == 0);
+    }
+    c.refuse_at = 1;
+    st_err e = bc_stream_get(k.s, 0, ST_GET_TO_END, &c);
+    CHECK_ERR(e, ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "bc sink: refused piece 1") != NULL);
+    CHECK(c.pieces == 1);
+    CHECK_OK(st_del(bc_b, k.s));
+    st_bytes_free(&c.body);
     free(buf);
 }
 
@@ -730,6 +842,8 @@ static inline void backend_conformance_run(st_backend *b, const char *scratch_pr
     RUN(bc_case_roundtrip);
     RUN(bc_case_overwrite);
     RUN(bc_case_ranges);
+    RUN(bc_case_stream_ranges);
+    RUN(bc_case_stream_large);
     RUN(bc_case_not_found);
     RUN(bc_case_del);
     RUN(bc_case_del_many);
@@ -751,6 +865,8 @@ static inline void backend_conformance_run_cheap(st_backend *b, const char *scra
     bc_begin(b, scratch_prefix);
     RUN(bc_case_roundtrip);
     RUN(bc_case_ranges);
+    RUN(bc_case_stream_ranges);
+    RUN(bc_case_stream_large);
     RUN(bc_case_not_found);
     RUN(bc_case_del_many);
     RUN(bc_case_list_order);

@@ -34,6 +34,7 @@ typedef struct flaky {
     atomic_uint failures;
     /* del_many: calls, keys they carried, keys failed on purpose */
     atomic_uint batch_calls, batch_keys, batch_key_failures;
+    atomic_uint cut_streams; /* the next n streamed gets break off mid-body */
 } flaky;
 
 static int flaky_should_fail(flaky *f)
@@ -66,6 +67,36 @@ static st_err flaky_get(void *ctx, const char *key, uint64_t off, uint64_t len, 
     if (flaky_should_fail(f))
         return flaky_err(f, "get");
     return f->inner->ops->get(f->inner->ctx, key, off, len, out);
+}
+
+/* A streamed body that breaks off half way, as a connection reset does:
+ * the first half of the range reaches the sink, then ST_ERR_TRANSIENT. */
+static st_err cut_stream(flaky *f, const char *key, uint64_t off, uint64_t len,
+                         const st_get_sink *sink)
+{
+    st_bytes body = {0};
+    st_err e = f->inner->ops->get(f->inner->ctx, key, off, len, &body);
+    if (!e && body.len / 2)
+        e = sink->on_bytes(sink->arg, 0, body.data, body.len / 2);
+    st_bytes_free(&body);
+    return e ? e : flaky_err(f, "get_stream (mid-body)");
+}
+
+static int take_cut(flaky *f)
+{
+    unsigned n = atomic_load(&f->cut_streams);
+    while (n && !atomic_compare_exchange_weak(&f->cut_streams, &n, n - 1))
+        ;
+    return n != 0;
+}
+
+static st_err flaky_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
+                               const st_get_sink *sink)
+{
+    flaky *f = ctx;
+    if (take_cut(f) || flaky_should_fail(f))
+        return cut_stream(f, key, off, len, sink);
+    return st_get_stream(f->inner, key, off, len, sink);
 }
 
 static st_err flaky_stat(void *ctx, const char *key, uint64_t *size)
@@ -157,6 +188,7 @@ static const st_backend_ops flaky_ops = {
     .del = flaky_del,
     .del_many = flaky_del_many,
     .close = flaky_close,
+    .get_stream = flaky_get_stream,
 };
 
 static char tdir[64];
@@ -206,6 +238,56 @@ static void test_conformance_through_faults(void)
     CHECK(atomic_load(&f->batch_key_failures) > 0);
     CHECK(st_backend_retry_count(b) >=
           atomic_load(&f->failures) - atomic_load(&f->batch_key_failures));
+    st_backend_close(b);
+}
+
+/* A body that breaks off three times: the retries resume the range where it
+ * broke off, and the sink sees every byte once, in order, as one body. An
+ * error of the sink's own is not retried. */
+static void test_stream_resumes_after_partial_body(void)
+{
+    flaky *f;
+    st_backend *fb = flaky_open(&f, 0, ST_ERR_TRANSIENT);
+    st_retry_policy p = {.attempts = 8, .base_ms = 1, .max_ms = 4};
+    st_backend *b = NULL;
+    CHECK_OK(st_backend_retry_wrap(fb, &p, &b));
+    if (!b)
+        return;
+    const size_t size = (1u << 20) + 77;
+    uint8_t *buf = malloc(size);
+    ut_rand_fill(buf, size, 31);
+    CHECK_OK(st_put(b, "rs/obj", buf, size));
+
+    bc_stream c = {0};
+    const st_get_sink sink = {bc_stream_on_bytes, &c};
+    atomic_store(&f->cut_streams, 3);
+    CHECK_OK(st_get_stream(b, "rs/obj", 5, ST_GET_TO_END, &sink));
+    CHECK(!c.gap);
+    CHECK(c.body.len == size - 5);
+    CHECK(c.body.len == size - 5 && memcmp(c.body.data, buf + 5, size - 5) == 0);
+    CHECK(c.pieces >= 4); /* three halves, then the rest */
+    CHECK(st_backend_retry_count(b) == 3);
+
+    st_bytes_clear(&c.body);
+    c.pieces = 0;
+    atomic_store(&f->cut_streams, 2); /* with a length: the rest is exact */
+    CHECK_OK(st_get_stream(b, "rs/obj", 1000, 300000, &sink));
+    CHECK(!c.gap);
+    CHECK(c.body.len == 300000 && memcmp(c.body.data, buf + 1000, 300000) == 0);
+
+    st_bytes_clear(&c.body);
+    c.pieces = 0;
+    c.refuse_at = 1;
+    uint64_t retries = st_backend_retry_count(b);
+    atomic_store(&f->cut_streams, 1);
+    CHECK_ERR(st_get_stream(b, "rs/obj", 0, ST_GET_TO_END, &sink), ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "bc sink") != NULL);
+    CHECK(c.pieces == 1);
+    CHECK(st_backend_retry_count(b) == retries);
+
+    CHECK_OK(st_del(b, "rs/obj"));
+    st_bytes_free(&c.body);
+    free(buf);
     st_backend_close(b);
 }
 
@@ -342,6 +424,7 @@ int main(void)
         return 1;
     }
     RUN(test_conformance_through_faults);
+    RUN(test_stream_resumes_after_partial_body);
     RUN(test_only_transient_is_retried);
     RUN(test_del_many_retries_failed_keys);
     RUN(test_bounded_backoff);

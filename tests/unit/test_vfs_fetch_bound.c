@@ -74,8 +74,8 @@ static void c_close(void *ctx)
     st_backend_close(c->inner);
 }
 
-static const st_backend_ops counting_ops = {"mem",  c_put, c_get, c_stat,
-                                            c_list, c_del, NULL,  c_close};
+static const st_backend_ops counting_ops = {"mem", c_put, c_get,   c_stat, c_list,
+                                            c_del, NULL,  c_close, NULL};
 
 typedef struct reader {
     vh_mount *m;
