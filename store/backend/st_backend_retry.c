@@ -224,8 +224,11 @@ static st_err retry_get_stream(void *ctx, const char *key, uint64_t off, uint64_
     unsigned tries = 0;
     do {
         tries++;
-        if (tries > 1 && len != ST_GET_TO_END && r.delivered == len)
-            return ST_OK; /* the body was whole when the last try failed */
+        /* The body was whole when the last try failed. Not for an empty
+         * range: nothing delivered proves nothing, and past the end it is
+         * an error the backend must still be asked for. */
+        if (tries > 1 && len != ST_GET_TO_END && len && r.delivered == len)
+            return ST_OK;
         uint64_t rest = len == ST_GET_TO_END ? len : len - r.delivered;
         e = st_get_stream(c->inner, key, off + r.delivered, rest, &resume);
     } while (!r.sink_failed && retry_again(c, e, tries, t0));
