@@ -10,7 +10,7 @@
 #       [--table-mib N] [--budget-min N] [--append] [--dry-run]
 #       [--rclone-write-back DUR]
 #
-# Default (the full run; docs/BENCHMARKS.md, "Peers: the plan", says how
+# Default (the full run; docs/BENCHMARKS.md, "Peers: the run above", says how
 # each piece's estimate was measured; --dry-run prints them): 1 save per
 # run, every tool in every piece. First the tables, on every server in
 # turn: --reps repetitions (default 5) of full (the transformer + AdamW,
@@ -23,8 +23,9 @@
 # per-repetition cost model from the quiet run, estimate_s) and after it
 # the elapsed time; a piece whose estimate does not fit in what is left of
 # --budget-min (default 30) is skipped with a message (also in machine.txt)
-# rather than overrunning. The whole plan is estimated at ~28 min on a
-# quiet machine (docs/BENCHMARKS.md, "Peers: the plan").
+# rather than overrunning. The whole plan is estimated (pessimistically)
+# at ~30 min; quiet, it took 23.5 min (docs/BENCHMARKS.md, "Peers: the run
+# above").
 # --plan SCENARIO:MIB:REPS[:SAVES] (repeatable) replaces the plan for every
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
 # --rclone-write-back DUR: rclone's --vfs-write-back, the delay from a
@@ -161,7 +162,7 @@ start_estimate_s() { # SERVER: seconds to start it and its proxy
 # write-back, aws's start, polling, the resume mount, the reference replay)
 # plus a part per GiB saved (saving, uploading, reading back, verifying, the
 # reference replay: 4 GiB took 610 s for the six); the numbers are from the
-# quiet run of 2026-12-02 (docs/BENCHMARKS.md, "Peers: the plan"), a little
+# quiet run of 2026-12-02 (docs/BENCHMARKS.md, "Peers: the run above"), a little
 # pessimistic, plus the state's build and warm-up save once.
 estimate_s() {
     local sc mib n sv fixed per_gib=145 # s per GiB saved, all six tools of one repetition
