@@ -591,8 +591,14 @@ def file_store_keys(store_url, prefix=""):
             if name.startswith("."):
                 continue  # the backend's temp files
             key = "/".join(parts + [name])
-            if key.startswith(prefix):
+            if not key.startswith(prefix):
+                continue
+            try:
                 out[key] = os.path.getsize(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                # Deleted between the listing and the stat: the daemon may be
+                # deleting this very prefix while a test polls for it to go.
+                continue
     return out
 
 

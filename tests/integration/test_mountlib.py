@@ -7,7 +7,8 @@ the backing directory; unmount() and kill9() both leave no mount in
 exception inside the with-block still cleans up; a daemon that exits early or
 never mounts fails fast with its log; wait_durable polls and times out;
 run_torch runs Debian's torch; tree_digest and tree_map see every file
-(a mount's .ckptfs aside). Exit 77 (skipped) without FUSE.
+(a mount's .ckptfs aside); file_store_keys lists a store while it is being
+deleted from. Exit 77 (skipped) without FUSE.
 """
 import hashlib
 import io
@@ -253,6 +254,29 @@ class MountlibTest(unittest.TestCase):
         self.assertEqual(mountlib.tree_map(self.src, mountlib.read_bytes),
                          dict(files, **{".ckptfs/status": b"{}"}))
         self.assertEqual(mountlib.sha256_file(os.path.join(self.src, "a")), want["a"])
+
+    def test_file_store_keys_while_deleting(self):
+        # A test that polls for a step to leave the store lists it while the
+        # daemon deletes it: a key that vanishes between os.walk's listing
+        # and the stat is gone, not an error (integration.mount_delete failed
+        # in CI on exactly that race).
+        root = os.path.join(self.src, "store")
+        os.makedirs(os.path.join(root, "jobs@", "j@"))
+        for name, size in (("a.commit", 3), ("b.commit", 5)):
+            with open(os.path.join(root, "jobs@", "j@", name), "wb") as f:
+                f.write(b"x" * size)
+        real_getsize = os.path.getsize
+
+        def getsize_after_delete(path):
+            if path.endswith("a.commit"):
+                os.unlink(path)  # the daemon wins the race
+            return real_getsize(path)
+        mountlib.os.path.getsize = getsize_after_delete
+        try:
+            got = mountlib.file_store_keys("file://" + root, "jobs/")
+        finally:
+            mountlib.os.path.getsize = real_getsize
+        self.assertEqual(got, {"jobs/j/b.commit": 5})
 
 
 if __name__ == "__main__":
