@@ -88,7 +88,10 @@ def part_times(store_url, job=JOB, node=NODE):
             rel = os.path.relpath(os.path.join(dirpath, name), root)
             m = pat.search(rel)
             if m:
-                out[int(m.group(1))] = os.stat(os.path.join(dirpath, name)).st_mtime_ns
+                try:
+                    out[int(m.group(1))] = os.stat(os.path.join(dirpath, name)).st_mtime_ns
+                except FileNotFoundError:
+                    continue  # deleted between the listing and the stat (GC)
     return out
 
 

@@ -32,7 +32,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import run_torch  # noqa: E402
+from mountlib import file_store_keys, run_torch  # noqa: E402
 
 CKPTCTL = os.environ.get("CKPTCTL")
 STEPS_PER_WRITER = 40
@@ -118,15 +118,10 @@ class GcTest(unittest.TestCase):
         return json.loads(self.ctl("stats", "--json", store=store).stdout)["stored_bytes"]
 
     def job_bytes(self, store):
-        """Bytes of every object under jobs/gcjob/ of a file:// store (whose
-        directories carry a '@' suffix, docs/BACKENDS.md)."""
-        top = store[len("file://"):]
-        total = 0
-        for root, _, files in os.walk(top):
-            key = "/".join(c.rstrip("@") for c in os.path.relpath(root, top).split(os.sep))
-            if (key + "/").startswith("jobs/gcjob/"):
-                total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-        return total
+        """Bytes of every object under jobs/gcjob/ of a file:// store
+        (mountlib.file_store_keys: it skips the backend's temp files and a
+        key deleted while it walks)."""
+        return sum(file_store_keys(store, "jobs/gcjob/").values())
 
     def long_run(self, models, repack_dead):
         """Steps 1..LONG_RUN_STEPS of `models` into a store of their own, gc
