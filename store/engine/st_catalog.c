@@ -13,6 +13,7 @@
 #include "util/st_array.h"
 #include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
+#include "util/st_parallel.h"
 #include "format/st_gcmark.h"
 
 /* ---- listing ---- */
@@ -517,33 +518,75 @@ st_err st_catalog_fence_live(st_backend *b, const char *job, const char *skip, i
     return ST_OK;
 }
 
-st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts)
+/* The first round of a publish: what its calls share. */
+typedef struct publish_round {
+    st_backend *b;
+    const st_manifest *m;
+    st_part *part;
+    int registered; /* the job registry entry was PUT */
+} publish_round;
+
+/* The job registry entry: idempotent, and it must exist before any step of
+ * the job can be found (before the part record). */
+static st_err round_register(void *arg)
 {
-    /* The fence of a compaction (docs/GC.md, "Compaction"): looked at right
-     * before the revision is picked and the manifest PUT, so a publish that
-     * saw no fence lands within one publish of the fence's PUT. */
-    int fenced = 0;
-    st_err e = st_catalog_fence_live(b, m->job, NULL, &fenced);
-    if (e)
-        return e;
-    if (fenced)
-        return ST_ERR_BUSY; /* message set by st_catalog_fence_live */
-    return st_catalog_publish_unfenced(b, m, part, puts);
+    publish_round *r = arg;
+    char key[ST_KEY_MAX];
+    snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", r->m->job);
+    st_err e = st_put(r->b, key, "", 0);
+    r->registered = !e;
+    return e;
 }
 
-st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part *part,
-                                   uint64_t *puts)
+/* The fence of a compaction (docs/GC.md, "Compaction"): looked at before
+ * the manifest PUT, so a publish that saw no fence lands within one
+ * publish of the fence's PUT. */
+static st_err round_fence(void *arg)
+{
+    publish_round *r = arg;
+    int fenced = 0;
+    st_err e = st_catalog_fence_live(r->b, r->m->job, NULL, &fenced);
+    if (!e && fenced)
+        e = ST_ERR_BUSY; /* message set by st_catalog_fence_live */
+    return e;
+}
+
+static st_err round_revision(void *arg)
+{
+    publish_round *r = arg;
+    return next_revision(r->b, r->m, r->part);
+}
+
+/* Runs the first round (docs/PROTOCOL.md, "Write order"): the publish's
+ * own calls, the fence's unless unfenced, and the caller's checks. */
+static st_err publish_first_round(publish_round *r, int fenced, const st_publish_check *checks,
+                                  size_t nchecks, uint64_t *puts)
+{
+    if (nchecks > ST_PUBLISH_MAX_CHECKS)
+        return st_seterr(ST_ERR_INVALID, "publish: %zu checks, at most %d", nchecks,
+                         ST_PUBLISH_MAX_CHECKS);
+    st_parallel_call calls[3 + ST_PUBLISH_MAX_CHECKS];
+    size_t n = 0;
+    calls[n++] = (st_parallel_call){.fn = round_register, .arg = r};
+    if (fenced)
+        calls[n++] = (st_parallel_call){.fn = round_fence, .arg = r};
+    calls[n++] = (st_parallel_call){.fn = round_revision, .arg = r};
+    for (size_t i = 0; i < nchecks; i++)
+        calls[n++] = (st_parallel_call){.fn = checks[i].fn, .arg = checks[i].arg};
+    st_err e = st_parallel_run(calls, n);
+    if (r->registered)
+        (*puts)++;
+    return e;
+}
+
+static st_err publish(st_backend *b, const st_manifest *m, st_part *part, int fenced,
+                      const st_publish_check *checks, size_t nchecks, uint64_t *puts)
 {
     st_bytes buf = {0};
     char key[ST_KEY_MAX];
-    /* The job registry entry first: idempotent, and it must exist before any
-     * step of the job can be found. */
-    snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", m->job);
-    st_err e = st_put(b, key, "", 0);
+    publish_round round = {.b = b, .m = m, .part = part};
+    st_err e = publish_first_round(&round, fenced, checks, nchecks, puts);
     if (e)
-        goto out;
-    (*puts)++;
-    if ((e = next_revision(b, m, part)))
         goto out;
     ST_CRASHPOINT("manifest-put-before");
     if ((e = st_manifest_encode(m, &buf)) ||
@@ -569,6 +612,18 @@ st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part 
 out:
     st_bytes_free(&buf);
     return e;
+}
+
+st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part,
+                          const st_publish_check *checks, size_t nchecks, uint64_t *puts)
+{
+    return publish(b, m, part, 1, checks, nchecks, puts);
+}
+
+st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part *part,
+                                   const st_publish_check *checks, size_t nchecks, uint64_t *puts)
+{
+    return publish(b, m, part, 0, checks, nchecks, puts);
 }
 
 /* ---- the dedup index learns what other writers stored ---- */

@@ -110,16 +110,34 @@ st_err st_catalog_newest_consistent(st_backend *b, const char *job, uint64_t low
                                     void *arg, st_stepview *v);
 
 /*!
- * Publishes this node's part of a step whose packs are all stored: the job
- * registry entry, the manifest m (step, job, node, created_ns filled in),
- * then the part record (its manifest fields are filled here from what was
- * written). part->revision is the smallest revision the caller accepts; it
- * is raised past every revision the step's listing holds (one LIST), so the
- * part's versions win over every part already published
- * (docs/CONSISTENCY.md, "One version per path"), and on return says the
- * revision written. Adds the PUTs made to *puts.
+ * A check a publish must pass before its manifest is PUT, run in the
+ * publish's first round at once with the publish's own requests
+ * (docs/PROTOCOL.md, "Write order"): the writer's last look at its packs
+ * (st_ingest_last_look), the mount's node lease. fn must be safe to run
+ * on another thread than the caller's, at once with the round's requests.
  */
-st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, uint64_t *puts);
+typedef struct st_publish_check {
+    st_err (*fn)(void *arg);
+    void *arg;
+} st_publish_check;
+
+/* Checks a caller may add to one publish (the round's own calls are 3). */
+#define ST_PUBLISH_MAX_CHECKS 4
+
+/*!
+ * Publishes this node's part of a step whose packs are all stored. First
+ * round, all at once: the job registry entry PUT, the look at the
+ * compaction fence, the step's listing (part->revision, the smallest
+ * revision the caller accepts, is raised past every revision it holds, so
+ * the part's versions win over every part already published:
+ * docs/CONSISTENCY.md, "One version per path") and the caller's checks[0..n).
+ * If all of them passed: the manifest m (step, job, node, created_ns filled
+ * in), then the part record (its manifest fields are filled here from what
+ * was written). On return part->revision says the revision written. Adds
+ * the PUTs made to *puts.
+ */
+st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part,
+                          const st_publish_check *checks, size_t nchecks, uint64_t *puts);
 
 /*!
  * st_catalog_publish without the look at the compaction fence, for the
@@ -129,7 +147,7 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part, ui
  * "Compaction").
  */
 st_err st_catalog_publish_unfenced(st_backend *b, const st_manifest *m, st_part *part,
-                                   uint64_t *puts);
+                                   const st_publish_check *checks, size_t nchecks, uint64_t *puts);
 
 /*!
  * Whether job has a live compaction fence other than skip (a full key, may

@@ -574,7 +574,7 @@ static st_err rewrite_parts(compactor *c, int64_t deadline)
         if ((e = relocate_manifest(c, &cp->m)))
             break;
         cp->m.created_ns = st_now_ns();
-        e = st_catalog_publish_unfenced(c->b, &cp->m, &cp->part, &puts);
+        e = st_catalog_publish_unfenced(c->b, &cp->m, &cp->part, NULL, 0, &puts);
         c->r->compact_puts += puts;
         if (!e) {
             c->r->compact_parts_rewritten++;

@@ -19,9 +19,10 @@
  * per ingest (its pending marker, then the pack: by a listing of both, at
  * most a minute old, else st_gc_pack_usable's HEADs); one
  * that is pending deletion or gone is forgotten by the index and its chunks
- * are stored again. st_ingest_finish looks at every pack of the manifest
- * once more, right before the caller publishes, so that the time between
- * the last look and the publish is one publish, not a whole ingest.
+ * are stored again. st_ingest_last_look looks at every pack of the
+ * manifest once more, in the publish's first round (st_catalog_publish), so
+ * that the time between the last look and the publish is one publish, not
+ * a whole ingest.
  *
  * Repack (docs/GC.md, Repack by retirement): at the first chunk the index
  * finds in an old pack, the ingest lists the job's retire markers once. A
@@ -148,6 +149,7 @@ struct st_ingest {
     st_idmap retired;      /* retired pack id -> 1 */
     st_file_entry *files;
     size_t nfiles, files_cap;
+    const st_manifest *finished; /* st_ingest_finish's, for the last look */
 
     st_ingest_stats stats;
 };
@@ -756,21 +758,6 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     st_err e2 = drain_uploads(g);
     if (e || (e = e2))
         return e;
-    /* The last look before the caller publishes (docs/GC.md). A young
-     * marker is accepted: the GC's next scan, no earlier than grace after
-     * the marking, will find this publish. */
-    int64_t deadline = INT64_MAX;
-    size_t bad = 0;
-    e = st_gc_packs_usable(g->backend, g->job, g->packs, g->npacks, &deadline, &bad);
-    if (e == ST_ERR_BUSY) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", st_errmsg());
-        st_state_pack_forget(g->state, g->job, &g->packs[bad]);
-        return st_seterr(ST_ERR_TRANSIENT,
-                         "not publishing: %s; its chunks will be stored again on retry", msg);
-    }
-    if (e)
-        return e;
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
@@ -778,7 +765,37 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     g->packs = NULL;
     g->files = NULL;
     g->npacks = g->nfiles = 0;
+    g->finished = m;
     return ST_OK;
+}
+
+/* The last look before the publish (docs/GC.md, "Writers"), at every pack
+ * the finished manifest names. A young marker is accepted: the GC's next
+ * scan, no earlier than grace after the marking, will find this publish.
+ * Runs on a thread of the publish's first round while the ingest's own
+ * thread waits in st_catalog_publish, so it alone touches g meanwhile. */
+static st_err last_look(void *arg)
+{
+    st_ingest *g = arg;
+    const st_manifest *m = g->finished;
+    if (!m)
+        return st_seterr(ST_ERR_INVALID, "last look before st_ingest_finish");
+    int64_t deadline = INT64_MAX;
+    size_t bad = 0;
+    st_err e = st_gc_packs_usable(g->backend, g->job, m->packs, m->npacks, &deadline, &bad);
+    if (e == ST_ERR_BUSY) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", st_errmsg());
+        st_state_pack_forget(g->state, g->job, &m->packs[bad]);
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "not publishing: %s; its chunks will be stored again on retry", msg);
+    }
+    return e;
+}
+
+st_publish_check st_ingest_last_look(st_ingest *g)
+{
+    return (st_publish_check){.fn = last_look, .arg = g};
 }
 
 const st_ingest_stats *st_ingest_get_stats(const st_ingest *g)

@@ -27,6 +27,7 @@
 #include "backend/st_backend.h"
 #include "format/st_chunker.h"
 #include "st_error.h"
+#include "engine/st_catalog.h"
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
 
@@ -84,9 +85,18 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
  * Stores the last open pack and moves the file entries and pack table into
  * m (whose other fields the caller fills: step, node, job, created_ns).
  * After ST_OK every chunk m references is in the store. The ingest can then
- * only be freed.
+ * only give its last look and be freed; m must outlive the publish.
  */
 st_err st_ingest_finish(st_ingest *g, st_manifest *m);
+
+/*!
+ * The writer's last look at every pack of the finished manifest (docs/GC.md,
+ * "Writers"), as a check for st_catalog_publish, which runs it in its first
+ * round: every publish of an ingest's manifest must pass it. A pack pending
+ * GC or gone fails it with ST_ERR_TRANSIENT ("not publishing: ...") and is
+ * forgotten by the index, so the retry stores its chunks again.
+ */
+st_publish_check st_ingest_last_look(st_ingest *g);
 
 const st_ingest_stats *st_ingest_get_stats(const st_ingest *g);
 

@@ -261,7 +261,8 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     m.node = s->node;
     m.job = (char *)job;
     st_part part = {.revision = 1, .complete = 1}; /* ckptctl put: one writer, whole step */
-    e = st_catalog_publish(s->backend, &m, &part, &r.puts);
+    const st_publish_check look = st_ingest_last_look(ingest);
+    e = st_catalog_publish(s->backend, &m, &part, &look, 1, &r.puts);
     m.node = m.job = NULL; /* borrowed, not st_manifest_free()'s to free */
     if (e)
         goto out;

@@ -278,6 +278,11 @@ static st_err carry_moved(st_ingest *g, const st_manifest *prev, const snapshot 
     return ST_OK;
 }
 
+static st_err lease_check(void *v)
+{
+    return vfs_lease_check(v);
+}
+
 /* The store side of one upload: no lock held. *got: the ingest's figures
  * (metrics), set when the step was published. */
 static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revision,
@@ -343,10 +348,10 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     uint64_t puts = 0;
     s->part.revision = base + 1; /* raised past the other nodes' by the publish */
     /* Only the holder of the node name writes its part records
-     * (docs/NODES.md); the step stays queued otherwise. */
-    e = vfs_lease_check(v);
-    if (!e)
-        e = st_catalog_publish(v->backend, &m, &s->part, &puts);
+     * (docs/NODES.md); the step stays queued otherwise. The lease check and
+     * the last look run in the publish's first round. */
+    const st_publish_check checks[] = {st_ingest_last_look(g), {lease_check, v}};
+    e = st_catalog_publish(v->backend, &m, &s->part, checks, 2, &puts);
     m.node = m.job = NULL; /* borrowed */
     if (!e) {
         *revision = s->part.revision;

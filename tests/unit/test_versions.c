@@ -210,7 +210,7 @@ static void test_external_gc_with_a_writer_clock_ahead(void)
     m.created_ns = st_now_ns() + 3600ll * 1000000000;
     st_part part = {.revision = 1, .complete = 1, .ncommits = 1, .commits = &commit};
     uint64_t puts = 0;
-    CHECK_OK(st_catalog_publish(store, &m, &part, &puts));
+    CHECK_OK(st_catalog_publish(store, &m, &part, NULL, 0, &puts));
     CHECK(VH_WAIT(strcmp(vh_state(&w, 7), "durable") == 0, 10));
     st_gc_report r;
     memset(&r, 0, sizeof r);

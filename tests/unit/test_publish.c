@@ -1,0 +1,309 @@
+/*
+ * test_publish — the publish's first round (docs/PROTOCOL.md, "Write
+ * order"): the job registry PUT, the fence LIST, the revision LIST and the
+ * caller's checks (the ingest's last look, a lease-like check) are in
+ * flight at once; the manifest PUT starts only after every one of them has
+ * answered, the part record PUT only after the manifest's; a failed check
+ * writes no manifest and no part record.
+ *
+ * The store is the in-memory backend behind a recording wrapper. While a
+ * round is armed, each request waits (up to ROUND_WAIT_S) until `want`
+ * requests are in flight together, so a serial publish is seen as one
+ * request in flight at a time (and the wait times out once, then is
+ * disarmed), never as a timing.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/st_backend.h"
+#include "engine/st_catalog.h"
+#include "engine/st_ingest.h"
+#include "engine/st_state.h"
+#include "util/st_fsutil.h"
+#include "st_backend_mem.h"
+#include "ut.h"
+
+#define ROUND_WAIT_S 3
+#define MAX_LOG      64
+
+/* One request as the wrapper saw it: its op, key, and the sequence numbers
+ * of its start and of its end (one counter for both, so "a ended before b
+ * started" is a.end < b.start). */
+typedef struct rec_entry {
+    char op[8];
+    char key[ST_KEY_MAX];
+    unsigned start, end;
+} rec_entry;
+
+typedef struct recorder {
+    st_backend *inner;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    unsigned seq;
+    int in_flight, max_in_flight;
+    int want; /* > 0: the armed round's requests wait for this many in flight */
+    rec_entry log[MAX_LOG];
+    size_t nlog;
+} recorder;
+
+static size_t rec_begin(recorder *r, const char *op, const char *key)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t i = r->nlog < MAX_LOG ? r->nlog++ : MAX_LOG - 1;
+    snprintf(r->log[i].op, sizeof r->log[i].op, "%s", op);
+    snprintf(r->log[i].key, sizeof r->log[i].key, "%s", key);
+    r->log[i].start = r->seq++;
+    if (++r->in_flight > r->max_in_flight)
+        r->max_in_flight = r->in_flight;
+    pthread_cond_broadcast(&r->changed);
+    if (r->want > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += ROUND_WAIT_S;
+        while (r->want > 0 && r->in_flight < r->want)
+            if (pthread_cond_timedwait(&r->changed, &r->lock, &until) == ETIMEDOUT)
+                break;
+        r->want = 0; /* the round met (or never will): later requests run freely */
+        pthread_cond_broadcast(&r->changed);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return i;
+}
+
+static void rec_end(recorder *r, size_t i)
+{
+    pthread_mutex_lock(&r->lock);
+    r->log[i].end = r->seq++;
+    r->in_flight--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static st_err rec_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    size_t i = rec_begin(ctx, "PUT", key);
+    st_err e = st_put(((recorder *)ctx)->inner, key, data, len);
+    rec_end(ctx, i);
+    return e;
+}
+
+static st_err rec_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    size_t i = rec_begin(ctx, "GET", key);
+    st_err e = st_get(((recorder *)ctx)->inner, key, off, len, out);
+    rec_end(ctx, i);
+    return e;
+}
+
+static st_err rec_stat(void *ctx, const char *key, uint64_t *size)
+{
+    size_t i = rec_begin(ctx, "HEAD", key);
+    st_err e = st_stat(((recorder *)ctx)->inner, key, size);
+    rec_end(ctx, i);
+    return e;
+}
+
+static st_err rec_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    size_t i = rec_begin(ctx, "LIST", prefix);
+    st_err e = st_list(((recorder *)ctx)->inner, prefix, cb, arg);
+    rec_end(ctx, i);
+    return e;
+}
+
+static st_err rec_del(void *ctx, const char *key)
+{
+    size_t i = rec_begin(ctx, "DEL", key);
+    st_err e = st_del(((recorder *)ctx)->inner, key);
+    rec_end(ctx, i);
+    return e;
+}
+
+static void rec_close(void *ctx)
+{
+    (void)ctx; /* the test owns the recorder and its inner store */
+}
+
+static const st_backend_ops rec_ops = {
+    .scheme = "mem",
+    .put = rec_put,
+    .get = rec_get,
+    .stat = rec_stat,
+    .list = rec_list,
+    .del = rec_del,
+    .close = rec_close,
+};
+
+static void rec_arm(recorder *r, int want)
+{
+    pthread_mutex_lock(&r->lock);
+    r->want = want;
+    r->max_in_flight = 0;
+    r->nlog = 0;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The first logged request whose op is op and whose key contains part. */
+static const rec_entry *rec_find(const recorder *r, const char *op, const char *part)
+{
+    for (size_t i = 0; i < r->nlog; i++)
+        if (!strcmp(r->log[i].op, op) && strstr(r->log[i].key, part))
+            return &r->log[i];
+    return NULL;
+}
+
+/* A check as the mount's lease check is: one request of its own. */
+static st_err lease_like_check(void *arg)
+{
+    uint64_t size;
+    st_err e = st_stat(arg, "nodes/n1.lease", &size);
+    return e == ST_ERR_NOT_FOUND ? ST_OK : e;
+}
+
+static st_err refusing_check(void *arg)
+{
+    (void)arg;
+    return st_seterr(ST_ERR_BUSY, "node name taken (test)");
+}
+
+static char root[] = "/tmp/test_publish_XXXXXX";
+
+/* Ingests one 300 KiB file of job "pj" as a manifest of step `step`. */
+static void ingest_one(st_backend *b, st_state *state, uint64_t seed, st_ingest **g, st_manifest *m)
+{
+    static uint8_t data[300 << 10];
+    char path[256];
+    ut_rand_fill(data, sizeof data, seed);
+    snprintf(path, sizeof path, "%s/model.pt", root);
+    ut_write_file(path, data, sizeof data);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    struct stat st;
+    CHECK(fstat(fd, &st) == 0);
+    CHECK_OK(st_ingest_new(b, state, "pj", NULL, g));
+    CHECK_OK(st_ingest_file(*g, fd, "model.pt", &st, -1));
+    close(fd);
+    memset(m, 0, sizeof *m);
+    CHECK_OK(st_ingest_finish(*g, m));
+}
+
+/* A recorder over a fresh in-memory store, an index, and one ingested file
+ * as the manifest of `step`, ready to publish. */
+typedef struct fixture {
+    recorder r;
+    st_backend b;
+    st_state *state;
+    st_ingest *g;
+    st_manifest m;
+} fixture;
+
+static void fixture_open(fixture *f, uint64_t step)
+{
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->r.lock, NULL);
+    pthread_cond_init(&f->r.changed, NULL);
+    CHECK_OK(st_backend_mem_open(&f->r.inner));
+    f->b = (st_backend){&rec_ops, &f->r};
+    char path[256];
+    snprintf(path, sizeof path, "%s/state-%" PRIu64 ".db", root, step);
+    CHECK_OK(st_state_open(path, &f->state));
+    ingest_one(&f->b, f->state, step, &f->g, &f->m);
+    f->m.step = step;
+    f->m.job = "pj";
+    f->m.node = "n1";
+    f->m.created_ns = st_now_ns();
+}
+
+static void fixture_close(fixture *f)
+{
+    f->m.job = f->m.node = NULL; /* borrowed, not st_manifest_free's to free */
+    st_manifest_free(&f->m);
+    st_ingest_free(f->g);
+    st_state_close(f->state);
+    st_backend_close(f->r.inner);
+    pthread_cond_destroy(&f->r.changed);
+    pthread_mutex_destroy(&f->r.lock);
+}
+
+static void test_first_round_at_once_then_manifest_then_part(void)
+{
+    fixture f;
+    fixture_open(&f, 3);
+    recorder *r = &f.r;
+    /* Registry PUT, fence LIST, revision LIST, the last look's first
+     * request, the lease-like HEAD: five requests of one round. */
+    rec_arm(r, 5);
+    const st_publish_check checks[] = {st_ingest_last_look(f.g), {lease_like_check, &f.b}};
+    st_part part = {.revision = 1, .complete = 1};
+    uint64_t puts = 0;
+    CHECK_OK(st_catalog_publish(&f.b, &f.m, &part, checks, 2, &puts));
+    CHECK(r->max_in_flight >= 5);
+    CHECK(puts == 3); /* registry, manifest, part record */
+
+    const rec_entry *manifest = rec_find(r, "PUT", ".manifest");
+    const rec_entry *record = rec_find(r, "PUT", ".commit");
+    CHECK(manifest && record);
+    if (manifest && record) {
+        for (size_t i = 0; i < r->nlog; i++)
+            if (&r->log[i] != manifest && &r->log[i] != record)
+                CHECK(r->log[i].end < manifest->start); /* every check answered first */
+        CHECK(manifest->end < record->start);
+    }
+    CHECK(rec_find(r, "PUT", "joblist/pj") != NULL);
+    CHECK(rec_find(r, "LIST", "gc/compacting") != NULL);
+    CHECK(rec_find(r, "HEAD", "gc/pending") != NULL);     /* the last look, */
+    CHECK(rec_find(r, "HEAD", ".pack") != NULL);          /* marker then pack */
+    CHECK(rec_find(r, "HEAD", "nodes/n1.lease") != NULL); /* the caller's own check */
+
+    st_bytes buf = {0};
+    st_part back;
+    CHECK_OK(st_catalog_load_part(r->inner, "pj", 3, "n1", &buf, &back));
+    CHECK(back.revision == 1 && back.manifest_len > 0);
+    st_part_free(&back);
+    st_bytes_free(&buf);
+    fixture_close(&f);
+}
+
+/* A failed check stops the publish before the manifest: the step has no
+ * manifest and no part record; the error is the check's, with its message. */
+static void test_failed_check_writes_nothing(void)
+{
+    fixture f;
+    fixture_open(&f, 4);
+    const st_publish_check checks[] = {st_ingest_last_look(f.g), {refusing_check, NULL}};
+    st_part part = {.revision = 1, .complete = 1};
+    uint64_t puts = 0;
+    rec_arm(&f.r, 0);
+    CHECK_ERR(st_catalog_publish(&f.b, &f.m, &part, checks, 2, &puts), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "node name taken (test)") != NULL);
+    CHECK(rec_find(&f.r, "PUT", ".manifest") == NULL);
+    CHECK(rec_find(&f.r, "PUT", ".commit") == NULL);
+    st_bytes buf = {0};
+    st_part back;
+    CHECK_ERR(st_catalog_load_part(f.r.inner, "pj", 4, "n1", &buf, &back), ST_ERR_NOT_FOUND);
+    st_bytes_free(&buf);
+    fixture_close(&f);
+}
+
+static void run_cases(void)
+{
+    RUN(test_first_round_at_once_then_manifest_then_part);
+    RUN(test_failed_check_writes_nothing);
+}
+
+int main(void)
+{
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    run_cases();
+    if (!ut_failed)
+        ut_rmtree(root);
+    return ut_finish();
+}
