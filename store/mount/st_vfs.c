@@ -31,6 +31,7 @@
 #include "format/st_fmtcheck.h"
 #include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
+#include "util/st_parallel.h"
 #include "engine/st_gc.h"
 #include "format/st_manifest.h"
 
@@ -1536,6 +1537,55 @@ static st_err recover(st_vfs *v)
     return ST_OK;
 }
 
+/* The first look at the store, at open: what each call of it shares. */
+typedef struct open_look {
+    st_vfs *v;
+    vfs_bound bound;
+} open_look;
+
+static st_err look_steps(void *arg)
+{
+    open_look *l = arg;
+    vfs_bound outer = vfs_bound_set(l->bound);
+    st_err e = vfs_remote_refresh(l->v);
+    vfs_bound_set(outer);
+    return e;
+}
+
+static st_err look_lease(void *arg)
+{
+    open_look *l = arg;
+    vfs_bound outer = vfs_bound_set(l->bound);
+    st_err e = vfs_lease_read(l->v);
+    vfs_bound_set(outer);
+    return e;
+}
+
+/* The store's steps and this node's lease, read at once (neither needs the
+ * other's answer: on Ceph RGW each is a round trip of ~45 ms, and a mount
+ * waited for both in a row). They share one bound, so a dead endpoint
+ * delays the mount once, not twice (docs/NODES.md); a store that does not
+ * answer within it is left to the refresher thread (docs/MOUNT.md, "The
+ * store is down"). Only a live holder of the node name fails the open. */
+static st_err first_look(st_vfs *v)
+{
+    open_look l = {v,
+                   {.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
+                    .outage_budget_ns = VFS_OPEN_OUTAGE_NS}};
+    st_parallel_call calls[] = {{.fn = look_steps, .arg = &l}, {.fn = look_lease, .arg = &l}};
+    (void)st_parallel_run(calls, 2); /* each result is looked at below */
+    if (calls[0].err)
+        vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
+                calls[0].msg);
+    if (calls[1].err == ST_ERR_BUSY)
+        return st_seterr(ST_ERR_BUSY, "%s", calls[1].msg);
+    if (calls[1].err)
+        vfs_log(v, 1,
+                "cannot read the lease of node '%s' yet (%s); checked again before publishing",
+                v->node, calls[1].msg);
+    return ST_OK;
+}
+
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {
     *out = NULL;
@@ -1619,19 +1669,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_mutex_unlock(&v->lock);
     if (e)
         goto fail;
-    /* The lease is read only when the store answered the refresh: a dead
-     * endpoint must not delay the mount twice (docs/NODES.md). Both share
-     * one bound: a store that does not answer within it is left to the
-     * refresher thread (docs/MOUNT.md, "The store is down"). */
-    vfs_bound outer = vfs_bound_set((vfs_bound){.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
-                                                .outage_budget_ns = VFS_OPEN_OUTAGE_NS});
-    int store_up = vfs_remote_refresh(v) == ST_OK;
-    if (!store_up)
-        vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
-                st_errmsg());
-    e = vfs_lease_open(v, store_up);
-    vfs_bound_set(outer);
-    if (e)
+    if ((e = vfs_lease_open(v)) || (e = first_look(v)))
         goto fail;
     *out = v;
     return ST_OK;

@@ -460,11 +460,12 @@ int vfs_health_down(st_vfs *v);
 int vfs_health_status(st_vfs *v, struct json_object *root, char *last_error, size_t cap);
 
 /* st_vfs_lease.c — the node lease (docs/NODES.md); no call holds v->lock */
-/* At open: the instance id (STAGING/instance), then (check_now) a read of
- * the lease. ST_ERR_BUSY: another live daemon holds the name (the mount is
- * refused); a store error only leaves the lease unknown. The first
- * heartbeat writes it. */
-st_err vfs_lease_open(st_vfs *v, int check_now);
+/* At open: the instance id (STAGING/instance); no request. */
+st_err vfs_lease_open(st_vfs *v);
+/* At open, after vfs_lease_open: a read of the lease. ST_ERR_BUSY: another
+ * live daemon holds the name (the mount is refused); a store error only
+ * leaves the lease unknown. The first heartbeat writes it. */
+st_err vfs_lease_read(st_vfs *v);
 /* Refresher thread: renews the lease every ttl/3. */
 void vfs_lease_heartbeat(st_vfs *v);
 /* Uploader, before a part record: ST_OK if this daemon holds its name

@@ -111,7 +111,7 @@ static st_err claim(st_vfs *v, st_claim_mode mode)
     return e;
 }
 
-st_err vfs_lease_open(st_vfs *v, int check_now)
+st_err vfs_lease_open(st_vfs *v)
 {
     double ttl =
         v->opts.node_lease_ttl_seconds > 0 ? v->opts.node_lease_ttl_seconds : DEFAULT_TTL_S;
@@ -125,18 +125,13 @@ st_err vfs_lease_open(st_vfs *v, int check_now)
     if (gethostname(v->lease.mine.host, sizeof v->lease.mine.host) != 0)
         snprintf(v->lease.mine.host, sizeof v->lease.mine.host, "-");
     v->lease.next_beat_ns = st_mono_ns(); /* the refresher's first tick writes it */
-    if (!check_now)
-        return ST_OK;
-    /* A read only: a mount never waits on a PUT (docs/NODES.md). */
-    e = claim(v, ST_CLAIM_CHECK);
-    if (e == ST_ERR_BUSY)
-        return e;
-    if (e)
-        vfs_log(v, 1,
-                "cannot read the lease of node '%s' yet (%s); checked again before "
-                "publishing",
-                v->node, st_errmsg());
     return ST_OK;
+}
+
+st_err vfs_lease_read(st_vfs *v)
+{
+    /* A read only: a mount never waits on a PUT (docs/NODES.md). */
+    return claim(v, ST_CLAIM_CHECK);
 }
 
 void vfs_lease_heartbeat(st_vfs *v)
