@@ -1537,26 +1537,19 @@ static st_err recover(st_vfs *v)
     return ST_OK;
 }
 
-/* The first look at the store, at open: what each call of it shares. */
+/* One read of the first look at the store, at open, under the look's
+ * bound (which is per thread: vfs_bound_set). */
 typedef struct open_look {
     st_vfs *v;
     vfs_bound bound;
+    st_err (*read)(st_vfs *v);
 } open_look;
 
-static st_err look_steps(void *arg)
+static st_err look(void *arg)
 {
     open_look *l = arg;
     vfs_bound outer = vfs_bound_set(l->bound);
-    st_err e = vfs_remote_refresh(l->v);
-    vfs_bound_set(outer);
-    return e;
-}
-
-static st_err look_lease(void *arg)
-{
-    open_look *l = arg;
-    vfs_bound outer = vfs_bound_set(l->bound);
-    st_err e = vfs_lease_read(l->v);
+    st_err e = l->read(l->v);
     vfs_bound_set(outer);
     return e;
 }
@@ -1569,10 +1562,10 @@ static st_err look_lease(void *arg)
  * store is down"). Only a live holder of the node name fails the open. */
 static st_err first_look(st_vfs *v)
 {
-    open_look l = {v,
-                   {.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
-                    .outage_budget_ns = VFS_OPEN_OUTAGE_NS}};
-    st_parallel_call calls[] = {{.fn = look_steps, .arg = &l}, {.fn = look_lease, .arg = &l}};
+    const vfs_bound bound = {.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
+                             .outage_budget_ns = VFS_OPEN_OUTAGE_NS};
+    open_look steps = {v, bound, vfs_remote_refresh}, lease = {v, bound, vfs_lease_read};
+    st_parallel_call calls[] = {{.fn = look, .arg = &steps}, {.fn = look, .arg = &lease}};
     (void)st_parallel_run(calls, 2); /* each result is looked at below */
     if (calls[0].err)
         vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
