@@ -655,6 +655,68 @@ static void warn_skip(void (*warn)(void *, const char *), void *arg, uint64_t st
     warn(arg, msg);
 }
 
+/* The mark of a step whose listing was merged whole: its largest manifest
+ * revision and its number of part records, which every publish of the
+ * step changes (docs/PROTOCOL.md, "The local dedup index"). */
+static void step_synced_key(char *out, size_t cap, const char *job, const st_step_keys *k)
+{
+    snprintf(out, cap, "synced:%s/%020" PRIu64 "/r%" PRIu32 "/n%zu", job, k->step, k->max_revision,
+             k->nnodes);
+}
+
+/* Merges node's part of step k into the index unless that version of it
+ * was merged before. *revision: the revision its part record names (0 if
+ * it could not be read). ST_OK also when the part or its manifest cannot be
+ * read (warn hears of it, *merged stays 0): the index is a cache. */
+static st_err sync_part(st_backend *b, st_state *state, const char *job, const st_step_keys *k,
+                        const char *node, st_bytes *buf, uint32_t *revision, int *merged,
+                        void (*warn)(void *arg, const char *msg), void *warn_arg)
+{
+    /* "seen" is per part version: a part stored again (a new revision) has
+     * a new record and is merged again. */
+    char key[ST_KEY_MAX + ST_ID_HEX_LEN + 2], hex[ST_ID_HEX_LEN + 1];
+    st_part p;
+    st_manifest m;
+    *revision = 0;
+    *merged = 0;
+    if (st_catalog_load_part(b, job, k->step, node, buf, &p)) {
+        warn_skip(warn, warn_arg, k->step);
+        return ST_OK;
+    }
+    *revision = p.revision;
+    st_id version = st_id_of(buf->data, buf->len);
+    st_err e = st_key_part(key, ST_KEY_MAX, job, k->step, node);
+    if (e) {
+        st_part_free(&p);
+        return e;
+    }
+    strcat(key, "@");
+    strcat(key, st_id_hex(&version, hex));
+    if (st_state_manifest_seen(state, key)) {
+        *merged = 1;
+        st_part_free(&p);
+        return ST_OK;
+    }
+    if (st_catalog_load_manifest(b, &p, buf, &m)) {
+        warn_skip(warn, warn_arg, k->step);
+        st_part_free(&p);
+        return ST_OK;
+    }
+    e = st_state_begin(state);
+    if (!e)
+        e = index_manifest(state, job, &m);
+    if (!e)
+        e = st_state_manifest_mark(state, key);
+    if (e)
+        st_state_rollback(state);
+    else
+        e = st_state_commit(state);
+    *merged = !e;
+    st_manifest_free(&m);
+    st_part_free(&p);
+    return e;
+}
+
 st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
                              void (*warn)(void *arg, const char *msg), void *warn_arg)
 {
@@ -663,44 +725,26 @@ st_err st_catalog_sync_index(st_backend *b, st_state *state, const char *job,
     st_bytes buf = {0};
     st_err e = st_catalog_list_steps(b, job, &steps, &nsteps);
     for (size_t i = 0; !e && i < nsteps; i++) {
+        char synced[ST_KEY_MAX + 64];
+        step_synced_key(synced, sizeof synced, job, &steps[i]);
+        if (st_state_manifest_seen(state, synced))
+            continue; /* unchanged since it was merged whole */
+        uint32_t newest = 0;
+        int whole = 1;
         for (size_t k = 0; !e && k < steps[i].nnodes; k++) {
-            /* "seen" is per part version: a part stored again (a new
-             * revision) has a new record and is merged again. */
-            char key[ST_KEY_MAX + ST_ID_HEX_LEN + 2], hex[ST_ID_HEX_LEN + 1];
-            st_part p;
-            st_manifest m;
-            if (st_catalog_load_part(b, job, steps[i].step, steps[i].nodes[k], &buf, &p)) {
-                warn_skip(warn, warn_arg, steps[i].step);
-                continue;
-            }
-            st_id version = st_id_of(buf.data, buf.len);
-            if ((e = st_key_part(key, ST_KEY_MAX, job, steps[i].step, steps[i].nodes[k]))) {
-                st_part_free(&p);
-                break;
-            }
-            strcat(key, "@");
-            strcat(key, st_id_hex(&version, hex));
-            if (st_state_manifest_seen(state, key)) {
-                st_part_free(&p);
-                continue;
-            }
-            if (st_catalog_load_manifest(b, &p, &buf, &m)) {
-                warn_skip(warn, warn_arg, steps[i].step);
-                st_part_free(&p);
-                continue;
-            }
-            e = st_state_begin(state);
-            if (!e)
-                e = index_manifest(state, job, &m);
-            if (!e)
-                e = st_state_manifest_mark(state, key);
-            if (e)
-                st_state_rollback(state);
-            else
-                e = st_state_commit(state);
-            st_manifest_free(&m);
-            st_part_free(&p);
+            uint32_t revision;
+            int merged;
+            e = sync_part(b, state, job, &steps[i], steps[i].nodes[k], &buf, &revision, &merged,
+                          warn, warn_arg);
+            whole &= merged;
+            if (revision > newest)
+                newest = revision;
         }
+        /* Marked only when no manifest is newer than every part record (a
+         * publish under way, or one that crashed before its part record):
+         * its part record, once written, would not change the pair. */
+        if (!e && whole && newest == steps[i].max_revision)
+            e = st_state_manifest_mark(state, synced);
     }
     st_step_keys_free(steps, nsteps);
     st_bytes_free(&buf);

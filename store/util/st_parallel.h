@@ -12,7 +12,10 @@
  * buffer is per thread); st_parallel_run returns the first failure in array
  * order and sets st_errmsg() to its message on the caller's thread.
  * Threads: the calls must be safe to run at once (each its own data, or
- * locked); the backend's ops are (docs/BACKENDS.md).
+ * locked); the backend's ops are (docs/BACKENDS.md). The caller's
+ * thread-local state does not follow a call onto its thread: a call that
+ * needs it sets it itself (the mount's request bound, vfs_bound_set, in
+ * mount/st_vfs.c first_look).
  */
 #ifndef ST_PARALLEL_H
 #define ST_PARALLEL_H

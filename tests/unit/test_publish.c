@@ -4,7 +4,8 @@
  * caller's checks (the ingest's last look, a lease-like check) are in
  * flight at once; the manifest PUT starts only after every one of them has
  * answered, the part record PUT only after the manifest's; a failed check
- * writes no manifest and no part record.
+ * writes no manifest and no part record. And the index sync before an
+ * upload, which reads a step only while its listing changes.
  *
  * The store is the in-memory backend behind a recording wrapper. While a
  * round is armed, each request waits (up to ROUND_WAIT_S) until `want`
@@ -47,7 +48,8 @@ typedef struct recorder {
     pthread_cond_t changed;
     unsigned seq;
     int in_flight, max_in_flight;
-    int want; /* > 0: the armed round's requests wait for this many in flight */
+    int want;      /* > 0: the armed round's requests wait for this many in flight */
+    unsigned gets; /* GETs since the last rec_arm */
     rec_entry log[MAX_LOG];
     size_t nlog;
 } recorder;
@@ -95,6 +97,7 @@ static st_err rec_put(void *ctx, const char *key, const void *data, size_t len)
 static st_err rec_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     size_t i = rec_begin(ctx, "GET", key);
+    ((recorder *)ctx)->gets++; /* under no lock: the sync test reads from one thread */
     st_err e = st_get(((recorder *)ctx)->inner, key, off, len, out);
     rec_end(ctx, i);
     return e;
@@ -145,6 +148,7 @@ static void rec_arm(recorder *r, int want)
     r->want = want;
     r->max_in_flight = 0;
     r->nlog = 0;
+    r->gets = 0;
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -290,10 +294,77 @@ static void test_failed_check_writes_nothing(void)
     fixture_close(&f);
 }
 
+/* Publishes `job`'s step as node, from a fresh ingest of one file (seed). */
+static void publish_step(fixture *f, uint64_t step, const char *node, uint64_t seed,
+                         st_id *first_chunk)
+{
+    st_ingest *g = NULL;
+    st_manifest m;
+    ingest_one(&f->b, f->state, seed, &g, &m);
+    m.step = step;
+    m.job = "pj";
+    m.node = (char *)node;
+    m.created_ns = st_now_ns();
+    if (first_chunk && m.nfiles && m.files[0].nchunks)
+        *first_chunk = m.files[0].chunks[0].id;
+    const st_publish_check look = st_ingest_last_look(g);
+    st_part part = {.revision = 1, .complete = 1};
+    uint64_t puts = 0;
+    CHECK_OK(st_catalog_publish(&f->b, &m, &part, &look, 1, &puts));
+    m.job = m.node = NULL;
+    st_manifest_free(&m);
+    st_ingest_free(g);
+}
+
+/* GETs of one st_catalog_sync_index of job "pj" into index. */
+static unsigned sync_gets(fixture *f, st_state *index)
+{
+    rec_arm(&f->r, 0);
+    CHECK_OK(st_catalog_sync_index(&f->b, index, "pj", NULL, NULL));
+    return f->r.gets;
+}
+
+/* The index sync reads a step only while its listing changes
+ * (docs/PROTOCOL.md, "The local dedup index"): every step once, then none;
+ * a step published again is read again and its new chunks are learnt; a
+ * step with a manifest newer than its part records (a publish that crashed
+ * before its part record) is read every time until that changes. */
+static void test_index_sync_reads_each_step_once(void)
+{
+    fixture f;
+    fixture_open(&f, 1);
+    for (uint64_t step = 2; step <= 6; step++)
+        publish_step(&f, step, "n1", 10 + step, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/reader.db", root);
+    st_state *reader = NULL;
+    CHECK_OK(st_state_open(path, &reader));
+    CHECK(sync_gets(&f, reader) == 10); /* 5 part records, 5 manifests */
+    CHECK(sync_gets(&f, reader) == 0);  /* before: 5, one per step, every time */
+
+    st_id chunk;
+    publish_step(&f, 3, "n2", 99, &chunk); /* step 3 again, by another node */
+    st_chunk_loc loc;
+    CHECK_ERR(st_state_chunk_lookup(reader, "pj", &chunk, &loc), ST_ERR_NOT_FOUND);
+    CHECK(sync_gets(&f, reader) == 3); /* step 3's two part records, n2's manifest */
+    CHECK_OK(st_state_chunk_lookup(reader, "pj", &chunk, &loc));
+    CHECK(sync_gets(&f, reader) == 0);
+
+    /* A manifest of step 4 with no part record naming it. */
+    char key[ST_KEY_MAX];
+    CHECK_OK(st_key_manifest(key, sizeof key, "pj", 4, "n3", 9));
+    CHECK_OK(st_put(f.r.inner, key, "x", 1));
+    CHECK(sync_gets(&f, reader) == 1); /* n1's part record (its manifest is known) */
+    CHECK(sync_gets(&f, reader) == 1); /* not marked: read again */
+    st_state_close(reader);
+    fixture_close(&f);
+}
+
 static void run_cases(void)
 {
     RUN(test_first_round_at_once_then_manifest_then_part);
     RUN(test_failed_check_writes_nothing);
+    RUN(test_index_sync_reads_each_step_once);
 }
 
 int main(void)
