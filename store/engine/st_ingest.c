@@ -370,12 +370,13 @@ static st_err open_pack(st_ingest *g, int stream)
             break;
         pthread_cond_wait(&g->changed, &g->lock);
     }
+    if (!e) /* under the lock: the upload threads read every buffer's state */
+        g->bufs[free_buf].state = BUF_FILLING;
     pthread_mutex_unlock(&g->lock);
     if (e)
         return e;
     pack_buf *b = &g->bufs[free_buf];
     st_pack_writer_reset(&b->w);
-    b->state = BUF_FILLING;
     b->stream = stream;
     b->first_chunk = g->nopen;
     b->slot = (uint32_t)g->npacks;
