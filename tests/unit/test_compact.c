@@ -224,21 +224,34 @@ static void test_dry_run_writes_nothing(void)
 
 /* ---- a backend cut off from the N-th PUT on: a crash at that point ---- */
 
+/* Requests come from several threads (upload workers, the publish's first
+ * round): lock guards the counters, and is held across a whole PUT so that
+ * "the N-th PUT" is one well-defined request. */
 typedef struct cutoff {
+    pthread_mutex_t lock;
     st_backend *inner;
     int puts, limit;         /* PUTs let through so far; the one numbered limit fails */
     const char *del_on_pack; /* deleted once, right after the first pack PUT */
 } cutoff;
 
-static st_err cut_check(cutoff *c)
+static st_err cut_check_locked(const cutoff *c)
 {
     return c->puts >= c->limit ? st_seterr(ST_ERR_PERMANENT, "cut off (test crash)") : ST_OK;
+}
+
+static st_err cut_check(cutoff *c)
+{
+    pthread_mutex_lock(&c->lock);
+    st_err e = cut_check_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return e;
 }
 
 static st_err cut_put(void *ctx, const char *key, const void *data, size_t len)
 {
     cutoff *c = ctx;
-    st_err e = cut_check(c);
+    pthread_mutex_lock(&c->lock);
+    st_err e = cut_check_locked(c);
     if (!e && !(e = st_put(c->inner, key, data, len)))
         c->puts++;
     if (!e && c->del_on_pack && strstr(key, ".pack")) {
@@ -249,6 +262,7 @@ static st_err cut_put(void *ctx, const char *key, const void *data, size_t len)
         fprintf(stderr, "PUT %d %s: %d\n", c->puts, key, e);
     if (!e && c->puts >= c->limit)
         c->limit = c->puts; /* from here on, everything fails */
+    pthread_mutex_unlock(&c->lock);
     return e;
 }
 
@@ -326,7 +340,7 @@ static void test_crash_at_every_point(void)
         st_store *s = open_store("n1");
         st_backend *b = open_backend();
         uint64_t kept = finished_job(s, b);
-        cutoff c = {.inner = b, .limit = limit};
+        cutoff c = {.lock = PTHREAD_MUTEX_INITIALIZER, .inner = b, .limit = limit};
         st_backend cut = {.ops = &cut_ops, .ctx = &c};
         st_gc_report r;
         st_err e = gc(&cut, 1, &r);
@@ -407,7 +421,8 @@ static void test_step_deleted_meanwhile(void)
     st_store *s = open_store("n1");
     st_backend *b = open_backend();
     finished_job(s, b);
-    cutoff c = {.inner = b,
+    cutoff c = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                .inner = b,
                 .limit = 1000,
                 .del_on_pack = "jobs/j/steps/00000000000000000003/nodes/n1.commit"};
     st_backend cut = {.ops = &cut_ops, .ctx = &c};

@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,17 +87,24 @@ static uint64_t vh_staging_cap;
 /* Every log line of every mount since the last vh_log_clear(), each ended
  * by '\n' (a test checks what was logged, and that one message is one line). */
 static char vh_logbuf[1 << 16];
+/* A mount logs from several threads at once (open's first look, the
+ * uploader, the refresher). */
+static pthread_mutex_t vh_log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void vh_log_clear(void)
 {
+    pthread_mutex_lock(&vh_log_lock);
     vh_logbuf[0] = '\0';
+    pthread_mutex_unlock(&vh_log_lock);
 }
 
 /* Logs of the mounts go to stderr only with CKPT_TEST_VERBOSE set. */
 static inline void vh_log(void *arg, int level, const char *msg)
 {
+    pthread_mutex_lock(&vh_log_lock);
     size_t used = strlen(vh_logbuf);
     snprintf(vh_logbuf + used, sizeof vh_logbuf - used, "%s\n", msg);
+    pthread_mutex_unlock(&vh_log_lock);
     if (getenv("CKPT_TEST_VERBOSE"))
         fprintf(stderr, "  [%s] %s%s\n", (const char *)arg, level >= 2 ? "error: " : "", msg);
 }
