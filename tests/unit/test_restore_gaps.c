@@ -387,9 +387,6 @@ static void test_streamed_in_pack_order(void)
     while (pb.refs[hit].offset + pb.refs[hit].stored_len <= 3 * 65521u)
         hit++;
     CHECK(pb.refs[hit].offset < 3 * 65521u);
-    st_restorer *r = NULL;
-    char path[300];
-    snprintf(path, sizeof path, "%s/stream-bad.bin", root);
     for (int round = 0; round < 2; round++) {
         st_bytes bad = {0};
         CHECK_OK(st_bytes_append(&bad, pb.data.data, pb.data.len));
@@ -399,15 +396,155 @@ static void test_streamed_in_pack_order(void)
             bad.len -= 1000; /* the last chunk's tail is missing */
         CHECK_OK(st_put(b, key, bad.data, bad.len));
         st_bytes_free(&bad);
-        CHECK_OK(st_restorer_new(b, "job", &r));
-        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-        CHECK(fd >= 0);
-        CHECK_ERR(st_restore_file(r, &m, &f, fd), ST_ERR_CORRUPT);
+        restore_fails_corrupt(b, &m, &f);
         if (round == 1)
             CHECK(strstr(st_errmsg(), "shorter than the manifest") != NULL);
-        close(fd);
-        st_restorer_free(r);
     }
+    free(expect);
+    pack_free(&pb);
+    st_backend_close(b);
+}
+
+/* A pack of 20 chunks of 1 MiB (random: stored as they are, 20 MiB), and a
+ * file of all of them in pack order. */
+static void big_pack_file(st_backend *b, pack_builder *pb, st_manifest *m, st_file_entry *f,
+                          st_chunk_ref *refs, st_id *pack_id, uint8_t **expect, int reversed)
+{
+    size_t order[20];
+    while (pb->n < 20)
+        add_chunk(pb, MIB, 5000 + pb->n);
+    for (size_t i = 0; i < 20; i++)
+        order[i] = reversed ? 19 - i : i;
+    char key[ST_KEY_MAX];
+    store_pack(b, pb, "pack-big", pack_id, key);
+    make_file(pb, order, 20, m, f, refs, pack_id, expect);
+}
+
+/* A file's run through one pack in pack order is streamed, so one GET
+ * reads all of it, past ST_RESTORE_MAX_GET (a 20 MiB pack: was 2 GETs), in
+ * both sinks; chunks in another order are buffered, within
+ * ST_RESTORE_MAX_GET per run (2 GETs). */
+static void test_streamed_whole_pack(void)
+{
+    st_backend *b = NULL;
+    st_backend_counts c = {0};
+    open_counted(&b, &c);
+    pack_builder pb = {0};
+    st_manifest m;
+    st_file_entry f;
+    st_chunk_ref refs[20];
+    st_id pack_id;
+    uint8_t *expect = NULL;
+    big_pack_file(b, &pb, &m, &f, refs, &pack_id, &expect, 0);
+    CHECK(pb.data.len > ST_RESTORE_MAX_GET);
+    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 1);
+    CHECK(restore_range_and_compare(b, &c, &m, &f, 0, 20, expect) == 1);
+    free(expect);
+    big_pack_file(b, &pb, &m, &f, refs, &pack_id, &expect, 1);
+    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 2);
+    free(expect);
+    pack_free(&pb);
+    st_backend_close(b);
+}
+
+/* Restores f's chunks into a file of its size as two workers of a parallel
+ * restore would, the first half then the second (or, reversed, the second
+ * half first: it arrives ahead of the hashing front), feeding one digest
+ * with the given park budget; returns what st_file_digest_finish() said and
+ * in *stats its counters; checks the bytes written. */
+static st_err restore_halves(st_backend *b, const st_manifest *m, const st_file_entry *f,
+                             const uint8_t *expect, int reversed, st_park_budget *budget,
+                             st_file_digest_stats *stats)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/halves.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)f->size) == 0);
+    st_restorer *r = NULL;
+    st_file_digest *d = NULL;
+    CHECK_OK(st_restorer_new(b, "job", &r));
+    CHECK_OK(st_file_digest_new(f, budget, &d));
+    const st_restore_to to = {.digest = d};
+    size_t half = f->nchunks / 2;
+    size_t first[2] = {reversed ? half : 0, reversed ? 0 : half};
+    size_t count[2] = {reversed ? f->nchunks - half : half, reversed ? half : f->nchunks - half};
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(st_restore_chunks_to(r, m, f, first[k], count[k], fd, &to));
+    st_err e = st_file_digest_finish(d, fd);
+    *stats = st_file_digest_stats_of(d);
+    uint8_t *got = malloc(f->size);
+    CHECK(got && pread(fd, got, f->size, 0) == (ssize_t)f->size);
+    CHECK(memcmp(got, expect, f->size) == 0);
+    free(got);
+    st_file_digest_free(d);
+    CHECK(!budget || budget->used == 0); /* parked bytes returned */
+    st_restorer_free(r);
+    close(fd);
+    return e;
+}
+
+/* The whole-file digest of the pwrite sink is computed from the decoded
+ * chunks, not by reading the file back: in order, nothing is read back; the
+ * second half first is parked while the budget allows (nothing read back)
+ * and read back without one (that half's bytes only). Every way, a manifest
+ * whose digest is wrong fails the restore (ST_ERR_CORRUPT), and so does a
+ * range never restored. */
+static void test_digest_from_memory(void)
+{
+    st_backend *b = NULL;
+    st_backend_counts c = {0};
+    open_counted(&b, &c);
+    pack_builder pb = {0};
+    size_t order[40];
+    for (size_t i = 0; i < 40; i++)
+        order[i] = add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 6000 + i);
+    st_id pack_id;
+    char key[ST_KEY_MAX];
+    store_pack(b, &pb, "pack-d", &pack_id, key);
+    st_chunk_ref refs[40];
+    st_manifest m;
+    st_file_entry f;
+    uint8_t *expect = NULL;
+    make_file(&pb, order, 40, &m, &f, refs, &pack_id, &expect);
+    uint64_t second = 0;
+    for (size_t i = 20; i < 40; i++)
+        second += refs[i].raw_len;
+
+    st_park_budget roomy = {.max = 64 * MIB}, tight = {.max = 200 * KIB};
+    st_file_digest_stats st;
+    CHECK_OK(restore_halves(b, &m, &f, expect, 0, NULL, &st));
+    CHECK(st.hashed == f.size && st.read_back == 0);
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, &roomy, &st));
+    CHECK(st.hashed == f.size && st.read_back == 0);
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, NULL, &st));
+    CHECK(st.hashed == f.size && st.read_back == second);
+    /* A budget too small for the half: some parked, the rest read back. */
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, &tight, &st));
+    CHECK(st.read_back > 0 && st.read_back < second);
+
+    f.digest.b[3] ^= 0x40; /* the manifest's digest is wrong */
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 0, NULL, &st), ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "whole-file digest mismatch") != NULL);
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 1, &roomy, &st), ST_ERR_CORRUPT);
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 1, NULL, &st), ST_ERR_CORRUPT);
+    f.digest.b[3] ^= 0x40;
+
+    /* Only the second half restored: the digest never reached the end. */
+    char path[300];
+    snprintf(path, sizeof path, "%s/half.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)f.size) == 0);
+    st_restorer *r = NULL;
+    st_file_digest *d = NULL;
+    CHECK_OK(st_restorer_new(b, "job", &r));
+    CHECK_OK(st_file_digest_new(&f, &roomy, &d));
+    const st_restore_to to = {.digest = d};
+    CHECK_OK(st_restore_chunks_to(r, &m, &f, 20, 20, fd, &to));
+    CHECK_ERR(st_file_digest_finish(d, fd), ST_ERR_CORRUPT);
+    st_file_digest_free(d);
+    CHECK(roomy.used == 0);
+    st_restorer_free(r);
+    close(fd);
     free(expect);
     pack_free(&pb);
     st_backend_close(b);
@@ -424,6 +561,8 @@ int main(void)
     RUN(test_far_repeats);
     RUN(test_incremental_step);
     RUN(test_streamed_in_pack_order);
+    RUN(test_streamed_whole_pack);
+    RUN(test_digest_from_memory);
     ut_rmtree(root);
     return ut_finish();
 }
