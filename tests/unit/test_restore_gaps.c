@@ -357,6 +357,53 @@ static void store_pack(st_backend *b, const pack_builder *pb, const char *name, 
     CHECK_OK(st_put(b, key, pb->data.data, pb->data.len));
 }
 
+/* The layout of a file's chunks in one pack (one_pack_make()). */
+typedef struct pack_layout {
+    const char *name; /* the pack is stored under st_id_of(name) */
+    size_t n;         /* chunks (at most 64) */
+    size_t len, vary; /* chunk i holds len + (i * 7919) % vary raw bytes */
+    uint64_t seed;
+    int reversed; /* the file takes them in reverse pack order */
+} pack_layout;
+
+/* A counted memory store holding one pack, and a file of its chunks. */
+typedef struct one_pack {
+    st_backend *b;
+    st_backend_counts c;
+    pack_builder pb;
+    st_id pack_id;
+    char key[ST_KEY_MAX];
+    st_chunk_ref refs[64];
+    st_manifest m;
+    st_file_entry f;
+    uint8_t *expect; /* the file's bytes */
+} one_pack;
+
+/* Adds l.n seeded chunks to t's pack (unless it has them; opening the store
+ * the first time), stores it, and makes t's file of them in pack order or
+ * reversed. */
+static void one_pack_make(one_pack *t, pack_layout l)
+{
+    size_t order[64];
+    if (!t->b)
+        open_counted(&t->b, &t->c);
+    CHECK(l.n <= 64);
+    while (t->pb.n < l.n)
+        add_chunk(&t->pb, l.len + (t->pb.n * 7919) % l.vary, l.seed + t->pb.n);
+    for (size_t i = 0; i < l.n; i++)
+        order[i] = l.reversed ? l.n - 1 - i : i;
+    free(t->expect);
+    store_pack(t->b, &t->pb, l.name, &t->pack_id, t->key);
+    make_file(&t->pb, order, l.n, &t->m, &t->f, t->refs, &t->pack_id, &t->expect);
+}
+
+static void one_pack_free(one_pack *t)
+{
+    free(t->expect);
+    pack_free(&t->pb);
+    st_backend_close(t->b);
+}
+
 /* Chunks in pack order, 20-90 KiB each, so that most straddle the memory
  * backend's 65,521-byte stream pieces: restored byte-identical from one
  * streamed GET (each chunk decoded as soon as its last byte arrived, split
@@ -365,59 +412,30 @@ static void store_pack(st_backend *b, const pack_builder *pb, const char *name, 
  * end of the file. */
 static void test_streamed_in_pack_order(void)
 {
-    st_backend *b = NULL;
-    st_backend_counts c = {0};
-    open_counted(&b, &c);
-    pack_builder pb = {0};
-    size_t order[40];
-    for (size_t i = 0; i < 40; i++)
-        order[i] = add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 3000 + i);
-    st_id pack_id;
-    char key[ST_KEY_MAX];
-    store_pack(b, &pb, "pack-s", &pack_id, key);
-    st_chunk_ref refs[40];
-    st_manifest m;
-    st_file_entry f;
-    uint8_t *expect = NULL;
-    make_file(&pb, order, 40, &m, &f, refs, &pack_id, &expect);
-    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 1);
+    one_pack t = {0};
+    one_pack_make(&t, (pack_layout){"pack-s", 40, 20 * KIB, 70 * KIB, 3000, 0});
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 1);
 
     /* The chunk holding pack byte 3 * 65521 straddles two pieces. */
+    const pack_builder *pb = &t.pb;
     size_t hit = 0;
-    while (pb.refs[hit].offset + pb.refs[hit].stored_len <= 3 * 65521u)
+    while (pb->refs[hit].offset + pb->refs[hit].stored_len <= 3 * 65521u)
         hit++;
-    CHECK(pb.refs[hit].offset < 3 * 65521u);
+    CHECK(pb->refs[hit].offset < 3 * 65521u);
     for (int round = 0; round < 2; round++) {
         st_bytes bad = {0};
-        CHECK_OK(st_bytes_append(&bad, pb.data.data, pb.data.len));
+        CHECK_OK(st_bytes_append(&bad, pb->data.data, pb->data.len));
         if (round == 0)
-            bad.data[pb.refs[hit].offset + pb.refs[hit].stored_len - 1] ^= 0x5a;
+            bad.data[pb->refs[hit].offset + pb->refs[hit].stored_len - 1] ^= 0x5a;
         else
             bad.len -= 1000; /* the last chunk's tail is missing */
-        CHECK_OK(st_put(b, key, bad.data, bad.len));
+        CHECK_OK(st_put(t.b, t.key, bad.data, bad.len));
         st_bytes_free(&bad);
-        restore_fails_corrupt(b, &m, &f);
+        restore_fails_corrupt(t.b, &t.m, &t.f);
         if (round == 1)
             CHECK(strstr(st_errmsg(), "shorter than the manifest") != NULL);
     }
-    free(expect);
-    pack_free(&pb);
-    st_backend_close(b);
-}
-
-/* A pack of 20 chunks of 1 MiB (random: stored as they are, 20 MiB), and a
- * file of all of them in pack order. */
-static void big_pack_file(st_backend *b, pack_builder *pb, st_manifest *m, st_file_entry *f,
-                          st_chunk_ref *refs, st_id *pack_id, uint8_t **expect, int reversed)
-{
-    size_t order[20];
-    while (pb->n < 20)
-        add_chunk(pb, MIB, 5000 + pb->n);
-    for (size_t i = 0; i < 20; i++)
-        order[i] = reversed ? 19 - i : i;
-    char key[ST_KEY_MAX];
-    store_pack(b, pb, "pack-big", pack_id, key);
-    make_file(pb, order, 20, m, f, refs, pack_id, expect);
+    one_pack_free(&t);
 }
 
 /* A file's run through one pack in pack order is streamed, so one GET
@@ -426,25 +444,17 @@ static void big_pack_file(st_backend *b, pack_builder *pb, st_manifest *m, st_fi
  * ST_RESTORE_MAX_GET per run (2 GETs). */
 static void test_streamed_whole_pack(void)
 {
-    st_backend *b = NULL;
-    st_backend_counts c = {0};
-    open_counted(&b, &c);
-    pack_builder pb = {0};
-    st_manifest m;
-    st_file_entry f;
-    st_chunk_ref refs[20];
-    st_id pack_id;
-    uint8_t *expect = NULL;
-    big_pack_file(b, &pb, &m, &f, refs, &pack_id, &expect, 0);
-    CHECK(pb.data.len > ST_RESTORE_MAX_GET);
-    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 1);
-    CHECK(restore_range_and_compare(b, &c, &m, &f, 0, 20, expect) == 1);
-    free(expect);
-    big_pack_file(b, &pb, &m, &f, refs, &pack_id, &expect, 1);
-    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 2);
-    free(expect);
-    pack_free(&pb);
-    st_backend_close(b);
+    one_pack t = {0};
+    /* 20 random chunks of 1 MiB: stored as they are, a 20 MiB pack. */
+    pack_layout l = {"pack-big", 20, MIB, 1, 5000, 0};
+    one_pack_make(&t, l);
+    CHECK(t.pb.data.len > ST_RESTORE_MAX_GET);
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 1);
+    CHECK(restore_range_and_compare(t.b, &t.c, &t.m, &t.f, 0, 20, t.expect) == 1);
+    l.reversed = 1;
+    one_pack_make(&t, l);
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 2);
+    one_pack_free(&t);
 }
 
 /* Restores f's chunks into a file of its size as two workers of a parallel
@@ -491,21 +501,13 @@ static st_err restore_halves(st_backend *b, const st_manifest *m, const st_file_
  * range never restored. */
 static void test_digest_from_memory(void)
 {
-    st_backend *b = NULL;
-    st_backend_counts c = {0};
-    open_counted(&b, &c);
-    pack_builder pb = {0};
-    size_t order[40];
-    for (size_t i = 0; i < 40; i++)
-        order[i] = add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 6000 + i);
-    st_id pack_id;
-    char key[ST_KEY_MAX];
-    store_pack(b, &pb, "pack-d", &pack_id, key);
-    st_chunk_ref refs[40];
-    st_manifest m;
-    st_file_entry f;
-    uint8_t *expect = NULL;
-    make_file(&pb, order, 40, &m, &f, refs, &pack_id, &expect);
+    one_pack t = {0};
+    one_pack_make(&t, (pack_layout){"pack-d", 40, 20 * KIB, 70 * KIB, 6000, 0});
+    st_backend *b = t.b;
+    st_manifest m = t.m;
+    st_file_entry f = t.f;
+    const st_chunk_ref *refs = t.refs;
+    const uint8_t *expect = t.expect;
     uint64_t second = 0;
     for (size_t i = 20; i < 40; i++)
         second += refs[i].raw_len;
@@ -545,9 +547,7 @@ static void test_digest_from_memory(void)
     CHECK(roomy.used == 0);
     st_restorer_free(r);
     close(fd);
-    free(expect);
-    pack_free(&pb);
-    st_backend_close(b);
+    one_pack_free(&t);
 }
 
 int main(void)
