@@ -211,6 +211,7 @@ typedef struct vrun {
     uint64_t off, len;   /* the bytes of the file they hold */
     vrun_state state;    /* (lock) */
     uint64_t ready;      /* (lock) while BUSY: bytes of its start verified and written */
+    int wanted;          /* (lock) a reader waits for ready to grow */
 } vrun;
 
 /* A step's part record and decoded manifest, shared by the fetches of its

@@ -559,13 +559,18 @@ typedef struct run_progress {
 } run_progress;
 
 /* A chunk of a busy run is verified and written (st_restore_to.written):
- * readers of the bytes up to it need not wait for the rest of the run. */
+ * readers of the bytes up to it need not wait for the rest of the run.
+ * Woken only if one waits on this run (vrun.wanted): a broadcast per chunk
+ * woke every waiting thread thousands of times per GiB. */
 static void run_written(void *arg, uint64_t off, uint64_t len)
 {
     run_progress *p = arg;
     pthread_mutex_lock(&p->v->lock);
     p->run->ready = off + len - p->run->off;
-    pthread_cond_broadcast(&p->v->changed);
+    if (p->run->wanted) {
+        p->run->wanted = 0;
+        pthread_cond_broadcast(&p->v->changed);
+    }
     pthread_mutex_unlock(&p->v->lock);
 }
 
@@ -748,6 +753,8 @@ st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len)
             return st_seterr(fx->err, "%s", fx->msg);
         if (fx->runs[r].state == VRUN_TODO)
             fx->urgent = r; /* ahead of the fetch front: next */
+        else
+            fx->runs[r].wanted = 1; /* woken as its bytes arrive (run_written) */
         pthread_cond_wait(&v->changed, &v->lock);
     }
 }
