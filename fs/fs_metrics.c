@@ -108,6 +108,8 @@ static void put_all(FILE *out, const st_vfs_stats *s, const char *version)
          s->fetches_active},
         {"ckptfs_fetched_bytes_total", "counter", "Bytes of remote files fetched and verified.",
          s->fetched_bytes},
+        {"ckptfs_fetch_read_back_bytes_total", "counter",
+         "Of those, bytes read back from staging for the whole-file digest.", s->read_back},
         {"ckptfs_warmup_bytes", "gauge", "Bytes of the files of the warm-up requests.",
          s->warmup_bytes},
         {"ckptfs_warmup_warm_bytes", "gauge", "Of those, bytes fetched and verified into staging.",

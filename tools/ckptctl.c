@@ -65,7 +65,8 @@ static const verb verbs[] = {
      "that fails verification is reported and the previous consistent step is\n"
      "restored instead; --no-fallback fails (exit 4).\n"
      "A progress bar is drawn on stderr when it is a terminal.\n"
-     "--json: step, files, bytes, gets, fell_back, failed_step, failure.\n"},
+     "--json: step, files, bytes, gets, read_back_bytes, fell_back, failed_step,\n"
+     "failure.\n"},
     {"get", run_get, 1, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
      "Same as restore --step N --to DIR (kept for scripts).\n"},
     {"put", run_put, 1, OPT_STEP | OPT_JSON, "put --step N DIR [--json]",

@@ -133,7 +133,10 @@ static int print_restore_json(const cli *c, const st_restore_result *r)
     bad |= json_set_str(o, "to", c->to);
     bad |= c->have_rank ? json_set(o, "rank", json_object_new_int64(c->rank))
                         : json_set_null(o, "rank");
-    const json_u64 fields[] = {{"files", r->files}, {"bytes", r->bytes}, {"gets", r->gets}};
+    const json_u64 fields[] = {{"files", r->files},
+                               {"bytes", r->bytes},
+                               {"gets", r->gets},
+                               {"read_back_bytes", r->read_back}};
     bad |= json_set_u64s(o, JSON_FIELDS(fields));
     bad |= json_set(o, "fell_back", json_object_new_boolean(r->fell_back));
     if (r->fell_back) {

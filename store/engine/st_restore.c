@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "format/st_codec.h"
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 #include "util/st_hash.h"
 #include "format/st_part.h"
@@ -86,6 +87,13 @@ static st_err reserve_decode(st_restorer *r, size_t raw_len)
  * file order, so this is the restorer's memory, as one GET's was), a pack
  * beyond ST_RESTORE_RUN_PACKS, or ST_RESTORE_LOOKAHEAD refs past the last
  * acceptable prefix (bounds the scan where neither rule holds).
+ *
+ * A run that is *streamable* (one window, its refs in pack order without
+ * overlap, no hole) holds no window: each chunk is decoded as soon as the
+ * stream has passed its last byte. Its limit is ST_RESTORE_MAX_STREAM
+ * instead, so that a file's run through one pack is one GET of the pack
+ * rather than one per 16 MiB; a ref that would make it unstreamable past
+ * ST_RESTORE_MAX_GET ends it.
  */
 typedef struct restore_window {
     uint32_t pack; /* index into the manifest's packs */
@@ -99,6 +107,7 @@ typedef struct restore_plan {
     restore_window win[ST_RESTORE_RUN_PACKS];
     size_t nwin;
     uint64_t spans; /* the windows' spans added up */
+    int streamable; /* one window, refs in pack order, no hole: streamed */
 } restore_plan;
 
 /* The slot of pack's window in plan, or plan->nwin if it has none. */
@@ -110,13 +119,13 @@ static size_t window_slot(const restore_plan *plan, uint32_t pack)
     return k;
 }
 
-/* Adds chunk ref b (not a hole) to plan; 0 if that breaks a hard limit
- * (plan then unchanged). */
-static int plan_add(restore_plan *plan, const st_chunk_ref *b)
+/* Adds chunk ref b (not a hole) to plan; 0 if that takes the spans past
+ * max_spans or breaks another hard limit (plan then unchanged). */
+static int plan_add(restore_plan *plan, const st_chunk_ref *b, uint64_t max_spans)
 {
     size_t k = window_slot(plan, b->pack);
     if (k == plan->nwin) { /* a pack new to the run: a window of its own */
-        if (k == ST_RESTORE_RUN_PACKS || (k && plan->spans + b->stored_len > ST_RESTORE_MAX_GET))
+        if (k == ST_RESTORE_RUN_PACKS || (k && plan->spans + b->stored_len > max_spans))
             return 0;
         plan->win[plan->nwin++] = (restore_window){.pack = b->pack,
                                                    .lo = b->offset,
@@ -131,7 +140,7 @@ static int plan_add(restore_plan *plan, const st_chunk_ref *b)
     uint64_t lo = b->offset < w->lo ? b->offset : w->lo;
     uint64_t end = b_end > w->end ? b_end : w->end;
     uint64_t growth = (end - lo) - (w->end - w->lo);
-    if (plan->spans + growth > ST_RESTORE_MAX_GET)
+    if (plan->spans + growth > max_spans)
         return 0;
     if (growth > b->stored_len && growth - b->stored_len > ST_RESTORE_GAP_MAX)
         w->gaps_ok = 0;
@@ -157,13 +166,22 @@ static int plan_acceptable(const restore_plan *plan)
  * its windows. Holes join a run without a window. */
 static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, restore_plan *best)
 {
-    restore_plan cur = {.nwin = 0};
+    restore_plan cur = {.nwin = 0, .streamable = 1};
     size_t n_best = 0;
+    uint64_t stream_end = 0; /* where the last ref ended in its pack */
     *best = cur;
     for (size_t n = 0; first + n < limit && n - n_best < ST_RESTORE_LOOKAHEAD; n++) {
         const st_chunk_ref *b = &f->chunks[first + n];
-        if (!st_chunk_is_hole(b) && !plan_add(&cur, b))
+        int hole = st_chunk_is_hole(b);
+        int streams = cur.streamable && !hole &&
+                      (!cur.nwin || (b->pack == cur.win[0].pack && b->offset >= stream_end));
+        if (!streams && cur.spans > ST_RESTORE_MAX_GET)
+            break; /* the run so far fits only streamed */
+        cur.streamable = streams;
+        if (!hole && !plan_add(&cur, b, streams ? ST_RESTORE_MAX_STREAM : ST_RESTORE_MAX_GET))
             break;
+        if (!hole)
+            stream_end = b->offset + b->stored_len;
         if (plan_acceptable(&cur)) {
             *best = cur;
             n_best = n + 1;
@@ -172,22 +190,47 @@ static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, resto
     return n_best;
 }
 
+static st_err digest_offer(st_file_digest *d, int fd, uint64_t off, const uint8_t *data,
+                           uint64_t len);
+
+/* Where the bytes of one span go: see restore_span(). */
+typedef struct span_sink {
+    const st_file_entry *f;
+    int fd;
+    st_hasher *digest;       /* sequential write + whole-file digest, or NULL */
+    const st_restore_to *to; /* else: pwrite, and what else to tell (not NULL) */
+    uint64_t pos;            /* file offset of the next chunk */
+} span_sink;
+
+/* The pwrite sink's bytes [pos, pos + len) are written and verified (data:
+ * them, NULL for a hole): the shared digest and the caller hear of it. */
+static st_err sink_written(span_sink *k, const uint8_t *data, uint64_t len)
+{
+    st_err e = k->to->digest ? digest_offer(k->to->digest, k->fd, k->pos, data, len) : ST_OK;
+    if (!e && k->to->written)
+        k->to->written(k->to->arg, k->pos, len);
+    return e;
+}
+
 /*
- * A hole extent of len bytes at pos: nothing is fetched or written. The
+ * A hole extent of len bytes at k->pos: nothing is fetched or written. The
  * sequential sink (digest set) hashes its zeros and seeks over it (the file
  * is sized at the end); the pwrite sink's file was sized before.
  */
-static st_err skip_hole(st_restorer *r, const st_file_entry *f, uint64_t len, uint64_t pos, int fd,
-                        st_hasher *digest)
+static st_err skip_hole(st_restorer *r, span_sink *k, uint64_t len)
 {
     r->stats.hole_bytes += len;
-    if (!digest)
-        return ST_OK;
-    st_hasher_update_zeros(digest, len);
-    if (lseek(fd, (off_t)len, SEEK_CUR) < 0)
-        return st_seterr(ST_ERR_IO, "restoring %s: seek over the hole at byte %llu: %s", f->path,
-                         (unsigned long long)pos, strerror(errno));
-    return ST_OK;
+    st_err e = ST_OK;
+    if (!k->digest) {
+        e = sink_written(k, NULL, len);
+    } else {
+        st_hasher_update_zeros(k->digest, len);
+        if (lseek(k->fd, (off_t)len, SEEK_CUR) < 0)
+            e = st_seterr(ST_ERR_IO, "restoring %s: seek over the hole at byte %llu: %s",
+                          k->f->path, (unsigned long long)k->pos, strerror(errno));
+    }
+    k->pos += len;
+    return e;
 }
 
 static uint64_t window_span(const restore_plan *plan, size_t k)
@@ -220,15 +263,6 @@ static st_err reserve_windows(st_restorer *r, const restore_plan *plan)
     return ST_OK;
 }
 
-/* Where the bytes of one span go: see restore_span(). */
-typedef struct span_sink {
-    const st_file_entry *f;
-    int fd;
-    st_hasher *digest;           /* sequential write + whole-file digest, or NULL */
-    pthread_mutex_t *write_lock; /* pwrite: held for each write, or NULL */
-    uint64_t pos;                /* file offset of the next chunk */
-} span_sink;
-
 /*
  * Decodes the stored chunk p[0..ref->stored_len), verifies it (XXH3-128, in
  * st_codec_decode_view) and only then hands its bytes to the sink: written
@@ -251,11 +285,13 @@ static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *re
         st_hasher_update(k->digest, raw, raw_len);
         e = st_write_all(k->fd, raw, raw_len, k->f->path);
     } else {
-        if (k->write_lock)
-            pthread_mutex_lock(k->write_lock);
+        if (k->to->write_lock)
+            pthread_mutex_lock(k->to->write_lock);
         e = st_pwrite_all(k->fd, raw, raw_len, k->pos, k->f->path);
-        if (k->write_lock)
-            pthread_mutex_unlock(k->write_lock);
+        if (k->to->write_lock)
+            pthread_mutex_unlock(k->to->write_lock);
+        if (!e)
+            e = sink_written(k, raw, raw_len);
     }
     if (!e)
         k->pos += raw_len;
@@ -276,16 +312,6 @@ static st_err pack_short(const st_file_entry *f, const char *key)
                      f->path, key);
 }
 
-/* 1 when refs[0..n) lie in the pack in their own order without overlap:
- * each can be decoded as soon as the stream has passed its last byte. */
-static int refs_in_pack_order(const st_chunk_ref *refs, size_t n)
-{
-    for (size_t k = 1; k < n; k++)
-        if (refs[k].offset < refs[k - 1].offset + refs[k - 1].stored_len)
-            return 0;
-    return 1;
-}
-
 /*
  * One GET's window [lo, lo + span) streamed (st_get_stream): each chunk is
  * decoded, verified and written as soon as its last byte has arrived, from
@@ -295,7 +321,7 @@ static int refs_in_pack_order(const st_chunk_ref *refs, size_t n)
 typedef struct window_stream {
     st_restorer *r;
     span_sink *sink;
-    const st_chunk_ref *refs; /* in pack order (refs_in_pack_order) */
+    const st_chunk_ref *refs; /* in pack order (restore_plan.streamable) */
     size_t n, next;           /* refs[next] is the next to decode */
     uint64_t lo;              /* the window's start in the pack */
     size_t staged;            /* bytes of refs[next] in r->stage */
@@ -393,8 +419,7 @@ static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_si
     for (size_t j = 0; !e && j < n; j++) {
         const st_chunk_ref *ref = &refs[j];
         if (st_chunk_is_hole(ref)) {
-            e = skip_hole(r, k->f, ref->raw_len, k->pos, k->fd, k->digest);
-            k->pos += ref->raw_len;
+            e = skip_hole(r, k, ref->raw_len);
             continue;
         }
         size_t slot = window_slot(plan, ref->pack);
@@ -403,38 +428,27 @@ static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_si
     return e;
 }
 
-/* 1 when the run can be streamed: one window, no hole, refs in pack order. */
-static int run_streams(const restore_plan *plan, const st_chunk_ref *refs, size_t n)
-{
-    if (plan->nwin != 1)
-        return 0;
-    for (size_t j = 0; j < n; j++)
-        if (st_chunk_is_hole(&refs[j]))
-            return 0;
-    return refs_in_pack_order(refs, n);
-}
-
 /*
  * Restores chunks [first_chunk, first_chunk + count) of f, which start at
  * byte file_off, run by run (plan_run), and hands each chunk's bytes to the
  * sink (span_sink: written sequentially and hashed into digest, or pwritten
- * at their offset holding write_lock if not NULL) in file order, so a
- * sequential sink and its digest see the bytes in order whichever pack
- * holds them. A run of one window in pack order is streamed (decoding
- * overlaps the transfer); any other run is fetched whole, then decoded.
+ * at their offset as `to` says) in file order, so a sequential sink and its
+ * digest see the bytes in order whichever pack holds them. A streamable run
+ * is streamed (decoding overlaps the transfer); any other run is fetched
+ * whole, then decoded.
  */
 static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_entry *f,
                            size_t first_chunk, size_t count, uint64_t file_off, int fd,
-                           st_hasher *digest, pthread_mutex_t *write_lock)
+                           st_hasher *digest, const st_restore_to *to)
 {
     const size_t end_chunk = first_chunk + count;
-    span_sink k = {.f = f, .fd = fd, .digest = digest, .write_lock = write_lock, .pos = file_off};
+    span_sink k = {.f = f, .fd = fd, .digest = digest, .to = to, .pos = file_off};
     for (size_t i = first_chunk; i < end_chunk;) {
         restore_plan plan;
         size_t n = plan_run(f, i, end_chunk, &plan);
         const st_chunk_ref *refs = &f->chunks[i];
         st_err e;
-        if (run_streams(&plan, refs, n)) {
+        if (plan.streamable) {
             char key[ST_KEY_MAX];
             e = st_key_pack(key, sizeof key, r->job, &m->packs[plan.win[0].pack]);
             if (!e)
@@ -492,18 +506,19 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
 st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
                          size_t count, int fd)
 {
-    return st_restore_chunks_locked(r, m, f, first, count, fd, NULL);
+    return st_restore_chunks_to(r, m, f, first, count, fd, NULL);
 }
 
-st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
-                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock)
+st_err st_restore_chunks_to(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                            size_t first, size_t count, int fd, const st_restore_to *to)
 {
+    static const st_restore_to just_written = {0};
     if (first > f->nchunks || count > f->nchunks - first)
         return st_seterr(ST_ERR_INVALID, "chunk range outside %s", f->path);
     uint64_t off = 0;
     for (size_t i = 0; i < first; i++)
         off += f->chunks[i].raw_len;
-    return restore_span(r, m, f, first, count, off, fd, NULL, write_lock);
+    return restore_span(r, m, f, first, count, off, fd, NULL, to ? to : &just_written);
 }
 
 /* Bytes of hole at pos in fd before data or the file's end (0: data at
@@ -570,6 +585,201 @@ st_err st_restore_verify_file(int fd, const st_file_entry *f)
         e = st_restore_digest_check(&digest, f->size, f);
     st_hasher_free(&digest);
     return e;
+}
+
+/* ---- the whole-file digest from memory (st_file_digest) ---- */
+
+/* A piece of the file offered ahead of the hashing front. */
+typedef struct digest_piece {
+    uint64_t off, len;
+    uint8_t *data; /* parked copy (malloc'd, len bytes counted in the budget), or NULL */
+    int zeros;     /* data NULL: a hole (hashes as zeros), else read back from the file */
+} digest_piece;
+
+struct st_file_digest {
+    const st_file_entry *f;
+    st_park_budget *budget;
+    st_hasher hasher; /* used by the thread that set hashing */
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* hashing went to 0 */
+    /* guarded by lock: */
+    uint64_t front;       /* [0, front) hashed, or being hashed by the hashing thread */
+    int hashing;          /* a thread adds bytes to hasher */
+    digest_piece *pieces; /* offered beyond front, sorted by off, disjoint */
+    size_t npieces, cap;
+    st_file_digest_stats stats;
+};
+
+st_err st_file_digest_new(const st_file_entry *f, st_park_budget *budget, st_file_digest **out)
+{
+    *out = NULL;
+    st_file_digest *d = calloc(1, sizeof *d);
+    if (!d || st_hasher_init(&d->hasher)) {
+        free(d);
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    }
+    d->f = f;
+    d->budget = budget;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->idle, NULL);
+    *out = d;
+    return ST_OK;
+}
+
+static int budget_take(st_park_budget *b, uint64_t n)
+{
+    if (!b)
+        return 0;
+    uint64_t used = atomic_load(&b->used);
+    do {
+        if (used + n > b->max)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&b->used, &used, used + n));
+    return 1;
+}
+
+static void piece_release(st_file_digest *d, digest_piece *p)
+{
+    if (p->data) {
+        atomic_fetch_sub(&d->budget->used, p->len);
+        free(p->data);
+        p->data = NULL;
+    }
+}
+
+/* Adds piece p to the digest (no lock held; the caller holds hashing). */
+static st_err piece_hash(st_file_digest *d, int fd, digest_piece *p)
+{
+    st_err e = ST_OK;
+    if (p->data)
+        st_hasher_update(&d->hasher, p->data, p->len);
+    else if (p->zeros)
+        st_hasher_update_zeros(&d->hasher, p->len);
+    else
+        e = st_restore_digest_range(fd, d->f, &d->hasher, p->off, p->len);
+    piece_release(d, p);
+    return e;
+}
+
+/*
+ * Holding hashing: adds the pieces that continue the front, in order, then
+ * gives hashing up. A read-back failure leaves the front where it was, so
+ * that st_file_digest_finish() reports the file short.
+ */
+static st_err digest_drain(st_file_digest *d, int fd)
+{
+    st_err e = ST_OK;
+    pthread_mutex_lock(&d->lock);
+    while (!e && d->npieces && d->pieces[0].off == d->front) {
+        digest_piece p = d->pieces[0];
+        memmove(d->pieces, d->pieces + 1, --d->npieces * sizeof *d->pieces);
+        pthread_mutex_unlock(&d->lock);
+        int read_back = !p.data && !p.zeros;
+        e = piece_hash(d, fd, &p);
+        pthread_mutex_lock(&d->lock);
+        if (!e) {
+            d->front += p.len;
+            d->stats.hashed += p.len;
+            d->stats.read_back += read_back ? p.len : 0;
+        }
+    }
+    d->hashing = 0;
+    pthread_cond_broadcast(&d->idle);
+    pthread_mutex_unlock(&d->lock);
+    return e;
+}
+
+/* Under d->lock: records [off, off + len) ahead of the front, parked if
+ * data and the budget allow, merged into the piece before it when that is
+ * of the same kind and ends where it starts. */
+static st_err digest_park(st_file_digest *d, uint64_t off, const uint8_t *data, uint64_t len)
+{
+    size_t at = d->npieces;
+    while (at && d->pieces[at - 1].off > off) /* pieces come mostly in order */
+        at--;
+    if ((at && d->pieces[at - 1].off + d->pieces[at - 1].len > off) ||
+        (at < d->npieces && off + len > d->pieces[at].off) || off < d->front)
+        return st_seterr(ST_ERR_INVALID, "restoring %s: bytes at %llu offered twice", d->f->path,
+                         (unsigned long long)off);
+    digest_piece p = {.off = off, .len = len, .zeros = !data};
+    if (data && budget_take(d->budget, len)) {
+        if (!(p.data = malloc(len))) {
+            atomic_fetch_sub(&d->budget->used, len);
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        }
+        memcpy(p.data, data, len);
+    }
+    digest_piece *prev = at ? &d->pieces[at - 1] : NULL;
+    if (prev && prev->off + prev->len == off && !prev->data && !p.data && prev->zeros == p.zeros) {
+        prev->len += len; /* one read-back (or hole) of the whole range */
+        return ST_OK;
+    }
+    st_err e = st_array_grow((void **)&d->pieces, &d->cap, d->npieces + 1, sizeof *d->pieces);
+    if (e) {
+        piece_release(d, &p);
+        return e;
+    }
+    memmove(d->pieces + at + 1, d->pieces + at, (d->npieces - at) * sizeof *d->pieces);
+    d->pieces[at] = p;
+    d->npieces++;
+    return ST_OK;
+}
+
+/*
+ * Bytes [off, off + len) of the file are written to fd (data: them in
+ * memory, NULL for a hole): hashed now if they are at the front and nobody
+ * hashes (then whatever they join), else parked for the thread that hashes.
+ */
+static st_err digest_offer(st_file_digest *d, int fd, uint64_t off, const uint8_t *data,
+                           uint64_t len)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->hashing || off != d->front) {
+        st_err e = digest_park(d, off, data, len);
+        pthread_mutex_unlock(&d->lock);
+        return e;
+    }
+    d->hashing = 1;
+    d->front += len;
+    d->stats.hashed += len;
+    pthread_mutex_unlock(&d->lock);
+    if (data)
+        st_hasher_update(&d->hasher, data, len);
+    else
+        st_hasher_update_zeros(&d->hasher, len);
+    return digest_drain(d, fd);
+}
+
+st_err st_file_digest_finish(st_file_digest *d, int fd)
+{
+    pthread_mutex_lock(&d->lock);
+    while (d->hashing)
+        pthread_cond_wait(&d->idle, &d->lock);
+    d->hashing = 1;
+    pthread_mutex_unlock(&d->lock);
+    st_err e = digest_drain(d, fd);
+    return e ? e : st_restore_digest_check(&d->hasher, d->front, d->f);
+}
+
+st_file_digest_stats st_file_digest_stats_of(st_file_digest *d)
+{
+    pthread_mutex_lock(&d->lock);
+    st_file_digest_stats s = d->stats;
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+void st_file_digest_free(st_file_digest *d)
+{
+    if (!d)
+        return;
+    for (size_t i = 0; i < d->npieces; i++)
+        piece_release(d, &d->pieces[i]);
+    free(d->pieces);
+    st_hasher_free(&d->hasher);
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->idle);
+    free(d);
 }
 
 const st_restore_stats *st_restorer_stats(const st_restorer *r)

@@ -3,9 +3,10 @@
  * decode and verify every chunk, verify the whole-file digest.
  *
  * Adjacent chunks of one pack (the common case: a file's new chunks are
- * written to a pack in order) are fetched with a single ranged GET of up to
- * ST_RESTORE_MAX_GET bytes, so a restore costs about one GET per 16 MiB
- * rather than one per chunk. Chunks of one pack that are not adjacent in
+ * written to a pack in order) are fetched with a single ranged GET, streamed
+ * and decoded as it arrives, of up to ST_RESTORE_MAX_STREAM bytes (a whole
+ * pack), so a restore costs about one GET per pack rather than one per
+ * chunk. Chunks of one pack that are not adjacent in
  * the file's order (deduplicated repeats, reordered or nearby chunks, as in
  * a DCP shard) share that GET too when they lie inside its window or widen
  * it by at most ST_RESTORE_GAP_MAX unneeded bytes, which are dropped, or
@@ -23,6 +24,7 @@
 #define ST_RESTORE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "backend/st_backend.h"
@@ -31,6 +33,10 @@
 #include "format/st_manifest.h"
 
 #define ST_RESTORE_MAX_GET (16u << 20)
+/* A run that is streamed (one window, in pack order, no hole: decoded as
+ * its bytes arrive, so no window is held) may read this much in one GET:
+ * in practice a whole pack (ST_PACK_TARGET_SIZE, 24 MiB, plus a chunk). */
+#define ST_RESTORE_MAX_STREAM (64u << 20)
 /* Unneeded bytes of a pack one GET may read through to reach the next
  * needed chunk (a gap between deduplicated or reordered chunks): ~1 MiB
  * costs less than a request's round trip on S3. */
@@ -73,26 +79,84 @@ st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
  */
 st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry *f, int fd);
 
+/*
+ * The whole-file digest of one file restored by several restorers at once
+ * (st_restore_chunks_to), fed from the decoded bytes while they are in
+ * memory instead of reading the file back afterwards. XXH3 needs the bytes
+ * in file order: a piece that arrives at the hashing front is hashed at
+ * once (then any parked pieces it joins); one that arrives ahead of the
+ * front is copied ("parked") if the budget it was given allows, else only
+ * noted, and read back from the file when the front reaches it (counted in
+ * read_back). Holes hash as zeros without being read. Thread-safe: any
+ * restorer of the file may feed it; one thread at a time hashes.
+ */
+typedef struct st_file_digest st_file_digest;
+
+/* Bytes parked by several digests together (a process's fetches, a
+ * restore's files); used is atomic so digests need no shared lock. */
+typedef struct st_park_budget {
+    _Atomic uint64_t used;
+    uint64_t max;
+} st_park_budget;
+
+/* The default budget: with 4 restorers working on consecutive pieces of one
+ * file of ≤ 16 MiB each, the 3 ahead of the front park at most 48 MiB. */
+#define ST_RESTORE_PARK_MAX (64ull << 20)
+
+typedef struct st_file_digest_stats {
+    uint64_t hashed;    /* bytes added to the digest so far */
+    uint64_t read_back; /* of those, read back from the file (not parked in time) */
+} st_file_digest_stats;
+
+/*! A digest for f (borrowed: must outlive it); budget may be NULL (nothing
+ * is parked: every piece ahead of the front is read back). */
+st_err st_file_digest_new(const st_file_entry *f, st_park_budget *budget, st_file_digest **out);
+
+/*!
+ * Once every chunk of f has been restored into fd through d: hashes what is
+ * left (waiting for a hashing thread first), then checks the size and
+ * digest: ST_ERR_CORRUPT if a byte was never offered or the digest differs
+ * from f's. fd is read only for pieces that were not parked.
+ */
+st_err st_file_digest_finish(st_file_digest *d, int fd);
+
+st_file_digest_stats st_file_digest_stats_of(st_file_digest *d);
+
+/*! Frees d and returns its parked bytes to the budget; NULL is a no-op. */
+void st_file_digest_free(st_file_digest *d);
+
+/* Where st_restore_chunks_to() puts a range's chunks besides fd. */
+typedef struct st_restore_to {
+    /* Held for every pwrite to fd (NULL: none), a mutex shared by all
+     * restorers writing into that fd. Why: the kernel takes a file's inode
+     * lock exclusively for every buffered write, and its waiters spin on it
+     * while the holder copies (rwsem optimistic spinning), burning a CPU per
+     * waiting worker. Queueing on a mutex of ours instead puts them to sleep
+     * and leaves the CPUs to the transfer, decoding and verification
+     * (docs/BENCHMARKS.md, restore). */
+    pthread_mutex_t *write_lock;
+    /* Fed every chunk's verified bytes and every hole (NULL: none). */
+    st_file_digest *digest;
+    /* Called on the restoring thread after each chunk has been verified and
+     * written (and each hole passed): file bytes [off, off + len) may be
+     * served. NULL: not called. */
+    void (*written)(void *arg, uint64_t off, uint64_t len);
+    void *arg;
+} st_restore_to;
+
 /*!
  * Restores chunks [first, first + count) of f into fd with pwrite at their
  * offsets in the file, verifying each chunk (several restorers on several
- * threads can fill one file in parallel). The whole-file digest is then
- * checked once with st_restore_verify_file().
+ * threads can fill one file in parallel), as to says (NULL: just written).
+ * The whole-file digest is then checked once, with to->digest's
+ * st_file_digest_finish() or with st_restore_verify_file().
  */
+st_err st_restore_chunks_to(st_restorer *r, const st_manifest *m, const st_file_entry *f,
+                            size_t first, size_t count, int fd, const st_restore_to *to);
+
+/*! st_restore_chunks_to() with to NULL. */
 st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_entry *f, size_t first,
                          size_t count, int fd);
-
-/*!
- * st_restore_chunks(), with every pwrite to fd made while holding write_lock
- * (NULL: no lock), a mutex shared by all restorers writing into that fd.
- * Why: the kernel takes a file's inode lock exclusively for every buffered
- * write, and its waiters spin on it while the holder copies (rwsem
- * optimistic spinning), burning a CPU per waiting worker. Queueing on a
- * mutex of ours instead puts them to sleep and leaves the CPUs to the
- * transfer, decoding and verification (docs/BENCHMARKS.md, restore).
- */
-st_err st_restore_chunks_locked(st_restorer *r, const st_manifest *m, const st_file_entry *f,
-                                size_t first, size_t count, int fd, pthread_mutex_t *write_lock);
 
 /*! Reads fd back and checks f's size and whole-file digest. */
 st_err st_restore_verify_file(int fd, const st_file_entry *f);

@@ -20,13 +20,13 @@
  * its file and closes it when done, so a restore holds a few descriptors
  * per worker whatever the number of files.
  *
- * The whole-file digest is computed while the file is still being fetched:
- * whenever the tasks at the front of a file's unhashed part are done, one
- * worker at a time (rfile.hashing) reads them back and feeds them to the
- * file's digest, so only the last tasks are left to read back at the end,
- * rather than the whole file by one thread while the others sit idle. The
- * worker whose hashing reaches the end of the file checks the digest and
- * fsyncs the file.
+ * The whole-file digest is computed from the decoded chunks while they are
+ * in memory (st_file_digest): a chunk at the file's hashing front is hashed
+ * as it is written; one that a worker ahead of the front decoded is parked
+ * (the restore's budget: ST_RESTORE_PARK_MAX in all, which 4 workers on
+ * consecutive tasks of TASK_BYTES stay under) or, over it, read back from
+ * the staged file when the front gets there (result.read_back_bytes). The
+ * worker that finishes a file's last task checks the digest and fsyncs it.
  */
 #include "facade/st_store_impl.h"
 
@@ -46,7 +46,9 @@
 #include "engine/st_restore.h"
 #include "engine/st_catalog.h"
 
-#define TASK_BYTES      (64ull << 20)
+/* 16 MiB: the workers ahead of a file's hashing front park at most
+ * (threads - 1) tasks, 48 MiB with the default 4 (st_file_digest). */
+#define TASK_BYTES      (16ull << 20)
 #define DEFAULT_THREADS 4
 
 /* ---- steps ---- */
@@ -163,12 +165,8 @@ typedef struct rfile {
     char staged[24];            /* its name in the staging directory: its index */
     pthread_mutex_t write_lock; /* held for each pwrite to it; lives while workers run */
     size_t first_task, ntasks;  /* its tasks: consecutive in rjob.tasks */
-    st_hasher digest;           /* of bytes [0, hashed); used by the worker that set hashing */
-    int digest_init;
-    /* guarded by the job lock: */
-    size_t tasks_hashed; /* its first tasks_hashed tasks are in digest */
-    uint64_t hashed;
-    int hashing; /* a worker is adding done tasks to digest */
+    st_file_digest *digest;     /* fed by every task's chunks; thread-safe */
+    size_t tasks_done;          /* guarded by the job lock */
 } rfile;
 
 typedef struct rtask {
@@ -189,7 +187,8 @@ typedef struct rjob {
     pthread_mutex_t lock;
     st_err err;
     char msg[512];
-    uint64_t done, total, gets;
+    uint64_t done, total, gets, read_back;
+    st_park_budget park; /* of every file's digest */
     void (*progress)(void *, uint64_t, uint64_t);
     void *progress_arg;
 } rjob;
@@ -204,12 +203,16 @@ static void rjob_fail(rjob *j, st_err e)
     pthread_mutex_unlock(&j->lock);
 }
 
-/* A staged file is whole and hashed: check and persist it (fd: open on it).
- * It stays in the staging directory until the whole step is verified. */
-static st_err finish_file(rfile *rf, int fd)
+/* Every task of a staged file is done: check its digest and persist it (fd:
+ * open on it). It stays in the staging directory until the whole step is
+ * verified. */
+static st_err finish_file(rjob *j, rfile *rf, int fd)
 {
     const st_file_entry *f = rf->f;
-    st_err e = st_restore_digest_check(&rf->digest, rf->hashed, f);
+    st_err e = st_file_digest_finish(rf->digest, fd);
+    pthread_mutex_lock(&j->lock);
+    j->read_back += st_file_digest_stats_of(rf->digest).read_back;
+    pthread_mutex_unlock(&j->lock);
     if (!e) {
         struct timespec times[2] = {{0, UTIME_OMIT},
                                     {f->mtime_ns / 1000000000, f->mtime_ns % 1000000000}};
@@ -217,51 +220,6 @@ static st_err finish_file(rfile *rf, int fd)
             e = st_seterr(ST_ERR_IO, "finish %s: %s", f->path, strerror(errno));
     }
     return e;
-}
-
-/* Under the job lock: takes rf's hashing if its next unhashed task is done. */
-static int claim_hashing(rjob *j, rfile *rf)
-{
-    if (rf->hashing || rf->tasks_hashed == rf->ntasks ||
-        !j->tasks[rf->first_task + rf->tasks_hashed].done)
-        return 0;
-    rf->hashing = 1;
-    return 1;
-}
-
-/*
- * Holding rf's hashing: feeds its done tasks, in file order, to its digest
- * (reading them back through fd, open on the staged file) until the next one
- * is not done, then gives hashing up. The worker that hashes the last task
- * finishes the file.
- */
-static st_err advance_digest(rjob *j, rfile *rf, int fd)
-{
-    for (;;) {
-        pthread_mutex_lock(&j->lock);
-        size_t k = rf->tasks_hashed;
-        uint64_t off = rf->hashed, len = 0;
-        while (k < rf->ntasks && j->tasks[rf->first_task + k].done)
-            len += j->tasks[rf->first_task + k++].bytes;
-        if (k == rf->tasks_hashed) {
-            rf->hashing = 0;
-            pthread_mutex_unlock(&j->lock);
-            return ST_OK;
-        }
-        pthread_mutex_unlock(&j->lock);
-        st_err e = st_restore_digest_range(fd, rf->f, &rf->digest, off, len);
-        pthread_mutex_lock(&j->lock);
-        if (!e) {
-            rf->tasks_hashed = k;
-            rf->hashed += len;
-        }
-        int whole = !e && k == rf->ntasks;
-        if (e || whole)
-            rf->hashing = 0;
-        pthread_mutex_unlock(&j->lock);
-        if (e || whole)
-            return e ? e : finish_file(rf, fd);
-    }
 }
 
 /* Opens rf's staged file for one task. The descriptor lives only as long as
@@ -274,7 +232,8 @@ static st_err open_staged(const rjob *j, const rfile *rf, int *fd)
     return ST_OK;
 }
 
-/* Fetches task t into its file, then hashes what became contiguous. */
+/* Fetches task t into its file (hashing it as it goes); the last task of
+ * the file finishes it. */
 static st_err run_task(rjob *j, st_restorer *rs, rtask *t)
 {
     rfile *rf = &j->files[t->file];
@@ -283,20 +242,21 @@ static st_err run_task(rjob *j, st_restorer *rs, rtask *t)
     if (e)
         return e;
     uint64_t gets_before = st_restorer_stats(rs)->gets;
-    e = st_restore_chunks_locked(rs, rf->m, rf->f, t->first, t->count, fd, &rf->write_lock);
+    const st_restore_to to = {.write_lock = &rf->write_lock, .digest = rf->digest};
+    e = st_restore_chunks_to(rs, rf->m, rf->f, t->first, t->count, fd, &to);
     pthread_mutex_lock(&j->lock);
     j->gets += st_restorer_stats(rs)->gets - gets_before;
-    int hash = 0;
+    int last = 0;
     if (!e) {
         t->done = 1;
         j->done += t->bytes;
         if (j->progress)
             j->progress(j->progress_arg, j->done, j->total);
-        hash = claim_hashing(j, rf);
+        last = ++rf->tasks_done == rf->ntasks;
     }
     pthread_mutex_unlock(&j->lock);
-    if (hash)
-        e = advance_digest(j, rf, fd);
+    if (last)
+        e = finish_file(j, rf, fd);
     close(fd);
     return e;
 }
@@ -378,10 +338,9 @@ static st_err collect_files(rjob *j, const st_stepview *v, int rank)
         memset(rf, 0, sizeof *rf);
         rf->m = v->entries[i].m;
         rf->f = f;
-        if (st_hasher_init(&rf->digest))
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        rf->digest_init = 1;
-        st_err e = create_staged(j, rf, j->nfiles - 1);
+        st_err e = st_file_digest_new(f, &j->park, &rf->digest);
+        if (!e)
+            e = create_staged(j, rf, j->nfiles - 1);
         if (e)
             return e;
     }
@@ -520,6 +479,7 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
     rjob j = {.backend = s->backend,
               .job = job,
               .stage_fd = -1,
+              .park = {.max = ST_RESTORE_PARK_MAX},
               .progress = o->progress,
               .progress_arg = o->progress_arg};
     pthread_mutex_init(&j.lock, NULL);
@@ -552,13 +512,13 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
     if (!e && fsync(dest_fd) < 0)
         e = st_seterr(ST_ERR_IO, "fsync %s: %s", dest, strerror(errno));
     for (size_t i = 0; i < j.nfiles; i++)
-        if (j.files[i].digest_init)
-            st_hasher_free(&j.files[i].digest);
+        st_file_digest_free(j.files[i].digest);
     if (!e) {
         res->step = v->step;
         res->files = j.nfiles;
         res->bytes = j.total;
         res->gets += j.gets;
+        res->read_back += j.read_back;
     }
     if (dest_fd >= 0)
         close(dest_fd);

@@ -115,6 +115,8 @@ typedef struct st_restore_result {
     uint64_t step; /* the step restored */
     uint64_t files, bytes;
     uint64_t gets;        /* object GETs issued */
+    uint64_t read_back;   /* staged bytes read back for whole-file digests (0 when
+                             the chunks came in order: hashed from memory) */
     int fell_back;        /* the latest step failed verification; an older one was restored
                              (the caller reports it: the store does not warn) */
     uint64_t failed_step; /* when fell_back: the step that failed */

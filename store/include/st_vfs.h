@@ -288,6 +288,7 @@ typedef struct st_vfs_stats {
     uint64_t deleted_steps, deleted_bytes_freed; /* by removals through the mount */
     uint64_t fetches_active; /* gauge: remote files being fetched (docs/WARMUP.md) */
     uint64_t fetched_bytes;  /* verified bytes fetched from the store */
+    uint64_t read_back;      /* of those, read back from staging for whole-file digests */
     uint64_t warmup_bytes, warmup_warm_bytes; /* gauges: files of the listed warm-up
                                                  requests, and of those local */
     uint64_t errors;                          /* errors recorded (status last_error, gc) */

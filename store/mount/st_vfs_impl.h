@@ -35,6 +35,7 @@
 #include "backend/st_backend.h"
 #include "backend/st_backend_count.h"
 #include "format/st_manifest.h"
+#include "engine/st_restore.h"
 #include "engine/st_state.h"
 #include "format/st_lease.h"
 #include "format/st_part.h"
@@ -209,6 +210,8 @@ typedef struct vrun {
     size_t first, count; /* chunks of the file entry */
     uint64_t off, len;   /* the bytes of the file they hold */
     vrun_state state;    /* (lock) */
+    uint64_t ready;      /* (lock) while BUSY: bytes of its start verified and written */
+    int wanted;          /* (lock) a reader waits for ready to grow */
 } vrun;
 
 /* A step's part record and decoded manifest, shared by the fetches of its
@@ -235,7 +238,8 @@ typedef struct vfetch {
     vrun *runs;
     size_t nruns;
     vfs_bound bound;            /* of the thread that began it, for its workers */
-    pthread_mutex_t write_lock; /* st_restore_chunks_locked */
+    pthread_mutex_t write_lock; /* st_restore_to.write_lock */
+    st_file_digest *digest;     /* the whole-file digest, fed by the workers */
     size_t front;               /* (lock) no run below it is TODO */
     size_t urgent;              /* (lock) a TODO run a reader waits for, SIZE_MAX: none */
     size_t done;                /* (lock) runs DONE */
@@ -347,6 +351,7 @@ struct st_vfs {
     uint64_t fetches_active;  /* fetches laid out and not ended */
     vlayout *layout_cache;    /* (lock) the step layout loaded last, or NULL */
     uint64_t fetched_bytes;   /* verified bytes fetched since start */
+    uint64_t fetch_read_back; /* of those, read back for the whole-file digest */
     vwarm warm[VFS_WARM_MAX]; /* oldest first */
     size_t nwarm;
     int warm_thread; /* the warm-up thread runs */
@@ -529,14 +534,20 @@ void *vfs_refresher_main(void *arg);
 /* Makes n's content local (fetch and verify, whole); called and returns with
  * lock held, which it drops while it waits. */
 st_err vfs_fetch(st_vfs *v, vnode *n);
-/* A run holds about this much raw data: the unit of work, of waiting and of
- * priority. Small enough that a read waits for little more than its own
- * bytes, large enough that one run is a few large ranged GETs. */
+/* A run holds about vfs_run_bytes() of raw data: the unit of work and of
+ * priority, one ranged GET per pack it touches. Small files: VFS_RUN_BYTES;
+ * larger ones have fewer, longer runs (fewer GETs: a GET never spans two
+ * runs), up to VFS_RUN_MAX, except their last VFS_RUN_BYTES (a zip's
+ * directory, read first by torch.load, is a short urgent run). A read
+ * waits only for its own bytes of a run being fetched (vrun.ready). */
 #define VFS_RUN_BYTES (8ull << 20)
-/* Cuts f's chunks into runs of at most VFS_RUN_BYTES (a longer chunk: a run
- * of its own), never splitting a chunk: *runs malloc'd, *nruns of them,
- * states TODO. ST_ERR_CORRUPT if the chunks do not add up to f's size. No
- * lock needed. */
+#define VFS_RUN_MAX   (32ull << 20)
+/* The run size for a file of size bytes (docs/WARMUP.md). */
+uint64_t vfs_run_bytes(uint64_t size);
+/* Cuts f's chunks into runs of at most vfs_run_bytes(f->size) (a longer
+ * chunk: a run of its own), never splitting a chunk: *runs malloc'd,
+ * *nruns of them, states TODO. ST_ERR_CORRUPT if the chunks do not add up
+ * to f's size. No lock needed. */
 st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns);
 /* Starts the fetch of remote file n, or finds the one under way, and returns
  * once it is laid out (docs/WARMUP.md): *out is then the fetch, one reference

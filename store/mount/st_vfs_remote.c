@@ -314,8 +314,27 @@ static void fetch_gate_leave(void)
 /* Worker threads per fetch: GETs in flight for one file. */
 #define FETCH_WORKERS 4
 
+/* Decoded bytes the fetches' whole-file digests may park, in all: the 3
+ * workers ahead of a file's hashing front hold at most 3 runs of
+ * VFS_RUN_MAX (st_file_digest; docs/MEMORY.md). Past it a piece is read
+ * back from the staging file instead (v->fetch_read_back). */
+static st_park_budget fetch_park = {.max = (FETCH_WORKERS - 1) * VFS_RUN_MAX};
+
+/* Runs per worker a large file is cut into: 8 keeps a read ahead of the
+ * front from waiting long for a run, and the workers' progress even. */
+#define RUNS_PER_WORKER 8
+
+uint64_t vfs_run_bytes(uint64_t size)
+{
+    uint64_t run = size / (FETCH_WORKERS * RUNS_PER_WORKER);
+    return run < VFS_RUN_BYTES ? VFS_RUN_BYTES : run > VFS_RUN_MAX ? VFS_RUN_MAX : run;
+}
+
 st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
 {
+    const uint64_t big = vfs_run_bytes(f->size);
+    /* Where the short runs of the file's end begin (none for a small file). */
+    const uint64_t tail = big > VFS_RUN_BYTES ? f->size - VFS_RUN_BYTES : UINT64_MAX;
     size_t n = 0;
     /* At most one run per chunk (a run holds one chunk at least); not
      * size / VFS_RUN_BYTES: runs whose chunks do not add up to it exactly
@@ -328,8 +347,11 @@ st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
         vrun *run = &r[n++];
         run->first = i;
         run->off = off;
-        while (i < f->nchunks &&
-               (run->len == 0 || run->len + f->chunks[i].raw_len <= VFS_RUN_BYTES))
+        uint64_t limit = off >= tail ? VFS_RUN_BYTES : big;
+        /* A long run ends where the next chunk would take it into the tail. */
+        uint64_t stop = off >= tail ? UINT64_MAX : tail - off;
+        while (i < f->nchunks && (run->len == 0 || (run->len + f->chunks[i].raw_len <= limit &&
+                                                    run->len + f->chunks[i].raw_len <= stop)))
             run->len += f->chunks[i++].raw_len;
         run->count = i - run->first;
         off += run->len;
@@ -355,6 +377,7 @@ static void fetch_free(vfetch *fx)
         close(fx->fd);
     free(fx->runs);
     layout_put(fx->layout); /* set if the fetch failed before it ended */
+    st_file_digest_free(fx->digest);
     pthread_mutex_destroy(&fx->write_lock);
     free(fx);
 }
@@ -438,12 +461,15 @@ static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
             fx->f = &fx->layout->m.files[i];
     if (!e && !fx->f)
         e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
+    if (!e)
+        e = st_file_digest_new(fx->f, &fetch_park, &fx->digest);
     if (e)
         return e;
     fx->size = fx->f->size;
     char sp[PATH_MAX];
     vfs_staging_path(v, fx->sid, sp, sizeof sp);
-    fx->fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* read back to verify */
+    /* O_RDWR: a piece not parked for the digest is read back */
+    fx->fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fx->fd < 0 || ftruncate(fx->fd, (off_t)fx->size) < 0)
         return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
                          strerror(errno));
@@ -490,6 +516,8 @@ static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
     layout_put(fx->layout);
     fx->layout = NULL;
     fx->f = NULL;
+    st_file_digest_free(fx->digest); /* its parked bytes go back to fetch_park now */
+    fx->digest = NULL;
     pthread_cond_broadcast(&v->changed);
     vfs_maybe_free(v, n);
     vfs_fetch_put(fx); /* n's reference */
@@ -511,6 +539,41 @@ static size_t take_run(vfetch *fx)
     return r;
 }
 
+/* The fetch's whole-file check, by its last worker (no lock held): the
+ * digest its workers fed, finished (what was not parked is read back). */
+static st_err fetch_verify(st_vfs *v, vfetch *fx)
+{
+    st_err e = st_file_digest_finish(fx->digest, fx->fd);
+    uint64_t read_back = st_file_digest_stats_of(fx->digest).read_back;
+    pthread_mutex_lock(&v->lock);
+    v->fetch_read_back += read_back;
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+/* The run a worker restores and the fetch it is of: st_restore_to.written's
+ * argument. */
+typedef struct run_progress {
+    st_vfs *v;
+    vrun *run;
+} run_progress;
+
+/* A chunk of a busy run is verified and written (st_restore_to.written):
+ * readers of the bytes up to it need not wait for the rest of the run.
+ * Woken only if one waits on this run (vrun.wanted): a broadcast per chunk
+ * woke every waiting thread thousands of times per GiB. */
+static void run_written(void *arg, uint64_t off, uint64_t len)
+{
+    run_progress *p = arg;
+    pthread_mutex_lock(&p->v->lock);
+    p->run->ready = off + len - p->run->off;
+    if (p->run->wanted) {
+        p->run->wanted = 0;
+        pthread_cond_broadcast(&p->v->changed);
+    }
+    pthread_mutex_unlock(&p->v->lock);
+}
+
 /* A fetch worker: restores runs until none is left, then the last worker
  * checks the whole file and ends the fetch. */
 static void *fetch_worker_main(void *arg)
@@ -525,9 +588,14 @@ static void *fetch_worker_main(void *arg)
     size_t r;
     while (!e && !fx->err && !v->fetch_stop && (r = take_run(fx)) != SIZE_MAX) {
         vrun *run = &fx->runs[r];
+        run->ready = 0;
         pthread_mutex_unlock(&v->lock);
-        e = st_restore_chunks_locked(rs, &fx->layout->m, fx->f, run->first, run->count, fx->fd,
-                                     &fx->write_lock);
+        run_progress progress = {v, run};
+        const st_restore_to to = {.write_lock = &fx->write_lock,
+                                  .digest = fx->digest,
+                                  .written = run_written,
+                                  .arg = &progress};
+        e = st_restore_chunks_to(rs, &fx->layout->m, fx->f, run->first, run->count, fx->fd, &to);
         pthread_mutex_lock(&v->lock);
         run->state = e ? VRUN_TODO : VRUN_DONE;
         if (!e) {
@@ -548,7 +616,7 @@ static void *fetch_worker_main(void *arg)
         e = fx->err;
         if (!e) {
             pthread_mutex_unlock(&v->lock);
-            e = st_restore_verify_file(fx->fd, fx->f);
+            e = fetch_verify(v, fx);
             pthread_mutex_lock(&v->lock);
         }
         fetch_end(v, fx, e);
@@ -587,7 +655,7 @@ static void fetch_start_workers(st_vfs *v, vfetch *fx)
     st_err e = fx->nruns ? st_seterr(ST_ERR_NOMEM, "cannot start a fetch thread") : ST_OK;
     if (!e) { /* an empty file: nothing to wait for */
         pthread_mutex_unlock(&v->lock);
-        e = st_restore_verify_file(fx->fd, fx->f);
+        e = fetch_verify(v, fx);
         pthread_mutex_lock(&v->lock);
     }
     fetch_end(v, fx, e);
@@ -678,10 +746,15 @@ st_err vfs_fetch_wait_range(st_vfs *v, vfetch *fx, uint64_t off, uint64_t len)
             r++;
         if (r == fx->nruns || fx->runs[r].off >= end)
             return ST_OK; /* every run of the range is verified (kept by an open fd) */
+        const vrun *run = &fx->runs[r];
+        if (run->state == VRUN_BUSY && run->off + run->ready >= end)
+            return ST_OK; /* the range ends in a run being fetched, within its verified start */
         if (fx->err)
             return st_seterr(fx->err, "%s", fx->msg);
         if (fx->runs[r].state == VRUN_TODO)
             fx->urgent = r; /* ahead of the fetch front: next */
+        else
+            fx->runs[r].wanted = 1; /* woken as its bytes arrive (run_written) */
         pthread_cond_wait(&v->changed, &v->lock);
     }
 }

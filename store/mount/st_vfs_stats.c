@@ -82,6 +82,7 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->gc_bytes_freed = v->gc_status.total_bytes;
     out->fetches_active = v->fetches_active;
     out->fetched_bytes = v->fetched_bytes;
+    out->read_back = v->fetch_read_back;
     vfs_warmup_bytes(v, &out->warmup_bytes, &out->warmup_warm_bytes);
     out->errors = v->errors;
     out->last_error_unix_ns = v->last_error_ns;

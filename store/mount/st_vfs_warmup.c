@@ -278,6 +278,7 @@ int vfs_warmup_status(st_vfs *v, struct json_object *root)
     int bad = vfs_json_add(root, "warmup", o) | !reqs;
     bad |= vfs_json_add(o, "fetches_active", json_object_new_uint64(v->fetches_active));
     bad |= vfs_json_add(o, "fetched_bytes", json_object_new_uint64(v->fetched_bytes));
+    bad |= vfs_json_add(o, "read_back_bytes", json_object_new_uint64(v->fetch_read_back));
     bad |= vfs_json_add(o, "requests", reqs);
     for (size_t i = 0; !bad && i < v->nwarm; i++) {
         const vwarm *w = &v->warm[i];

@@ -67,11 +67,7 @@ work=$(mktemp -d "$workdir/ckpt-bench-resume.XXXXXX")
 shm=$(mktemp -d /dev/shm/ckpt-bench-resume.XXXXXX)
 mnt=$work/mnt daemon_pid=""
 cleanup() {
-    if [ -n "$daemon_pid" ]; then
-        fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || true
-        kill "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-    fi
+    s3lib_unmount "$mnt" "$daemon_pid"
     s3lib_stop "$work/s3"
     rm -rf "$work" "$shm"
 }

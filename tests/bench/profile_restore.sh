@@ -59,9 +59,13 @@ for u in s3://ckpt-test/prof "file://$shm/store"; do
             ms=$(restore "$b" "$u" "$shm/out" perf stat -x, -e task-clock 2>&1 >/dev/null | cut -d, -f1)
             cmp "$work/staging/ckpt.pt" "$shm/out/ckpt.pt"
             rm -rf "$shm/out"
-            wall=$(restore "$b" "$u" "$shm/out" /usr/bin/time -f %e 2>&1 >/dev/null | tail -1)
+            wall=$(restore "$b" "$u" "$shm/out" /usr/bin/time -f %e 2>&1 >"$work/json" | tail -1)
             rm -rf "$shm/out"
-            printf 'rep %d %s: task-clock %.0f ms, wall %s s\n' "$r" "$b" "$ms" "$wall"
+            # GETs and bytes read back for the digest (a ckptctl without the
+            # counter prints "-").
+            gets=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["gets"], j.get("read_back_bytes", "-"))' "$work/json")
+            printf 'rep %d %s: task-clock %.0f ms, wall %s s, gets %s, read back %s\n' \
+                "$r" "$b" "$ms" "$wall" "${gets% *}" "${gets#* }"
         done
     done
     restore "$bin" "$u" "$shm/out" perf record -q -g -o "$work/perf.data" >/dev/null 2>&1

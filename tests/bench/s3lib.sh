@@ -8,6 +8,9 @@
 #                       AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (s3rver's defaults)
 #                       and CKPT_S3_ENDPOINT for ckptctl and bench_s3
 #   s3lib_stop DIR      stop it by its PID (for the caller's EXIT trap; never fails)
+#   s3lib_unmount MNT PID
+#                       unmount the ckptfs at MNT the caller started as PID and
+#                       end it by that PID (EXIT traps; never fails)
 #   s3lib_use ENDPOINT KEY SECRET
 #                       point everything at another S3 server (Ceph RGW: the
 #                       bucket ckpt-test must exist): sets S3_URL, exports the
@@ -42,6 +45,13 @@ s3lib_use() {
 
 s3lib_stop() {
     bash "$S3LIB_S3RVER" stop "$1" || true
+}
+
+s3lib_unmount() { # MNT PID: unmount a ckptfs the caller started and end it by PID (PID "": none)
+    [ -n "$2" ] || return 0
+    fusermount3 -u "$1" 2>/dev/null || fusermount3 -u -z "$1" 2>/dev/null || true
+    kill "$2" 2>/dev/null || true
+    wait "$2" 2>/dev/null || true
 }
 
 s3lib_curl() {

@@ -357,6 +357,53 @@ static void store_pack(st_backend *b, const pack_builder *pb, const char *name, 
     CHECK_OK(st_put(b, key, pb->data.data, pb->data.len));
 }
 
+/* The layout of a file's chunks in one pack (one_pack_make()). */
+typedef struct pack_layout {
+    const char *name; /* the pack is stored under st_id_of(name) */
+    size_t n;         /* chunks (at most 64) */
+    size_t len, vary; /* chunk i holds len + (i * 7919) % vary raw bytes */
+    uint64_t seed;
+    int reversed; /* the file takes them in reverse pack order */
+} pack_layout;
+
+/* A counted memory store holding one pack, and a file of its chunks. */
+typedef struct one_pack {
+    st_backend *b;
+    st_backend_counts c;
+    pack_builder pb;
+    st_id pack_id;
+    char key[ST_KEY_MAX];
+    st_chunk_ref refs[64];
+    st_manifest m;
+    st_file_entry f;
+    uint8_t *expect; /* the file's bytes */
+} one_pack;
+
+/* Adds l.n seeded chunks to t's pack (unless it has them; opening the store
+ * the first time), stores it, and makes t's file of them in pack order or
+ * reversed. */
+static void one_pack_make(one_pack *t, pack_layout l)
+{
+    size_t order[64];
+    if (!t->b)
+        open_counted(&t->b, &t->c);
+    CHECK(l.n <= 64);
+    while (t->pb.n < l.n)
+        add_chunk(&t->pb, l.len + (t->pb.n * 7919) % l.vary, l.seed + t->pb.n);
+    for (size_t i = 0; i < l.n; i++)
+        order[i] = l.reversed ? l.n - 1 - i : i;
+    free(t->expect);
+    store_pack(t->b, &t->pb, l.name, &t->pack_id, t->key);
+    make_file(&t->pb, order, l.n, &t->m, &t->f, t->refs, &t->pack_id, &t->expect);
+}
+
+static void one_pack_free(one_pack *t)
+{
+    free(t->expect);
+    pack_free(&t->pb);
+    st_backend_close(t->b);
+}
+
 /* Chunks in pack order, 20-90 KiB each, so that most straddle the memory
  * backend's 65,521-byte stream pieces: restored byte-identical from one
  * streamed GET (each chunk decoded as soon as its last byte arrived, split
@@ -365,52 +412,142 @@ static void store_pack(st_backend *b, const pack_builder *pb, const char *name, 
  * end of the file. */
 static void test_streamed_in_pack_order(void)
 {
-    st_backend *b = NULL;
-    st_backend_counts c = {0};
-    open_counted(&b, &c);
-    pack_builder pb = {0};
-    size_t order[40];
-    for (size_t i = 0; i < 40; i++)
-        order[i] = add_chunk(&pb, 20 * KIB + (i * 7919) % (70 * KIB), 3000 + i);
-    st_id pack_id;
-    char key[ST_KEY_MAX];
-    store_pack(b, &pb, "pack-s", &pack_id, key);
-    st_chunk_ref refs[40];
-    st_manifest m;
-    st_file_entry f;
-    uint8_t *expect = NULL;
-    make_file(&pb, order, 40, &m, &f, refs, &pack_id, &expect);
-    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 1);
+    one_pack t = {0};
+    one_pack_make(&t, (pack_layout){"pack-s", 40, 20 * KIB, 70 * KIB, 3000, 0});
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 1);
 
     /* The chunk holding pack byte 3 * 65521 straddles two pieces. */
+    const pack_builder *pb = &t.pb;
     size_t hit = 0;
-    while (pb.refs[hit].offset + pb.refs[hit].stored_len <= 3 * 65521u)
+    while (pb->refs[hit].offset + pb->refs[hit].stored_len <= 3 * 65521u)
         hit++;
-    CHECK(pb.refs[hit].offset < 3 * 65521u);
-    st_restorer *r = NULL;
-    char path[300];
-    snprintf(path, sizeof path, "%s/stream-bad.bin", root);
+    CHECK(pb->refs[hit].offset < 3 * 65521u);
     for (int round = 0; round < 2; round++) {
         st_bytes bad = {0};
-        CHECK_OK(st_bytes_append(&bad, pb.data.data, pb.data.len));
+        CHECK_OK(st_bytes_append(&bad, pb->data.data, pb->data.len));
         if (round == 0)
-            bad.data[pb.refs[hit].offset + pb.refs[hit].stored_len - 1] ^= 0x5a;
+            bad.data[pb->refs[hit].offset + pb->refs[hit].stored_len - 1] ^= 0x5a;
         else
             bad.len -= 1000; /* the last chunk's tail is missing */
-        CHECK_OK(st_put(b, key, bad.data, bad.len));
+        CHECK_OK(st_put(t.b, t.key, bad.data, bad.len));
         st_bytes_free(&bad);
-        CHECK_OK(st_restorer_new(b, "job", &r));
-        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-        CHECK(fd >= 0);
-        CHECK_ERR(st_restore_file(r, &m, &f, fd), ST_ERR_CORRUPT);
+        restore_fails_corrupt(t.b, &t.m, &t.f);
         if (round == 1)
             CHECK(strstr(st_errmsg(), "shorter than the manifest") != NULL);
-        close(fd);
-        st_restorer_free(r);
     }
-    free(expect);
-    pack_free(&pb);
-    st_backend_close(b);
+    one_pack_free(&t);
+}
+
+/* A file's run through one pack in pack order is streamed, so one GET
+ * reads all of it, past ST_RESTORE_MAX_GET (a 20 MiB pack: was 2 GETs), in
+ * both sinks; chunks in another order are buffered, within
+ * ST_RESTORE_MAX_GET per run (2 GETs). */
+static void test_streamed_whole_pack(void)
+{
+    one_pack t = {0};
+    /* 20 random chunks of 1 MiB: stored as they are, a 20 MiB pack. */
+    pack_layout l = {"pack-big", 20, MIB, 1, 5000, 0};
+    one_pack_make(&t, l);
+    CHECK(t.pb.data.len > ST_RESTORE_MAX_GET);
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 1);
+    CHECK(restore_range_and_compare(t.b, &t.c, &t.m, &t.f, 0, 20, t.expect) == 1);
+    l.reversed = 1;
+    one_pack_make(&t, l);
+    CHECK(restore_and_compare(t.b, &t.c, &t.m, &t.f, t.expect) == 2);
+    one_pack_free(&t);
+}
+
+/* Restores f's chunks into a file of its size as two workers of a parallel
+ * restore would, the first half then the second (or, reversed, the second
+ * half first: it arrives ahead of the hashing front), feeding one digest
+ * with the given park budget; returns what st_file_digest_finish() said and
+ * in *stats its counters; checks the bytes written. */
+static st_err restore_halves(st_backend *b, const st_manifest *m, const st_file_entry *f,
+                             const uint8_t *expect, int reversed, st_park_budget *budget,
+                             st_file_digest_stats *stats)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/halves.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)f->size) == 0);
+    st_restorer *r = NULL;
+    st_file_digest *d = NULL;
+    CHECK_OK(st_restorer_new(b, "job", &r));
+    CHECK_OK(st_file_digest_new(f, budget, &d));
+    const st_restore_to to = {.digest = d};
+    size_t half = f->nchunks / 2;
+    size_t first[2] = {reversed ? half : 0, reversed ? 0 : half};
+    size_t count[2] = {reversed ? f->nchunks - half : half, reversed ? half : f->nchunks - half};
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(st_restore_chunks_to(r, m, f, first[k], count[k], fd, &to));
+    st_err e = st_file_digest_finish(d, fd);
+    *stats = st_file_digest_stats_of(d);
+    uint8_t *got = malloc(f->size);
+    CHECK(got && pread(fd, got, f->size, 0) == (ssize_t)f->size);
+    CHECK(memcmp(got, expect, f->size) == 0);
+    free(got);
+    st_file_digest_free(d);
+    CHECK(!budget || budget->used == 0); /* parked bytes returned */
+    st_restorer_free(r);
+    close(fd);
+    return e;
+}
+
+/* The whole-file digest of the pwrite sink is computed from the decoded
+ * chunks, not by reading the file back: in order, nothing is read back; the
+ * second half first is parked while the budget allows (nothing read back)
+ * and read back without one (that half's bytes only). Every way, a manifest
+ * whose digest is wrong fails the restore (ST_ERR_CORRUPT), and so does a
+ * range never restored. */
+static void test_digest_from_memory(void)
+{
+    one_pack t = {0};
+    one_pack_make(&t, (pack_layout){"pack-d", 40, 20 * KIB, 70 * KIB, 6000, 0});
+    st_backend *b = t.b;
+    st_manifest m = t.m;
+    st_file_entry f = t.f;
+    const st_chunk_ref *refs = t.refs;
+    const uint8_t *expect = t.expect;
+    uint64_t second = 0;
+    for (size_t i = 20; i < 40; i++)
+        second += refs[i].raw_len;
+
+    st_park_budget roomy = {.max = 64 * MIB}, tight = {.max = 200 * KIB};
+    st_file_digest_stats st;
+    CHECK_OK(restore_halves(b, &m, &f, expect, 0, NULL, &st));
+    CHECK(st.hashed == f.size && st.read_back == 0);
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, &roomy, &st));
+    CHECK(st.hashed == f.size && st.read_back == 0);
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, NULL, &st));
+    CHECK(st.hashed == f.size && st.read_back == second);
+    /* A budget too small for the half: some parked, the rest read back. */
+    CHECK_OK(restore_halves(b, &m, &f, expect, 1, &tight, &st));
+    CHECK(st.read_back > 0 && st.read_back < second);
+
+    f.digest.b[3] ^= 0x40; /* the manifest's digest is wrong */
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 0, NULL, &st), ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "whole-file digest mismatch") != NULL);
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 1, &roomy, &st), ST_ERR_CORRUPT);
+    CHECK_ERR(restore_halves(b, &m, &f, expect, 1, NULL, &st), ST_ERR_CORRUPT);
+    f.digest.b[3] ^= 0x40;
+
+    /* Only the second half restored: the digest never reached the end. */
+    char path[300];
+    snprintf(path, sizeof path, "%s/half.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)f.size) == 0);
+    st_restorer *r = NULL;
+    st_file_digest *d = NULL;
+    CHECK_OK(st_restorer_new(b, "job", &r));
+    CHECK_OK(st_file_digest_new(&f, &roomy, &d));
+    const st_restore_to to = {.digest = d};
+    CHECK_OK(st_restore_chunks_to(r, &m, &f, 20, 20, fd, &to));
+    CHECK_ERR(st_file_digest_finish(d, fd), ST_ERR_CORRUPT);
+    st_file_digest_free(d);
+    CHECK(roomy.used == 0);
+    st_restorer_free(r);
+    close(fd);
+    one_pack_free(&t);
 }
 
 int main(void)
@@ -424,6 +561,8 @@ int main(void)
     RUN(test_far_repeats);
     RUN(test_incremental_step);
     RUN(test_streamed_in_pack_order);
+    RUN(test_streamed_whole_pack);
+    RUN(test_digest_from_memory);
     ut_rmtree(root);
     return ut_finish();
 }

@@ -233,6 +233,35 @@ static void test_tampered_manifest_is_rejected(void)
     st_store_close(s);
 }
 
+/* The whole-file digest is computed from the decoded chunks (no read-back
+ * with one worker, the chunks coming in order), and a manifest whose digest
+ * is wrong still fails the restore, with one worker and with four. */
+static void test_restore_digest_from_memory(void)
+{
+    char p[400];
+    st_store *s = store_with_random_step("state-digest", "digest", 3u << 20, 23, p, sizeof p);
+    char out[400];
+    snprintf(out, sizeof out, "%s/digest-out", root);
+    st_restore_opts one = {.rank = -1, .threads = 1}, four = {.rank = -1, .threads = 4};
+    st_restore_result r = {0};
+    CHECK_OK(st_store_restore(s, "digest", 1, out, &one, &r));
+    CHECK(r.bytes == 3u << 20 && r.read_back == 0);
+    char got[450], want[450];
+    snprintf(got, sizeof got, "%s/f", out);
+    snprintf(want, sizeof want, "%s/f", p);
+    CHECK(files_equal(got, want));
+    st_backend *b = ut_open_store_backend(root);
+    if (b)
+        ut_wrong_file_digests(b, "digest", 1, "test-node");
+    st_backend_close(b);
+    snprintf(out, sizeof out, "%s/digest-bad", root);
+    CHECK_ERR(st_store_restore(s, "digest", 1, out, &one, NULL), ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "whole-file digest mismatch") != NULL);
+    CHECK_ERR(st_store_restore(s, "digest", 1, out, &four, NULL), ST_ERR_CORRUPT);
+    CHECK(strstr(st_errmsg(), "whole-file digest mismatch") != NULL);
+    st_store_close(s);
+}
+
 /* ---- restore: all of a step or nothing of it ---- */
 
 typedef struct key_set {
@@ -474,6 +503,7 @@ static void run_cases(void)
     RUN(test_fresh_node_dedups_against_store);
     RUN(test_uncommitted_step_is_invisible);
     RUN(test_tampered_manifest_is_rejected);
+    RUN(test_restore_digest_from_memory);
     RUN(test_fallback_leaves_nothing_of_the_bad_step);
     RUN(test_missing_pack_is_damage);
     RUN(test_many_files_few_descriptors);

@@ -14,6 +14,7 @@
  */
 #include "vfs_harness.h"
 #include "mount/st_vfs_impl.h"
+#include "ut_store.h"
 
 static st_backend *store;
 
@@ -55,6 +56,12 @@ static int open_b(vh_mount *b, const char *staging, const char *fault)
 static int fetches_active(vh_mount *m)
 {
     return (int)vh_status_u64(m, "\"warmup\"", "fetches_active");
+}
+
+/* Bytes mount m read back from staging for whole-file digests. */
+static uint64_t read_back(vh_mount *m)
+{
+    return vh_status_u64(m, "\"warmup\"", "read_back_bytes");
 }
 
 /* Verified bytes mount m fetched so far (status warmup.fetched_bytes). */
@@ -100,8 +107,36 @@ static void test_read_during_fetch(void)
     /* The fetch ends with the whole-file check: a cached, verified copy. */
     CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
     CHECK(fetched(&b) == BIG_LEN);
+    /* The whole-file digest came from the decoded runs: the 3 workers
+     * ahead of the front parked theirs (64 MiB < the budget), nothing was
+     * read back from staging. */
+    CHECK(read_back(&b) == 0);
     CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
     free(buf);
+    vh_mount_close(&b);
+}
+
+/* A manifest whose whole-file digest is wrong (its chunks all verify) still
+ * fails the fetch with the digest computed from memory: the file is not
+ * kept, and the error says why. */
+static void test_wrong_digest_fails_fetch(void)
+{
+    store_with_step();
+    ut_wrong_file_digests(store, VH_JOB, 7, "a");
+    vh_mount b;
+    if (!open_b(&b, "bad-digest-b", NULL))
+        return;
+    st_bytes out = {0};
+    (void)vh_read(&b, BIG_PATH, &out); /* runs already verified may be served */
+    CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    vh_status(&b, &out);
+    CHECK(strstr((const char *)out.data, "whole-file digest mismatch") != NULL);
+    /* Not kept: a second read fetches it again (and fails again). */
+    uint64_t before = fetched(&b);
+    (void)vh_read(&b, BIG_PATH, &out);
+    CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    CHECK(fetched(&b) > before);
+    st_bytes_free(&out);
     vh_mount_close(&b);
 }
 
@@ -190,23 +225,25 @@ static void test_closed_mid_fetch_leaves_nothing_trusted(void)
 }
 
 /* The runs a file is cut into: every chunk in exactly one run, in order,
- * none over VFS_RUN_BYTES unless one chunk is. A 1 GiB torch.save file had
+ * none over vfs_run_bytes() unless one chunk is. A 1 GiB torch.save file had
  * more runs than size / VFS_RUN_BYTES + 2 (chunks that do not fill a run
  * exactly), which overflowed the run table (ckptfs aborted in the resume
- * benchmark): 5 MiB chunks make one run each, 2.5x that bound. */
+ * benchmark): 5 MiB chunks in a 200 MiB file make one run each, 2.5x that
+ * bound. */
 static void test_runs_cover_every_chunk(void)
 {
-    enum { N = 100 };
+    enum { N = 100, SMALL = 40 };
     st_chunk_ref chunks[N + 1];
     memset(chunks, 0, sizeof chunks);
     uint64_t size = 0;
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < SMALL; i++)
         size += chunks[i].raw_len = i == 7 ? (12u << 20) : (5u << 20) + (uint32_t)i;
-    st_file_entry f = {.path = "f", .size = size, .nchunks = N, .chunks = chunks};
+    st_file_entry f = {.path = "f", .size = size, .nchunks = SMALL, .chunks = chunks};
     vrun *runs = NULL;
     size_t n = 0;
+    CHECK(vfs_run_bytes(size) == VFS_RUN_BYTES);
     CHECK_OK(vfs_layout_runs(&f, &runs, &n));
-    CHECK(n == N);
+    CHECK(n == SMALL);
     uint64_t off = 0;
     size_t next = 0;
     for (size_t r = 0; runs && r < n; r++) {
@@ -216,12 +253,13 @@ static void test_runs_cover_every_chunk(void)
         next += runs[r].count;
         off += runs[r].len;
     }
-    CHECK(next == N && off == size);
+    CHECK(next == SMALL && off == size);
     free(runs);
     /* 1 MiB chunks fill 8 MiB runs exactly; a short last run. */
     for (int i = 0; i < N; i++)
         chunks[i].raw_len = 1u << 20;
     f.size = (uint64_t)N << 20;
+    f.nchunks = N;
     CHECK_OK(vfs_layout_runs(&f, &runs, &n));
     CHECK(n == (N + 7) / 8 && runs[n - 1].count == N % 8);
     free(runs);
@@ -230,13 +268,48 @@ static void test_runs_cover_every_chunk(void)
     CHECK_ERR(vfs_layout_runs(&f, &runs, &n), ST_ERR_CORRUPT);
 }
 
+/* A large file has fewer, longer runs (a GET never spans two runs: a 4 GiB
+ * file took 673 GETs with 8 MiB ones), up to VFS_RUN_MAX, but its last
+ * VFS_RUN_BYTES are a short run of their own (torch.load reads a zip's
+ * directory at the end first, and waits for that run). */
+static void test_large_file_runs(void)
+{
+    enum { N = 1024 };
+    st_chunk_ref *chunks = calloc(N + 1, sizeof *chunks);
+    CHECK(chunks != NULL);
+    if (!chunks)
+        return;
+    for (int i = 0; i < N; i++)
+        chunks[i].raw_len = 1u << 20;
+    st_file_entry f = {.path = "f", .size = (uint64_t)N << 20, .nchunks = N, .chunks = chunks};
+    CHECK(vfs_run_bytes(f.size) == VFS_RUN_MAX);
+    CHECK(vfs_run_bytes(512ull << 20) == 16ull << 20);
+    vrun *runs = NULL;
+    size_t n = 0;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    /* 31 runs of 32 MiB, 24 MiB up to the tail, the tail's 8 MiB. */
+    CHECK(n == 33);
+    uint64_t off = 0;
+    for (size_t r = 0; runs && r < n; r++) {
+        CHECK(runs[r].off == off && runs[r].len == (r < 31    ? VFS_RUN_MAX
+                                                    : r == 31 ? 24u << 20
+                                                              : VFS_RUN_BYTES));
+        off += runs[r].len;
+    }
+    CHECK(off == f.size);
+    free(runs);
+    free(chunks);
+}
+
 int main(void)
 {
     if (vh_setup("vfs-warmup"))
         return 1;
     big = vh_data(BIG_LEN, 77);
     RUN(test_runs_cover_every_chunk);
+    RUN(test_large_file_runs);
     RUN(test_read_during_fetch);
+    RUN(test_wrong_digest_fails_fetch);
     RUN(test_warmup_warms);
     RUN(test_bad_requests_refused);
     RUN(test_closed_mid_fetch_leaves_nothing_trusted);

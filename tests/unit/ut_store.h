@@ -11,6 +11,8 @@
 
 #include "ckptstore.h"
 #include "backend/st_backend.h"
+#include "format/st_manifest.h"
+#include "format/st_part.h"
 #include "ut.h"
 
 /* Opens the store at url as node, its state in dir/state_name; records a
@@ -35,6 +37,39 @@ static inline st_backend *ut_open_store_backend(const char *dir)
     snprintf(path, sizeof path, "%s/store", dir);
     CHECK_OK(st_backend_file_open(path, &b));
     return b;
+}
+
+/* Rewrites node's manifest of step of job in store b so that every file's
+ * whole-file digest is wrong, and its part record so that the manifest
+ * still matches it: damage only the whole-file check can find (its chunks
+ * all verify). The mount tests use it on their in-memory store too. */
+static inline void ut_wrong_file_digests(st_backend *b, const char *job, uint64_t step,
+                                         const char *node)
+{
+    char part_key[ST_KEY_MAX], man_key[ST_KEY_MAX];
+    st_bytes pbuf = {0}, mbuf = {0}, out = {0};
+    st_part p;
+    st_manifest m;
+    CHECK_OK(st_key_part(part_key, sizeof part_key, job, step, node));
+    CHECK_OK(st_get(b, part_key, 0, ST_GET_TO_END, &pbuf));
+    CHECK_OK(st_part_decode(pbuf.data, pbuf.len, &p));
+    CHECK_OK(st_key_manifest(man_key, sizeof man_key, job, step, node, p.revision));
+    CHECK_OK(st_get(b, man_key, 0, ST_GET_TO_END, &mbuf));
+    CHECK_OK(st_manifest_decode(mbuf.data, mbuf.len, &m));
+    for (size_t i = 0; i < m.nfiles; i++)
+        m.files[i].digest.b[5] ^= 0x21;
+    CHECK_OK(st_manifest_encode(&m, &out));
+    CHECK_OK(st_put(b, man_key, out.data, out.len));
+    p.manifest_len = out.len;
+    p.manifest_digest = st_id_of(out.data, out.len);
+    out.len = 0;
+    CHECK_OK(st_part_encode(&p, &out));
+    CHECK_OK(st_put(b, part_key, out.data, out.len));
+    st_manifest_free(&m);
+    st_part_free(&p);
+    st_bytes_free(&pbuf);
+    st_bytes_free(&mbuf);
+    st_bytes_free(&out);
 }
 
 #endif
