@@ -100,13 +100,8 @@ def server_cpu(pids):
 
 
 def sha256(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while True:
-            b = f.read(4 << 20)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def newest_files(job):
