@@ -52,6 +52,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libs3.h>
+#include <libxml/parser.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -88,6 +89,13 @@ static void s3_init_once(void)
 {
     /* Default host is irrelevant: every bucket context names its host. */
     s3_init_status = S3_initialize("ckptfs", S3_INIT_ALL, NULL);
+    /* libs3 parses every XML answer with libxml2 but never initialises it,
+     * and libxml2 2.9 initialises itself on first use without a lock: two
+     * threads parsing their first answers at once (a publish sends its
+     * checks at once, util/st_parallel.h) both build its global tables, and
+     * one set leaks (LeakSanitizer saw it) or worse. Once initialised here,
+     * before any request, libxml2 is thread-safe. */
+    xmlInitParser();
 }
 
 static uint64_t now_ms(void)

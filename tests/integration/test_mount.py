@@ -382,13 +382,18 @@ class MountTest(MountTestCase):
         # s3://: a missing bucket is a permanent store error. Writers never
         # see it (close() succeeds); the status file names it.
         self.store = "s3://no-such-bucket-ckpt/x"
-        m = self.mount("a")
+        m = self.mount("a", extra=("--drain", "2"))
         os.mkdir(os.path.join(m.path, JOB))
         with open(os.path.join(m.path, JOB, "ckpt-000001.pt"), "wb") as f:
             f.write(os.urandom(100000))
         st = wait_status(m, lambda s: "no-such-bucket-ckpt" in s["last_error"], timeout=60)
         self.assertNotIn(os.environ.get("AWS_SECRET_ACCESS_KEY", "\0"), json.dumps(st))
         self.assertNotEqual(step_state(st, 1), "durable")
+        # The unmount drains for --drain seconds (docs/SHUTDOWN.md), then the
+        # daemon exits although the store never answered: bounded, not hung
+        # in the uploader's backoff (the default 60 s would outlast
+        # unmount()'s 20 s wait, which SIGKILLs).
+        m.unmount()
 
     def test_errors_are_clean(self):
         m = self.mount("a")
