@@ -592,8 +592,9 @@ st_err st_restore_verify_file(int fd, const st_file_entry *f)
 /* A piece of the file offered ahead of the hashing front. */
 typedef struct digest_piece {
     uint64_t off, len;
-    uint8_t *data; /* parked copy (malloc'd, len bytes counted in the budget), or NULL */
-    int zeros;     /* data NULL: a hole (hashes as zeros), else read back from the file */
+    uint8_t *data; /* parked copy (a budget buffer of cap bytes), or NULL */
+    uint64_t cap;
+    int zeros; /* data NULL: a hole (hashes as zeros), else read back from the file */
 } digest_piece;
 
 struct st_file_digest {
@@ -622,27 +623,92 @@ st_err st_file_digest_new(const st_file_entry *f, st_park_budget *budget, st_fil
     d->budget = budget;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->idle, NULL);
+    if (budget) {
+        pthread_mutex_lock(&budget->lock);
+        budget->users++;
+        pthread_mutex_unlock(&budget->lock);
+    }
     *out = d;
     return ST_OK;
 }
 
-static int budget_take(st_park_budget *b, uint64_t n)
+/* Parked copies get buffers in steps of this, so that a spare fits the many
+ * chunks a little shorter than the one it was made for (the chunker's
+ * defaults cut 64 KiB to 1 MiB). */
+#define PARK_GRAIN (64ull << 10)
+
+/* Under b->lock: frees every spare. */
+static void budget_drop_spares(st_park_budget *b)
 {
-    if (!b)
-        return 0;
-    uint64_t used = atomic_load(&b->used);
-    do {
-        if (used + n > b->max)
-            return 0;
-    } while (!atomic_compare_exchange_weak(&b->used, &used, used + n));
-    return 1;
+    for (size_t i = 0; i < b->nspares; i++)
+        free(b->spares[i].data);
+    b->nspares = 0;
+    b->spare_bytes = 0;
+}
+
+/*
+ * A buffer of at least len bytes for a parked copy, taken from b: the
+ * smallest spare that fits, else a fresh one (spares that do not fit are
+ * freed first if the budget needs their room). NULL, with *cap 0, when the
+ * budget is spent: the piece is then read back instead. ST_ERR_NOMEM when
+ * malloc failed.
+ */
+static st_err park_buffer(st_park_budget *b, uint64_t len, uint8_t **out, uint64_t *cap)
+{
+    *out = NULL;
+    *cap = 0;
+    pthread_mutex_lock(&b->lock);
+    size_t best = b->nspares;
+    for (size_t i = 0; i < b->nspares; i++)
+        if (b->spares[i].cap >= len &&
+            (best == b->nspares || b->spares[i].cap < b->spares[best].cap))
+            best = i;
+    if (best < b->nspares) {
+        *out = b->spares[best].data;
+        *cap = b->spares[best].cap;
+        b->spares[best] = b->spares[--b->nspares];
+        b->spare_bytes -= *cap;
+        atomic_fetch_add(&b->used, *cap);
+        b->reused++;
+        pthread_mutex_unlock(&b->lock);
+        return ST_OK;
+    }
+    uint64_t want = (len + PARK_GRAIN - 1) / PARK_GRAIN * PARK_GRAIN;
+    if (atomic_load(&b->used) + b->spare_bytes + want > b->max)
+        budget_drop_spares(b); /* none fits: their room is worth more */
+    st_err e = ST_OK;
+    if (atomic_load(&b->used) + want <= b->max) {
+        if ((*out = malloc(want))) {
+            *cap = want;
+            atomic_fetch_add(&b->used, want);
+            b->fresh++;
+        } else {
+            e = st_seterr(ST_ERR_NOMEM, "out of memory");
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    return e;
+}
+
+/* Gives a parked copy's buffer back to b as a spare (used + spares stay
+ * within max: the buffer was counted in used). */
+static void park_release(st_park_budget *b, uint8_t *data, uint64_t cap)
+{
+    pthread_mutex_lock(&b->lock);
+    atomic_fetch_sub(&b->used, cap);
+    if (st_array_grow((void **)&b->spares, &b->spares_cap, b->nspares + 1, sizeof *b->spares)) {
+        free(data);
+    } else {
+        b->spares[b->nspares++] = (st_park_spare){data, cap};
+        b->spare_bytes += cap;
+    }
+    pthread_mutex_unlock(&b->lock);
 }
 
 static void piece_release(st_file_digest *d, digest_piece *p)
 {
     if (p->data) {
-        atomic_fetch_sub(&d->budget->used, p->len);
-        free(p->data);
+        park_release(d->budget, p->data, p->cap);
         p->data = NULL;
     }
 }
@@ -702,12 +768,12 @@ static st_err digest_park(st_file_digest *d, uint64_t off, const uint8_t *data, 
         return st_seterr(ST_ERR_INVALID, "restoring %s: bytes at %llu offered twice", d->f->path,
                          (unsigned long long)off);
     digest_piece p = {.off = off, .len = len, .zeros = !data};
-    if (data && budget_take(d->budget, len)) {
-        if (!(p.data = malloc(len))) {
-            atomic_fetch_sub(&d->budget->used, len);
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        }
-        memcpy(p.data, data, len);
+    if (data && d->budget) {
+        st_err e = park_buffer(d->budget, len, &p.data, &p.cap);
+        if (e)
+            return e;
+        if (p.data)
+            memcpy(p.data, data, len);
     }
     digest_piece *prev = at ? &d->pieces[at - 1] : NULL;
     if (prev && prev->off + prev->len == off && !prev->data && !p.data && prev->zeros == p.zeros) {
@@ -779,7 +845,18 @@ void st_file_digest_free(st_file_digest *d)
     st_hasher_free(&d->hasher);
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->idle);
+    st_park_budget *b = d->budget;
     free(d);
+    if (b) {
+        pthread_mutex_lock(&b->lock);
+        if (--b->users == 0) { /* the last digest: spares are idle memory now */
+            budget_drop_spares(b);
+            free(b->spares);
+            b->spares = NULL;
+            b->spares_cap = 0;
+        }
+        pthread_mutex_unlock(&b->lock);
+    }
 }
 
 const st_restore_stats *st_restorer_stats(const st_restorer *r)

@@ -92,12 +92,38 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
  */
 typedef struct st_file_digest st_file_digest;
 
-/* Bytes parked by several digests together (a process's fetches, a
- * restore's files); used is atomic so digests need no shared lock. */
+/* A parked copy's buffer, given back and kept for the next park. */
+typedef struct st_park_spare {
+    uint8_t *data;
+    uint64_t cap;
+} st_park_spare;
+
+/*
+ * Bytes parked by several digests together (a process's fetches, a
+ * restore's files). used (atomic, so taking from the budget needs no shared
+ * lock) counts the buffers of parked copies, in their capacity; max bounds
+ * it. Buffers given back are kept for the next park while a digest of the
+ * budget lives (spares + used <= max), and freed when the last one goes:
+ * a fresh heap buffer is a page fault per 4 KiB on its first copy, because
+ * glibc trims freed memory at the top of a thread's heap (docs/MEMORY.md),
+ * and 3/4 of a large file's bytes are parked on their way to the digest.
+ * Initialise with ST_PARK_BUDGET_INIT(max).
+ */
 typedef struct st_park_budget {
     _Atomic uint64_t used;
     uint64_t max;
+    pthread_mutex_t lock; /* guards what follows */
+    int users;            /* digests alive */
+    st_park_spare *spares;
+    size_t nspares, spares_cap;
+    uint64_t spare_bytes;
+    uint64_t fresh, reused; /* parks that allocated a buffer / took a spare */
 } st_park_budget;
+
+#define ST_PARK_BUDGET_INIT(bytes)                                                                 \
+    {                                                                                              \
+        .max = (bytes), .lock = PTHREAD_MUTEX_INITIALIZER                                          \
+    }
 
 /* The default budget: with 4 restorers working on consecutive pieces of one
  * file of ≤ 16 MiB each, the 3 ahead of the front park at most 48 MiB. */

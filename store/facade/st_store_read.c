@@ -479,7 +479,7 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
     rjob j = {.backend = s->backend,
               .job = job,
               .stage_fd = -1,
-              .park = {.max = ST_RESTORE_PARK_MAX},
+              .park = ST_PARK_BUDGET_INIT(ST_RESTORE_PARK_MAX),
               .progress = o->progress,
               .progress_arg = o->progress_arg};
     pthread_mutex_init(&j.lock, NULL);

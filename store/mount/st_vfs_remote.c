@@ -318,7 +318,7 @@ static void fetch_gate_leave(void)
  * workers ahead of a file's hashing front hold at most 3 runs of
  * VFS_RUN_MAX (st_file_digest; docs/MEMORY.md). Past it a piece is read
  * back from the staging file instead (v->fetch_read_back). */
-static st_park_budget fetch_park = {.max = (FETCH_WORKERS - 1) * VFS_RUN_MAX};
+static st_park_budget fetch_park = ST_PARK_BUDGET_INIT((FETCH_WORKERS - 1) * VFS_RUN_MAX);
 
 /* Runs per worker a large file is cut into: 8 keeps a read ahead of the
  * front from waiting long for a run, and the workers' progress even. */

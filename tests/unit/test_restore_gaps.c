@@ -512,7 +512,7 @@ static void test_digest_from_memory(void)
     for (size_t i = 20; i < 40; i++)
         second += refs[i].raw_len;
 
-    st_park_budget roomy = {.max = 64 * MIB}, tight = {.max = 200 * KIB};
+    st_park_budget roomy = ST_PARK_BUDGET_INIT(64 * MIB), tight = ST_PARK_BUDGET_INIT(200 * KIB);
     st_file_digest_stats st;
     CHECK_OK(restore_halves(b, &m, &f, expect, 0, NULL, &st));
     CHECK(st.hashed == f.size && st.read_back == 0);
@@ -550,6 +550,43 @@ static void test_digest_from_memory(void)
     one_pack_free(&t);
 }
 
+/* Chunks restored in pairs swapped (1, 0, 3, 2, ...): each odd chunk is
+ * parked, then hashed and given back when its even one reaches the front.
+ * The budget keeps that buffer and the next park takes it instead of a
+ * fresh one (chunks of 20-70 KiB fit buffers of 64 or 128 KiB: at most one
+ * fresh buffer per size); when the digest is freed the spares go too. */
+static void test_parked_buffers_reused(void)
+{
+    one_pack t = {0};
+    one_pack_make(&t, (pack_layout){"pack-r", 40, 20 * KIB, 70 * KIB, 6001, 0});
+    st_park_budget budget = ST_PARK_BUDGET_INIT(64 * MIB);
+    char path[300];
+    snprintf(path, sizeof path, "%s/pairs.bin", root);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)t.f.size) == 0);
+    st_restorer *r = NULL;
+    st_file_digest *d = NULL;
+    CHECK_OK(st_restorer_new(t.b, "job", &r));
+    CHECK_OK(st_file_digest_new(&t.f, &budget, &d));
+    const st_restore_to to = {.digest = d};
+    for (size_t i = 0; i + 1 < t.f.nchunks; i += 2) {
+        CHECK_OK(st_restore_chunks_to(r, &t.m, &t.f, i + 1, 1, fd, &to));
+        CHECK_OK(st_restore_chunks_to(r, &t.m, &t.f, i, 1, fd, &to));
+    }
+    CHECK_OK(st_file_digest_finish(d, fd));
+    st_file_digest_stats st = st_file_digest_stats_of(d);
+    CHECK(st.hashed == t.f.size && st.read_back == 0);
+    const uint64_t parks = t.f.nchunks / 2;
+    CHECK(budget.fresh + budget.reused == parks);
+    CHECK(budget.fresh <= 2 && budget.reused >= parks - 2);
+    CHECK(budget.used == 0 && budget.nspares > 0);
+    st_file_digest_free(d);
+    CHECK(budget.nspares == 0 && budget.spare_bytes == 0 && budget.spares == NULL);
+    st_restorer_free(r);
+    close(fd);
+    one_pack_free(&t);
+}
+
 int main(void)
 {
     if (!mkdtemp(root)) {
@@ -563,6 +600,7 @@ int main(void)
     RUN(test_streamed_in_pack_order);
     RUN(test_streamed_whole_pack);
     RUN(test_digest_from_memory);
+    RUN(test_parked_buffers_reused);
     ut_rmtree(root);
     return ut_finish();
 }
