@@ -103,9 +103,11 @@ typedef struct vstep {
     int writers;       /* open writable handles on files of this step */
     uint32_t revision; /* last manifest revision this node published */
     int remote_loaded; /* the store's durable version was merged into the view */
-    /* The step's largest listed revision when it was merged (0: not merged
+    /* The largest revision among the part records merged (0: not merged
      * from a listing; such a step is not merged again): a refresh that lists
-     * another merges the step again (docs/CONSISTENCY.md). */
+     * another largest manifest revision merges the step again, also while a
+     * publish is between its manifest and its part record
+     * (docs/CONSISTENCY.md). */
     uint32_t remote_revision;
     int64_t durable_ns;
     pid_t writer_pids[VFS_JOB_MAX_STEPS_WRITERS];

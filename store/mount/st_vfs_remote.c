@@ -115,8 +115,9 @@ static void layout_seed(st_vfs *v, const char *job, st_stepview *sv)
 /* Loads one step into the view if it is consistent (no lock held on entry):
  * a step that is not is never shown (docs/CONSISTENCY.md), nor one whose
  * paths cannot be laid out as a tree (st_stepview_check_paths). Each path
- * shows the version every reader takes (sv.entries). Called again when the
- * step's listed revision changed: paths then point at their new version. */
+ * shows the version every reader takes (sv.entries). Called again while the
+ * step's listed revision is not the largest merged: paths then point at
+ * their new version. */
 static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_bytes *buf)
 {
     st_stepview sv;
@@ -152,9 +153,16 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
                 continue;
             merge_file(v, jd, p, k->step, sv.entries[i].f);
         }
-        layout_seed(v, job, &sv);
+        /* Not k->max_revision: a listing taken between a publisher's
+         * manifest PUT and its part record PUT lists a revision that no
+         * part record merged here has yet (docs/CONSISTENCY.md). */
+        uint32_t merged = 0;
+        for (size_t i = 0; i < sv.nparts; i++)
+            if (sv.parts[i].revision > merged)
+                merged = sv.parts[i].revision;
+        layout_seed(v, job, &sv); /* moves parts[0] out */
         s->remote_loaded = 1;
-        s->remote_revision = k->max_revision;
+        s->remote_revision = merged;
         /* This node's clock, not the writer's created_ns: forget_vanished
          * compares it with this node's listing time, and a writer whose
          * clock is ahead would keep a step deleted by GC in the view until
