@@ -20,8 +20,15 @@
 struct st_restorer {
     st_backend *backend;
     char job[ST_JOB_MAX + 1];
-    st_bytes window[ST_RESTORE_RUN_PACKS]; /* a run's GETs, one per pack (not streamed) */
-    uint8_t *stage;                        /* one chunk that arrived split across stream pieces */
+    /* A buffered run's windows, one after another (window_base): one
+     * buffer for all, grown to the largest run and kept, within
+     * ST_RESTORE_MAX_GET. (A buffer per window, each in a slot of its own,
+     * was freed and grown again whenever a run split its bytes between
+     * packs another way than the run before, into fresh pages: a page
+     * fault per 4 KiB on every GET's copy; docs/BENCHMARKS.md.) */
+    uint8_t *arena;
+    size_t arena_cap;
+    uint8_t *stage; /* one chunk that arrived split across stream pieces */
     size_t stage_cap;
     uint8_t *raw; /* one decoded chunk */
     size_t raw_cap;
@@ -238,29 +245,13 @@ static uint64_t window_span(const restore_plan *plan, size_t k)
     return k < plan->nwin ? plan->win[k].end - plan->win[k].lo : 0;
 }
 
-/*
- * Sizes r's window buffers for plan. Their allocations together stay within
- * ST_RESTORE_MAX_GET (as the one GET buffer before runs had several
- * windows): when the buffers kept from earlier runs would pass that, each
- * one larger than this run needs is released first.
- */
-static st_err reserve_windows(st_restorer *r, const restore_plan *plan)
+/* Where window k of plan starts in r->arena: after the windows before it. */
+static uint64_t window_base(const restore_plan *plan, size_t k)
 {
-    uint64_t held = 0;
-    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++) {
-        uint64_t need = window_span(plan, k);
-        held += r->window[k].cap > need ? r->window[k].cap : need;
-    }
-    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++) {
-        st_bytes *buf = &r->window[k];
-        uint64_t need = window_span(plan, k);
-        if (held > ST_RESTORE_MAX_GET && buf->cap > need)
-            st_bytes_free(buf);
-        st_err e = grow_buffer(&buf->data, &buf->cap, need);
-        if (e)
-            return e;
-    }
-    return ST_OK;
+    uint64_t base = 0;
+    for (size_t i = 0; i < k; i++)
+        base += window_span(plan, i);
+    return base;
 }
 
 /*
@@ -387,24 +378,41 @@ static st_err restore_window_streamed(st_restorer *r, span_sink *k, const st_chu
     return ST_OK;
 }
 
-/* Fetches each window of plan with one ranged GET of its pack into
- * r->window[k] (in the order the run first needs them). */
+/* One window's GET, streamed into its place in r->arena. */
+typedef struct arena_fill {
+    uint8_t *place;
+    uint64_t span, received;
+} arena_fill;
+
+static st_err arena_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
+{
+    arena_fill *w = arg;
+    if (at != w->received || len > w->span - w->received)
+        return st_seterr(ST_ERR_CORRUPT, "the store sent more bytes than the range asked for");
+    memcpy(w->place + at, data, len);
+    w->received += len;
+    return ST_OK;
+}
+
+/* Fetches each window of plan with one ranged GET of its pack into its
+ * place in r->arena (in the order the run first needs them). */
 static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_entry *f,
                             const restore_plan *plan)
 {
-    st_err e = reserve_windows(r, plan);
+    st_err e = grow_buffer(&r->arena, &r->arena_cap, window_base(plan, plan->nwin));
     for (size_t k = 0; !e && k < plan->nwin; k++) {
         const restore_window *w = &plan->win[k];
-        uint64_t span = w->end - w->lo;
+        arena_fill fill = {.place = r->arena + window_base(plan, k), .span = w->end - w->lo};
+        const st_get_sink sink = {arena_on_bytes, &fill};
         char key[ST_KEY_MAX];
         e = st_key_pack(key, sizeof key, r->job, &m->packs[w->pack]);
         if (!e)
-            e = st_get(r->backend, key, w->lo, span, &r->window[k]);
+            e = st_get_stream(r->backend, key, w->lo, fill.span, &sink);
+        r->stats.fetched_bytes += fill.received;
         if (e)
             return get_failed(f, key, e);
         r->stats.gets++;
-        r->stats.fetched_bytes += r->window[k].len;
-        if (r->window[k].len != span)
+        if (fill.received != fill.span)
             return pack_short(f, key);
     }
     return e;
@@ -423,7 +431,8 @@ static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_si
             continue;
         }
         size_t slot = window_slot(plan, ref->pack);
-        e = deliver_chunk(r, k, ref, r->window[slot].data + (ref->offset - plan->win[slot].lo));
+        e = deliver_chunk(r, k, ref,
+                          r->arena + window_base(plan, slot) + (ref->offset - plan->win[slot].lo));
     }
     return e;
 }
@@ -868,8 +877,7 @@ void st_restorer_free(st_restorer *r)
 {
     if (!r)
         return;
-    for (size_t k = 0; k < ST_RESTORE_RUN_PACKS; k++)
-        st_bytes_free(&r->window[k]);
+    free(r->arena);
     free(r->stage);
     free(r->raw);
     free(r->scratch);
