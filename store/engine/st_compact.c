@@ -7,13 +7,16 @@
  *   2. PUT ours, LIST again: another live one -> delete ours, skip;
  *   3. wait until t0 + grace/2 (every publish that missed our fence has
  *      landed by then);
- *   4. load every part record and its manifest; live bytes per pack (the
- *      distinct (pack, offset) references); candidates: dead fraction at
- *      least the threshold, and not referenced by a step whose parts share
- *      a path (rewriting one of those could flip which version wins);
- *   5. copy the live chunks of the candidates (ranged GETs, each chunk
+ *   4. load every part record and its manifest; one keeper place per live
+ *      chunk id (duplicate copies count once: docs/GC.md, "Duplicate
+ *      copies"); live bytes per pack = the chunks it keeps; candidates:
+ *      dead fraction at least the threshold, and not referenced by a step
+ *      whose parts share a path (rewriting one of those could flip which
+ *      version wins);
+ *   5. copy the chunks the candidates keep (ranged GETs, each chunk
  *      decoded and checked against its id) into new packs, PUT each;
- *   6. the writer's last look at the new packs (st_packuse_check), then
+ *   6. the writer's last look at the new packs and at the packs a rewrite
+ *      newly references (st_packuse_check), then
  *      rewrite every part record that references a candidate and is still
  *      there at the revision loaded (re-read: unfenced step deletions):
  *      manifest, then part record (st_catalog_publish_unfenced), only while
@@ -53,16 +56,29 @@
 typedef struct cpart {
     st_part part;
     st_manifest m;
+    uint32_t *at;   /* m's pack slot -> position in compactor.packs */
     int left_alone; /* its step has parts that share a path */
 } cpart;
 
 /* A pack some loaded manifest references. */
 typedef struct cpack {
     st_id id;
-    uint64_t size, live;
-    int blocked;   /* referenced by a step left alone, or missing */
-    int candidate; /* its live chunks are copied */
+    uint64_t size;
+    uint64_t placed; /* distinct (offset) places referenced */
+    uint64_t live;   /* stored bytes of the chunks it keeps */
+    int blocked;     /* referenced by a step left alone, or missing */
+    int missing;     /* not in the store */
+    int candidate;   /* the chunks it keeps are copied */
+    int borrowed;    /* a rewrite points chunks of a candidate at it */
 } cpack;
+
+/* The one live place of a chunk id that keeps it. */
+typedef struct ckeeper {
+    st_id id;
+    uint32_t pack; /* position in compactor.packs */
+    uint64_t offset;
+    uint32_t stored_len, raw_len;
+} ckeeper;
 
 /* Where a copied chunk lives now. */
 typedef struct creloc {
@@ -89,9 +105,11 @@ typedef struct compactor {
     cpack *packs;
     size_t npacks, packs_cap;
     st_idmap pack_index; /* pack id -> position in packs */
-    st_idmap counted;    /* location id -> 1: counted in live */
-    st_idmap moved;      /* location id -> position in relocs */
-    st_idmap by_chunk;   /* chunk id -> position in relocs: one copy per chunk */
+    st_idmap counted;    /* location id -> 1: counted in placed */
+    ckeeper *keepers;
+    size_t nkeepers, keepers_cap;
+    st_idmap keeper_of; /* chunk id -> position in keepers */
+    st_idmap by_chunk;  /* chunk id -> position in relocs */
     creloc *relocs;
     size_t nrelocs, relocs_cap;
     st_id *newpacks;
@@ -203,51 +221,157 @@ static st_err pack_at(compactor *c, const st_id *pack, uint32_t *at)
     return st_idmap_put(&c->pack_index, pack, *at);
 }
 
-/* Counts the live bytes of every referenced pack, then picks candidates
- * (one HEAD per pack that may be one, for its size). */
-static st_err pick_candidates(compactor *c, double dead_threshold)
+/* Calls fn for every chunk reference (holes skipped) of every loaded part. */
+typedef st_err (*ref_fn)(compactor *c, const cpart *cp, const st_chunk_ref *ch);
+
+static st_err each_ref(compactor *c, ref_fn fn)
 {
-    char key[ST_KEY_MAX];
     st_err e = ST_OK;
     for (size_t i = 0; !e && i < c->nparts; i++) {
         const st_manifest *m = &c->parts[i].m;
-        uint32_t *at = malloc((m->npacks ? m->npacks : 1) * sizeof *at);
-        if (!at)
-            return st_seterr(ST_ERR_NOMEM, "out of memory");
-        for (size_t p = 0; !e && p < m->npacks; p++)
-            if (!(e = pack_at(c, &m->packs[p], &at[p])))
-                c->packs[at[p]].blocked |= c->parts[i].left_alone;
         for (size_t f = 0; !e && f < m->nfiles; f++)
-            for (size_t k = 0; !e && k < m->files[f].nchunks; k++) {
-                const st_chunk_ref *ch = &m->files[f].chunks[k];
-                uint32_t one;
-                if (st_chunk_is_hole(ch))
-                    continue;
-                st_id where = location_id(&m->packs[ch->pack], ch->offset);
-                if (st_idmap_get(&c->counted, &where, &one))
-                    continue;
-                if (!(e = st_idmap_put(&c->counted, &where, 1)))
-                    c->packs[at[ch->pack]].live += ch->stored_len;
-            }
-        free(at);
+            for (size_t k = 0; !e && k < m->files[f].nchunks; k++)
+                if (!st_chunk_is_hole(&m->files[f].chunks[k]))
+                    e = fn(c, &c->parts[i], &m->files[f].chunks[k]);
     }
+    return e;
+}
+
+/* Adds each part's packs to c->packs (cp->at) and marks a left-alone
+ * part's packs blocked. */
+static st_err index_packs(compactor *c)
+{
+    st_err e = ST_OK;
+    for (size_t i = 0; !e && i < c->nparts; i++) {
+        cpart *cp = &c->parts[i];
+        cp->at = malloc((cp->m.npacks ? cp->m.npacks : 1) * sizeof *cp->at);
+        if (!cp->at)
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        for (size_t p = 0; !e && p < cp->m.npacks; p++)
+            if (!(e = pack_at(c, &cp->m.packs[p], &cp->at[p])))
+                c->packs[cp->at[p]].blocked |= cp->left_alone;
+    }
+    return e;
+}
+
+/* Counts a reference's place once in its pack's placed bytes. */
+static st_err count_place(compactor *c, const cpart *cp, const st_chunk_ref *ch)
+{
+    uint32_t one;
+    st_id where = location_id(&cp->m.packs[ch->pack], ch->offset);
+    if (st_idmap_get(&c->counted, &where, &one))
+        return ST_OK;
+    c->packs[cp->at[ch->pack]].placed += ch->stored_len;
+    return st_idmap_put(&c->counted, &where, 1);
+}
+
+/* How much a place is worth keeping: a missing pack's never, a blocked
+ * pack's always (it stays whatever happens), else by its pack's placed
+ * bytes (the fuller pack stays). */
+static int keeper_rank(const cpack *p)
+{
+    return p->missing ? 0 : p->blocked ? 2 : 1;
+}
+
+/* 1 if place (pack a, offset oa) keeps a chunk better than (b, ob); ties go
+ * to the lower pack id, then offset, so the same state picks the same
+ * keepers (and writes the same packs). */
+static int better_keeper(const compactor *c, uint32_t a, uint64_t oa, uint32_t b, uint64_t ob)
+{
+    const cpack *x = &c->packs[a], *y = &c->packs[b];
+    if (keeper_rank(x) != keeper_rank(y))
+        return keeper_rank(x) > keeper_rank(y);
+    if (x->placed != y->placed)
+        return x->placed > y->placed;
+    int cmp = st_id_cmp(&x->id, &y->id);
+    return cmp ? cmp < 0 : oa < ob;
+}
+
+/* Makes a reference's place its chunk's keeper if it is the best so far. */
+static st_err choose_keeper(compactor *c, const cpart *cp, const st_chunk_ref *ch)
+{
+    const uint32_t pack = cp->at[ch->pack];
+    uint32_t k;
+    if (st_idmap_get(&c->keeper_of, &ch->id, &k)) {
+        ckeeper *kp = &c->keepers[k];
+        if (better_keeper(c, pack, ch->offset, kp->pack, kp->offset))
+            *kp = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+        return ST_OK;
+    }
+    if (st_array_grow((void **)&c->keepers, &c->keepers_cap, c->nkeepers + 1, sizeof *c->keepers))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    c->keepers[c->nkeepers] = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+    return st_idmap_put(&c->keeper_of, &ch->id, (uint32_t)c->nkeepers++);
+}
+
+/* A chunk whose keeper fell in a candidate, referenced also in a pack that
+ * stays, is kept there: its bytes stay anyway. */
+static st_err keep_where_it_stays(compactor *c, const cpart *cp, const st_chunk_ref *ch)
+{
+    const uint32_t pack = cp->at[ch->pack];
+    uint32_t k;
+    if (!st_idmap_get(&c->keeper_of, &ch->id, &k))
+        return st_seterr(ST_ERR_CORRUPT, "a chunk without a keeper");
+    ckeeper *kp = &c->keepers[k];
+    if (c->packs[kp->pack].candidate && !c->packs[pack].candidate && !c->packs[pack].missing)
+        *kp = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+    return ST_OK;
+}
+
+/* Marks the packs that a rewrite will newly point references at. */
+static st_err mark_borrowed(compactor *c, const cpart *cp, const st_chunk_ref *ch)
+{
+    uint32_t k;
+    if (!c->packs[cp->at[ch->pack]].candidate || !st_idmap_get(&c->keeper_of, &ch->id, &k))
+        return ST_OK;
+    cpack *keeper = &c->packs[c->keepers[k].pack];
+    keeper->borrowed |= !keeper->candidate;
+    return ST_OK;
+}
+
+/* The sizes of the packs that may be candidates (one HEAD each). */
+static st_err stat_packs(compactor *c)
+{
+    char key[ST_KEY_MAX];
+    st_err e = ST_OK;
     for (size_t i = 0; !e && i < c->npacks && !stop_requested(c); i++) {
         cpack *p = &c->packs[i];
         if (p->blocked || (e = st_key_pack(key, sizeof key, c->job, &p->id)))
             continue;
         e = st_stat(c->b, key, &p->size);
         if (e == ST_ERR_NOT_FOUND) { /* a damaged step's: nothing to copy from */
-            p->blocked = 1;
+            p->blocked = p->missing = 1;
             e = ST_OK;
-            continue;
         }
-        if (!e && p->size && p->live < p->size &&
+    }
+    return e;
+}
+
+/* Counts what every referenced pack keeps, then picks candidates. */
+static st_err pick_candidates(compactor *c, double dead_threshold)
+{
+    st_err e = index_packs(c);
+    if (!e)
+        e = each_ref(c, count_place);
+    if (!e)
+        e = stat_packs(c);
+    if (!e && !stop_requested(c))
+        e = each_ref(c, choose_keeper);
+    if (e || stop_requested(c))
+        return e;
+    for (size_t k = 0; k < c->nkeepers; k++)
+        c->packs[c->keepers[k].pack].live += c->keepers[k].stored_len;
+    for (size_t i = 0; i < c->npacks; i++) {
+        cpack *p = &c->packs[i];
+        if (!p->blocked && p->size && p->live < p->size &&
             1.0 - (double)p->live / (double)p->size >= dead_threshold) {
             p->candidate = 1;
             c->r->compact_candidates++;
             c->r->compact_candidate_bytes += p->size;
         }
     }
+    if (!(e = each_ref(c, keep_where_it_stays)))
+        e = each_ref(c, mark_borrowed);
     return e;
 }
 
@@ -264,38 +388,23 @@ static int cmp_pack_id(const void *a, const void *b)
     return st_id_cmp(&(*(cpack *const *)a)->id, &(*(cpack *const *)b)->id);
 }
 
-/* The distinct live chunks of pack p, ascending offset (*out: malloc'd). */
-static st_err live_chunks(const compactor *c, const cpack *p, cchunk **out, size_t *n)
+/* The chunks pack p keeps, ascending offset (*out: malloc'd). */
+static st_err kept_chunks(const compactor *c, const cpack *p, cchunk **out, size_t *n)
 {
+    const uint32_t at = (uint32_t)(p - c->packs);
     size_t cap = 0;
-    st_idmap seen = {0};
-    st_err e = ST_OK;
     *out = NULL;
     *n = 0;
-    for (size_t i = 0; !e && i < c->nparts; i++) {
-        const st_manifest *m = &c->parts[i].m;
-        for (size_t f = 0; !e && f < m->nfiles; f++)
-            for (size_t k = 0; !e && k < m->files[f].nchunks; k++) {
-                const st_chunk_ref *ch = &m->files[f].chunks[k];
-                uint32_t one;
-                if (st_chunk_is_hole(ch) || st_id_cmp(&m->packs[ch->pack], &p->id))
-                    continue;
-                st_id where = location_id(&p->id, ch->offset);
-                if (st_idmap_get(&seen, &where, &one))
-                    continue;
-                if ((e = st_idmap_put(&seen, &where, 1)))
-                    break;
-                if (st_array_grow((void **)out, &cap, *n + 1, sizeof **out)) {
-                    e = st_seterr(ST_ERR_NOMEM, "out of memory");
-                    break;
-                }
-                (*out)[(*n)++] = (cchunk){ch->id, ch->offset, ch->stored_len, ch->raw_len};
-            }
+    for (size_t k = 0; k < c->nkeepers; k++) {
+        const ckeeper *kp = &c->keepers[k];
+        if (kp->pack != at)
+            continue;
+        if (st_array_grow((void **)out, &cap, *n + 1, sizeof **out))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        (*out)[(*n)++] = (cchunk){kp->id, kp->offset, kp->stored_len, kp->raw_len};
     }
-    st_idmap_free(&seen);
-    if (!e)
-        qsort(*out, *n, sizeof **out, cmp_chunk_offset);
-    return e;
+    qsort(*out, *n, sizeof **out, cmp_chunk_offset);
+    return ST_OK;
 }
 
 /* Closes the new pack in w and PUTs it; its position is c->nnew - 1. */
@@ -346,16 +455,12 @@ static st_err verify_chunk(verify_buf *v, const uint8_t *enc, const cchunk *ch)
     return st_codec_decode(enc, ch->stored_len, &ch->id, v->raw, v->cap, &raw_len, v->scratch);
 }
 
-/* Appends one verified chunk to w (or finds the copy made already) and
- * records where it lives now. */
-static st_err move_chunk(compactor *c, st_pack_writer *w, const cpack *from, const cchunk *ch,
-                         const uint8_t *enc)
+/* Appends one verified chunk to w and records where it lives now (each
+ * chunk has one keeper, so it is copied once). */
+static st_err move_chunk(compactor *c, st_pack_writer *w, const cchunk *ch, const uint8_t *enc)
 {
     uint32_t at;
     uint64_t offset;
-    st_id where = location_id(&from->id, ch->offset);
-    if (st_idmap_get(&c->by_chunk, &ch->id, &at)) /* copied from another pack already */
-        return st_idmap_put(&c->moved, &where, at);
     if (st_array_grow((void **)&c->relocs, &c->relocs_cap, c->nrelocs + 1, sizeof *c->relocs))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     uint8_t *dst = st_pack_append_begin(w, ch->stored_len);
@@ -368,9 +473,7 @@ static st_err move_chunk(compactor *c, st_pack_writer *w, const cpack *from, con
     at = (uint32_t)c->nrelocs;
     c->relocs[c->nrelocs++] = (creloc){(uint32_t)c->nnew, offset, ch->stored_len};
     c->r->compact_live_bytes += ch->stored_len;
-    if (!(e = st_idmap_put(&c->moved, &where, at)))
-        e = st_idmap_put(&c->by_chunk, &ch->id, at);
-    return e;
+    return st_idmap_put(&c->by_chunk, &ch->id, at);
 }
 
 /* Copies the live chunks of candidate p into w, putting full packs. */
@@ -382,7 +485,7 @@ static st_err copy_pack(compactor *c, st_pack_writer *w, verify_buf *v, const cp
     st_bytes run = {0};
     st_err e = st_key_pack(key, sizeof key, c->job, &p->id);
     if (!e)
-        e = live_chunks(c, p, &chunks, &n);
+        e = kept_chunks(c, p, &chunks, &n);
     for (size_t i = 0; !e && i < n;) {
         /* A run of adjacent chunks is one ranged GET. */
         size_t j = i + 1;
@@ -404,7 +507,7 @@ static st_err copy_pack(compactor *c, st_pack_writer *w, verify_buf *v, const cp
                 st_seterr(e, "pack %s offset %" PRIu64 ": %s", st_id_hex(&p->id, hex),
                           chunks[i].offset, st_errmsg());
             else
-                e = move_chunk(c, w, p, &chunks[i], enc);
+                e = move_chunk(c, w, &chunks[i], enc);
             if (!e && st_pack_writer_size(w) >= ST_PACK_TARGET_SIZE)
                 e = put_new_pack(c, w);
         }
@@ -452,51 +555,78 @@ static int references_candidate(const compactor *c, const st_manifest *m)
     return 0;
 }
 
+/* The slot of pack id in a table being built (appended on first use). */
+static st_err table_slot(st_id *table, size_t *n, st_idmap *slots, const st_id *id, uint32_t *slot)
+{
+    if (st_idmap_get(slots, id, slot))
+        return ST_OK;
+    *slot = (uint32_t)*n;
+    table[(*n)++] = *id;
+    return st_idmap_put(slots, id, *slot);
+}
+
+/* Where the chunk of a reference into a candidate lives after the copy:
+ * its keeper's place, or the keeper's copy in a new pack. */
+static st_err kept_place(const compactor *c, const st_chunk_ref *ch, const char *path,
+                         const st_id **pack, uint64_t *offset, uint32_t *stored_len)
+{
+    uint32_t k, r;
+    if (!st_idmap_get(&c->keeper_of, &ch->id, &k))
+        return st_seterr(ST_ERR_CORRUPT, "%s: a chunk has no keeper", path);
+    const ckeeper *kp = &c->keepers[k];
+    if (!c->packs[kp->pack].candidate) {
+        *pack = &c->packs[kp->pack].id;
+        *offset = kp->offset;
+        *stored_len = kp->stored_len;
+        return ST_OK;
+    }
+    if (!st_idmap_get(&c->by_chunk, &ch->id, &r))
+        return st_seterr(ST_ERR_CORRUPT, "%s: a chunk was not copied", path);
+    *pack = &c->newpacks[c->relocs[r].newpack];
+    *offset = c->relocs[r].offset;
+    *stored_len = c->relocs[r].stored_len;
+    return ST_OK;
+}
+
 /*
- * Points m's chunks in candidate packs at their copies: the new pack table
- * is m's other packs, then the new packs its chunks moved to. Every chunk
- * of a candidate was copied (copy_candidates read every reference).
+ * Points m's chunks in candidate packs at their kept places (kept_place).
+ * The new pack table is m's packs that stay, then the packs those chunks
+ * now point at, in first use. The stored length comes with the place: the
+ * same chunk may be encoded another way there.
  */
 static st_err relocate_manifest(const compactor *c, st_manifest *m)
 {
-    size_t cap = m->npacks + c->nnew;
-    st_id *table = malloc((cap ? cap : 1) * sizeof *table);
+    size_t cap = m->npacks + c->nnew + c->npacks, n = 0;
+    st_id *table = malloc(cap * sizeof *table);
     uint32_t *old_to_new = malloc((m->npacks ? m->npacks : 1) * sizeof *old_to_new);
-    uint32_t *new_slot = malloc((c->nnew ? c->nnew : 1) * sizeof *new_slot);
-    st_err e = table && old_to_new && new_slot ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
-    size_t n = 0;
-    for (size_t i = 0; !e && i < c->nnew; i++)
-        new_slot[i] = UINT32_MAX;
+    st_idmap slots = {0};
+    st_err e = table && old_to_new ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
     for (size_t p = 0; !e && p < m->npacks; p++) {
         uint32_t at;
-        int moved = st_idmap_get(&c->pack_index, &m->packs[p], &at) && c->packs[at].candidate;
-        old_to_new[p] = moved ? UINT32_MAX : (uint32_t)n;
-        if (!moved)
-            table[n++] = m->packs[p];
+        old_to_new[p] = UINT32_MAX;
+        if (!st_idmap_get(&c->pack_index, &m->packs[p], &at) || !c->packs[at].candidate)
+            e = table_slot(table, &n, &slots, &m->packs[p], &old_to_new[p]);
     }
     for (size_t f = 0; !e && f < m->nfiles; f++)
         for (size_t k = 0; !e && k < m->files[f].nchunks; k++) {
             st_chunk_ref *ch = &m->files[f].chunks[k];
-            uint32_t r;
+            const st_id *pack = NULL;
+            uint64_t offset = 0;
+            uint32_t stored_len = 0, slot = 0;
             if (st_chunk_is_hole(ch))
                 continue;
             if (old_to_new[ch->pack] != UINT32_MAX) {
                 ch->pack = old_to_new[ch->pack];
                 continue;
             }
-            st_id where = location_id(&m->packs[ch->pack], ch->offset);
-            if (!st_idmap_get(&c->moved, &where, &r)) {
-                e = st_seterr(ST_ERR_CORRUPT, "%s: a chunk was not copied", m->files[f].path);
-                break;
+            e = kept_place(c, ch, m->files[f].path, &pack, &offset, &stored_len);
+            if (!e)
+                e = table_slot(table, &n, &slots, pack, &slot);
+            if (!e) {
+                ch->pack = slot;
+                ch->offset = offset;
+                ch->stored_len = stored_len;
             }
-            const creloc *to = &c->relocs[r];
-            if (new_slot[to->newpack] == UINT32_MAX) {
-                new_slot[to->newpack] = (uint32_t)n;
-                table[n++] = c->newpacks[to->newpack];
-            }
-            ch->pack = new_slot[to->newpack];
-            ch->offset = to->offset;
-            ch->stored_len = to->stored_len;
         }
     if (!e) {
         free(m->packs);
@@ -506,19 +636,24 @@ static st_err relocate_manifest(const compactor *c, st_manifest *m)
     }
     free(table);
     free(old_to_new);
-    free(new_slot);
+    st_idmap_free(&slots);
     return e;
 }
 
 /* The writer's last look (docs/GC.md, "Writers") at every new pack: a pack
  * with these very bytes may have been written before and be pending
- * deletion. Lowers *deadline to the end of the grace/2 a young marker
- * leaves; ST_ERR_BUSY for one too old (or a pack gone). */
+ * deletion; and at every kept pack a rewrite newly references (an
+ * unfenced step deletion may have left it unreferenced and marked).
+ * Lowers *deadline to the end of the grace/2 a young marker leaves;
+ * ST_ERR_BUSY for one too old (or a pack gone). */
 static st_err last_look(compactor *c, int64_t *deadline)
 {
     st_err e = ST_OK;
     for (size_t i = 0; !e && i < c->nnew; i++)
         e = st_packuse_check(c->b, c->job, &c->newpacks[i], deadline);
+    for (size_t i = 0; !e && i < c->npacks; i++)
+        if (c->packs[i].borrowed)
+            e = st_packuse_check(c->b, c->job, &c->packs[i].id, deadline);
     return e;
 }
 
@@ -551,7 +686,7 @@ static st_err rewrite_parts(compactor *c, int64_t deadline)
     st_err e = last_look(c, &deadline);
     if (e == ST_ERR_BUSY) { /* a later run, once the sweep took that pack */
         char why[320];
-        snprintf(why, sizeof why, "new pack not usable yet: %s", st_errmsg());
+        snprintf(why, sizeof why, "a pack to reference is not usable yet: %s", st_errmsg());
         compact_skip(c, why);
         return ST_OK;
     }
@@ -603,12 +738,14 @@ static void compactor_free(compactor *c)
     for (size_t i = 0; i < c->nparts; i++) {
         st_part_free(&c->parts[i].part);
         st_manifest_free(&c->parts[i].m);
+        free(c->parts[i].at);
     }
     free(c->parts);
     free(c->packs);
     st_idmap_free(&c->pack_index);
     st_idmap_free(&c->counted);
-    st_idmap_free(&c->moved);
+    free(c->keepers);
+    st_idmap_free(&c->keeper_of);
     st_idmap_free(&c->by_chunk);
     free(c->relocs);
     free(c->newpacks);

@@ -7,7 +7,8 @@
  * leaves every step restorable and a later run finishes the work; the
  * fence keeps writers from publishing while it stands and not after it
  * goes stale; a dry run writes nothing; parts that share a path are left
- * alone; a corrupt chunk is never copied.
+ * alone; a corrupt chunk is never copied; duplicate copies of the same
+ * chunks count once.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -197,7 +198,9 @@ static void test_compacts_finished_job(void)
     CHECK_OK(gc(b, 1, &r));
     CHECK(r.compact_candidates == 0 && r.compact_parts_rewritten == 0);
     st_gc_report_free(&r);
-    /* A writer coming back afterwards dedups against the new pack. */
+    /* A writer coming back afterwards stores a step that restores (its index
+     * still names the old pack, gone: it stores shared.bin again, which
+     * test_duplicate_copies_counted_once follows). */
     CHECK_OK(put_step_as(s, 5, "own.bin", 256 * KIB));
     verify_all(s);
     st_backend_close(b);
@@ -582,6 +585,53 @@ static void test_corrupt_chunk_not_copied(void)
     st_store_close(s);
 }
 
+/*
+ * The same bytes stored twice, each copy referenced by a kept step
+ * (docs/GC.md, "Duplicate copies"): after a compaction the writer comes
+ * back; its dedup index still names the old pack of shared.bin, which the
+ * sweep took, so it stores shared.bin again. Once retention leaves steps 4
+ * (the compacted copy) and 5 (the writer's), counted by place both packs
+ * are fully live and nothing was compacted (1.33x for good); counted once
+ * per chunk, the compacted copy keeps nothing, and step 4 points at step 5's.
+ */
+static void test_duplicate_copies_counted_once(void)
+{
+    new_case();
+    st_store *s = open_store("n1");
+    st_backend *b = open_backend();
+    const uint64_t kept = finished_job(s, b);
+    st_gc_report r;
+    compact_cycle(b, &r);
+    st_gc_report_free(&r);
+    sleep_ns(GRACE + 10 * MS); /* the sweep deletes the old pack */
+    CHECK_OK(gc(b, 0, &r));
+    st_gc_report_free(&r);
+    CHECK_OK(put_step_as(s, 5, "own.bin", 256 * KIB)); /* the writer comes back */
+    CHECK_OK(gc(b, 0, &r));                            /* retention: 4 and 5 */
+    st_gc_report_free(&r);
+    sleep_ns(GRACE + 10 * MS);
+    CHECK_OK(gc(b, 0, &r));
+    st_gc_report_free(&r);
+    uint64_t before = pack_bytes(b);
+    CHECK(before > kept * 13 / 10); /* shared.bin twice */
+    compact_cycle(b, &r);
+    CHECK(r.compact_candidates == 1);
+    CHECK(r.compact_parts_rewritten == 1);
+    CHECK(r.compact_live_bytes == 0); /* nothing copied: shared.bin stays in step 5's pack */
+    uint64_t after = pack_bytes(b);
+    fprintf(stderr, "duplicates: packs %llu -> %llu bytes, kept %llu (%.3fx -> %.3fx)\n",
+            (unsigned long long)before, (unsigned long long)after, (unsigned long long)kept,
+            (double)before / kept, (double)after / kept);
+    CHECK(after * 100 <= kept * 110);
+    verify_all(s);
+    st_gc_report_free(&r);
+    CHECK_OK(gc(b, 1, &r));
+    CHECK(r.compact_candidates == 0);
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
 static void run_cases(void)
 {
     RUN(test_fence_keys);
@@ -591,6 +641,7 @@ static void run_cases(void)
     RUN(test_writer_during_compaction);
     RUN(test_shared_path_left_alone);
     RUN(test_corrupt_chunk_not_copied);
+    RUN(test_duplicate_copies_counted_once);
     RUN(test_step_deleted_meanwhile);
     RUN(test_crash_at_every_point);
 }
