@@ -522,6 +522,36 @@ static int is_all_zero(const uint8_t *buf, size_t len)
     return buf[0] == 0 && memcmp(buf, buf + 1, len - 1) == 0;
 }
 
+/* f's last chunk that is not a hole, or NULL. */
+static const st_chunk_ref *last_data_ref(const st_file_entry *f)
+{
+    for (size_t i = f->nchunks; i > 0; i--)
+        if (!st_chunk_is_hole(&f->chunks[i - 1]))
+            return &f->chunks[i - 1];
+    return NULL;
+}
+
+/* 1 if a chunk at (pack slot, offset) continues f: f has no chunk yet, or
+ * its last one ends right there in the same pack. */
+static int follows_last(const st_file_entry *f, uint32_t slot, uint64_t offset)
+{
+    const st_chunk_ref *p = last_data_ref(f);
+    return !p || (p->pack == slot && p->offset + p->stored_len == offset);
+}
+
+/* 1 if a chunk the index located in a stored pack is in the pack of f's
+ * last chunk (or f has none yet). Looser than follows_last(): the index
+ * keeps one location per chunk, so a file saved again unchanged, whose
+ * tiny chunks (the same record headers in each checkpoint of a directory)
+ * were stored once per occurrence, finds each in its own pack but not
+ * always right after its neighbour; it then adds no pack. */
+static int loc_in_last_pack(const st_ingest *g, const st_file_entry *f, const st_chunk_loc *loc)
+{
+    uint32_t slot;
+    const st_chunk_ref *p = last_data_ref(f);
+    return !p || (st_idmap_get(&g->pack_slots, &loc->pack, &slot) && slot == p->pack);
+}
+
 /* Stores (or dedups) the chunk data[0..len) and appends its reference; an
  * all-zero chunk becomes a hole instead. data is chunk_buf or, for a chunk
  * that lies whole in one read, the read buffer itself (no copy). */
@@ -532,8 +562,20 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
         return add_hole(g, f, refs_cap, len);
     st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
 
+    /* A tiny chunk is deduplicated only where it continues the file: as
+     * its first, or, among this ingest's chunks, right after the file's
+     * previous one; in the index, in the pack of the previous one
+     * (loc_in_last_pack). Elsewhere it is stored again, beside the file's
+     * other bytes. Format-aware cuts make many of them (a DCP
+     * shard: every tensor's record headers, 18-208 bytes, the same in every
+     * rank's file and for every tensor): referenced where they were first
+     * stored, they sent each file's restore back to a far pack or far back
+     * in its own, and a 4-rank 256 MiB step took ~3,500 GETs to restore.
+     * Cost: their bytes, ~0.3% of a DCP shard (docs/BENCHMARKS.md). */
+    const int tiny = len < ST_INGEST_DEDUP_MIN;
     uint32_t idx;
-    if (st_idmap_get(&g->new_ids, &ref.id, &idx)) {
+    if (st_idmap_get(&g->new_ids, &ref.id, &idx) &&
+        (!tiny || follows_last(f, g->open_chunks[idx].slot, g->open_chunks[idx].offset))) {
         ref.pack = g->open_chunks[idx].slot;
         ref.offset = g->open_chunks[idx].offset;
         ref.stored_len = g->open_chunks[idx].stored_len;
@@ -542,6 +584,8 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
     st_chunk_loc loc;
     int stream = STREAM_NEW, retired = 0, usable = 0;
     st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
+    if (e == ST_OK && tiny && !loc_in_last_pack(g, f, &loc))
+        e = ST_ERR_NOT_FOUND; /* not where the file goes on: stored again */
     if (e == ST_OK && (e = old_pack_retired(g, &loc.pack, &retired)))
         return e;
     if (e == ST_OK && !retired && (e = old_pack_usable(g, &loc.pack, &usable)))

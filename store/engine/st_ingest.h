@@ -31,6 +31,11 @@
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
 
+/* Chunks shorter than this are deduplicated only within the pack being
+ * filled, never against another pack: a GET per far tiny chunk costs more
+ * than storing it again (st_ingest.c, emit_chunk; docs/CHUNKING.md). */
+#define ST_INGEST_DEDUP_MIN 4096
+
 typedef struct st_ingest_stats {
     uint64_t files;
     uint64_t logical_bytes;     /* bytes of all files ingested */
