@@ -637,7 +637,9 @@ static st_err index_manifest(st_state *state, const char *job, const st_manifest
             if (st_chunk_is_hole(r)) /* nothing stored to dedup against */
                 continue;
             st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
-            st_err e = st_state_chunk_add(state, job, &r->id, &loc);
+            /* The last merged place wins (docs/PROTOCOL.md, "The local
+             * dedup index"): the newest step's, or compaction's copy. */
+            st_err e = st_state_chunk_move(state, job, &r->id, &loc);
             if (e)
                 return e;
         }

@@ -48,8 +48,10 @@ typedef struct st_chunk_loc {
 st_err st_state_chunk_lookup(st_state *s, const char *job, const st_id *id, st_chunk_loc *loc);
 /*! Records a stored chunk (first location wins; re-adding is a no-op). */
 st_err st_state_chunk_add(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
-/*! Records a chunk stored again (re-homed out of a retired pack, docs/GC.md):
- *  this location replaces the one the index had. */
+/*! Records a chunk's new place, replacing the one the index had: a chunk
+ *  stored again (re-homed out of a retired pack, docs/GC.md), or the place
+ *  named by a part record merged later (docs/PROTOCOL.md, "The local dedup
+ *  index"). */
 st_err st_state_chunk_move(st_state *s, const char *job, const st_id *id, const st_chunk_loc *loc);
 /*! Records a stored pack. */
 st_err st_state_pack_add(st_state *s, const char *job, const st_id *pack, uint64_t size,

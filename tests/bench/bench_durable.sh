@@ -42,7 +42,9 @@
 #
 # --rgw: also a throw-away Ceph RGW (tests/s3/rgw.sh, bluestore, started
 # and stopped here): every repetition also times (c) and (d) against it,
-# (c-rgw) and (d-rgw), for the same ratio on a second S3 server in one run.
+# (c-rgw) and (d-rgw), for the same ratio on a second S3 server in one run,
+# and (b‖c-rgw): b and c-rgw at the same time (RGW's daemons run on the same
+# CPUs as the seal: the bound when both must share them).
 # --before CKPTCTL: also time (d) (and d-rgw) and (h) with another ckptctl
 # build, in the same repetitions: (d0), (d0-rgw), (h0) — before/after side
 # by side ((h0) restores the same step (d) stored, so only the reader differs).
@@ -96,10 +98,11 @@ server_pids=("$s3pid")
 s3rver_env=("$CKPT_S3_ENDPOINT" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY")
 if ((use_rgw)); then
     echo "== starting a throw-away Ceph RGW (tests/s3/rgw.sh)" >&2
-    # Its OSD's block file (sparse) holds every round's objects: 3 puts of
-    # the checkpoint per round (c-rgw, d-rgw, d0-rgw) and the warm-up's; a
-    # full OSD wedges RGW (requests hang) instead of failing cleanly.
-    rgw_bytes=$(((reps + 1) * 4 * size * 5 / 4 << 20))
+    # Its OSD's block file (sparse) holds every round's objects: 4 puts of
+    # the checkpoint per round (c-rgw, b‖c-rgw, d-rgw, d0-rgw) and the
+    # warm-up's; a full OSD wedges RGW (requests hang) instead of failing
+    # cleanly.
+    rgw_bytes=$(((reps + 1) * 5 * size * 5 / 4 << 20))
     ((rgw_bytes >= 4 << 30)) || rgw_bytes=$((4 << 30))
     rgw_env=$(CKPT_RGW_BLOCK_BYTES=$rgw_bytes bash "$rgw_sh" start "$work/rgw" --owner $$)
     # shellcheck disable=SC1090
@@ -177,6 +180,7 @@ read_ckpt() { # cold|warm
 }
 at_once() { "$1" "$3" & local pid=$!; "$2" "$3"; wait "$pid"; } # FN1 FN2 ARG
 raw_get_null() { raw_get "$1" null; }
+raw_put_rgw() { on_rgw raw_put "$1"; }
 
 # The pack keys of JOB in the s3:// store, one a line (ListObjectsV2).
 list_packs() {
@@ -233,6 +237,7 @@ step() {
     rgwraw) timed on_rgw raw_put "$r" ;;
     rgwput) timed on_rgw put_s3 "$r" ;;
     rgwput0) timed on_rgw put_s3_before "$r" ;;
+    rgwboth) timed at_once put_cpu raw_put_rgw "${r}b" ;;
     diskw) timed disk_write "$r"; rm -rf "$work/diskw.$r" ;;
     fileput) timed put_file "$r"; rm -rf "$work/fstore.$r" ;;
     rawget) timed raw_get "$r" null ;;
@@ -278,13 +283,13 @@ stored=$(find "$shm/packs" -name '*.pack' -printf '%s\n' | awk '{ s += $1 } END 
 npacks=$(find "$shm/packs" -name '*.pack' | wc -l)
 puts=(cold warm cpu rawput both s3put diskw fileput)
 [ -z "$before" ] || puts+=(s3put0)
-((!use_rgw)) || puts+=(rgwraw rgwput)
+((!use_rgw)) || puts+=(rgwraw rgwput rgwboth)
 [ -z "$before" ] || ((!use_rgw)) || puts+=(rgwput0)
 for m in warm cpu rawput s3put rawget restore lrestore diskw fileput "${puts[@]:8}"; do
     step 0 "$m" >/dev/null
 done
 [ -z "$before" ] || step 0 restore0 >/dev/null
-rm -rf "$shm/cpu.0"
+rm -rf "$shm/cpu.0" "$shm/cpu.0b"
 
 resident_min=100
 gets=(rawget getshm restore lrestore both_get)
@@ -297,7 +302,7 @@ for ((r = 1; r <= reps; r++)); do
         mapfile -t order < <(printf '%s\n' "${puts[@]}" | tac; printf '%s\n' "${gets[@]}" | tac)
     fi
     for m in "${order[@]}"; do
-        case $m in cpu | s3put | fileput | both | s3put0 | rgwput | rgwput0)
+        case $m in cpu | s3put | fileput | both | s3put0 | rgwput | rgwput0 | rgwboth)
             pct=$(resident)
             ((pct >= resident_min)) || resident_min=$pct ;;
         esac
@@ -318,6 +323,7 @@ for ((r = 1; r <= reps; r++)); do
     if ((use_rgw)); then
         br=$(maxof "$(last warm)" "$(last cpu)" "$(last rgwraw)")
         record r_rgw "$(ratio "$br" "$(last rgwput)")"
+        record r_rgwboth "$(ratio "$(maxof "$br" "$(last rgwboth)")" "$(last rgwput)")"
         [ -z "$before" ] || record r_rgw_0 "$(ratio "$br" "$(last rgwput0)")"
     fi
 done
@@ -341,7 +347,8 @@ slowest() {
         fi
     done
     case $best in warm) echo "disk read" ;; cpu) echo CPU ;; rawput) echo "raw PUT" ;;
-    diskw) echo "disk write" ;; both) echo "b and c at once" ;; rgwraw) echo "raw PUT to RGW" ;; esac
+    diskw) echo "disk write" ;; both) echo "b and c at once" ;; rgwraw) echo "raw PUT to RGW" ;;
+    rgwboth) echo "b and c-rgw at once" ;; esac
 }
 target() { # label bound-text bound-seconds ours-key ratio-key
     local range
@@ -382,6 +389,7 @@ row "(d) **ckptctl put → s3://**" s3put
 [ -z "$before" ] || row "(d0) the same put with the --before ckptctl" s3put0
 if ((use_rgw)); then
     row "(c-rgw) raw PUT to RGW: curl, $npacks packs, 4 in flight" rgwraw "$stored"
+    row "(b‖c-rgw) b and c-rgw at the same time" rgwboth
     row "(d-rgw) **ckptctl put → s3:// on RGW**" rgwput
     [ -z "$before" ] || row "(d0-rgw) the same put on RGW with the --before ckptctl" rgwput0
 fi
@@ -415,6 +423,11 @@ echo "| | bound | bound s | ckptctl s | ratio (per-rep: median; range) | |"
 echo "|---|---|---|---|---|---|"
 target "time to durable, s3://" "slowest of a, b, c, b‖c: $(slowest warm cpu rawput both)" \
     "$(maxof "$bound_s3" "${med[both]}")" s3put r_s3both
+if ((use_rgw)); then
+    target "time to durable, s3:// on RGW" \
+        "slowest of a, b, c-rgw, b‖c-rgw: $(slowest warm cpu rgwraw rgwboth)" \
+        "$(maxof "$bound_rgw" "${med[rgwboth]}")" rgwput r_rgwboth
+fi
 target "restore, s3://" "g': raw GET → /dev/shm" "${med[getshm]}" restore r_restoreshm
 target "restore, s3://" "g‖h': raw GET and restore's local work at once" "${med[both_get]}" \
     restore r_restoreboth
