@@ -237,7 +237,7 @@ step() {
     rgwraw) timed on_rgw raw_put "$r" ;;
     rgwput) timed on_rgw put_s3 "$r" ;;
     rgwput0) timed on_rgw put_s3_before "$r" ;;
-    rgwboth) timed at_once put_cpu raw_put_rgw "${r}b" ;;
+    rgwboth) timed at_once put_cpu raw_put_rgw "${r}r" ;;
     diskw) timed disk_write "$r"; rm -rf "$work/diskw.$r" ;;
     fileput) timed put_file "$r"; rm -rf "$work/fstore.$r" ;;
     rawget) timed raw_get "$r" null ;;
@@ -289,7 +289,7 @@ for m in warm cpu rawput s3put rawget restore lrestore diskw fileput "${puts[@]:
     step 0 "$m" >/dev/null
 done
 [ -z "$before" ] || step 0 restore0 >/dev/null
-rm -rf "$shm/cpu.0" "$shm/cpu.0b"
+rm -rf "$shm/cpu.0" "$shm/cpu.0b" "$shm/cpu.0r"
 
 resident_min=100
 gets=(rawget getshm restore lrestore both_get)
@@ -309,7 +309,7 @@ for ((r = 1; r <= reps; r++)); do
         t=$(step "$r" "$m") # an assignment: a failed step stops the run
         record "$m" "$t"
     done
-    rm -rf "$shm/cpu.$r" "$shm/cpu.${r}b"
+    rm -rf "$shm/cpu.$r" "$shm/cpu.${r}b" "$shm/cpu.${r}r"
     # This repetition's ratios, from its own numbers.
     b=$(maxof "$(last warm)" "$(last cpu)" "$(last rawput)")
     record r_s3 "$(ratio "$b" "$(last s3put)")"
