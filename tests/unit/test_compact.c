@@ -8,7 +8,8 @@
  * fence keeps writers from publishing while it stands and not after it
  * goes stale; a dry run writes nothing; parts that share a path are left
  * alone; a corrupt chunk is never copied; duplicate copies of the same
- * chunks count once.
+ * chunks count once, and a crash at every point of that run leaves the
+ * same guarantees.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -232,6 +233,76 @@ static void test_dry_run_writes_nothing(void)
     st_store_close(s);
 }
 
+/* Copies each object listed into another store. */
+static int copy_object(void *arg, const char *key, uint64_t size)
+{
+    st_backend **from_to = arg;
+    st_bytes data = {0};
+    (void)size;
+    CHECK_OK(st_get(from_to[0], key, 0, ST_GET_TO_END, &data));
+    CHECK_OK(st_put(from_to[1], key, data.data, data.len));
+    st_bytes_free(&data);
+    return 0;
+}
+
+/*
+ * The same bytes stored twice, each copy referenced by a kept step
+ * (docs/GC.md, "Duplicate copies"): node n1 (store s) saved step 1 and node
+ * n2 step 2 without seeing each other's (n2's step is saved into a store of
+ * its own, then its objects copied in: two first saves racing, as a dedup
+ * index learns only what was published before its save began). Returns
+ * what the two steps alone need.
+ */
+static uint64_t duplicate_job(st_store *s, st_backend *b)
+{
+    char url2[700];
+    snprintf(url2, sizeof url2, "file://%s/store2", case_dir);
+    st_store *s2 = ut_open_store(url2, case_dir, "state-n2", "n2");
+    st_backend *b2 = NULL;
+    CHECK_OK(st_backend_open(url2, &b2));
+    CHECK_OK(put_step_as(s, 1, "own.bin", 256 * KIB));
+    CHECK_OK(put_step_as(s2, 2, "own.bin", 256 * KIB));
+    st_backend *from_to[2] = {b2, b};
+    CHECK_OK(st_list(b2, "jobs/j/", copy_object, from_to));
+    st_backend_close(b2);
+    st_store_close(s2);
+    return 3 * 256 * KIB; /* shared + own 1 + own 2 */
+}
+
+/*
+ * Counted by place both packs of duplicate_job are fully live and nothing
+ * was compacted (1.33x for good); counted once per chunk, one pack keeps
+ * only its own.bin, which is copied, and its step points at the other's
+ * copy of shared.bin.
+ */
+static void test_duplicate_copies_counted_once(void)
+{
+    new_case();
+    st_store *s = open_store("n1");
+    st_backend *b = open_backend();
+    const uint64_t kept = duplicate_job(s, b);
+    uint64_t before = pack_bytes(b);
+    CHECK(before > kept * 13 / 10); /* shared.bin twice */
+    st_gc_report r;
+    compact_cycle(b, &r);
+    CHECK(r.compact_candidates == 1);
+    CHECK(r.compact_parts_rewritten == 1);
+    /* Only the candidate's own.bin was copied, not shared.bin a third time. */
+    CHECK(r.compact_live_bytes > 200 * KIB && r.compact_live_bytes < 300 * KIB);
+    uint64_t after = pack_bytes(b);
+    fprintf(stderr, "duplicates: packs %llu -> %llu bytes, kept %llu (%.3fx -> %.3fx)\n",
+            (unsigned long long)before, (unsigned long long)after, (unsigned long long)kept,
+            (double)before / kept, (double)after / kept);
+    CHECK(after * 100 <= kept * 110);
+    verify_all(s);
+    st_gc_report_free(&r);
+    CHECK_OK(gc(b, 1, &r));
+    CHECK(r.compact_candidates == 0);
+    st_gc_report_free(&r);
+    st_backend_close(b);
+    st_store_close(s);
+}
+
 /* ---- a backend cut off from the N-th PUT on: a crash at that point ---- */
 
 /* Requests come from several threads (upload workers, the publish's first
@@ -338,18 +409,20 @@ static int64_t fence_until(st_backend *b)
 
 /*
  * A crash after every PUT of a compaction run in turn (fence, new pack, the
- * two rewrites' registry, manifest and part record, the sweep's marker):
- * every step still verifies, a fence left behind makes a writer wait until
- * it is stale, and a later run finishes the work down to the kept size.
+ * rewrites' registry, manifest and part record, the sweep's marker) of the
+ * job that setup makes (returning what its kept steps need): every step
+ * still verifies, a fence left behind makes a writer wait until it is
+ * stale, and a later run finishes the work down to the kept size. Returns
+ * the PUTs of a whole run.
  */
-static void test_crash_at_every_point(void)
+static int crash_at_every_point(uint64_t (*setup)(st_store *s, st_backend *b))
 {
     int full = 0, retries = 0;
     for (int limit = 0; limit < 12; limit++) {
         new_case();
         st_store *s = open_store("n1");
         st_backend *b = open_backend();
-        uint64_t kept = finished_job(s, b);
+        uint64_t kept = setup(s, b);
         cutoff c = {.lock = PTHREAD_MUTEX_INITIALIZER, .inner = b, .limit = limit};
         st_backend cut = {.ops = &cut_ops, .ctx = &c};
         st_gc_report r;
@@ -419,8 +492,23 @@ static void test_crash_at_every_point(void)
         st_backend_close(b);
         st_store_close(s);
     }
+    return full;
+}
+
+static void test_crash_at_every_point(void)
+{
+    int full = crash_at_every_point(finished_job);
     fprintf(stderr, "a whole compaction run: %d PUTs\n", full);
     CHECK(full >= 8); /* fence, pack, 2 x (registry, manifest, part), marker */
+}
+
+/* The same where the rewrite points a step at another pack's copy of its
+ * chunks (duplicate_job). */
+static void test_crash_duplicates_at_every_point(void)
+{
+    int full = crash_at_every_point(duplicate_job);
+    fprintf(stderr, "a whole compaction run of duplicates: %d PUTs\n", full);
+    CHECK(full >= 5); /* fence, pack, registry, manifest, part, (marker) */
 }
 
 /* A GC run without compaction deletes step 3 while the compaction copies:
@@ -592,65 +680,6 @@ static void test_corrupt_chunk_not_copied(void)
     st_store_close(s);
 }
 
-/* Copies each object listed into another store. */
-static int copy_object(void *arg, const char *key, uint64_t size)
-{
-    st_backend **from_to = arg;
-    st_bytes data = {0};
-    (void)size;
-    CHECK_OK(st_get(from_to[0], key, 0, ST_GET_TO_END, &data));
-    CHECK_OK(st_put(from_to[1], key, data.data, data.len));
-    st_bytes_free(&data);
-    return 0;
-}
-
-/*
- * The same bytes stored twice, each copy referenced by a kept step
- * (docs/GC.md, "Duplicate copies"): nodes n1 and n2 saved steps 1 and 2
- * without seeing each other's (n2's step is saved into a store of its own,
- * then its objects copied in: two first saves racing, as a dedup index
- * learns only what was published before its save began). Counted by place
- * both packs are fully live and nothing was compacted (1.33x for good);
- * counted once per chunk, one pack keeps only its own.bin, which is copied,
- * and its step points at the other's copy of shared.bin.
- */
-static void test_duplicate_copies_counted_once(void)
-{
-    new_case();
-    char url2[700];
-    snprintf(url2, sizeof url2, "file://%s/store2", case_dir);
-    st_store *s1 = open_store("n1"), *s2 = ut_open_store(url2, case_dir, "state-n2", "n2");
-    st_backend *b = open_backend(), *b2 = NULL;
-    CHECK_OK(st_backend_open(url2, &b2));
-    CHECK_OK(put_step_as(s1, 1, "own.bin", 256 * KIB));
-    CHECK_OK(put_step_as(s2, 2, "own.bin", 256 * KIB));
-    st_backend *from_to[2] = {b2, b};
-    CHECK_OK(st_list(b2, "jobs/j/", copy_object, from_to));
-    const uint64_t kept = 3 * 256 * KIB; /* shared + own 1 + own 2 */
-    uint64_t before = pack_bytes(b);
-    CHECK(before > kept * 13 / 10); /* shared.bin twice */
-    st_gc_report r;
-    compact_cycle(b, &r);
-    CHECK(r.compact_candidates == 1);
-    CHECK(r.compact_parts_rewritten == 1);
-    /* Only the candidate's own.bin was copied, not shared.bin a third time. */
-    CHECK(r.compact_live_bytes > 200 * KIB && r.compact_live_bytes < 300 * KIB);
-    uint64_t after = pack_bytes(b);
-    fprintf(stderr, "duplicates: packs %llu -> %llu bytes, kept %llu (%.3fx -> %.3fx)\n",
-            (unsigned long long)before, (unsigned long long)after, (unsigned long long)kept,
-            (double)before / kept, (double)after / kept);
-    CHECK(after * 100 <= kept * 110);
-    verify_all(s1);
-    st_gc_report_free(&r);
-    CHECK_OK(gc(b, 1, &r));
-    CHECK(r.compact_candidates == 0);
-    st_gc_report_free(&r);
-    st_backend_close(b2);
-    st_backend_close(b);
-    st_store_close(s2);
-    st_store_close(s1);
-}
-
 static void run_cases(void)
 {
     RUN(test_fence_keys);
@@ -663,6 +692,7 @@ static void run_cases(void)
     RUN(test_duplicate_copies_counted_once);
     RUN(test_step_deleted_meanwhile);
     RUN(test_crash_at_every_point);
+    RUN(test_crash_duplicates_at_every_point);
 }
 
 int main(void)
