@@ -131,6 +131,7 @@ static int report_json(const st_gc_report *r)
     bad |= json_set(k, "candidates", json_object_new_uint64(r->compact_candidates));
     bad |= json_set(k, "candidate_bytes", json_object_new_uint64(r->compact_candidate_bytes));
     bad |= json_set(k, "live_bytes", json_object_new_uint64(r->compact_live_bytes));
+    bad |= json_set(k, "duplicate_bytes", json_object_new_uint64(r->compact_duplicate_bytes));
     bad |= json_set(k, "packs_written", json_object_new_uint64(r->compact_packs_written));
     bad |= json_set(k, "parts_rewritten", json_object_new_uint64(r->compact_parts_rewritten));
     bad |= json_set(k, "steps_skipped", json_object_new_uint64(r->compact_steps_skipped));
@@ -186,13 +187,14 @@ static void report_text(const cli *c, const st_gc_report *r)
     if (r->compact_candidates || r->compact_steps_skipped)
         printf("compact: %" PRIu64 " pack(s) of %.1f MiB at least %s dead, %.1f MiB live %s into "
                "%" PRIu64 " new pack(s), %" PRIu64 " part record(s) %s (%" PRIu64 " GET, %" PRIu64
-               " PUT; waited %.1f s behind the fence); %" PRIu64
-               " step(s) left alone (a path in two parts)\n",
+               " PUT; waited %.1f s behind the fence); %.1f MiB referenced twice (duplicate "
+               "copies, counted once); %" PRIu64 " step(s) left alone (a path in two parts)\n",
                r->compact_candidates, mib(r->compact_candidate_bytes), "the threshold",
                mib(r->compact_live_bytes), r->dry_run ? "would be copied" : "copied",
                r->compact_packs_written, r->compact_parts_rewritten,
                r->dry_run ? "would be rewritten" : "rewritten", r->compact_gets, r->compact_puts,
-               (double)r->compact_wait_ns / 1e9, r->compact_steps_skipped);
+               (double)r->compact_wait_ns / 1e9, mib(r->compact_duplicate_bytes),
+               r->compact_steps_skipped);
     report_pending(r);
 }
 

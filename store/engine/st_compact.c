@@ -361,6 +361,8 @@ static st_err pick_candidates(compactor *c, double dead_threshold)
         return e;
     for (size_t k = 0; k < c->nkeepers; k++)
         c->packs[c->keepers[k].pack].live += c->keepers[k].stored_len;
+    for (size_t i = 0; i < c->npacks; i++)
+        c->r->compact_duplicate_bytes += c->packs[i].placed - c->packs[i].live;
     for (size_t i = 0; i < c->npacks; i++) {
         cpack *p = &c->packs[i];
         if (!p->blocked && p->size && p->live < p->size &&

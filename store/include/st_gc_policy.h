@@ -45,6 +45,7 @@ typedef struct st_gc_report {
     uint64_t compact_candidates;         /* packs at or past the dead threshold */
     uint64_t compact_candidate_bytes;    /* their sizes */
     uint64_t compact_live_bytes;         /* bytes of chunks copied out of them */
+    uint64_t compact_duplicate_bytes;    /* referenced bytes whose chunk another place keeps */
     uint64_t compact_packs_written;      /* new packs PUT */
     uint64_t compact_parts_rewritten;    /* part records (with their manifests) rewritten */
     uint64_t compact_steps_skipped;      /* steps whose parts share a path: left alone */

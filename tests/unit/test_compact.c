@@ -188,6 +188,7 @@ static void test_compacts_finished_job(void)
     CHECK(r.compact_live_bytes > 0 && r.compact_live_bytes < before);
     CHECK(r.compact_wait_ns >= GRACE / 2);
     CHECK(!r.compact_skipped);
+    CHECK(r.compact_duplicate_bytes == 0);
     uint64_t after = pack_bytes(b);
     fprintf(stderr, "compact: packs %llu -> %llu bytes, kept %llu (%.3fx -> %.3fx)\n",
             (unsigned long long)before, (unsigned long long)after, (unsigned long long)kept,
@@ -289,6 +290,7 @@ static void test_duplicate_copies_counted_once(void)
     CHECK(r.compact_parts_rewritten == 1);
     /* Only the candidate's own.bin was copied, not shared.bin a third time. */
     CHECK(r.compact_live_bytes > 200 * KIB && r.compact_live_bytes < 300 * KIB);
+    CHECK(r.compact_duplicate_bytes > 200 * KIB && r.compact_duplicate_bytes < 300 * KIB);
     uint64_t after = pack_bytes(b);
     fprintf(stderr, "duplicates: packs %llu -> %llu bytes, kept %llu (%.3fx -> %.3fx)\n",
             (unsigned long long)before, (unsigned long long)after, (unsigned long long)kept,
