@@ -72,14 +72,6 @@ typedef struct cpack {
     int borrowed;    /* a rewrite points chunks of a candidate at it */
 } cpack;
 
-/* The one live place of a chunk id that keeps it. */
-typedef struct ckeeper {
-    st_id id;
-    uint32_t pack; /* position in compactor.packs */
-    uint64_t offset;
-    uint32_t stored_len, raw_len;
-} ckeeper;
-
 /* Where a copied chunk lives now. */
 typedef struct creloc {
     uint32_t newpack; /* index into compactor.newpacks */
@@ -87,12 +79,18 @@ typedef struct creloc {
     uint32_t stored_len;
 } creloc;
 
-/* One live chunk of a candidate, as the copy reads it. */
+/* One live chunk of a pack, as the copy reads it. */
 typedef struct cchunk {
     st_id id;
     uint64_t offset;
     uint32_t stored_len, raw_len;
 } cchunk;
+
+/* The one live place of a chunk id that keeps it. */
+typedef struct ckeeper {
+    cchunk at;
+    uint32_t pack; /* position in compactor.packs */
+} ckeeper;
 
 typedef struct compactor {
     st_backend *b;
@@ -287,6 +285,12 @@ static int better_keeper(const compactor *c, uint32_t a, uint64_t oa, uint32_t b
     return cmp ? cmp < 0 : oa < ob;
 }
 
+/* The keeper of ch's chunk at ch's place in pack (a position in c->packs). */
+static ckeeper keeper_at(uint32_t pack, const st_chunk_ref *ch)
+{
+    return (ckeeper){{ch->id, ch->offset, ch->stored_len, ch->raw_len}, pack};
+}
+
 /* Makes a reference's place its chunk's keeper if it is the best so far. */
 static st_err choose_keeper(compactor *c, const cpart *cp, const st_chunk_ref *ch)
 {
@@ -294,13 +298,13 @@ static st_err choose_keeper(compactor *c, const cpart *cp, const st_chunk_ref *c
     uint32_t k;
     if (st_idmap_get(&c->keeper_of, &ch->id, &k)) {
         ckeeper *kp = &c->keepers[k];
-        if (better_keeper(c, pack, ch->offset, kp->pack, kp->offset))
-            *kp = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+        if (better_keeper(c, pack, ch->offset, kp->pack, kp->at.offset))
+            *kp = keeper_at(pack, ch);
         return ST_OK;
     }
     if (st_array_grow((void **)&c->keepers, &c->keepers_cap, c->nkeepers + 1, sizeof *c->keepers))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
-    c->keepers[c->nkeepers] = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+    c->keepers[c->nkeepers] = keeper_at(pack, ch);
     return st_idmap_put(&c->keeper_of, &ch->id, (uint32_t)c->nkeepers++);
 }
 
@@ -314,7 +318,7 @@ static st_err keep_where_it_stays(compactor *c, const cpart *cp, const st_chunk_
         return st_seterr(ST_ERR_CORRUPT, "a chunk without a keeper");
     ckeeper *kp = &c->keepers[k];
     if (c->packs[kp->pack].candidate && !c->packs[pack].candidate && !c->packs[pack].missing)
-        *kp = (ckeeper){ch->id, pack, ch->offset, ch->stored_len, ch->raw_len};
+        *kp = keeper_at(pack, ch);
     return ST_OK;
 }
 
@@ -360,7 +364,7 @@ static st_err pick_candidates(compactor *c, double dead_threshold)
     if (e || stop_requested(c))
         return e;
     for (size_t k = 0; k < c->nkeepers; k++)
-        c->packs[c->keepers[k].pack].live += c->keepers[k].stored_len;
+        c->packs[c->keepers[k].pack].live += c->keepers[k].at.stored_len;
     for (size_t i = 0; i < c->npacks; i++)
         c->r->compact_duplicate_bytes += c->packs[i].placed - c->packs[i].live;
     for (size_t i = 0; i < c->npacks; i++) {
@@ -403,7 +407,7 @@ static st_err kept_chunks(const compactor *c, const cpack *p, cchunk **out, size
             continue;
         if (st_array_grow((void **)out, &cap, *n + 1, sizeof **out))
             return st_seterr(ST_ERR_NOMEM, "out of memory");
-        (*out)[(*n)++] = (cchunk){kp->id, kp->offset, kp->stored_len, kp->raw_len};
+        (*out)[(*n)++] = kp->at;
     }
     qsort(*out, *n, sizeof **out, cmp_chunk_offset);
     return ST_OK;
@@ -578,8 +582,8 @@ static st_err kept_place(const compactor *c, const st_chunk_ref *ch, const char 
     const ckeeper *kp = &c->keepers[k];
     if (!c->packs[kp->pack].candidate) {
         *pack = &c->packs[kp->pack].id;
-        *offset = kp->offset;
-        *stored_len = kp->stored_len;
+        *offset = kp->at.offset;
+        *stored_len = kp->at.stored_len;
         return ST_OK;
     }
     if (!st_idmap_get(&c->by_chunk, &ch->id, &r))

@@ -31,9 +31,11 @@
 #include "format/st_manifest.h"
 #include "engine/st_state.h"
 
-/* Chunks shorter than this are deduplicated only within the pack being
- * filled, never against another pack: a GET per far tiny chunk costs more
- * than storing it again (st_ingest.c, emit_chunk; docs/CHUNKING.md). */
+/* Chunks shorter than this are deduplicated only where they continue their
+ * file (as its first chunk, right after its previous one, or in its
+ * previous one's pack), else stored again beside it: a GET per far tiny
+ * chunk costs more than its bytes (st_ingest.c, emit_chunk;
+ * docs/CHUNKING.md, "Tiny chunks and where they are stored"). */
 #define ST_INGEST_DEDUP_MIN 4096
 
 typedef struct st_ingest_stats {

@@ -142,8 +142,6 @@ int main(void)
         return 1;
     }
     RUN(test_tiny_chunks_stored_in_file_order);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-    CHECK(system(cmd) == 0);
+    ut_rmtree(root);
     return ut_finish();
 }
