@@ -26,7 +26,8 @@
 # change is measured before/after side by side in one run; --ckptfs-also
 # NAME=PATH adds more (NAME starting with ckptfs-). --series N: then
 # N saves per target in a row with no waiting, earlier ckptfs steps still
-# uploading (fuse_save_bench.py). --rclone: also rclone mount (Debian's
+# uploading, one target at a time, each settled before the next target's
+# saves (fuse_save_bench.py). --rclone: also rclone mount (Debian's
 # rclone) of a local directory as its remote, with the VFS cache mode the
 # peers bench uses (`writes`); after each save the run waits, untimed, until
 # rclone has copied the file to its remote.

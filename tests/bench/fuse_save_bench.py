@@ -28,11 +28,15 @@ target, so ckptfs sees one new single-file step per save. Each timed save
 also reports how much the page cache grew (/proc/meminfo Cached, after the
 save minus before it, the dirty pages of the save included).
 
---series N: after the repetitions, N more saves per target round-robin
-(variant save) with no settling, so ckptfs's earlier steps are still being
-sealed and uploaded while the next save runs (as in training that saves
-often); reported per save index, with each save's ratio to the
-passthrough_ll save of the same index.
+--series N: after the repetitions, N more saves (variant save) per target,
+one target at a time: its N saves in a row with no settling, so ckptfs's
+earlier steps are still being sealed and uploaded while the next save runs
+(as in training that saves often); then, untimed, the script waits until
+that target's last save is durable before the next target's N saves begin.
+So each target's saves overlap its own background work and nobody else's
+(round-robin saves would also run rclone's copy of its last file beside
+ckptfs's save, and ckptfs's seal beside passthrough_ll's). Reported per save
+index, with each save's ratio to the passthrough_ll save of the same index.
 """
 import argparse
 import gc
@@ -152,7 +156,7 @@ class Settler:
         except ValueError:
             return set()
 
-    def wait(self, step, t_start):
+    def wait(self, step, path, t_start):
         if not self.enabled:
             return
         deadline = time.monotonic() + self.timeout
@@ -176,7 +180,7 @@ class FileSettler:
         self.dir, self.timeout, self.enabled = remote_dir, args.settle_timeout, True
         self.durable_s = []
 
-    def wait(self, path, t_start):
+    def wait(self, step, path, t_start):
         if not self.enabled:
             return
         want = os.stat(path).st_size
@@ -233,8 +237,7 @@ def run_state(label, state, targets, args, settlers):
         grown = page_cache_bytes() - c0
         t.files.append(path)
         if settle and t.name in settlers:
-            st = settlers[t.name]
-            st.wait(path if isinstance(st, FileSettler) else step, t0)
+            settlers[t.name].wait(step, path, t0)
         if timed:
             print("  %-10s %-15s %7.3f s  %6.0f MB/s  page cache %+6.0f MiB" % (
                 variant, t.name, dt, nbytes / dt / 1e6, grown / MIB), flush=True)
@@ -258,19 +261,22 @@ def run_state(label, state, targets, args, settlers):
         rounds.append(r)
     out = report(label, nbytes, times, cache, rounds, targets, settlers)
     if args.series:
-        out["series"] = run_series(nbytes, targets, args, one)
+        out["series"] = run_series(targets, args, settlers, one)
     return out
 
 
-def run_series(nbytes, targets, args, one):
-    """--series: args.series saves per target round-robin, no settling."""
+def run_series(targets, args, settlers, one):
+    """--series: args.series saves in a row per target, one target at a time,
+    each target settled (untimed) before the next one's saves begin."""
     print("\n-- series: %d saves per target in a row, earlier ones still uploading "
-          "(no settling)" % args.series, flush=True)
+          "(no settling within a target's series)" % args.series, flush=True)
     fn = dict(VARIANTS)["save"]
     per = {t.name: [] for t in targets}
-    for i in range(args.series):
-        for t in targets:
+    for t in targets:
+        for i in range(args.series):
             per[t.name].append(one("save", fn, t, True, settle=False))
+        if t.name in settlers:
+            settlers[t.name].wait(t.counter, t.files[-1], time.monotonic())
     print("\n   %-5s %s" % ("save", " ".join("%15s" % t.name for t in targets)))
     for i in range(args.series):
         print("   %-5d %s" % (i + 1, " ".join("%15.3f" % per[t.name][i] for t in targets)))
