@@ -11,6 +11,7 @@
  * not a regular file or an '@' directory with a valid name.
  *
  * Durability of put: write a temp file in the target directory → fsync it →
+ * drop its now clean pages from the page cache (drop_cached_pages) →
  * close (NFS reports write-back errors there) → renameat over the target →
  * fsync the directory. A directory we create is made durable by fsyncing its
  * parent right after mkdir. Readers see the old object or all of the new one,
@@ -110,6 +111,22 @@ static int dir_name(char *buf, const char *comp, size_t len)
 static int open_dir_at(int dfd, const char *name)
 {
     return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/*
+ * An object is written once and read rarely (a restore, often on another
+ * node): its pages in the page cache would only push out what the trainer
+ * uses. Once fsync has made them clean, the advice drops them at once, and
+ * the next write (the daemon's next pack, the trainer's next save) gets
+ * them back warm. That matters on this VM: a page the guest leaves free is
+ * handed back to the host within ~2 s and costs a fault to get again, and a
+ * file store on the staging disk once made saves in a row up to 1.8x slower
+ * (docs/BENCHMARKS.md, "The file store's pages"). Advice only: when it fails
+ * the object is exactly as durable.
+ */
+static void drop_cached_pages(int fd)
+{
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 /* fsync with EINTR retried. */
@@ -222,6 +239,7 @@ static st_err put_in_dir(file_ctx *c, int dfd, const char *key, const char *leaf
     what = "fsync temp file";
     if (fsync_fd(fd) < 0)
         goto fail;
+    drop_cached_pages(fd);
     what = "close temp file";
     int r = close(fd);
     fd = -1;

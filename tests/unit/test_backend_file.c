@@ -2,8 +2,9 @@
  * test_backend_file — the file:// backend: the shared conformance suite on a
  * fresh temp directory, then what only a file store has: URL parsing, root
  * creation and bad roots, the on-disk layout, temp files, symlinks planted
- * inside the root, a full disk (tmpfs, when mounting is allowed), and a check
- * that no test wrote anything outside its root.
+ * inside the root, a full disk (tmpfs, when mounting is allowed), a put that
+ * leaves no pages in the page cache, and a check that no test wrote anything
+ * outside its root.
  *
  * Everything lives under one mkdtemp() directory, removed at the end:
  *   T/store    the root the suite and most tests use
@@ -16,8 +17,11 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "backend_conformance.h"
@@ -501,6 +505,71 @@ static void test_no_space(void)
     rmdir(mnt);
 }
 
+/* ---- a put leaves nothing in the page cache ---- */
+
+/* Pages of path that are in the page cache, -1 if it cannot be told. */
+static long resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return -1;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t npages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
+    unsigned char *vec = malloc(npages);
+    long n = -1;
+    if (vec && mincore(map, (size_t)st.st_size, vec) == 0)
+        for (size_t i = n = 0; i < npages; i++)
+            n += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)st.st_size);
+    return n;
+}
+
+static void test_put_leaves_no_cached_pages(void)
+{
+    struct statfs fs;
+    CHECK(statfs(root, &fs) == 0);
+    if (fs.f_type == TMPFS_MAGIC) { /* its pages are the file: nothing to drop */
+        UT_SKIP("test_put_leaves_no_cached_pages needs a disk under /tmp, not a tmpfs");
+        return;
+    }
+    st_backend *b = open_root();
+    enum { SIZE = 4 << 20 };
+    uint8_t *buf = malloc(SIZE);
+    CHECK(b && buf);
+    if (!b || !buf) {
+        free(buf);
+        st_backend_close(b);
+        return;
+    }
+    ut_rand_fill(buf, SIZE, 77);
+    CHECK_OK(st_put(b, "cache/pack", buf, SIZE));
+    const char *obj = tp("store/cache@/pack");
+    CHECK(resident_pages(obj) == 0);
+    /* The check can fail: reading the object brings its pages in. */
+    st_bytes got = {0};
+    int fd = open(obj, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0 && pread(fd, buf, SIZE, 0) == SIZE);
+    if (fd >= 0)
+        close(fd);
+    CHECK(resident_pages(obj) == SIZE / sysconf(_SC_PAGESIZE));
+    /* Dropped pages are still the object's bytes. */
+    CHECK_OK(st_get(b, "cache/pack", 0, ST_GET_TO_END, &got));
+    CHECK(got.len == SIZE && memcmp(got.data, buf, SIZE) == 0);
+    st_bytes_free(&got);
+    CHECK_OK(st_del(b, "cache/pack"));
+    free(buf);
+    st_backend_close(b);
+}
+
 /* ---- nothing outside the roots ---- */
 
 static void test_nothing_outside(void)
@@ -549,6 +618,7 @@ int main(void)
     RUN(test_symlinks);
     RUN(test_put_races_prune);
     RUN(test_no_space);
+    RUN(test_put_leaves_no_cached_pages);
     RUN(test_nothing_outside);
 
     rm_rf(tdir);
