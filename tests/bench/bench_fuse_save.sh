@@ -10,7 +10,7 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
-#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N] [--rclone]
+#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N [--series-reps R]] [--rclone]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -27,7 +27,8 @@
 # NAME=PATH adds more (NAME starting with ckptfs-). --series N: then
 # N saves per target in a row with no waiting, earlier ckptfs steps still
 # uploading, one target at a time, each settled before the next target's
-# saves (fuse_save_bench.py). --rclone: also rclone mount (Debian's
+# saves (fuse_save_bench.py); --series-reps R: R such rounds (default 1),
+# per save index the median of the R paired ratios. --rclone: also rclone mount (Debian's
 # rclone) of a local directory as its remote, with the VFS cache mode the
 # peers bench uses (`writes`); after each save the run waits, untimed, until
 # rclone has copied the file to its remote.
@@ -42,7 +43,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench_build_dir "$@"
 shift
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
-base="" series=0 rclone=0
+base="" series=0 series_reps=1 rclone=0
 also=()
 same=()
 while [ $# -gt 0 ]; do
@@ -60,6 +61,7 @@ while [ $# -gt 0 ]; do
     --ckptfs-base) base=$2; shift ;;
     --ckptfs-also) also+=("$2"); shift ;;
     --series) series=$2; shift ;;
+    --series-reps) series_reps=$2; shift ;;
     --rclone) rclone=1 ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
@@ -216,7 +218,7 @@ json_args=()
 # (bash defers traps while a foreground command runs).
 timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
     --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
-    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" &
+    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" --series-reps "$series_reps" &
 runner=$!
 wait "$runner"
 runner=""

@@ -6,7 +6,7 @@ bench_fuse_save.sh (which mounts the targets); runnable by hand too:
     fuse_save_bench.py --target disk=/var/tmp/a --target other=/mnt/x/job \\
     [--size-mib 1024] [--reps 5] [--state random|model|both] [--keep 1] \\
     [--settle-ckptctl PATH --settle-job JOB --settle NAME=STORE_URL ...] \\
-    [--series N] [--json OUT]
+    [--series N [--series-reps R]] [--json OUT]
 
 What is timed is what the trainer waits for:
   save        torch.save(state, path)                 (open, write, close)
@@ -35,8 +35,11 @@ earlier steps are still being sealed and uploaded while the next save runs
 that target's last save is durable before the next target's N saves begin.
 So each target's saves overlap its own background work and nobody else's
 (round-robin saves would also run rclone's copy of its last file beside
-ckptfs's save, and ckptfs's seal beside passthrough_ll's). Reported per save
-index, with each save's ratio to the passthrough_ll save of the same index.
+ckptfs's save, and ckptfs's seal beside passthrough_ll's). --series-reps R:
+R such rounds, the target order rotated each round. Reported per save
+index: each target's median, and the median of the R paired ratios (one
+round's save of that index against the same round's passthrough_ll or
+rclone save of it).
 """
 import argparse
 import gc
@@ -267,28 +270,42 @@ def run_state(label, state, targets, args, settlers):
 
 def run_series(targets, args, settlers, one):
     """--series: args.series saves in a row per target, one target at a time,
-    each target settled (untimed) before the next one's saves begin."""
+    each target settled (untimed) before the next one's saves begin; that
+    --series-reps times, the target order rotated every round. Per save
+    index: each target's median, and the median of the paired ratios (the
+    same round's save of the same index) to passthrough_ll and to rclone."""
+    n, rounds = args.series, args.series_reps
     print("\n-- series: %d saves per target in a row, earlier ones still uploading "
-          "(no settling within a target's series)" % args.series, flush=True)
+          "(no settling within a target's series), %d rounds" % (n, rounds), flush=True)
     fn = dict(VARIANTS)["save"]
-    per = {t.name: [] for t in targets}
-    for t in targets:
-        for i in range(args.series):
-            per[t.name].append(one("save", fn, t, True, settle=False))
-        if t.name in settlers:
-            settlers[t.name].wait(t.counter, t.files[-1], time.monotonic())
-    print("\n   %-5s %s" % ("save", " ".join("%15s" % t.name for t in targets)))
-    for i in range(args.series):
-        print("   %-5d %s" % (i + 1, " ".join("%15.3f" % per[t.name][i] for t in targets)))
-    out = {"saves_s": per, "ratios": {}}
-    if "passthrough_ll" in per:
-        base = per["passthrough_ll"]
-        for name, xs in per.items():
-            if name.startswith("ckptfs") or name == "rclone":
-                rs = [a / b for a, b in zip(xs, base)]
-                print("   %s / passthrough_ll per save: median %.3f [%.3f-%.3f], last %.3f" % (
-                    name, statistics.median(rs), min(rs), max(rs), rs[-1]))
-                out["ratios"]["%s/passthrough_ll" % name] = rs
+    per = {t.name: [[] for _ in range(n)] for t in targets}  # [save index][round]
+    for r in range(rounds):
+        print("-- series round %d/%d" % (r + 1, rounds), flush=True)
+        for t in targets[r % len(targets):] + targets[:r % len(targets)]:
+            for i in range(n):
+                per[t.name][i].append(one("save", fn, t, True, settle=False))
+            if t.name in settlers:
+                settlers[t.name].wait(t.counter, t.files[-1], time.monotonic())
+    names = [t.name for t in targets]
+    print("\n   median s of %d rounds per save index" % rounds)
+    print("   %-5s %s" % ("save", " ".join("%15s" % name for name in names)))
+    for i in range(n):
+        print("   %-5d %s" % (i + 1, " ".join(
+            "%15.3f" % statistics.median(per[name][i]) for name in names)))
+    out = {"saves_s": per, "rounds": rounds, "ratios": {}}
+    pairs = [(c, base) for c in names if c.startswith("ckptfs") or c == "rclone"
+             for base in ("passthrough_ll", "rclone") if base in per and base != c]
+    pairs += [("ckptfs", "ckptfs-base")] if "ckptfs" in per and "ckptfs-base" in per else []
+    for a, b in pairs:
+        paired = [[x / y for x, y in zip(per[a][i], per[b][i])] for i in range(n)]
+        meds = [statistics.median(rs) for rs in paired]
+        over = [i + 1 for i, m in enumerate(meds) if m > 1.10]
+        print("   %s / %s, per save index the median of %d paired ratios: %s" % (
+            a, b, rounds, " ".join("%.3f" % m for m in meds)))
+        print("      median over the indices %.3f, 10th-or-last %.3f, indices above 1.10: %s" % (
+            statistics.median(meds), meds[-1], over or "none"))
+        out["ratios"]["%s/%s" % (a, b)] = {"paired_per_round": paired, "median_per_save": meds,
+                                          "saves_above_1_10": over}
     return out
 
 
@@ -372,6 +389,8 @@ def main():
     ap.add_argument("--settle-job")
     ap.add_argument("--series", type=int, default=0, metavar="N",
                     help="then N saves per target without settling (see above)")
+    ap.add_argument("--series-reps", type=int, default=1, metavar="R",
+                    help="rounds of --series (default 1); per save index the median of R")
     ap.add_argument("--settle-timeout", type=float, default=120)
     ap.add_argument("--json")
     args = ap.parse_args()

@@ -17,11 +17,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
-#include <linux/magic.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "backend_conformance.h"
@@ -507,37 +504,9 @@ static void test_no_space(void)
 
 /* ---- a put leaves nothing in the page cache ---- */
 
-/* Pages of path that are in the page cache, -1 if it cannot be told. */
-static long resident_pages(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return -1;
-    long page = sysconf(_SC_PAGESIZE);
-    size_t npages = ((size_t)st.st_size + (size_t)page - 1) / (size_t)page;
-    unsigned char *vec = malloc(npages);
-    long n = -1;
-    if (vec && mincore(map, (size_t)st.st_size, vec) == 0)
-        for (size_t i = n = 0; i < npages; i++)
-            n += vec[i] & 1;
-    free(vec);
-    munmap(map, (size_t)st.st_size);
-    return n;
-}
-
 static void test_put_leaves_no_cached_pages(void)
 {
-    struct statfs fs;
-    CHECK(statfs(root, &fs) == 0);
-    if (fs.f_type == TMPFS_MAGIC) { /* its pages are the file: nothing to drop */
+    if (ut_on_tmpfs(root)) {
         UT_SKIP("test_put_leaves_no_cached_pages needs a disk under /tmp, not a tmpfs");
         return;
     }
@@ -553,14 +522,14 @@ static void test_put_leaves_no_cached_pages(void)
     ut_rand_fill(buf, SIZE, 77);
     CHECK_OK(st_put(b, "cache/pack", buf, SIZE));
     const char *obj = tp("store/cache@/pack");
-    CHECK(resident_pages(obj) == 0);
+    CHECK(ut_resident_pages(obj) == 0);
     /* The check can fail: reading the object brings its pages in. */
     st_bytes got = {0};
     int fd = open(obj, O_RDONLY | O_CLOEXEC);
     CHECK(fd >= 0 && pread(fd, buf, SIZE, 0) == SIZE);
     if (fd >= 0)
         close(fd);
-    CHECK(resident_pages(obj) == SIZE / sysconf(_SC_PAGESIZE));
+    CHECK(ut_resident_pages(obj) == SIZE / sysconf(_SC_PAGESIZE));
     /* Dropped pages are still the object's bytes. */
     CHECK_OK(st_get(b, "cache/pack", 0, ST_GET_TO_END, &got));
     CHECK(got.len == SIZE && memcmp(got.data, buf, SIZE) == 0);

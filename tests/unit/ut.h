@@ -16,10 +16,14 @@
 #define UT_H
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "st_error.h"
@@ -120,6 +124,41 @@ static inline void ut_write_file(const char *path, const void *data, size_t len)
         return;
     CHECK(write(fd, data, len) == (ssize_t)len);
     close(fd);
+}
+
+/* Pages of path that are in the page cache (mincore(2) of a read-only
+ * mapping, which faults nothing in), -1 if it cannot be told. */
+static inline long ut_resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return -1;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t npages = ((size_t)st.st_size + page - 1) / page;
+    unsigned char *vec = malloc(npages);
+    long n = -1;
+    if (vec && mincore(map, (size_t)st.st_size, vec) == 0)
+        for (size_t i = n = 0; i < npages; i++)
+            n += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)st.st_size);
+    return n;
+}
+
+/* 1 if path is on a tmpfs, whose pages are the file and cannot be dropped
+ * (a page-cache test then has nothing to measure). */
+static inline int ut_on_tmpfs(const char *path)
+{
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
 }
 
 /* ut_write_file() of a NUL-terminated text. */
