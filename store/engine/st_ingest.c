@@ -114,7 +114,6 @@ struct st_ingest {
     size_t max_chunk;
 
     uint8_t *read_buf;
-    int drop_read; /* st_ingest_set_drop_read */
     uint8_t *chunk_buf;
     size_t chunk_len;
     uint8_t *scratch;
@@ -199,11 +198,6 @@ static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
     *slot = (uint32_t)g->npacks;
     g->packs[g->npacks++] = *pack;
     return st_idmap_put(&g->pack_slots, pack, *slot);
-}
-
-void st_ingest_set_drop_read(st_ingest *g, int on)
-{
-    g->drop_read = on;
 }
 
 void st_ingest_set_parallel(st_ingest *g, unsigned n)
@@ -649,22 +643,6 @@ static st_err find_data(int fd, uint64_t off, uint64_t *data, uint64_t *data_end
 }
 
 /*
- * st_ingest_set_drop_read: drops the pages of the range [start, end) just
- * read (end 0: to the end of the file), and DROP_OVERLAP before it. The
- * kernel drops only whole folios, and a large one (2 MiB on x86-64; ext4
- * makes them) straddles two reads: without the overlap it stays cached.
- * Advice only: a failure changes nothing.
- */
-#define DROP_OVERLAP (4u << 20)
-static void drop_read_pages(const st_ingest *g, int fd, uint64_t start, uint64_t end)
-{
-    if (!g->drop_read)
-        return;
-    uint64_t from = start > DROP_OVERLAP ? start - DROP_OVERLAP : 0;
-    (void)posix_fadvise(fd, (off_t)from, end ? (off_t)(end - from) : 0, POSIX_FADV_DONTNEED);
-}
-
-/*
  * Reads fd from *off up to data_end (or its end: *eof = 1) through the
  * chunker into f, hashing what it reads into digest. A seekable fd is read
  * with pread (the hole search moves its offset), a pipe with read.
@@ -682,14 +660,10 @@ static st_err ingest_data(st_ingest *g, int fd, int seekable, uint64_t *off, uin
         if (n < 0)
             return st_seterr(ST_ERR_IO, "read %s: %s", f->path, strerror(errno));
         if (n == 0) {
-            if (seekable)
-                drop_read_pages(g, fd, *off, 0);
             *eof = 1;
             return ST_OK;
         }
         st_hasher_update(digest, g->read_buf, (size_t)n);
-        if (seekable)
-            drop_read_pages(g, fd, *off, *off + (uint64_t)n);
         f->size += (uint64_t)n;
         *off += (uint64_t)n;
         const uint8_t *p = g->read_buf;

@@ -69,15 +69,6 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
- * on: after reading each range of a file, drop its pages from the page
- * cache (POSIX_FADV_DONTNEED), for files read once that nobody is expected
- * to read soon, such as the mount's staging files (clean since their
- * close's fdatasync, so the advice frees them at once). Off by default: a
- * `ckptctl put` leaves the user's cache alone.
- */
-void st_ingest_set_drop_read(st_ingest *g, int on);
-
-/*!
  * Reads fd from its offset to its end and appends a file entry for relpath
  * (a clean path) with st's mode and mtime and `rank` (-1 unknown). The file
  * must not change while it is read: its size and digest are what was read.

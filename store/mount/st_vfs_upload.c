@@ -334,10 +334,6 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         goto out;
     if (v->opts.upload_threads)
         st_ingest_set_parallel(g, v->opts.upload_threads);
-    /* The staged files' pages go as the seal reads them, so the next save's
-     * pages are the ones just freed (docs/MOUNT.md, "Background work yields
-     * to the writer"). */
-    st_ingest_set_drop_read(g, 1);
     for (size_t i = 0; !e && i < s->n; i++)
         e = s->files[i].carry ? carry_over(g, &prev, &s->files[i])
                               : ingest_staged(v, g, &s->files[i]);
