@@ -118,11 +118,11 @@ static int open_dir_at(int dfd, const char *name)
  * node): its pages in the page cache would only push out what the trainer
  * uses. Once fsync has made them clean, the advice drops them at once, and
  * the next write (the daemon's next pack, the trainer's next save) gets
- * them back warm. That matters on this VM: a page the guest leaves free is
- * handed back to the host within ~2 s and costs a fault to get again, and a
- * file store on the staging disk once made saves in a row up to 1.8x slower
- * (docs/BENCHMARKS.md, "The file store's pages"). Advice only: when it fails
- * the object is exactly as durable.
+ * them back warm. On the project machine, a VM that hands pages the guest
+ * leaves free back to its host within ~2 s (a fault each to get again),
+ * keeping them made the saves that ran while earlier packs were written
+ * 2-3x slower (docs/BENCHMARKS.md, "The file store's pages"). Advice only:
+ * when it fails the object is exactly as durable.
  */
 static void drop_cached_pages(int fd)
 {

@@ -93,6 +93,17 @@ cleanup() {
         kill -KILL "$runner" 2>/dev/null || true
         wait "$runner" 2>/dev/null || true
     fi
+    if [ "$rc" != 0 ]; then  # what the daemons said, before their work dir goes
+        df -h "$work" >&2 || true
+        for f in "$work"/*.log; do
+            [ -e "$f" ] || continue
+            echo "== bench_fuse_save: the run failed; last lines of $f" >&2
+            tail -n 20 "$f" >&2
+        done
+        for m in "$work"/ckptfs*/.ckptfs/status; do
+            [ -e "$m" ] && { echo "== $m" >&2; timeout 10 cat "$m" >&2 || true; }
+        done
+    fi
     for i in "${!mounts[@]}"; do
         if is_mounted "${mounts[$i]}"; then
             timeout 20 fusermount3 -u "${mounts[$i]}" 2>/dev/null ||

@@ -145,9 +145,11 @@ static inline long ut_resident_pages(const char *path)
     size_t npages = ((size_t)st.st_size + page - 1) / page;
     unsigned char *vec = malloc(npages);
     long n = -1;
-    if (vec && mincore(map, (size_t)st.st_size, vec) == 0)
-        for (size_t i = n = 0; i < npages; i++)
+    if (vec && mincore(map, (size_t)st.st_size, vec) == 0) {
+        n = 0;
+        for (size_t i = 0; i < npages; i++)
             n += vec[i] & 1;
+    }
     free(vec);
     munmap(map, (size_t)st.st_size);
     return n;
