@@ -162,14 +162,15 @@ class Settler:
     def sweep(self):
         """Untimed, once the target has settled: deletes the packs of the
         steps the saves' unlinks deleted (ckptctl gc, twice: a sweep marks,
-        the next deletes what it marked; grace 0 is safe with nothing in
-        flight). Without it the store keeps ~1 GiB per save until GC, and a
+        the next, 1.5 s later, deletes what it marked more than its 1 s grace
+        before; safe with nothing in flight). Without it the store keeps ~1 GiB per save until GC, and a
         series run filled the 74 GiB disk (ENOSPC in ckptfs's 58th save)."""
         if not self.enabled:
             return
-        for _ in range(2):
+        for i in range(2):
+            time.sleep(1.5 * i)
             p = subprocess.run([self.ckptctl, "--store", self.store, "--job", self.job, "-q",
-                                "gc", "--grace", "0"], capture_output=True, text=True,
+                                "gc", "--grace", "1"], capture_output=True, text=True,
                                timeout=600)
             if p.returncode != 0:
                 print("!! WARNING: ckptctl gc exited %d: %s" % (p.returncode, p.stderr.strip()),
