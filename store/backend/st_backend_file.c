@@ -116,13 +116,11 @@ static int open_dir_at(int dfd, const char *name)
 /*
  * An object is written once and read rarely (a restore, often on another
  * node): its pages in the page cache would only push out what the trainer
- * uses. Once fsync has made them clean, the advice drops them at once, and
- * the next write (the daemon's next pack, the trainer's next save) gets
- * them back warm. On the project machine, a VM that hands pages the guest
- * leaves free back to its host within ~2 s (a fault each to get again),
- * keeping them made the saves that ran while earlier packs were written
- * 2-3x slower (docs/BENCHMARKS.md, "The file store's pages"). Advice only:
- * when it fails the object is exactly as durable.
+ * uses. Once fsync has made them clean, the advice drops them at once. On
+ * the project machine the mount's time to durable on a file store fell to
+ * 0.81-0.85x with it, and the save stall did not change (docs/BENCHMARKS.md,
+ * "The file store's pages"). Advice only: when it fails the object is
+ * exactly as durable.
  */
 static void drop_cached_pages(int fd)
 {
