@@ -162,9 +162,10 @@ class Settler:
     def sweep(self):
         """Untimed, once the target has settled: deletes the packs of the
         steps the saves' unlinks deleted (ckptctl gc, twice: a sweep marks,
-        the next, 1.5 s later, deletes what it marked more than its 1 s grace
-        before; safe with nothing in flight). Without it the store keeps ~1 GiB per save until GC, and a
-        series run filled the 74 GiB disk (ENOSPC in ckptfs's 58th save)."""
+        the next, 1.5 s later, deletes what it marked more than its 1 s
+        grace before; safe with nothing in flight). Without it the store
+        keeps ~1 GiB per save until a GC, and two series runs filled the
+        disk (ENOSPC in ckptfs's 58th save)."""
         if not self.enabled:
             return
         for i in range(2):
