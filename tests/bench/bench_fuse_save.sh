@@ -28,10 +28,10 @@
 # N saves per target in a row with no waiting, earlier ckptfs steps still
 # uploading, one target at a time, each settled before the next target's
 # saves (fuse_save_bench.py); --series-reps R: R such rounds (default 1),
-# per save index the median of the R paired ratios. --rclone: also rclone mount (Debian's
-# rclone) of a local directory as its remote, with the VFS cache mode the
-# peers bench uses (`writes`); after each save the run waits, untimed, until
-# rclone has copied the file to its remote.
+# per save index the median of the R paired ratios. --rclone: also rclone
+# mount (Debian's rclone) of a local directory as its remote, with the VFS
+# cache mode the peers bench uses (`writes`); after each save the run waits,
+# untimed, until rclone has copied the file to its remote.
 # passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
 # BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
 # (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
