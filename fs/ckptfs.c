@@ -336,7 +336,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     }
     /* A file still being fetched: its range must have arrived and been
      * verified first (docs/WARMUP.md). */
-    st_err e = st_vfs_read_wait(vfs_of(req), h, (uint64_t)off, size);
+    st_err e = st_vfs_read_wait(vfs_of(req), h, (uint64_t)off, &size);
     if (e) {
         reply_err(req, e);
         return;

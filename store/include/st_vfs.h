@@ -60,6 +60,10 @@ struct st_backend; /* st_backend.h */
  *  (st_vfs frees it) and holds *len bytes. */
 typedef st_err (*st_vfs_metrics_fn)(void *arg, st_vfs *v, char **text, size_t *len);
 
+/*! What ckptfs keeps of staging files for reuse unless told otherwise:
+ *  one 1 GiB to 4 GiB checkpoint's worth. */
+#define ST_VFS_DEFAULT_STAGING_SPARE (4ull << 30)
+
 typedef struct st_vfs_options {
     const char *store_url;
     /* An already opened backend to serve instead of opening store_url (which
@@ -79,6 +83,10 @@ typedef struct st_vfs_options {
     const char *node;          /* NULL: from the host name */
     const char *step_pattern;  /* NULL: built-in step rule */
     uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
+    /* Bytes of staging files kept for reuse (docs/MOUNT.md, "Recycled
+     * staging files"); 0: none kept (the daemon's default is
+     * ST_VFS_DEFAULT_STAGING_SPARE). */
+    uint64_t staging_spare;
     double refresh_seconds;    /* how often the remote view is refreshed (default 5) */
     /* The node lease (docs/NODES.md): how long this daemon's claim on its
      * node name stays live without a heartbeat (default 60). */
@@ -177,11 +185,13 @@ void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n);
 st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
                      pid_t pid, st_vfs_attr *out, st_vfs_handle **h);
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h);
-/*! Before a read of [off, off + len) through h's fd: waits until that range
- *  has been fetched and verified when h was opened while its file was being
- *  fetched from the store (docs/WARMUP.md); returns at once otherwise. A
- *  failed fetch: its error (the reader gets EIO). Any thread; may block. */
-st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len);
+/*! Before a read of [off, off + *len) through h's fd: cuts *len at the
+ *  file's size when the fd's file may hold bytes past it (a recycled
+ *  staging file, docs/MOUNT.md), and waits until the range has been fetched
+ *  and verified when h was opened while its file was being fetched from the
+ *  store (docs/WARMUP.md); returns at once otherwise. A failed fetch: its
+ *  error (the reader gets EIO). Any thread; may block. */
+st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len);
 
 /*! Warm-up (docs/WARMUP.md): fetches every file of step of job into staging
  *  in the background, one file after another, each with parallel ranged
@@ -271,6 +281,8 @@ typedef struct st_vfs_stats {
     uint64_t pending_bytes;            /* gauge: bytes of local files not yet durable */
     uint64_t staged_bytes;             /* gauge: bytes of staging files (pending + cached) */
     uint64_t staging_cap;              /* gauge: the staging cap, 0: none */
+    uint64_t spare_bytes, spare_files; /* gauges: recycled staging files kept for reuse */
+    uint64_t spare_reused_bytes;       /* lengths of the recycled files new files took */
     uint64_t queue;                    /* gauge: steps waiting for upload */
     int draining;                      /* gauge: newest complete step first (st_vfs_drain) */
     double eta_durable_seconds;        /* gauge: until pending bytes are durable, -1: unknown */

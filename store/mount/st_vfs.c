@@ -361,6 +361,9 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "pending_bytes", json_object_new_uint64(pending));
     bad |= vfs_json_add(root, "staged_bytes", json_object_new_uint64(v->staged_bytes));
     bad |= vfs_json_add(root, "staging_cap", json_object_new_uint64(v->opts.staging_cap));
+    bad |= vfs_json_add(root, "spare_bytes", json_object_new_uint64(v->spare_bytes));
+    bad |= vfs_json_add(root, "spare_files", json_object_new_uint64(v->nspares));
+    bad |= vfs_json_add(root, "spare_reused_bytes", json_object_new_uint64(v->spare_reused_bytes));
     bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
     bad |= vfs_json_add(root, "stored_bytes", json_object_new_uint64(v->stored_bytes));
     bad |= vfs_json_add(root, "upload_rate_mbps",
@@ -544,6 +547,30 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
     return n ? ST_OK : ST_ERR_NOT_FOUND;
 }
 
+/* Cuts the stale bytes of a recycled staging file (lock held): truncates it
+ * to the end of what was written or is being written, whichever is further,
+ * so the writes in flight keep their bytes and a hole beyond reads as zeros
+ * (docs/MOUNT.md, "Recycled staging files", rules 3 and 4). fd: an open
+ * descriptor of it, or -1. */
+static st_err cut_stale(st_vfs *v, vnode *n, int fd)
+{
+    if (!n->stale_end)
+        return ST_OK;
+    uint64_t keep = n->write_front > n->size ? n->write_front : n->size;
+    int rc;
+    if (fd >= 0) {
+        rc = ftruncate(fd, (off_t)keep);
+    } else {
+        char path[PATH_MAX];
+        vfs_staging_path(v, n->sid, path, sizeof path);
+        rc = truncate(path, (off_t)keep);
+    }
+    if (rc < 0)
+        return st_seterr(ST_ERR_IO, "truncate recycled staging file: %s", strerror(errno));
+    n->stale_end = 0;
+    return ST_OK;
+}
+
 /* Gives n a staging file of its own (empty, or with its fetched content). */
 static st_err make_local(st_vfs *v, vnode *n, int empty)
 {
@@ -559,21 +586,32 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
     }
     char path[PATH_MAX];
     vfs_set_write_failed(v, n, ST_OK); /* rewritten from the start */
-    if (n->sid) {
+    if (n->sid && n->size == 0 && n->stale_end) {
+        /* Empty already (a create's O_TRUNC): a truncate would free the
+         * recycled pages it was given for. */
+    } else if (n->sid) {
         vfs_staging_path(v, n->sid, path, sizeof path);
         if (truncate(path, 0) < 0)
             return st_seterr(ST_ERR_IO, "truncate staging file: %s", strerror(errno));
         v->staged_bytes -= n->size;
+        n->stale_end = 0;
     } else {
         uint64_t sid = v->next_sid++;
-        vfs_staging_path(v, sid, path, sizeof path);
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
-                             "create staging file: %s", strerror(errno));
-        close(fd);
+        /* Written over a recycled file when the pool has one: its stale
+         * bytes are cut as rules 3 and 4 of docs/MOUNT.md say. */
+        uint64_t stale = vfs_spare_take(v, sid);
+        if (!stale) {
+            vfs_staging_path(v, sid, path, sizeof path);
+            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd < 0)
+                return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                                 "create staging file: %s", strerror(errno));
+            close(fd);
+        }
         n->sid = sid;
+        n->stale_end = stale;
     }
+    n->write_front = 0;
     n->size = 0;
     n->version++;
     n->state = VFILE_WRITING;
@@ -610,6 +648,8 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         else if (!n->sid)
             e = make_local(v, n, 0);
         if (e)
+            goto out;
+        if (n->sid && (e = cut_stale(v, n, h ? h->fd : -1)))
             goto out;
         if (n->size != 0 || size != 0) {
             int rc;
@@ -1126,12 +1166,20 @@ int st_vfs_handle_fd(const st_vfs_handle *h)
     return h->fd;
 }
 
-st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len)
+st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len)
 {
+    if (h->node && atomic_load_explicit(&h->node->stale_end, memory_order_relaxed)) {
+        /* A recycled file not yet closed: its staging file holds stale
+         * bytes past the file's size (rule 3). */
+        pthread_mutex_lock(&v->lock);
+        uint64_t size = h->node->size;
+        pthread_mutex_unlock(&v->lock);
+        *len = off >= size ? 0 : size - off < *len ? (size_t)(size - off) : *len;
+    }
     if (!h->fetch) /* set at open only: no lock needed to see it */
         return ST_OK;
     pthread_mutex_lock(&v->lock);
-    st_err e = vfs_fetch_wait_range(v, h->fetch, off, len);
+    st_err e = vfs_fetch_wait_range(v, h->fetch, off, *len);
     pthread_mutex_unlock(&v->lock);
     return e;
 }
@@ -1264,14 +1312,33 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
 {
     if (!h->node || !h->writable)
         return st_seterr(ST_ERR_READ_ONLY, "not open for writing");
-    if (!v->opts.staging_cap)
+    if (!v->opts.staging_cap && !atomic_load_explicit(&h->node->stale_end, memory_order_relaxed))
         return ST_OK;
     st_err e = ST_OK;
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
     uint64_t end = off + len;
-    if (end > n->size) {
+    if (n->stale_end) {
+        /* A hole in a recycled file must read as zeros (rule 3). */
+        uint64_t front = n->write_front > n->size ? n->write_front : n->size;
+        if (off > front)
+            e = cut_stale(v, n, h->fd);
+        else if (end > n->write_front)
+            n->write_front = end;
+        if (e) {
+            h->write_error = e;
+            vfs_set_write_failed(v, n, e);
+            vfs_note_failed_files(v);
+            goto out;
+        }
+    }
+    if (v->opts.staging_cap && end > n->size) {
         uint64_t growth = end - n->size;
+        /* The pool of recycled files goes before any durable file's copy. */
+        if (v->staged_bytes + v->spare_bytes + growth > v->opts.staging_cap)
+            vfs_spare_shrink(v, v->opts.staging_cap > v->staged_bytes + growth
+                                    ? v->opts.staging_cap - v->staged_bytes - growth
+                                    : 0);
         if (v->staged_bytes + growth > v->opts.staging_cap)
             vfs_evict_durable(v, growth);
         if (v->staged_bytes + growth > v->opts.staging_cap) {
@@ -1282,6 +1349,7 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
             vfs_note_failed_files(v);
         }
     }
+out:
     pthread_mutex_unlock(&v->lock);
     return e;
 }
@@ -1331,6 +1399,18 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
     /* The data must be on the staging disk before close() returns: that is
      * the acknowledgement the trainer gets (DESIGN: close is durable locally). */
     st_err e = ST_OK;
+    if (atomic_load_explicit(&h->node->stale_end, memory_order_relaxed)) {
+        /* The staging file's length becomes the file's before the journal
+         * says CLOSED (rule 4): recovery re-reads sizes from it. */
+        pthread_mutex_lock(&v->lock);
+        e = cut_stale(v, h->node, h->fd);
+        pthread_mutex_unlock(&v->lock);
+        if (e) {
+            st_vfs_write_failed(v, h, e);
+            return e;
+        }
+        h->dirty = 1; /* the new length is synced below */
+    }
     if (h->dirty && fdatasync(h->fd) < 0) {
         e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
                       strerror(errno));
@@ -1383,6 +1463,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
             /* Released without a flush (the kernel always flushes first;
              * this is the belt to its braces). A journal error is in
              * last_error; the file's next change or close writes the row. */
+            if (cut_stale(v, n, -1))
+                vfs_set_write_failed(v, n, ST_ERR_IO);
             n->state = VFILE_CLOSED;
             (void)vfs_journal_put_file(v, n);
         }
@@ -1618,7 +1700,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if ((e = st_steprules_new(opts->step_pattern, &v->rules)))
         goto fail;
     snprintf(path, sizeof path, "%s/data", v->staging);
-    if ((e = st_mkdir_p(path)))
+    if ((e = st_mkdir_p(path)) || (e = vfs_spare_open(v)))
         goto fail;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
                           .s3_signature = opts->s3_signature,
@@ -1775,6 +1857,7 @@ void st_vfs_close(st_vfs *v)
     stop_thread(v, v->uploader, &v->uploader_started);
     pthread_mutex_lock(&v->lock);
     vfs_journal_close(v);
+    vfs_spare_close(v);
     pthread_mutex_unlock(&v->lock);
     for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
         if (v->inodes[i])

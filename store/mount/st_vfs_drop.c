@@ -30,13 +30,7 @@ st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
     }
     if (e && keep_on_error)
         return e; /* the file stays, as the journal says */
-    if (n->sid) {
-        char sp[PATH_MAX];
-        vfs_staging_path(v, n->sid, sp, sizeof sp);
-        unlink(sp);
-        v->staged_bytes -= n->size;
-        n->sid = 0;
-    }
+    vfs_staging_release(v, n, 1); /* its pages serve the next file written */
     vfs_set_write_failed(v, n, ST_OK); /* removed: it no longer holds its step back */
     vfs_unlink_node(v, n);
     vfs_maybe_free(v, n);
@@ -54,11 +48,7 @@ void vfs_evict_durable(st_vfs *v, uint64_t need)
         if (!n || !S_ISREG(n->mode) || !n->sid || n->opens || !n->remote ||
             n->state != VFILE_DURABLE)
             continue;
-        char sp[PATH_MAX];
-        vfs_staging_path(v, n->sid, sp, sizeof sp);
-        unlink(sp);
-        v->staged_bytes -= n->size;
-        n->sid = 0;
+        vfs_staging_release(v, n, 0); /* room is what this is for */
         /* If the row keeps naming the staging file, recovery finds it gone
          * and serves the durable content from the store all the same. */
         (void)vfs_journal_put_file(v, n);

@@ -83,6 +83,13 @@ struct vnode {
     vremote *remote;      /* where its durable content lives, NULL: nowhere */
     int fetching;         /* a fetch of the remote content is under way */
     struct vfetch *fetch; /* that fetch once laid out (docs/WARMUP.md), NULL: none yet */
+    /* A recycled staging file (docs/MOUNT.md, "Recycled staging files")
+     * holds stale bytes of an earlier file up to stale_end (0: none) until
+     * its first flush cuts them; write_front is the end of the furthest
+     * write handed to it so far. Read without the lock by the read path
+     * (a relaxed check before it locks), hence atomic. */
+    _Atomic uint64_t stale_end;
+    uint64_t write_front;
     /* A write to the file failed (ST_ERR_NOSPACE: the staging cap or the
      * disk; ST_ERR_IO) since it was last truncated to 0: its content is not
      * what the writer meant, so its step neither completes nor uploads until
@@ -285,6 +292,13 @@ typedef struct vwarm {
 #define VFS_OPEN_OUTAGE_NS     (1ll * 1000000000)
 #define VFS_FETCH_OUTAGE_NS    (10ll * 1000000000)
 
+/* A staging file in the pool: STAGING/spare/<sid>, `size` bytes long. */
+typedef struct vspare {
+    uint64_t sid;
+    uint64_t size;
+    int held; /* the running upload may still read it: not handed out yet */
+} vspare;
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -312,6 +326,15 @@ struct st_vfs {
     void *journal; /* sqlite3*, used under lock */
     uint64_t next_sid;
     uint64_t staged_bytes; /* bytes of staging files */
+
+    /* the pool of recycled staging files (st_vfs_spare.c; lock) */
+    vspare *spares; /* oldest first */
+    size_t nspares, spares_cap;
+    uint64_t spare_bytes;                        /* their lengths */
+    uint64_t spare_reused_bytes, spare_reused_files; /* taken since start */
+    uint64_t *upload_sids;                       /* what the running upload may read */
+    size_t nupload_sids, upload_sids_cap;
+    int upload_sids_unknown; /* that list could not be kept: hold everything */
     uint64_t nfailed;      /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;
@@ -528,6 +551,26 @@ void vfs_evict_durable(st_vfs *v, uint64_t need);
  * the namespace (with the step directories they leave empty), and the step's
  * local state goes once no file belongs to it. */
 void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
+
+/* st_vfs_spare.c — the pool of recycled staging files (docs/MOUNT.md,
+ * "Recycled staging files"); every call under v->lock */
+/* Creates STAGING/spare and empties it (what an earlier run left). */
+st_err vfs_spare_open(st_vfs *v);
+/* Unlinks every spare and frees the pool. */
+void vfs_spare_close(st_vfs *v);
+/* Frees n's staging file (n->sid becomes 0): into the pool when
+ * may_recycle and the pool's rules let it in, else unlinked. */
+void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle);
+/* Renames the largest spare free to take to STAGING/data/<sid>; returns its
+ * length (every byte of it stale), 0 when none was taken. */
+uint64_t vfs_spare_take(st_vfs *v, uint64_t sid);
+/* Unlinks the oldest spares until the pool holds at most keep_bytes. */
+void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes);
+/* The staging files the upload starting now may read (sids NULL: any):
+ * while it runs, they enter the pool held, and are handed out once
+ * vfs_spare_upload_end. */
+void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n);
+void vfs_spare_upload_end(st_vfs *v);
 
 /* st_vfs_remote.c */
 st_err vfs_remote_refresh(st_vfs *v);

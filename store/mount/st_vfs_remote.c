@@ -57,11 +57,7 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
             !strcmp(n->remote->node, part->node))
             return;   /* this very version (a step merged again) */
         if (n->sid) { /* a cached copy of an older step's content */
-            char sp[PATH_MAX];
-            vfs_staging_path(v, n->sid, sp, sizeof sp);
-            unlink(sp);
-            v->staged_bytes -= n->size;
-            n->sid = 0;
+            vfs_staging_release(v, n, 1);
             cached = 1;
         }
     } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {

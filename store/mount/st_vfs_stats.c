@@ -60,6 +60,9 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->pending_bytes = vfs_pending_bytes(v);
     out->staged_bytes = v->staged_bytes;
     out->staging_cap = v->opts.staging_cap;
+    out->spare_bytes = v->spare_bytes;
+    out->spare_files = v->nspares;
+    out->spare_reused_bytes = v->spare_reused_bytes;
     out->queue = v->nqueue;
     out->draining = v->draining;
     out->eta_durable_seconds = vfs_eta_durable_seconds(v, out->pending_bytes);

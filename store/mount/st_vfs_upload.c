@@ -229,6 +229,24 @@ static void expect_dcp_shards(st_vfs *v, snapshot *s)
     free(buf);
 }
 
+/* The staging files this upload reads by name, without the lock: one of
+ * them dropped meanwhile enters the pool of recycled files held, so no new
+ * file writes over what the ingest may still be reading (lock held). */
+static void hold_snapshot_files(st_vfs *v, const snapshot *s)
+{
+    uint64_t sids[64], *all = s->n <= 64 ? sids : malloc(s->n * sizeof *all);
+    size_t n = 0;
+    for (size_t i = 0; all && i < s->n; i++)
+        if (s->files[i].sid)
+            all[n++] = s->files[i].sid;
+    if (all)
+        vfs_spare_upload_begin(v, all, n);
+    else
+        vfs_spare_upload_begin(v, NULL, 0); /* cannot list them: hold everything */
+    if (all != sids)
+        free(all);
+}
+
 /* Stores one staged file through the ingest. */
 static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
 {
@@ -480,6 +498,7 @@ void *vfs_uploader_main(void *arg)
         }
         s->uploading = 1;
         v->uploader_busy = 1;
+        hold_snapshot_files(v, &snap);
         uint32_t revision = s->revision;
         pthread_mutex_unlock(&v->lock);
 
@@ -491,6 +510,7 @@ void *vfs_uploader_main(void *arg)
 
         pthread_mutex_lock(&v->lock);
         v->uploader_busy = 0;
+        vfs_spare_upload_end(v);
         j = vfs_job(v, it.job, 0);
         s = j ? vfs_step(j, it.step, 0) : NULL;
         if (s)

@@ -83,6 +83,9 @@ static inline void vh_teardown(void)
 
 /* The --staging-cap of the mounts opened next (0: none). */
 static uint64_t vh_staging_cap;
+/* The --staging-spare of the mounts opened next (0: no recycling, so that
+ * the other tests see a staging file go when its file goes). */
+static uint64_t vh_staging_spare;
 
 /* Every log line of every mount since the last vh_log_clear(), each ended
  * by '\n' (a test checks what was logged, and that one message is one line). */
@@ -140,6 +143,7 @@ static inline st_err vh_mount_open_fault(vh_mount *m, st_backend *store, const c
         .node = m->node,
         .refresh_seconds = 0.1,
         .staging_cap = vh_staging_cap,
+        .staging_spare = vh_staging_spare,
         .drain_seconds = fault ? 1 : 20, /* a failing store: do not wait at unmount */
         .log = vh_log,
         .log_arg = m->node,
@@ -303,11 +307,11 @@ static inline st_err vh_read(vh_mount *m, const char *path, st_bytes *out)
     if (e || (e = st_vfs_open_file(m->v, a.ino, O_RDONLY, VH_PID_A, &h)))
         return e;
     for (;;) {
+        size_t want = 0;
         if ((e = st_bytes_reserve(out, 1u << 16)) ||
-            (e = st_vfs_read_wait(m->v, h, out->len, out->cap - out->len)))
+            (want = out->cap - out->len, e = st_vfs_read_wait(m->v, h, out->len, &want)))
             break;
-        ssize_t n =
-            pread(st_vfs_handle_fd(h), out->data + out->len, out->cap - out->len, (off_t)out->len);
+        ssize_t n = pread(st_vfs_handle_fd(h), out->data + out->len, want, (off_t)out->len);
         if (n < 0)
             e = st_seterr(ST_ERR_IO, "pread: %s", strerror(errno));
         if (n <= 0)
@@ -324,7 +328,7 @@ static inline st_err vh_read(vh_mount *m, const char *path, st_bytes *out)
 static inline ssize_t vh_pread(vh_mount *m, st_vfs_handle *h, void *buf, size_t len, uint64_t off,
                                st_err *e)
 {
-    if ((*e = st_vfs_read_wait(m->v, h, off, len)))
+    if ((*e = st_vfs_read_wait(m->v, h, off, &len)))
         return -1;
     ssize_t n = pread(st_vfs_handle_fd(h), buf, len, (off_t)off);
     if (n < 0)

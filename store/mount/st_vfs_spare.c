@@ -1,0 +1,197 @@
+/*
+ * st_vfs_spare — the pool of recycled staging files (docs/MOUNT.md,
+ * "Recycled staging files"). A staging file that leaves the mount is kept,
+ * with its cached pages and its disk blocks, as STAGING/spare/<sid>, and the
+ * next new file is written over it: on this VM a page the kernel frees goes
+ * back to the host within ~2 s and costs a fault to get again, so a save
+ * that overlaps the seal of the step before it (which holds that step's
+ * pages) was ~2x as slow as one that reuses freed pages.
+ *
+ * What this module guarantees: a spare is handed out only when nothing can
+ * still read it (no open handle at entry; not in the running upload's
+ * snapshot, else held until that upload ends), the pool stays under its cap
+ * and leaves the staging disk room. What the taker must do about the stale
+ * bytes beyond its writes is st_vfs.c's job (rules 2 to 4 of the doc).
+ *
+ * Threads: every function is called with v->lock held; the I/O is renames,
+ * unlinks and one statvfs per file entering.
+ */
+#include "mount/st_vfs_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "util/st_array.h"
+#include "util/st_fsutil.h"
+
+/* Smaller files are unlinked: their pages are too few to matter, and a pool
+ * of many small files would hand a large save a little at a time. */
+#define SPARE_MIN_BYTES (1u << 20)
+/* The pool holds at most this share of the staging disk's free space. */
+#define SPARE_FREE_FACTOR 4
+
+static void spare_path(const st_vfs *v, uint64_t sid, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/spare/%" PRIu64, v->staging, sid);
+}
+
+st_err vfs_spare_open(st_vfs *v)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/spare", v->staging);
+    st_err e = st_mkdir_p(path);
+    if (e)
+        return e;
+    /* Spares a crash or an earlier daemon left behind: no row names them,
+     * and their pages may be gone; they only hold disk space. */
+    DIR *d = opendir(path);
+    if (!d)
+        return st_seterr(ST_ERR_IO, "open %s: %s", path, strerror(errno));
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] != '.')
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+    return ST_OK;
+}
+
+/* Unlinks spare i and removes it from the pool. */
+static void spare_remove(st_vfs *v, size_t i)
+{
+    char sp[PATH_MAX];
+    spare_path(v, v->spares[i].sid, sp, sizeof sp);
+    unlink(sp);
+    v->spare_bytes -= v->spares[i].size;
+    memmove(v->spares + i, v->spares + i + 1, (v->nspares - i - 1) * sizeof *v->spares);
+    v->nspares--;
+}
+
+void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes)
+{
+    while (v->nspares && v->spare_bytes > keep_bytes)
+        spare_remove(v, 0); /* the oldest first */
+}
+
+void vfs_spare_close(st_vfs *v)
+{
+    vfs_spare_shrink(v, 0);
+    free(v->spares);
+    free(v->upload_sids);
+    v->spares = NULL;
+    v->upload_sids = NULL;
+    v->spares_cap = v->upload_sids_cap = v->nupload_sids = 0;
+}
+
+static int in_upload(const st_vfs *v, uint64_t sid)
+{
+    if (v->upload_sids_unknown)
+        return 1;
+    for (size_t i = 0; i < v->nupload_sids; i++)
+        if (v->upload_sids[i] == sid)
+            return 1;
+    return 0;
+}
+
+/* 1 when `size` more bytes in the pool leave the staging disk room. */
+static int disk_has_room(const st_vfs *v, uint64_t size)
+{
+    struct statvfs fs;
+    if (statvfs(v->staging, &fs) < 0)
+        return 0;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    return avail / SPARE_FREE_FACTOR >= v->spare_bytes + size;
+}
+
+/* Moves n's staging file into the pool; 0 when it must be unlinked instead. */
+static int spare_give(st_vfs *v, vnode *n)
+{
+    uint64_t cap = v->opts.staging_spare;
+    /* Its length: a recycled file not yet closed still holds stale bytes
+     * past its size (they are reused all the same). */
+    uint64_t size = n->stale_end > n->size ? n->stale_end : n->size;
+    if (!cap || n->opens || size < SPARE_MIN_BYTES || size > cap)
+        return 0;
+    vfs_spare_shrink(v, cap - size);
+    if (!disk_has_room(v, size) ||
+        st_array_grow((void **)&v->spares, &v->spares_cap, v->nspares + 1, sizeof *v->spares))
+        return 0;
+    char from[PATH_MAX], to[PATH_MAX];
+    vfs_staging_path(v, n->sid, from, sizeof from);
+    spare_path(v, n->sid, to, sizeof to);
+    if (rename(from, to) < 0)
+        return 0;
+    v->spares[v->nspares++] = (vspare){.sid = n->sid, .size = size, .held = in_upload(v, n->sid)};
+    v->spare_bytes += size;
+    return 1;
+}
+
+void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle)
+{
+    if (!n->sid)
+        return;
+    if (!may_recycle || !spare_give(v, n)) {
+        char sp[PATH_MAX];
+        vfs_staging_path(v, n->sid, sp, sizeof sp);
+        unlink(sp);
+    }
+    v->staged_bytes -= n->size;
+    n->sid = 0;
+    n->stale_end = 0;
+    n->write_front = 0;
+}
+
+uint64_t vfs_spare_take(st_vfs *v, uint64_t sid)
+{
+    size_t best = v->nspares;
+    for (size_t i = 0; i < v->nspares; i++)
+        if (!v->spares[i].held && (best == v->nspares || v->spares[i].size > v->spares[best].size))
+            best = i;
+    if (best == v->nspares)
+        return 0;
+    char from[PATH_MAX], to[PATH_MAX];
+    spare_path(v, v->spares[best].sid, from, sizeof from);
+    vfs_staging_path(v, sid, to, sizeof to);
+    uint64_t size = v->spares[best].size;
+    if (rename(from, to) < 0) {
+        spare_remove(v, best); /* cannot be used: do not try it again */
+        return 0;
+    }
+    v->spare_bytes -= size;
+    memmove(v->spares + best, v->spares + best + 1, (v->nspares - best - 1) * sizeof *v->spares);
+    v->nspares--;
+    v->spare_reused_bytes += size;
+    v->spare_reused_files++;
+    return size;
+}
+
+void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n)
+{
+    v->nupload_sids = 0;
+    if (!sids) {
+        v->upload_sids_unknown = 1; /* every file entering is held */
+        return;
+    }
+    if (st_array_grow((void **)&v->upload_sids, &v->upload_sids_cap, n ? n : 1,
+                      sizeof *v->upload_sids)) {
+        v->upload_sids_unknown = 1; /* every file entering is held */
+        return;
+    }
+    memcpy(v->upload_sids, sids, n * sizeof *sids);
+    v->nupload_sids = n;
+}
+
+void vfs_spare_upload_end(st_vfs *v)
+{
+    v->nupload_sids = 0;
+    v->upload_sids_unknown = 0;
+    for (size_t i = 0; i < v->nspares; i++)
+        v->spares[i].held = 0;
+}
