@@ -87,7 +87,7 @@ typedef struct st_vfs_options {
      * staging files"); 0: none kept (the daemon's default is
      * ST_VFS_DEFAULT_STAGING_SPARE). */
     uint64_t staging_spare;
-    double refresh_seconds;    /* how often the remote view is refreshed (default 5) */
+    double refresh_seconds; /* how often the remote view is refreshed (default 5) */
     /* The node lease (docs/NODES.md): how long this daemon's claim on its
      * node name stays live without a heartbeat (default 60). */
     double node_lease_ttl_seconds;

@@ -29,8 +29,8 @@ st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
             e = vfs_journal_delete(v, jd->name, path);
     }
     if (e && keep_on_error)
-        return e; /* the file stays, as the journal says */
-    vfs_staging_release(v, n, 1); /* its pages serve the next file written */
+        return e;                      /* the file stays, as the journal says */
+    vfs_staging_release(v, n, 1);      /* its pages serve the next file written */
     vfs_set_write_failed(v, n, ST_OK); /* removed: it no longer holds its step back */
     vfs_unlink_node(v, n);
     vfs_maybe_free(v, n);

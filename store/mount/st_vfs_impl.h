@@ -330,12 +330,12 @@ struct st_vfs {
     /* the pool of recycled staging files (st_vfs_spare.c; lock) */
     vspare *spares; /* oldest first */
     size_t nspares, spares_cap;
-    uint64_t spare_bytes;                        /* their lengths */
+    uint64_t spare_bytes;                            /* their lengths */
     uint64_t spare_reused_bytes, spare_reused_files; /* taken since start */
-    uint64_t *upload_sids;                       /* what the running upload may read */
+    uint64_t *upload_sids;                           /* what the running upload may read */
     size_t nupload_sids, upload_sids_cap;
     int upload_sids_unknown; /* that list could not be kept: hold everything */
-    uint64_t nfailed;      /* files in the tree with write_failed set */
+    uint64_t nfailed;        /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;
 

@@ -7,7 +7,8 @@
 # still run; full runs are for docs/BENCHMARKS.md. Reports chunker and
 # XXH3-128 throughput, codec throughput and compression ratios on real fp32
 # and bf16 torch checkpoints (with and without the byte-plane shuffle), the
-# dedup table of the chunker on real checkpoints and, full runs only, time to
+# dedup table of the chunker on real checkpoints, the cost of a write by where
+# its pages come from (bench_page_reuse.py) and, full runs only, time to
 # durable and restore against disk, CPU and raw PUT/GET (bench_durable.sh; its
 # smoke run is the ctest bench.durable_smoke, as bench_s3.sh's is s3.bench_smoke).
 set -euo pipefail
@@ -37,6 +38,10 @@ done
 
 echo "== dedup of real checkpoints: format-aware chunker vs plain CDC"
 $py "$here/chunker_dedup_table.py" "$build/tests/bench/bench_dedup" "$work/chunker/pairs.tsv" $cdc_params
+
+echo "== where a write's pages come from: new, just freed, or recycled (docs/MOUNT.md)"
+if [ "$mode" = --smoke ]; then $py "$here/bench_page_reuse.py" "$work" --size 16 --rounds 1
+else $py "$here/bench_page_reuse.py" "$work" --rounds 3; $py "$here/bench_page_reuse.py" "$work" --rounds 3 --sync; fi
 
 if [ "$mode" != --smoke ]; then
     echo "== time to durable and restore vs disk, CPU and raw S3 PUT/GET (own s3rver)"

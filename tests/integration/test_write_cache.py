@@ -17,6 +17,9 @@ What that must not break, each a test:
 * a file opened O_RDWR (which may be mmapped shared) keeps the page cache:
   a MAP_SHARED write through it is read back, then also after a remount;
 * a torch.save of a state is read back identical by torch.load;
+* a new file written over a recycled staging file (docs/MOUNT.md,
+  "Recycled staging files") reads back as its own bytes only, while
+  written, after close and after a remount;
 * the background threads (uploader, refresher; gc with --gc) run 5 nice steps below
   the daemon's FUSE threads, so sealing earlier steps yields to a save
   (docs/MOUNT.md, "Background work yields to the writer").
@@ -31,8 +34,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (CKPTCTL, Mount, MountTestCase, run_torch, sha256_file,  # noqa: E402
-                      wait_durable)
+from mountlib import (CKPTCTL, Mount, MountTestCase, read_status, run_torch,  # noqa: E402
+                      sha256_file, wait_durable)
 
 JOB = "job"
 MIB = 1 << 20
@@ -70,6 +73,12 @@ def write_only_keep(path, data, block=8 * MIB):
             os.write(fd, data[off:off + block])
     finally:
         os.close(fd)
+
+
+def write_only_keep_new(path, data):
+    """Creates path and writes data into it through a write-only descriptor."""
+    open(path, "wb").close()
+    write_only_keep(path, data)
 
 
 class WriteCacheTest(MountTestCase):
@@ -187,6 +196,43 @@ class WriteCacheTest(MountTestCase):
                 "assert all(torch.equal(s[k], t[k]) for k in s), 'torch.load differs'\n")
         run_torch(code, path, ref, timeout=300)
         self.assertEqual(sha256_file(path), sha256_file(ref))
+
+    def test_new_file_over_a_recycled_staging_file(self):
+        # docs/MOUNT.md, "Recycled staging files": a removed file's staging
+        # file is kept and the next new file is written over it. What the
+        # new file shows is its own bytes only: never the old file's past
+        # its size or in a hole, while written, after close, after a remount.
+        old = os.path.join(self.step, "old.bin")
+        write_only_keep_new(old, b"\xaa" * (8 * MIB))
+        os.unlink(old)
+        st = read_status(self.m.path)
+        self.assertGreaterEqual(st["spare_bytes"], 8 * MIB, "the removed file entered the pool")
+        reused = st["spare_reused_bytes"]
+
+        path = os.path.join(self.step, "new.bin")
+        head = random.Random(4).randbytes(MIB)
+        want = head + bytes(4 * MIB) + head[:1000]
+        w = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(w, head)
+            self.assertGreaterEqual(read_status(self.m.path)["spare_reused_bytes"],
+                                    reused + 8 * MIB, "the new file took the spare")
+            self.assertEqual(os.stat(path).st_size, MIB)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), head, "while written: the old bytes past the size")
+            os.pwrite(w, head[:1000], 5 * MIB)  # past a hole
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), want, "while written: the hole")
+        finally:
+            os.close(w)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), want, "after close")
+        open(os.path.join(self.step, ".ckpt-complete"), "w").close()
+        wait_durable(CKPTCTL, self.store, JOB, 1, timeout=120)
+        self.m.unmount()
+        self.m.start()
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), want, "after a remount")
 
     def test_background_threads_run_nicer(self):
         def nice_of(tid):
