@@ -348,6 +348,25 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 }
 
+/* Copies a write's len bytes from in to the staging file out. A short copy
+ * or ENOSPC means the staging disk is full: the pool of recycled staging
+ * files gives its room back, once, and the copy goes on where it stopped
+ * (fuse_buf_copy advances both vectors by what it copied; a failed splice
+ * consumes nothing from the pipe, whose buffers the kernel releases only
+ * for bytes written). */
+static ssize_t copy_to_staging(st_vfs *v, struct fuse_bufvec *out, struct fuse_bufvec *in,
+                               size_t len)
+{
+    ssize_t n = fuse_buf_copy(out, in, 0);
+    int full = n == -ENOSPC || n == -EDQUOT || (n >= 0 && (size_t)n < len);
+    if (!full || !st_vfs_drop_spares(v))
+        return n;
+    ssize_t more = fuse_buf_copy(out, in, 0);
+    if (n < 0)
+        return more;
+    return more > 0 ? n + more : n;
+}
+
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
                          struct fuse_file_info *fi)
 {
@@ -383,7 +402,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
     out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
     out.buf[0].fd = st_vfs_handle_fd(h);
     out.buf[0].pos = off;
-    ssize_t n = fuse_buf_copy(&out, in, 0);
+    ssize_t n = copy_to_staging(v, &out, in, len);
     if (n < 0) {
         /* The staging disk refused the bytes: the file is not what the
          * writer meant, and must not be published as it is. */

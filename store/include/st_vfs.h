@@ -225,6 +225,10 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
  *  last_error names it, and the handle's next flush returns `why`.
  *  st_vfs_write_prepare records its own refusals. */
 void st_vfs_write_failed(st_vfs *v, st_vfs_handle *h, st_err why);
+/*! The staging disk said ENOSPC: unlinks every recycled staging file kept
+ *  for reuse (docs/MOUNT.md, "Recycled staging files"), so the write can be
+ *  tried again. Returns the bytes freed, 0 when the pool was empty. */
+uint64_t st_vfs_drop_spares(st_vfs *v);
 /*! After `written` bytes were written at off. */
 void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written);
 /*! flush (every close(2)) and fsync: data durable in staging, journal updated.

@@ -13,8 +13,8 @@
  * and leaves the staging disk room. What the taker must do about the stale
  * bytes beyond its writes is st_vfs.c's job (rules 2 to 4 of the doc).
  *
- * Threads: every function is called with v->lock held; the I/O is renames,
- * unlinks and one statvfs per file entering.
+ * Threads: every function but st_vfs_drop_spares is called with v->lock
+ * held; the I/O is renames, unlinks and one statvfs per file entering.
  */
 #include "mount/st_vfs_impl.h"
 
@@ -78,6 +78,18 @@ void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes)
 {
     while (v->nspares && v->spare_bytes > keep_bytes)
         spare_remove(v, 0); /* the oldest first */
+}
+
+uint64_t st_vfs_drop_spares(st_vfs *v)
+{
+    pthread_mutex_lock(&v->lock);
+    uint64_t freed = v->spare_bytes;
+    vfs_spare_shrink(v, 0);
+    pthread_mutex_unlock(&v->lock);
+    if (freed)
+        vfs_log(v, 1, "staging disk full: removed %" PRIu64 " bytes of recycled staging files",
+                freed);
+    return freed;
 }
 
 void vfs_spare_close(st_vfs *v)

@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -250,6 +251,46 @@ class MountTest(MountTestCase):
             self.assertEqual(f.read(), small)
         self.assertIn("staging", read_status(m)["last_error"])
         m.assert_fault_fired()
+
+    def test_full_staging_disk_takes_back_the_recycled_files(self):
+        # docs/MOUNT.md, "Recycled staging files": removed files' staging
+        # files are kept for new files to write over. When the staging disk
+        # itself is full, a write must get that room back, not ENOSPC. The
+        # staging disk: a 96 MiB tmpfs (root only, as CI runs).
+        disk = tempfile.mkdtemp(prefix="ckptfs-smalldisk-", dir="/var/tmp")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", disk], check=True)
+        self.addCleanup(os.rmdir, disk)
+        self.addCleanup(subprocess.run, ["umount", disk], check=True)  # after tearDown's unmount
+        m = self.mount("a", staging=os.path.join(disk, "staging"))
+        d = os.path.join(m.path, JOB, "scratch")
+        os.makedirs(d)
+        for name in ("a.bin", "b.bin"):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(os.urandom(8 << 20))
+        for name in ("a.bin", "b.bin"):
+            os.unlink(os.path.join(d, name))
+        st = read_status(m)
+        self.assertEqual((st["spare_files"], st["spare_bytes"]), (2, 16 << 20), "both in the pool")
+        vfs = os.statvfs(disk)
+        free = vfs.f_bavail * vfs.f_frsize
+        # The new file takes one spare (8 MiB); 4 MiB more than the free
+        # space and that spare fit only once the other spare is removed.
+        size = free + (12 << 20)
+        block = random.Random(6).randbytes(1 << 20)
+        path = os.path.join(d, "big.bin")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for off in range(0, size, len(block)):
+                want = min(len(block), size - off)
+                self.assertEqual(os.write(fd, block[:want]), want, "a short write at %d" % off)
+        finally:
+            os.close(fd)
+        self.assertEqual(os.stat(path).st_size, size)
+        with open(path, "rb") as f:
+            for off in range(0, size, len(block)):
+                self.assertEqual(f.read(len(block)), block[:min(len(block), size - off)])
+        self.assertEqual(read_status(m)["spare_bytes"], 0)
+        self.assertIn("staging disk full", m.log_text())
 
     def test_failed_write_is_not_published(self):
         # Issue 12, bug 1: over --staging-cap the write fails with ENOSPC; the
