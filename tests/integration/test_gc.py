@@ -3,9 +3,14 @@ file:// store.
 
 Two writer processes (`ckptctl put` with their own --node and --state-dir, as
 two nodes) store checkpoints concurrently: a frozen 4 MiB backbone shared by
-every step, and a 128 KiB head whose content repeats every 5 steps, so that
-writers keep meeting chunks of packs that GC has just marked or deleted (the
-hazard docs/GC.md closes). Meanwhile `ckptctl gc --keep-last 2 --grace 1`
+every step, and a 128 KiB head whose content is one of 4 variants, chosen by
+the clock: each variant is written for 1.5 s, by both writers, then goes
+unused for 4.5 s. By the clock and not by the step count, because a pack is
+deleted only after it went unreferenced for longer than the grace period: a
+variant that comes back every few steps is always back within the grace
+period on a machine where a put is fast (CI saw 151 GC runs and not one
+deletion that way). A writer coming back to a variant meets the chunks of a
+pack that GC has just marked or deleted (the hazard docs/GC.md closes). Meanwhile `ckptctl gc --keep-last 2 --grace 1`
 runs in a loop. Then: every kept step verifies and restores byte for byte;
 `gc --dry-run` lists exactly what the real run deletes; stored bytes are
 within 10% of what the last two steps alone need in a fresh store.
@@ -39,7 +44,10 @@ STEPS_PER_WRITER = 40
 MAX_STEPS_PER_WRITER = 200
 BACKBONE = 4 << 20
 HEAD = 128 << 10
-HEAD_PERIOD = 5
+HEAD_PERIOD = 5  # a step's own head variant (long runs and fresh stores)
+HEAD_VARIANTS = 4  # the head variants the two writers take turns at
+HEAD_EPOCH = 1.5  # seconds each of them is written for
+WRITE_SECONDS = 2 * HEAD_VARIANTS * HEAD_EPOCH  # two rounds of them
 LONG_RUN_STEPS = 10
 
 # Four frozen tensors (3 MiB) and four trained ones (4 MiB) per step: the
@@ -61,11 +69,11 @@ for step in range(1, steps + 1):
 """
 
 
-def step_files(step):
-    """The files of a step, deterministic: backbone.bin, head.bin."""
+def step_files(variant):
+    """The files of a step whose head is `variant`: backbone.bin, head.bin."""
     return {
         "backbone.bin": random.Random(1).randbytes(BACKBONE),
-        "head.bin": random.Random(1000 + step % HEAD_PERIOD).randbytes(HEAD),
+        "head.bin": random.Random(1000 + variant).randbytes(HEAD),
     }
 
 
@@ -74,6 +82,7 @@ class GcTest(unittest.TestCase):
         self.assertTrue(CKPTCTL and os.access(CKPTCTL, os.X_OK), "CKPTCTL must name the binary")
         self.tmp = tempfile.mkdtemp(prefix="ckpt-gc-")
         self.store = "file://" + os.path.join(self.tmp, "store")
+        self.variant_of = {}  # step -> the head variant put last under that number
 
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -87,10 +96,13 @@ class GcTest(unittest.TestCase):
             raise AssertionError(f"{' '.join(cmd + list(args))}: exit {p.returncode}\n{p.stderr}")
         return p
 
-    def put(self, step, node, store=None):
+    def put(self, step, node, store=None, variant=None):
         src = os.path.join(self.tmp, f"src-{node}-{step}")
         os.makedirs(src, exist_ok=True)
-        for name, data in step_files(step).items():
+        if variant is None:
+            variant = step % HEAD_PERIOD
+        self.variant_of[step] = variant
+        for name, data in step_files(variant).items():
             with open(os.path.join(src, name), "wb") as f:
                 f.write(data)
         # A put refuses to publish a reference to a pack GC marked too long
@@ -192,15 +204,21 @@ class GcTest(unittest.TestCase):
 
         gc_runs = [0, 0]  # runs, packs deleted
         written = [1]
+        start = time.monotonic()
+
+        def head_now():
+            return int((time.monotonic() - start) / HEAD_EPOCH) % HEAD_VARIANTS
 
         def writer(node, first):
-            # At least STEPS_PER_WRITER steps, and on until GC has deleted a
-            # pack while writers were running (bounded): on a fast machine the
-            # fixed number of steps can end before the first grace period.
+            # At least STEPS_PER_WRITER steps and two rounds of the head
+            # variants (each variant comes back once after going unused),
+            # and on until GC has deleted a pack while writers were running
+            # (bounded).
             try:
                 i = 0
-                while i < STEPS_PER_WRITER or (gc_runs[1] == 0 and i < MAX_STEPS_PER_WRITER):
-                    self.put(first + 2 * i, node)
+                while (i < STEPS_PER_WRITER or time.monotonic() - start < WRITE_SECONDS
+                       or (gc_runs[1] == 0 and i < MAX_STEPS_PER_WRITER)):
+                    self.put(first + 2 * i, node, variant=head_now())
                     written.append(first + 2 * i)
                     i += 1
             except BaseException as e:  # reported by the main thread
@@ -244,7 +262,7 @@ class GcTest(unittest.TestCase):
             self.ctl("verify", "--step", str(step))
             out = os.path.join(self.tmp, f"restore-{step}")
             self.ctl("restore", "--step", str(step), "--to", out)
-            for name, data in step_files(step).items():
+            for name, data in step_files(self.variant_of[step]).items():
                 with open(os.path.join(out, name), "rb") as f:
                     self.assertEqual(f.read(), data, f"step {step} {name}")
 
@@ -252,7 +270,7 @@ class GcTest(unittest.TestCase):
         stored = self.stored_bytes()
         fresh = "file://" + os.path.join(self.tmp, "fresh")
         for step in kept:
-            self.put(step, "node-fresh", store=fresh)
+            self.put(step, "node-fresh", store=fresh, variant=self.variant_of[step])
         baseline = self.stored_bytes(store=fresh)
         print(f"stored {stored} bytes, the last two steps alone {baseline} "
               f"({stored / baseline:.3f}x)", file=sys.stderr)
