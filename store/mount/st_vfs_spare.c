@@ -63,15 +63,21 @@ st_err vfs_spare_open(st_vfs *v)
     return ST_OK;
 }
 
+/* Removes spare i from the pool's list (its file is someone else's now). */
+static void spare_forget(st_vfs *v, size_t i)
+{
+    v->spare_bytes -= v->spares[i].size;
+    memmove(v->spares + i, v->spares + i + 1, (v->nspares - i - 1) * sizeof *v->spares);
+    v->nspares--;
+}
+
 /* Unlinks spare i and removes it from the pool. */
 static void spare_remove(st_vfs *v, size_t i)
 {
     char sp[PATH_MAX];
     spare_path(v, v->spares[i].sid, sp, sizeof sp);
     unlink(sp);
-    v->spare_bytes -= v->spares[i].size;
-    memmove(v->spares + i, v->spares + i + 1, (v->nspares - i - 1) * sizeof *v->spares);
-    v->nspares--;
+    spare_forget(v, i);
 }
 
 void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes)
@@ -176,9 +182,7 @@ uint64_t vfs_spare_take(st_vfs *v, uint64_t sid)
         spare_remove(v, best); /* cannot be used: do not try it again */
         return 0;
     }
-    v->spare_bytes -= size;
-    memmove(v->spares + best, v->spares + best + 1, (v->nspares - best - 1) * sizeof *v->spares);
-    v->nspares--;
+    spare_forget(v, best);
     v->spare_reused_bytes += size;
     v->spare_reused_files++;
     return size;
