@@ -10,10 +10,11 @@ deleted only after it went unreferenced for longer than the grace period: a
 variant that comes back every few steps is always back within the grace
 period on a machine where a put is fast (CI saw 151 GC runs and not one
 deletion that way). A writer coming back to a variant meets the chunks of a
-pack that GC has just marked or deleted (the hazard docs/GC.md closes). Meanwhile `ckptctl gc --keep-last 2 --grace 1`
-runs in a loop. Then: every kept step verifies and restores byte for byte;
-`gc --dry-run` lists exactly what the real run deletes; stored bytes are
-within 10% of what the last two steps alone need in a fresh store.
+pack that GC has just marked or deleted (the hazard docs/GC.md closes).
+Meanwhile `ckptctl gc --keep-last 2 --grace 1` runs in a loop. Then: every
+kept step verifies and restores byte for byte; `gc --dry-run` lists exactly
+what the real run deletes; stored bytes are within 10% of what the last two
+steps alone need in a fresh store.
 
 A long run with repack (docs/GC.md, Repack by retirement): a model (real
 torch.save) whose frozen half keeps its bytes while the other half changes
