@@ -4,7 +4,7 @@
 # tables of seconds and ratios (a benchmark: it asserts no speed).
 #
 #   tests/bench/bench_durable.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
-#       [--workdir DIR] [--rgw] [--before CKPTCTL]
+#       [--workdir DIR] [--rgw] [--before CKPTCTL] [--pin]
 #
 # One real torch.save checkpoint (a transformer + its AdamW state, fp32,
 # --size-mib, default 512) sits in a staging-like directory on disk. Timed,
@@ -50,6 +50,11 @@
 # by side ((h0) restores the same step (d) stored, so only the reader differs).
 # Request counts of one (d) (PUT, HEAD, GET, LIST; ckptctl put --json) are
 # printed with the tables. Server CPU s: s3rver's, plus the RGW daemons'.
+# --pin: the S3 servers (every thread of s3rver and of the RGW daemons) run
+# on CPU 1 only and everything the bench runs (ckptctl, curl, dd) on CPU 0
+# only (taskset), so that client and server no longer take each other's
+# CPU: a client with a core of its own, as a training node's is, against a
+# server with one core. Every step, bounds included, runs pinned alike.
 #
 # --smoke: 32 MiB, 1 repetition (CI: proves it runs). Starts its own s3rver
 # on 127.0.0.1 (tests/s3/s3rver.sh) and stops it by PID in an EXIT trap;
@@ -60,10 +65,11 @@ shopt -s inherit_errexit # a step that fails inside $(...) fails the run
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/benchopt.sh"
-build="" size=512 reps=5 workdir=/var/tmp use_rgw=0 before=""
+build="" size=512 reps=5 workdir=/var/tmp use_rgw=0 before="" pin=0 pinned=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --rgw) use_rgw=1 nargs=1 ;;
+    --pin) pin=1 nargs=1 ;;
     --before) before=${2:?--before needs a ckptctl}; nargs=2 ;;
     *) bench_opt bench_durable "$@" ;;
     esac
@@ -75,8 +81,11 @@ ckptctl=$build/tools/ckptctl
 [ -x "$ckptctl" ] || { echo "bench_durable: $ckptctl not built" >&2; exit 2; }
 [ -z "$before" ] || [ -x "$before" ] || { echo "bench_durable: --before $before: not executable" >&2; exit 2; }
 rgw_sh=$here/../s3/rgw.sh
-for tool in dd xargs; do
-    command -v $tool >/dev/null || { echo "bench_durable: $tool not found" >&2; exit 2; }
+ncpu=$(nproc) # before --pin: nproc counts the CPUs this shell may use
+tools=(dd xargs)
+((!pin)) || tools+=(taskset)
+for tool in "${tools[@]}"; do
+    command -v "$tool" >/dev/null || { echo "bench_durable: $tool not found" >&2; exit 2; }
 done
 py=/usr/bin/python3
 export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -109,6 +118,14 @@ if ((use_rgw)); then
     . "$rgw_env"
     rgw_args=("$RGW_ENDPOINT" "$RGW_ACCESS_KEY" "$RGW_SECRET_KEY")
     for d in mon osd rgw; do server_pids+=("$(cat "$work/rgw/pids/$d.pid")"); done
+fi
+if ((pin)); then
+    ((ncpu >= 2)) || { echo "bench_durable: --pin needs 2 CPUs, this machine has $ncpu" >&2; exit 2; }
+    # -a: every thread the server has now; threads it starts later inherit
+    # the mask of the thread that starts them.
+    for p in "${server_pids[@]}"; do taskset -a -p -c 1 "$p" >/dev/null; done
+    taskset -p -c 0 $$ >/dev/null # this shell, hence every step it runs
+    pinned="client steps pinned to CPU 0, the S3 servers to CPU 1 (--pin)"
 fi
 s3store=s3://ckpt-test/durable
 staging=$work/staging
@@ -193,10 +210,12 @@ list_packs() {
     grep -o '<Key>[^<]*\.pack</Key>' <<<"$xml" | sed 's/<[^>]*>//g'
 }
 
-# timed CMD...: syncs (untimed), runs CMD and prints "WALL CPU BUSY": its
+# timed CMD...: syncs (untimed), runs CMD and prints "WALL CPU BUSY SRV": its
 # wall seconds, the CPU seconds of its processes plus s3rver's meanwhile (the
-# server shares the CPUs with the client), and how busy the whole machine's
-# CPUs were meanwhile, in % (other users' load included). `times` (run in
+# server shares the CPUs with the client), how busy the whole machine's
+# CPUs were meanwhile, in % (other users' load included), and the servers'
+# CPU seconds alone (near WALL: the server's one core was the limit under
+# --pin, whatever the client did). `times` (run in
 # this shell, not in a $(...) subshell) counts the children it has waited for.
 timed() {
     local t0 s0 m0 wall s1 m1 tf=$work/times.$BASHPID
@@ -208,10 +227,10 @@ timed() {
     wall=$(since "$t0")
     times >"$tf.1"
     s1=$(s3rver_cpu) m1=$(machine_cpu)
-    cat "$tf.0" "$tf.1" | awk -v w="$wall" -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v n="$(nproc)" '
+    cat "$tf.0" "$tf.1" | awk -v w="$wall" -v s0="$s0" -v s1="$s1" -v m0="$m0" -v m1="$m1" -v n="$ncpu" '
         NR % 2 == 0 { c = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); c += p[1] * 60 + p[2] }
                       cpu[NR / 2] = c }
-        END { printf "%s %.2f %.0f\n", w, cpu[2] - cpu[1] + s1 - s0, 100 * (m1 - m0) / (w * n) }'
+        END { printf "%s %.2f %.0f %.2f\n", w, cpu[2] - cpu[1] + s1 - s0, 100 * (m1 - m0) / (w * n), s1 - s0 }'
     rm -f "$tf.0" "$tf.1"
 }
 machine_cpu() { # busy CPU seconds of the machine since boot (all but idle and iowait)
@@ -254,12 +273,12 @@ step() {
 
 json_u64() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2"; }
 
-declare -A res # measurement -> its values, one per repetition (KEY: wall s, KEY.cpu, KEY.busy)
+declare -A res # measurement -> its values, one per repetition (KEY: wall s, KEY.cpu, KEY.busy, KEY.srv)
 record() { # KEY "WALL [CPU BUSY]"
     local v
     read -ra v <<<"$2"
     res[$1]+="${v[0]} "
-    [ ${#v[@]} -lt 3 ] || res[$1.cpu]+="${v[1]} " res[$1.busy]+="${v[2]} "
+    [ ${#v[@]} -lt 4 ] || res[$1.cpu]+="${v[1]} " res[$1.busy]+="${v[2]} " res[$1.srv]+="${v[3]} "
 }
 median() { # median of the numbers in $1, printed with format $2 (default %.3f)
     printf '%s\n' $1 | sort -g | awk -v f="${2:-%.3f}" \
@@ -335,8 +354,8 @@ row() { # label key [bytes]
     busy=$(printf "%.0f%%" "${med[$2.busy]}")
     # /proc/stat counts in ticks (10 ms): too coarse for a short step.
     awk -v w="${med[$2]}" 'BEGIN { exit !(w < 0.25) }' && busy="–"
-    printf '| %s | %s | %s | %.2f | %s |\n' "$1" "${med[$2]}" \
-        "$(mbps "${3:-$logical}" "${med[$2]}")" "${med[$2.cpu]}" "$busy"
+    printf '| %s | %s | %s | %.2f | %.2f | %s |\n' "$1" "${med[$2]}" \
+        "$(mbps "${3:-$logical}" "${med[$2]}")" "${med[$2.cpu]}" "${med[$2.srv]}" "$busy"
 }
 # The name of the slowest of the given keys (medians).
 slowest() {
@@ -376,10 +395,10 @@ echo "Requests of one put (d): $(reqs "$work/s3put.json")$([ -z "$before" ] ||
     echo "; with --before (d0): $(reqs "$work/s3old.json")") (? = not reported by that build)."
 echo "Medians of $reps repetition(s). MB/s = 10^6 bytes per second of the checkpoint (of the" \
     "stored bytes for c, e, g). CPU s = user + system seconds of the step's processes plus" \
-    "the S3 servers' (s3rver; with --rgw also the RGW daemons); machine busy = all $(nproc) CPUs' busy time over the step, anyone's load included."
+    "the S3 servers' (s3rver; with --rgw also the RGW daemons), the servers' share beside it; machine busy = all $ncpu CPUs' busy time over the step, anyone's load included."
 echo
-echo "| step | seconds | MB/s | CPU s | machine busy |"
-echo "|---|---|---|---|---|"
+echo "| step | seconds | MB/s | CPU s | of which servers | machine busy |"
+echo "|---|---|---|---|---|---|"
 row "(a) disk read, warm page cache (as every put reads it)" warm
 row "(a) disk read, cold (this file's pages dropped)" cold
 row "(b) CPU: ckptctl put → file:// on /dev/shm" cpu
@@ -417,7 +436,11 @@ target "time to durable, file:// on disk" "slowest of a, b, e: $(slowest warm cp
 target "**restore, s3://**" "g: raw GET" "${med[rawget]}" restore r_restore
 [ -z "$before" ] || target "restore, s3://, --before" "g: raw GET" "${med[rawget]}" restore0 r_restore_0
 echo
-echo "Reading aids (the CPUs are shared: the pipeline's work and s3rver's run on the same $(nproc)):"
+if [ -n "$pinned" ]; then
+    echo "Reading aids ($pinned: the pipeline's work and the servers' run on separate CPUs):"
+else
+    echo "Reading aids (the CPUs are shared: the pipeline's work and s3rver's run on the same $ncpu):"
+fi
 echo
 echo "| | bound | bound s | ckptctl s | ratio (per-rep: median; range) | |"
 echo "|---|---|---|---|---|---|"
@@ -433,4 +456,4 @@ target "restore, s3://" "g‖h': raw GET and restore's local work at once" "${me
     restore r_restoreboth
 echo
 echo "(Checkpoint pages resident before every put: ≥ $resident_min%. s3rver 3.7.1 on 127.0.0.1;" \
-    "$(nproc) CPUs; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg).)"
+    "$ncpu CPUs${pinned:+, $pinned}; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg).)"
