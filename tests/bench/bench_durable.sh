@@ -274,7 +274,7 @@ step() {
 json_u64() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$2"; }
 
 declare -A res # measurement -> its values, one per repetition (KEY: wall s, KEY.cpu, KEY.busy, KEY.srv)
-record() { # KEY "WALL [CPU BUSY]"
+record() { # KEY "WALL [CPU BUSY SRV]" (a ratio: WALL alone)
     local v
     read -ra v <<<"$2"
     res[$1]+="${v[0]} "
