@@ -99,8 +99,14 @@ static st_err reserve_decode(st_restorer *r, size_t raw_len)
  * overlap, no hole) holds no window: each chunk is decoded as soon as the
  * stream has passed its last byte. Its limit is ST_RESTORE_MAX_STREAM
  * instead, so that a file's run through one pack is one GET of the pack
- * rather than one per 16 MiB; a ref that would make it unstreamable past
- * ST_RESTORE_MAX_GET ends it.
+ * rather than one per 16 MiB. A ref that would make it unstreamable ends it
+ * when it holds more than ST_RESTORE_MAX_GET, and also when no ref in the
+ * next ST_RESTORE_MAX_GET bytes comes back to its pack: a buffered run
+ * would then cost the same GETs (one per pack) and hold a window of up to
+ * ST_RESTORE_MAX_GET per thread, each page a fault the first time, while
+ * streamed, the decoding overlaps the transfer (a file cut into 16 MiB
+ * tasks crosses a pack boundary in one task in three: docs/BENCHMARKS.md,
+ * "Restore: streamed across pack boundaries").
  */
 typedef struct restore_window {
     uint32_t pack; /* index into the manifest's packs */
@@ -169,6 +175,22 @@ static int plan_acceptable(const restore_plan *plan)
     return 1;
 }
 
+/* 1 if a ref of pack among refs [from, limit) lies within the next
+ * ST_RESTORE_MAX_GET stored bytes: a buffered run could share its window. */
+static int pack_comes_back(const st_file_entry *f, size_t from, size_t limit, uint32_t pack)
+{
+    uint64_t bytes = 0;
+    for (size_t i = from; i < limit && bytes <= ST_RESTORE_MAX_GET; i++) {
+        const st_chunk_ref *b = &f->chunks[i];
+        if (st_chunk_is_hole(b))
+            continue;
+        if (b->pack == pack)
+            return 1;
+        bytes += b->stored_len;
+    }
+    return 0;
+}
+
 /* The run from ref first (before limit): its length (>= 1) and, in *best,
  * its windows. Holes join a run without a window. */
 static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, restore_plan *best)
@@ -182,8 +204,11 @@ static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, resto
         int hole = st_chunk_is_hole(b);
         int streams = cur.streamable && !hole &&
                       (!cur.nwin || (b->pack == cur.win[0].pack && b->offset >= stream_end));
-        if (!streams && cur.spans > ST_RESTORE_MAX_GET)
-            break; /* the run so far fits only streamed */
+        /* A streamed run ends where the stream breaks unless the refs ahead
+         * come back to its pack: only then does a buffered run save a GET. */
+        if (!streams && cur.streamable && cur.nwin &&
+            (cur.spans > ST_RESTORE_MAX_GET || !pack_comes_back(f, first + n, limit, cur.win[0].pack)))
+            break;
         cur.streamable = streams;
         if (!hole && !plan_add(&cur, b, streams ? ST_RESTORE_MAX_STREAM : ST_RESTORE_MAX_GET))
             break;
@@ -423,6 +448,7 @@ static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_
 static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_sink *k,
                                    const restore_plan *plan, const st_chunk_ref *refs, size_t n)
 {
+    r->stats.buffered_runs++;
     st_err e = fetch_windows(r, m, k->f, plan);
     for (size_t j = 0; !e && j < n; j++) {
         const st_chunk_ref *ref = &refs[j];

@@ -58,6 +58,7 @@ typedef struct st_restore_stats {
     uint64_t hole_bytes; /* of those, in hole extents: not fetched, not written */
     uint64_t gets;       /* object GETs issued */
     uint64_t fetched_bytes;
+    uint64_t buffered_runs; /* runs fetched whole into the window buffer, then decoded */
 } st_restore_stats;
 
 /*! backend is borrowed and must outlive the restorer. */

@@ -457,6 +457,73 @@ static void test_streamed_whole_pack(void)
     one_pack_free(&t);
 }
 
+/* A file that runs through the end of one pack into the next, in pack
+ * order (a 16 MiB task of a large file crosses a pack boundary about one
+ * time in three): two streamed GETs, one per pack, and no run fetched whole
+ * into the window buffer (there was one: 2 GETs then too, but the decoding
+ * waited for both and each thread held up to ST_RESTORE_MAX_GET of window).
+ * Refs that come back to the first pack are still one buffered run. */
+static void test_streamed_across_packs(void)
+{
+    st_backend *b = NULL;
+    st_backend_counts c = {0};
+    open_counted(&b, &c);
+    pack_builder first = {.pack = 0}, second = {.pack = 1};
+    size_t order[24], pack_of[24];
+    for (size_t i = 0; i < 24; i++) { /* 12 chunks at the end of each pack */
+        pack_builder *pb = i < 12 ? &first : &second;
+        order[i] = add_chunk(pb, 96 * KIB + i * 1000, 7000 + i);
+        pack_of[i] = i >= 12;
+    }
+    st_id pack_ids[2];
+    char keys[2][ST_KEY_MAX];
+    store_pack(b, &first, "pack-x1", &pack_ids[0], keys[0]);
+    store_pack(b, &second, "pack-x2", &pack_ids[1], keys[1]);
+    const pack_builder *pbs[2] = {&first, &second};
+    st_manifest m;
+    st_file_entry f;
+    st_chunk_ref refs[24];
+    uint8_t *expect = NULL;
+    make_file_of(pbs, pack_of, order, 24, 2, &m, &f, refs, pack_ids, &expect);
+    CHECK(first.data.len + second.data.len < ST_RESTORE_MAX_GET); /* one buffered run would fit */
+
+    char path[300];
+    snprintf(path, sizeof path, "%s/across.bin", root);
+    for (int ranged = 0; ranged < 2; ranged++) { /* st_restore_file, then the pwrite sink */
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, ranged ? (off_t)f.size : 0) == 0);
+        st_restorer *r = NULL;
+        CHECK_OK(st_restorer_new(b, "job", &r));
+        uint64_t before = st_backend_counts_of(&c, ST_REQ_GET);
+        CHECK_OK(ranged ? st_restore_chunks(r, &m, &f, 0, 24, fd) : st_restore_file(r, &m, &f, fd));
+        const st_restore_stats *st = st_restorer_stats(r);
+        printf("  a file across a pack boundary (%s): %llu GET(s), %llu buffered run(s)\n",
+               ranged ? "chunks" : "file",
+               (unsigned long long)(st_backend_counts_of(&c, ST_REQ_GET) - before),
+               (unsigned long long)st->buffered_runs);
+        CHECK(st_backend_counts_of(&c, ST_REQ_GET) - before == 2);
+        CHECK(st->buffered_runs == 0);
+        uint8_t *got = malloc(f.size);
+        CHECK(got && pread(fd, got, f.size, 0) == (ssize_t)f.size);
+        CHECK(memcmp(got, expect, f.size) == 0);
+        free(got);
+        st_restorer_free(r);
+        close(fd);
+    }
+    free(expect);
+
+    /* The same chunks, but the file goes back to the first pack at its end:
+     * one buffered run, a window per pack, 2 GETs. */
+    order[23] = order[0];
+    pack_of[23] = 0;
+    make_file_of(pbs, pack_of, order, 24, 2, &m, &f, refs, pack_ids, &expect);
+    CHECK(restore_and_compare(b, &c, &m, &f, expect) == 2);
+    free(expect);
+    pack_free(&first);
+    pack_free(&second);
+    st_backend_close(b);
+}
+
 /* Restores f's chunks into a file of its size as two workers of a parallel
  * restore would, the first half then the second (or, reversed, the second
  * half first: it arrives ahead of the hashing front), feeding one digest
@@ -599,6 +666,7 @@ int main(void)
     RUN(test_incremental_step);
     RUN(test_streamed_in_pack_order);
     RUN(test_streamed_whole_pack);
+    RUN(test_streamed_across_packs);
     RUN(test_digest_from_memory);
     RUN(test_parked_buffers_reused);
     ut_rmtree(root);
