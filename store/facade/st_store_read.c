@@ -9,7 +9,8 @@
  * verified are they renamed into place; on a failure the staging directory
  * is removed, so the target holds all of a step or nothing of it.
  *
- * The files are split into tasks of up to TASK_BYTES of chunks; `threads`
+ * The files are split into tasks of up to TASK_BYTES of chunks, cut where
+ * the chunks move to another pack (a task per pack); `threads`
  * workers take tasks from a shared cursor, each with its own restorer, and
  * write with pwrite into the staged file, one worker at a time per file
  * (rfile.write_lock, see st_restore_chunks_locked() for why: not for
@@ -23,8 +24,7 @@
  * The whole-file digest is computed from the decoded chunks while they are
  * in memory (st_file_digest): a chunk at the file's hashing front is hashed
  * as it is written; one that a worker ahead of the front decoded is parked
- * (the restore's budget: ST_RESTORE_PARK_MAX in all, which 4 workers on
- * consecutive tasks of TASK_BYTES stay under) or, over it, read back from
+ * (the restore's budget: ST_RESTORE_PARK_MAX in all) or, over it, read back from
  * the staged file when the front gets there (result.read_back_bytes). The
  * worker that finishes a file's last task checks the digest and fsyncs it.
  */
@@ -46,9 +46,14 @@
 #include "engine/st_restore.h"
 #include "engine/st_catalog.h"
 
-/* 16 MiB: the workers ahead of a file's hashing front park at most
- * (threads - 1) tasks, 48 MiB with the default 4 (st_file_digest). */
-#define TASK_BYTES      (16ull << 20)
+/* A task ends at TASK_BYTES, or at a switch to another pack once it holds
+ * half that: a file written in one go is then one task, and one streamed
+ * GET, per pack (~24 MiB, ST_PACK_TARGET_SIZE). 16 MiB tasks cut across
+ * packs took 52 GETs for a 20-pack file where 20 do, and each GET costs the
+ * server (s3rver: ~4 ms of CPU; docs/BENCHMARKS.md, "Restore: one task per
+ * pack"). The 3 workers ahead of a file's hashing front park up to 3 tasks;
+ * past the budget (ST_RESTORE_PARK_MAX) a chunk is read back instead. */
+#define TASK_BYTES      (32ull << 20)
 #define DEFAULT_THREADS 4
 
 /* ---- steps ---- */
@@ -298,7 +303,15 @@ static st_err create_staged(const rjob *j, rfile *rf, size_t index)
     return e;
 }
 
-/* Splits every file into tasks of about TASK_BYTES. */
+/* 1 if a task of f holding `bytes`, up to chunk `next`, ends before it. */
+static int task_ends_before(const st_file_entry *f, size_t next, uint64_t bytes)
+{
+    if (bytes >= TASK_BYTES)
+        return 1;
+    return bytes >= TASK_BYTES / 2 && f->chunks[next].pack != f->chunks[next - 1].pack;
+}
+
+/* Splits every file into tasks (TASK_BYTES: of a pack each, where it can). */
 static st_err plan_tasks(rjob *j)
 {
     size_t cap = 0;
@@ -309,7 +322,8 @@ static st_err plan_tasks(rjob *j)
         do {
             uint64_t bytes = 0;
             size_t count = 0;
-            while (first + count < f->nchunks && (count == 0 || bytes < TASK_BYTES))
+            while (first + count < f->nchunks &&
+                   (count == 0 || !task_ends_before(f, first + count, bytes)))
                 bytes += f->chunks[first + count++].raw_len;
             st_err e = st_array_grow((void **)&j->tasks, &cap, j->ntasks + 1, sizeof *j->tasks);
             if (e)

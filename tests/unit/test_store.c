@@ -438,6 +438,32 @@ static void test_many_files_few_descriptors(void)
     st_store_close(s);
 }
 
+/* A file of several packs, written in one go, is restored with one GET per
+ * pack, by 4 threads (16 MiB tasks cut across the ~24 MiB packs took 6 GETs
+ * for these 3 packs), and restored whole. */
+static void test_restore_one_get_per_pack(void)
+{
+    char p[400];
+    st_store *s = open_store("state-packs");
+    random_step_dir("packs", 60u << 20, 31, p, sizeof p);
+    st_put_result put = {0};
+    CHECK_OK(st_store_put_dir(s, "packs", 1, p, &put));
+    char out[400];
+    snprintf(out, sizeof out, "%s/packs-out", root);
+    st_restore_opts four = {.rank = -1, .threads = 4};
+    st_restore_result r = {0};
+    CHECK_OK(st_store_restore(s, "packs", 1, out, &four, &r));
+    printf("  60 MiB in %llu packs: restored with %llu GETs\n", (unsigned long long)put.packs,
+           (unsigned long long)r.gets);
+    CHECK(put.packs == 3);
+    CHECK(r.gets == put.packs);
+    char got[450], want[450];
+    snprintf(got, sizeof got, "%s/f", out);
+    snprintf(want, sizeof want, "%s/f", p);
+    CHECK(files_equal(got, want));
+    st_store_close(s);
+}
+
 /* A step whose part record is garbage is listed as an unreadable row. */
 static void test_unreadable_step_is_listed(void)
 {
@@ -507,6 +533,7 @@ static void run_cases(void)
     RUN(test_fallback_leaves_nothing_of_the_bad_step);
     RUN(test_missing_pack_is_damage);
     RUN(test_many_files_few_descriptors);
+    RUN(test_restore_one_get_per_pack);
     RUN(test_unreadable_step_is_listed);
     RUN(test_failed_commit_leaves_nothing);
 }
