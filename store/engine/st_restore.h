@@ -50,6 +50,22 @@
  * incremental step alternates between two; a third covers a pack boundary). */
 #define ST_RESTORE_RUN_PACKS 4u
 
+/*
+ * Where a piece of work over f's chunks (a restore's task, a mount's run)
+ * of at most `limit` bytes, holding `held` bytes up to chunk `next`, may
+ * end early: at a switch to another pack once it holds half its limit. A
+ * file written in one go then costs one streamed GET per pack (~24 MiB)
+ * instead of two wherever a piece straddled a pack boundary; a file whose
+ * chunks alternate between packs (an incremental step) never holds half
+ * its limit at a switch and is cut by size alone.
+ */
+static inline int st_restore_ends_at_pack(const st_file_entry *f, size_t next, uint64_t held,
+                                          uint64_t limit)
+{
+    return next > 0 && next < f->nchunks && held >= limit / 2 &&
+           f->chunks[next].pack != f->chunks[next - 1].pack;
+}
+
 typedef struct st_restorer st_restorer;
 
 typedef struct st_restore_stats {

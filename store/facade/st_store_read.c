@@ -303,14 +303,6 @@ static st_err create_staged(const rjob *j, rfile *rf, size_t index)
     return e;
 }
 
-/* 1 if a task of f holding `bytes`, up to chunk `next`, ends before it. */
-static int task_ends_before(const st_file_entry *f, size_t next, uint64_t bytes)
-{
-    if (bytes >= TASK_BYTES)
-        return 1;
-    return bytes >= TASK_BYTES / 2 && f->chunks[next].pack != f->chunks[next - 1].pack;
-}
-
 /* Splits every file into tasks (TASK_BYTES: of a pack each, where it can). */
 static st_err plan_tasks(rjob *j)
 {
@@ -323,7 +315,8 @@ static st_err plan_tasks(rjob *j)
             uint64_t bytes = 0;
             size_t count = 0;
             while (first + count < f->nchunks &&
-                   (count == 0 || !task_ends_before(f, first + count, bytes)))
+                   (count == 0 || (bytes < TASK_BYTES &&
+                                   !st_restore_ends_at_pack(f, first + count, bytes, TASK_BYTES))))
                 bytes += f->chunks[first + count++].raw_len;
             st_err e = st_array_grow((void **)&j->tasks, &cap, j->ntasks + 1, sizeof *j->tasks);
             if (e)

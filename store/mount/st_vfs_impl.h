@@ -580,7 +580,8 @@ void *vfs_refresher_main(void *arg);
  * lock held, which it drops while it waits. */
 st_err vfs_fetch(st_vfs *v, vnode *n);
 /* A run holds about vfs_run_bytes() of raw data: the unit of work and of
- * priority, one ranged GET per pack it touches. Small files: VFS_RUN_BYTES;
+ * priority, one ranged GET per pack it touches; a run that holds half that
+ * ends where the chunks move to another pack (st_restore_ends_at_pack). Small files: VFS_RUN_BYTES;
  * larger ones have fewer, longer runs (fewer GETs: a GET never spans two
  * runs), up to VFS_RUN_MAX, except their last VFS_RUN_BYTES (a zip's
  * directory, read first by torch.load, is a short urgent run). A read

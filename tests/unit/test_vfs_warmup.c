@@ -301,6 +301,36 @@ static void test_large_file_runs(void)
     free(chunks);
 }
 
+/* A large file written in one go lies in ~24 MiB packs: its runs end at the
+ * pack boundaries (each then one streamed GET) rather than every 32 MiB,
+ * which put two packs in most runs: 80 GETs for a 1 GiB file where 43 packs
+ * hold it. The tail's short run stays. */
+static void test_runs_end_at_packs(void)
+{
+    enum { N = 1024, PER_PACK = 24 };
+    st_chunk_ref *chunks = calloc(N + 1, sizeof *chunks);
+    CHECK(chunks != NULL);
+    if (!chunks)
+        return;
+    for (int i = 0; i < N; i++) {
+        chunks[i].raw_len = 1u << 20;
+        chunks[i].pack = (uint32_t)(i / PER_PACK);
+    }
+    st_file_entry f = {.path = "f", .size = (uint64_t)N << 20, .nchunks = N, .chunks = chunks};
+    vrun *runs = NULL;
+    size_t n = 0;
+    CHECK_OK(vfs_layout_runs(&f, &runs, &n));
+    /* 42 whole packs, the 43rd's 8 MiB up to the tail, the tail's 8 MiB. */
+    CHECK(n == 44);
+    for (size_t r = 0; runs && r < n; r++) {
+        const st_chunk_ref *c = &chunks[runs[r].first];
+        CHECK(c[0].pack == c[runs[r].count - 1].pack); /* one pack each */
+        CHECK(runs[r].len == (r < 42 ? (uint64_t)PER_PACK << 20 : VFS_RUN_BYTES));
+    }
+    free(runs);
+    free(chunks);
+}
+
 int main(void)
 {
     if (vh_setup("vfs-warmup"))
@@ -308,6 +338,7 @@ int main(void)
     big = vh_data(BIG_LEN, 77);
     RUN(test_runs_cover_every_chunk);
     RUN(test_large_file_runs);
+    RUN(test_runs_end_at_packs);
     RUN(test_read_during_fetch);
     RUN(test_wrong_digest_fails_fetch);
     RUN(test_warmup_warms);
