@@ -207,7 +207,8 @@ static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, resto
         /* A streamed run ends where the stream breaks unless the refs ahead
          * come back to its pack: only then does a buffered run save a GET. */
         if (!streams && cur.streamable && cur.nwin &&
-            (cur.spans > ST_RESTORE_MAX_GET || !pack_comes_back(f, first + n, limit, cur.win[0].pack)))
+            (cur.spans > ST_RESTORE_MAX_GET ||
+             !pack_comes_back(f, first + n, limit, cur.win[0].pack)))
             break;
         cur.streamable = streams;
         if (!hole && !plan_add(&cur, b, streams ? ST_RESTORE_MAX_STREAM : ST_RESTORE_MAX_GET))

@@ -24,8 +24,8 @@
  * The whole-file digest is computed from the decoded chunks while they are
  * in memory (st_file_digest): a chunk at the file's hashing front is hashed
  * as it is written; one that a worker ahead of the front decoded is parked
- * (the restore's budget: ST_RESTORE_PARK_MAX in all) or, over it, read back from
- * the staged file when the front gets there (result.read_back_bytes). The
+ * (the restore's budget: ST_RESTORE_PARK_MAX in all) or, over it, read
+ * back from the staged file when the front gets there (read_back_bytes). The
  * worker that finishes a file's last task checks the digest and fsyncs it.
  */
 #include "facade/st_store_impl.h"
@@ -50,9 +50,9 @@
  * half that: a file written in one go is then one task, and one streamed
  * GET, per pack (~24 MiB, ST_PACK_TARGET_SIZE). 16 MiB tasks cut across
  * packs took 52 GETs for a 20-pack file where 20 do, and each GET costs the
- * server (s3rver: ~4 ms of CPU; docs/BENCHMARKS.md, "Restore: one task per
- * pack"). The 3 workers ahead of a file's hashing front park up to 3 tasks;
- * past the budget (ST_RESTORE_PARK_MAX) a chunk is read back instead. */
+ * server (s3rver: ~4 ms of CPU; docs/BENCHMARKS.md, "A task, and a mount
+ * run, per pack"). The 3 workers ahead of a file's hashing front park up
+ * to 3 tasks; past the budget (ST_RESTORE_PARK_MAX) a chunk is read back. */
 #define TASK_BYTES      (32ull << 20)
 #define DEFAULT_THREADS 4
 

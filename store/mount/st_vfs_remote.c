@@ -354,9 +354,10 @@ st_err vfs_layout_runs(const st_file_entry *f, vrun **runs, size_t *nruns)
         uint64_t limit = off >= tail ? VFS_RUN_BYTES : big;
         /* A long run ends where the next chunk would take it into the tail. */
         uint64_t stop = off >= tail ? UINT64_MAX : tail - off;
-        while (i < f->nchunks && (run->len == 0 || (run->len + f->chunks[i].raw_len <= limit &&
-                                                    run->len + f->chunks[i].raw_len <= stop &&
-                                                    !st_restore_ends_at_pack(f, i, run->len, limit))))
+        while (i < f->nchunks &&
+               (run->len == 0 || (run->len + f->chunks[i].raw_len <= limit &&
+                                  run->len + f->chunks[i].raw_len <= stop &&
+                                  !st_restore_ends_at_pack(f, i, run->len, limit))))
             run->len += f->chunks[i++].raw_len;
         run->count = i - run->first;
         off += run->len;
