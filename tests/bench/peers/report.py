@@ -23,7 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-TOOLS = ["ckptfs", "s3fs", "rclone-writes", "rclone-full", "aws-cp", "local"]
+TOOLS = ["ckptfs", "s3fs", "s3fs-1put", "rclone-writes", "rclone-full", "aws-cp", "aws-cp-1put",
+         "local"]
 MIB = float(1 << 20)
 
 # measure key -> (label, unit, per-run value from a record or None)
@@ -287,6 +288,9 @@ store checks, report.py this section):
   full run ~10 of its 30 minutes;
   `aws-cp`: torch.save to the local disk, then `aws s3 cp` (awscli 2.9,
   its defaults: 8 MiB parts, 10 in flight; the trainer waits for both);
+  `s3fs-1put` and `aws-cp-1put` (when `--tools` names them): the same
+  with one PUT per file (`-o nomultipart`; `multipart_threshold = 5GB`),
+  as a user would set them where completing a multipart upload costs;
   `local`: torch.save to the local disk only, the floor.
 * **Measures**: *stall* = the wall time the trainer waits (torch.save; for
   aws-cp torch.save + `aws s3 cp`), median of the run's saves. *Durable* =

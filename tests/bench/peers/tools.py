@@ -200,6 +200,7 @@ class S3fs(FileMount):
     files: bigger multipart parts and more of them in flight, a local cache
     directory (docs/BENCHMARKS.md, "Peers", cites them)."""
     name, unmount_cmd = "s3fs", ("fusermount", "-u")
+    extra_opts = []
 
     def argv(self, mnt, cache):
         pw = os.path.join(self.work, "s3fs.passwd")
@@ -208,8 +209,16 @@ class S3fs(FileMount):
         opts = ["url=" + self.ctx.proxy_endpoint, "use_path_request_style", "passwd_file=" + pw,
                 "use_cache=" + cache, "multipart_size=64", "parallel_count=8",
                 "max_dirty_data=-1", "endpoint=us-east-1", "enable_noobj_cache",
-                "max_stat_cache_size=100000"]
+                "max_stat_cache_size=100000"] + self.extra_opts
         return ["s3fs", self.ctx.bucket, mnt, "-f", "-o", ",".join(opts)]
+
+
+class S3fsOnePut(S3fs):
+    """s3fs as above with `nomultipart` (`man s3fs`): one PUT per file, as a
+    user would set it on a store where completing a multipart upload costs
+    (s3rver 3.7.1 rewrites the whole object when one completes)."""
+    name = "s3fs-1put"
+    extra_opts = ["nomultipart"]
 
 
 class Rclone(FileMount):
@@ -283,11 +292,13 @@ class AwsCp(Tool):
     """torch.save to a local directory, then `aws s3 cp` (awscli 2, its
     defaults: 8 MiB parts, 10 in flight); the trainer waits for both."""
     name, mounts = "aws-cp", False
+    s3_config = ""
 
     def __init__(self, ctx, prefix, work):
         super().__init__(ctx, prefix, work)
         conf = os.path.join(work, "aws.config")
-        write_private(conf, "[default]\nregion = us-east-1\ns3 =\n  addressing_style = path\n")
+        write_private(conf, "[default]\nregion = us-east-1\ns3 =\n  addressing_style = path\n"
+                      + self.s3_config)
         self.env.update(AWS_CONFIG_FILE=conf, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
                         AWS_PAGER="")
         self.stats = {}
@@ -338,6 +349,13 @@ class AwsCp(Tool):
     resume_end = save_end
 
 
+class AwsCpOnePut(AwsCp):
+    """aws-cp with `multipart_threshold = 5GB` (awscli's S3 configuration;
+    5 GB is S3's limit for one PUT): one PUT per file."""
+    name = "aws-cp-1put"
+    s3_config = "  multipart_threshold = 5GB\n"
+
+
 class LocalDisk(Tool):
     """torch.save to the local disk only: the floor (nothing leaves the node)."""
     name, mounts = "local", False
@@ -366,5 +384,7 @@ TOOLS = {
     "rclone-writes": lambda c, p, w: Rclone(c, p, w, "writes"),
     "rclone-full": lambda c, p, w: Rclone(c, p, w, "full"),
     "aws-cp": AwsCp,
+    "s3fs-1put": S3fsOnePut,
+    "aws-cp-1put": AwsCpOnePut,
     "local": LocalDisk,
 }
