@@ -1029,6 +1029,7 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
             vfs_fetch_put(fx);
         free(h);
         n->opens--;
+        vfs_spare_last_close(v, n);
         vfs_maybe_free(v, n);
         return e;
     }
@@ -1493,6 +1494,7 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         if (j)
             retry_blocked_steps(v, j);
     }
+    vfs_spare_last_close(v, n);
     vfs_maybe_free(v, n);
     pthread_mutex_unlock(&v->lock);
     free(h);

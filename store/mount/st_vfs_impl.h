@@ -90,6 +90,10 @@ struct vnode {
      * (a relaxed check before it locks), hence atomic. */
     _Atomic uint64_t stale_end;
     uint64_t write_front;
+    /* Removed while a handle was still open on it (FUSE's RELEASE comes
+     * after close() has returned): its staging file enters the pool when
+     * the last handle closes (vfs_spare_last_close). */
+    int spare_on_close;
     /* A write to the file failed (ST_ERR_NOSPACE: the staging cap or the
      * disk; ST_ERR_IO) since it was last truncated to 0: its content is not
      * what the writer meant, so its step neither completes nor uploads until
@@ -561,6 +565,9 @@ void vfs_spare_close(st_vfs *v);
 /* Frees n's staging file (n->sid becomes 0): into the pool when
  * may_recycle and the pool's rules let it in, else unlinked. */
 void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle);
+/* n's last handle has closed: a staging file its removal left until then
+ * (vnode.spare_on_close) is released into the pool now. */
+void vfs_spare_last_close(st_vfs *v, vnode *n);
 /* Renames the largest spare free to take to STAGING/data/<sid>; returns its
  * length (every byte of it stale), 0 when none was taken. */
 uint64_t vfs_spare_take(st_vfs *v, uint64_t sid);

@@ -155,6 +155,13 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle)
 {
     if (!n->sid)
         return;
+    if (may_recycle && n->opens && v->opts.staging_spare) {
+        /* A handle still reads or writes it: it is pooled, or unlinked,
+         * when that handle closes, at its final length. */
+        n->spare_on_close = 1;
+        return;
+    }
+    n->spare_on_close = 0;
     if (!may_recycle || !spare_give(v, n)) {
         char sp[PATH_MAX];
         vfs_staging_path(v, n->sid, sp, sizeof sp);
@@ -164,6 +171,12 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle)
     n->sid = 0;
     n->stale_end = 0;
     n->write_front = 0;
+}
+
+void vfs_spare_last_close(st_vfs *v, vnode *n)
+{
+    if (n->spare_on_close && !n->opens)
+        vfs_staging_release(v, n, 1);
 }
 
 uint64_t vfs_spare_take(st_vfs *v, uint64_t sid)

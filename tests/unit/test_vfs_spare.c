@@ -124,6 +124,40 @@ static void test_recycled_file_shows_only_its_bytes(void)
     free(b);
 }
 
+/* close() returns after FUSE's FLUSH; its RELEASE comes later, so a file
+ * removed right after its close may still have the handle open (the write
+ * cache test saw it under ASan). Its staging file enters the pool when that
+ * handle goes, at its final length (before: unlinked, no spare), and the
+ * next new file takes it. */
+static void test_removed_while_still_open(void)
+{
+    store_reset();
+    vh_staging_spare = 64 * MIB;
+    vh_mount m;
+    CHECK_OK(vh_mount_open(&m, store, "n1", "spare-open", 0));
+    uint8_t *b = filled(3 * MIB, 0xCC);
+    st_vfs_handle *w;
+    CHECK_OK(vh_create(&m, VH_JOB "/old.bin", O_WRONLY | O_TRUNC, VH_PID_A, &w));
+    CHECK_OK(vh_pwrite(&m, w, b, 2 * MIB, 0));
+    CHECK_OK(st_vfs_flush(m.v, w)); /* close(2) returned */
+    CHECK_OK(vh_unlink(&m, VH_JOB "/old.bin"));
+    CHECK(stats_of(&m).spare_files == 0);      /* still open: not handed out */
+    CHECK_OK(vh_pwrite(&m, w, b, 3 * MIB, 0)); /* an unlinked file is still written */
+    st_vfs_release(m.v, w);                    /* the RELEASE */
+    CHECK(stats_of(&m).spare_files == 1);
+    CHECK(stats_of(&m).spare_bytes == 3 * MIB);
+
+    st_vfs_handle *n;
+    CHECK_OK(vh_create(&m, VH_JOB "/new.bin", O_WRONLY | O_TRUNC, VH_PID_A, &n));
+    CHECK(stats_of(&m).spare_reused_bytes == 3 * MIB);
+    CHECK_OK(vh_pwrite(&m, n, b, 1000, 0));
+    CHECK_OK(vh_close(&m, n));
+    CHECK(vh_file_is(&m, VH_JOB "/new.bin", b, 1000));
+    CHECK(staging_file_length(&m) == 1000);
+    close_spare_mount(&m);
+    free(b);
+}
+
 /* A file shorter than the spare it was given, closed: the tail is gone. */
 static void test_close_cuts_the_tail(void)
 {
@@ -268,6 +302,7 @@ int main(void)
     if (vh_setup("vfs-spare"))
         return 1;
     RUN(test_recycled_file_shows_only_its_bytes);
+    RUN(test_removed_while_still_open);
     RUN(test_close_cuts_the_tail);
     RUN(test_truncate_up_reads_zeros);
     RUN(test_pool_cap);
