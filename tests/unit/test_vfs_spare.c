@@ -73,13 +73,18 @@ static void leave_a_spare(vh_mount *m)
     CHECK(stats_of(m).spare_bytes == 4 * MIB);
 }
 
-/* A fresh store and a mount named name with a 64 MiB pool that holds one
- * 4 MiB spare of 0xAA. */
-static void open_over_a_spare(vh_mount *m, const char *name)
+/* A fresh store and a mount named name whose pool may hold spare bytes. */
+static void open_spare_mount(vh_mount *m, const char *name, uint64_t spare)
 {
     store_reset();
-    vh_staging_spare = 64 * MIB;
+    vh_staging_spare = spare;
     CHECK_OK(vh_mount_open(m, store, "n1", name, 0));
+}
+
+/* open_spare_mount() with a 64 MiB pool that holds one 4 MiB spare of 0xAA. */
+static void open_over_a_spare(vh_mount *m, const char *name)
+{
+    open_spare_mount(m, name, 64 * MIB);
     leave_a_spare(m);
 }
 
@@ -131,10 +136,8 @@ static void test_recycled_file_shows_only_its_bytes(void)
  * next new file takes it. */
 static void test_removed_while_still_open(void)
 {
-    store_reset();
-    vh_staging_spare = 64 * MIB;
     vh_mount m;
-    CHECK_OK(vh_mount_open(&m, store, "n1", "spare-open", 0));
+    open_spare_mount(&m, "spare-open", 64 * MIB);
     uint8_t *b = filled(3 * MIB, 0xCC);
     st_vfs_handle *w;
     CHECK_OK(vh_create(&m, VH_JOB "/old.bin", O_WRONLY | O_TRUNC, VH_PID_A, &w));
@@ -197,10 +200,8 @@ static void test_truncate_up_reads_zeros(void)
 /* The pool keeps to --staging-spare; 0 keeps nothing. */
 static void test_pool_cap(void)
 {
-    store_reset();
-    vh_staging_spare = 6 * MIB;
     vh_mount m;
-    CHECK_OK(vh_mount_open(&m, store, "n1", "spare-cap", 0));
+    open_spare_mount(&m, "spare-cap", 6 * MIB);
     uint8_t *b = filled(4 * MIB, 0xEE);
     CHECK_OK(vh_write(&m, VH_JOB "/a", b, 4 * MIB, VH_PID_A));
     CHECK_OK(vh_write(&m, VH_JOB "/b", b, 4 * MIB, VH_PID_A));
