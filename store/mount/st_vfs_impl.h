@@ -120,6 +120,10 @@ typedef struct vstep {
      * publish is between its manifest and its part record
      * (docs/CONSISTENCY.md). */
     uint32_t remote_revision;
+    /* The last merge left a file out because it was open or being fetched:
+     * the next refresh merges the step again (else that file kept its old
+     * version until a later revision came). */
+    int remote_skipped;
     int64_t durable_ns;
     pid_t writer_pids[VFS_JOB_MAX_STEPS_WRITERS];
     int nwriter_pids;

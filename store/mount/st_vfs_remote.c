@@ -34,39 +34,43 @@
 #include "engine/st_restore.h"
 #include "engine/st_catalog.h"
 
-/* Adds (or re-points) the remote file f of a step to the tree (lock held). */
-static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
-                       const st_file_entry *f)
+/* Adds (or re-points) the remote file f of a step to the tree (lock held).
+ * Returns 1 when f's path is open or being fetched and was left as it is
+ * (to be merged by a later refresh), else 0. */
+static int merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
+                      const st_file_entry *f)
 {
     int cached = 0; /* n had a fetched copy, whose journal row names it */
     if (vfs_journal_is_tombstone(v, jd->name, f->path))
-        return;
+        return 0;
     const char *base;
     vnode *dir = vfs_walk(v, jd, f->path, 1, &base);
     if (!dir)
-        return;
+        return 0;
     vnode *n = vfs_child(dir, base);
     if (n) {
-        if (!S_ISREG(n->mode) || n->opens || n->fetching)
-            return;
+        if (S_ISREG(n->mode) && (n->opens || n->fetching))
+            return 1;
+        if (!S_ISREG(n->mode))
+            return 0;
         if (n->sid && !n->from_remote)
-            return; /* written here: the local file wins */
+            return 0; /* written here: the local file wins */
         if (n->remote && n->remote->step > step)
-            return; /* a newer step already provides this path */
+            return 0; /* a newer step already provides this path */
         if (n->remote && n->remote->step == step && n->remote->revision == part->revision &&
             !strcmp(n->remote->node, part->node))
-            return;   /* this very version (a step merged again) */
+            return 0; /* this very version (a step merged again) */
         if (n->sid) { /* a cached copy of an older step's content */
             vfs_staging_release(v, n, 1);
             cached = 1;
         }
     } else if (!(n = vfs_node_new(v, dir, base, S_IFREG | (f->mode & 07777)))) {
-        return;
+        return 0;
     } else {
         n->merged_ns = st_mono_ns();
     }
     if (!vfs_set_remote(n, f->path, step, part->revision, part->node))
-        return;
+        return 0;
     n->mode = S_IFREG | (f->mode & 07777);
     n->size = f->size;
     n->mtime_ns = f->mtime_ns;
@@ -78,6 +82,7 @@ static void merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
      * store's copy all the same (st_vfs_journal.c). */
     if (cached)
         (void)vfs_journal_put_file(v, n);
+    return 0;
 }
 
 /*
@@ -136,7 +141,8 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
         (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
     vstep *s = j ? vfs_step(j, k->step, 1) : NULL;
-    if (jd && s && (!s->remote_loaded || s->remote_revision)) {
+    if (jd && s && (!s->remote_loaded || s->remote_revision || s->remote_skipped)) {
+        int skipped = 0;
         for (size_t i = 0; i < sv.nentries; i++) {
             /* This node's own part, of a revision it published or while it
              * publishes a newer one: the tree here is newer than the store,
@@ -147,7 +153,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
             if (!strcmp(p->node, v->node) &&
                 (p->revision <= s->revision || s->uploading || s->queued))
                 continue;
-            merge_file(v, jd, p, k->step, sv.entries[i].f);
+            skipped |= merge_file(v, jd, p, k->step, sv.entries[i].f);
         }
         /* Not k->max_revision: a listing taken between a publisher's
          * manifest PUT and its part record PUT lists a revision that no
@@ -159,6 +165,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
         layout_seed(v, job, &sv); /* moves parts[0] out */
         s->remote_loaded = 1;
         s->remote_revision = merged;
+        s->remote_skipped = skipped;
         /* This node's clock, not the writer's created_ns: forget_vanished
          * compares it with this node's listing time, and a writer whose
          * clock is ahead would keep a step deleted by GC in the view until
@@ -178,9 +185,9 @@ static int step_loaded(st_vfs *v, const char *job, const st_step_keys *k)
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 0);
     vstep *s = j ? vfs_step(j, k->step, 0) : NULL;
-    int loaded =
-        (s && s->remote_loaded && (!s->remote_revision || s->remote_revision == k->max_revision)) ||
-        vfs_deletion_find(j, k->step);
+    int loaded = (s && s->remote_loaded && !s->remote_skipped &&
+                  (!s->remote_revision || s->remote_revision == k->max_revision)) ||
+                 vfs_deletion_find(j, k->step);
     pthread_mutex_unlock(&v->lock);
     return loaded;
 }
@@ -211,6 +218,7 @@ static void forget_vanished(st_vfs *v, const char *job, const st_step_keys *step
             s->durable_ns = 0;
             s->remote_loaded = 0;
             s->remote_revision = 0;
+            s->remote_skipped = 0;
         }
         k++;
     }

@@ -122,6 +122,42 @@ static void test_resumed_job_version_wins_everywhere(void)
     vh_mount_close(&resumed);
 }
 
+/* A reader node holds a file open while the refresh that brings its new
+ * version runs: that refresh leaves the open file alone, and a later one
+ * must merge it once it is closed. Before, the step counted as merged at
+ * the new revision and the file kept its old version for good (seen once
+ * in CI: test_resumed_job_version_wins_everywhere, whose wait loop opens
+ * the file, under ASan). */
+static void test_open_file_merged_after_close(void)
+{
+    store_reset();
+    vh_mount writer, reader;
+    CHECK_OK(vh_mount_open(&writer, store, "node-a", "w", 1));
+    if (!writer.v)
+        return;
+    CHECK_OK(vh_write_str(&writer, VH_JOB "/step-000001/opt.bin", "old opt", VH_PID_A));
+    CHECK_OK(vh_write_str(&writer, VH_JOB "/step-000001/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(writer.v, 20));
+    CHECK_OK(vh_mount_open(&reader, store, "node-m", "r", 1));
+    if (reader.v) {
+        CHECK(VH_WAIT(vh_file_is_str(&reader, VH_JOB "/step-000001/opt.bin", "old opt"), 10));
+        st_vfs_attr a;
+        st_vfs_handle *h = NULL;
+        CHECK_OK(vh_lookup(&reader, VH_JOB "/step-000001/opt.bin", &a));
+        CHECK_OK(st_vfs_open_file(reader.v, a.ino, O_RDONLY, VH_PID_B, &h));
+        uint32_t before = vh_part_revision(store, 1, "node-a");
+        CHECK_OK(vh_write_str(&writer, VH_JOB "/step-000001/opt.bin", "new opt", VH_PID_A));
+        CHECK(VH_WAIT(vh_part_revision(store, 1, "node-a") > before, 15));
+        CHECK_OK(st_vfs_wait_idle(writer.v, 20));
+        usleep(1000 * 1000); /* ten refreshes (0.1 s each) while it is open */
+        if (h)
+            st_vfs_release(reader.v, h);
+        CHECK(VH_WAIT(vh_file_is_str(&reader, VH_JOB "/step-000001/opt.bin", "new opt"), 10));
+        vh_mount_close(&reader);
+    }
+    vh_mount_close(&writer);
+}
+
 static void test_file_and_directory_fail_alike(void)
 {
     store_reset();
@@ -270,6 +306,7 @@ int main(void)
         return 1;
     RUN(test_resumed_job_version_wins_everywhere);
     RUN(test_listing_between_manifest_and_part);
+    RUN(test_open_file_merged_after_close);
     RUN(test_file_and_directory_fail_alike);
     RUN(test_external_gc_leaves_the_writing_mount);
     RUN(test_external_gc_with_a_writer_clock_ahead);
