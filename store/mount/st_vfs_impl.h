@@ -592,11 +592,11 @@ void *vfs_refresher_main(void *arg);
 st_err vfs_fetch(st_vfs *v, vnode *n);
 /* A run holds about vfs_run_bytes() of raw data: the unit of work and of
  * priority, one ranged GET per pack it touches; a run that holds half that
- * ends where the chunks move to another pack (st_restore_ends_at_pack). Small files: VFS_RUN_BYTES;
- * larger ones have fewer, longer runs (fewer GETs: a GET never spans two
- * runs), up to VFS_RUN_MAX, except their last VFS_RUN_BYTES (a zip's
- * directory, read first by torch.load, is a short urgent run). A read
- * waits only for its own bytes of a run being fetched (vrun.ready). */
+ * ends where the chunks move to another pack (st_restore_ends_at_pack).
+ * Small files: VFS_RUN_BYTES; larger ones have fewer, longer runs (fewer GETs: a GET never spans
+ * two runs), up to VFS_RUN_MAX, except their last VFS_RUN_BYTES (a zip's directory, read first by
+ * torch.load, is a short urgent run). A read waits only for its own bytes of a run being fetched
+ * (vrun.ready). */
 #define VFS_RUN_BYTES (8ull << 20)
 #define VFS_RUN_MAX   (32ull << 20)
 /* The run size for a file of size bytes (docs/WARMUP.md). */

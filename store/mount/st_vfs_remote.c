@@ -49,8 +49,6 @@ static int merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         return 0;
     vnode *n = vfs_child(dir, base);
     if (n) {
-        if (S_ISREG(n->mode) && (n->opens || n->fetching))
-            return 1;
         if (!S_ISREG(n->mode))
             return 0;
         if (n->sid && !n->from_remote)
@@ -60,6 +58,8 @@ static int merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
         if (n->remote && n->remote->step == step && n->remote->revision == part->revision &&
             !strcmp(n->remote->node, part->node))
             return 0; /* this very version (a step merged again) */
+        if (n->opens || n->fetching)
+            return 1; /* a reader has the older version: merged when it lets go */
         if (n->sid) { /* a cached copy of an older step's content */
             vfs_staging_release(v, n, 1);
             cached = 1;
