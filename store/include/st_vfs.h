@@ -287,6 +287,7 @@ typedef struct st_vfs_stats {
     uint64_t staging_cap;              /* gauge: the staging cap, 0: none */
     uint64_t spare_bytes, spare_files; /* gauges: recycled staging files kept for reuse */
     uint64_t spare_reused_bytes;       /* lengths of the recycled files new files took */
+    uint64_t spare_durable_files;      /* of those: durable files of older steps (rule 5) */
     uint64_t queue;                    /* gauge: steps waiting for upload */
     int draining;                      /* gauge: newest complete step first (st_vfs_drain) */
     double eta_durable_seconds;        /* gauge: until pending bytes are durable, -1: unknown */

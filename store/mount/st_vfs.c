@@ -364,6 +364,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "spare_bytes", json_object_new_uint64(v->spare_bytes));
     bad |= vfs_json_add(root, "spare_files", json_object_new_uint64(v->nspares));
     bad |= vfs_json_add(root, "spare_reused_bytes", json_object_new_uint64(v->spare_reused_bytes));
+    bad |=
+        vfs_json_add(root, "spare_durable_files", json_object_new_uint64(v->spare_durable_files));
     bad |= vfs_json_add(root, "uploaded_bytes", json_object_new_uint64(v->uploaded_bytes));
     bad |= vfs_json_add(root, "stored_bytes", json_object_new_uint64(v->stored_bytes));
     bad |= vfs_json_add(root, "upload_rate_mbps",
@@ -599,7 +601,7 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
         uint64_t sid = v->next_sid++;
         /* Written over a recycled file when the pool has one: its stale
          * bytes are cut as rules 3 and 4 of docs/MOUNT.md say. */
-        uint64_t stale = vfs_spare_take(v, sid);
+        uint64_t stale = vfs_spare_take(v, n, sid);
         if (!stale) {
             vfs_staging_path(v, sid, path, sizeof path);
             int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

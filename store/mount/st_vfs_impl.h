@@ -340,7 +340,8 @@ struct st_vfs {
     size_t nspares, spares_cap;
     uint64_t spare_bytes;                            /* their lengths */
     uint64_t spare_reused_bytes, spare_reused_files; /* taken since start */
-    uint64_t *upload_sids;                           /* what the running upload may read */
+    uint64_t spare_durable_files; /* of those: durable files' staging files (rule 5) */
+    uint64_t *upload_sids;        /* what the running upload may read */
     size_t nupload_sids, upload_sids_cap;
     int upload_sids_unknown; /* that list could not be kept: hold everything */
     uint64_t nfailed;        /* files in the tree with write_failed set */
@@ -572,9 +573,12 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle);
 /* n's last handle has closed: a staging file its removal left until then
  * (vnode.spare_on_close) is released into the pool now. */
 void vfs_spare_last_close(st_vfs *v, vnode *n);
-/* Renames the largest spare free to take to STAGING/data/<sid>; returns its
- * length (every byte of it stale), 0 when none was taken. */
-uint64_t vfs_spare_take(st_vfs *v, uint64_t sid);
+/* Renames the largest spare free to take to STAGING/data/<sid> for the new
+ * file `fresh`; with none free, the staging file of a durable namesake of
+ * `fresh` of an older step (rule 5 of docs/MOUNT.md, "Recycled staging
+ * files"). Returns its length (every byte of it stale), 0 when none was
+ * taken. */
+uint64_t vfs_spare_take(st_vfs *v, const vnode *fresh, uint64_t sid);
 /* Unlinks the oldest spares until the pool holds at most keep_bytes. */
 void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes);
 /* The staging files the upload starting now may read (sids NULL: any):

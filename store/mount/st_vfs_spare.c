@@ -7,6 +7,10 @@
  * that overlaps the seal of the step before it (which holds that step's
  * pages) was ~2x as slow as one that reuses freed pages.
  *
+ * A trainer that keeps every checkpoint removes nothing; for it, a new file
+ * that finds the pool empty takes the staging file of a durable namesake of
+ * an older step (rule 5: its bytes are in the store, it becomes remote).
+ *
  * What this module guarantees: a spare is handed out only when nothing can
  * still read it (no open handle at entry; not in the running upload's
  * snapshot, else held until that upload ends), the pool stays under its cap
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -179,7 +184,8 @@ void vfs_spare_last_close(st_vfs *v, vnode *n)
         vfs_staging_release(v, n, 1);
 }
 
-uint64_t vfs_spare_take(st_vfs *v, uint64_t sid)
+/* Renames the largest spare not held to STAGING/data/<sid>; its length, 0: none. */
+static uint64_t take_largest(st_vfs *v, uint64_t sid)
 {
     size_t best = v->nspares;
     for (size_t i = 0; i < v->nspares; i++)
@@ -199,6 +205,75 @@ uint64_t vfs_spare_take(st_vfs *v, uint64_t sid)
     v->spare_reused_bytes += size;
     v->spare_reused_files++;
     return size;
+}
+
+/* 1 when a and b are one name but for their digits: the same file of two
+ * steps ("ckpt-000030.pt" and "ckpt-000010.pt", "__0_0.distcp"). */
+static int namesakes(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        while (*a >= '0' && *a <= '9')
+            a++;
+        while (*b >= '0' && *b <= '9')
+            b++;
+        if (*a != *b)
+            return 0;
+        if (!*a)
+            return 1;
+    }
+}
+
+/* 1 when n's job has a durable step newer than n's: n is not part of the
+ * newest checkpoint this node holds locally. */
+static int newer_step_durable(st_vfs *v, const vnode *n)
+{
+    vnode *jd = vfs_job_dir(n);
+    vjob *j = jd ? vfs_job(v, jd->name, 0) : NULL;
+    for (size_t i = 0; j && i < j->nsteps; i++)
+        if (j->steps[i].step > n->step && vfs_step_state(&j->steps[i]) == ST_VFS_STEP_DURABLE)
+            return 1;
+    return 0;
+}
+
+/* The durable file whose staging file a new file may take over (rule 5 of
+ * docs/MOUNT.md, "Recycled staging files"): a namesake of `fresh`, in the
+ * store unchanged, unopened, large enough for the pool, not read by the
+ * running upload, and of a step older than a durable step of its job; the
+ * oldest such step first. NULL: none. */
+static vnode *durable_namesake(st_vfs *v, const vnode *fresh)
+{
+    vnode *best = NULL;
+    for (uint64_t i = 0; i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        /* The cheap tests first: this runs at a create with the pool empty. */
+        if (!n || n == fresh || !n->sid || n->state != VFILE_DURABLE || !S_ISREG(n->mode) ||
+            n->size < SPARE_MIN_BYTES || n->opens || n->fetching || !n->remote ||
+            n->remote->step != n->step || !n->parent || (best && best->step <= n->step))
+            continue;
+        if (namesakes(n->name, fresh->name) && !in_upload(v, n->sid) && newer_step_durable(v, n))
+            best = n;
+    }
+    return best;
+}
+
+uint64_t vfs_spare_take(st_vfs *v, const vnode *fresh, uint64_t sid)
+{
+    uint64_t got = take_largest(v, sid);
+    if (got || !v->opts.staging_spare || !fresh->parent)
+        return got;
+    vnode *old = durable_namesake(v, fresh);
+    if (!old)
+        return 0;
+    /* Its bytes are in the store: it becomes remote again, as an eviction
+     * makes it; the row is rewritten after the rename, and a crash in
+     * between leaves a row whose staging file is gone, which recovery
+     * serves from the store. */
+    vfs_staging_release(v, old, 1);
+    (void)vfs_journal_put_file(v, old);
+    got = take_largest(v, sid);
+    if (got)
+        v->spare_durable_files++;
+    return got;
 }
 
 void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n)

@@ -63,6 +63,7 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->spare_bytes = v->spare_bytes;
     out->spare_files = v->nspares;
     out->spare_reused_bytes = v->spare_reused_bytes;
+    out->spare_durable_files = v->spare_durable_files;
     out->queue = v->nqueue;
     out->draining = v->draining;
     out->eta_durable_seconds = vfs_eta_durable_seconds(v, out->pending_bytes);

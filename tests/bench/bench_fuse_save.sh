@@ -11,6 +11,7 @@
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
 #       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N [--series-reps R]] [--rclone]
+#       [--keep N]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -31,7 +32,10 @@
 # per save index the median of the R paired ratios. --rclone: also rclone
 # mount (Debian's rclone) of a local directory as its remote, with the VFS
 # cache mode the peers bench uses (`writes`); after each save the run waits,
-# untimed, until rclone has copied the file to its remote.
+# untimed, until rclone has copied the file to its remote. --keep N: each
+# target keeps its N newest files, the trainer deleting older ones just
+# before a save (default 1: the previous file goes; a large N keeps every
+# checkpoint, as a job without rotation does: ~N GiB of disk per target).
 # passthrough_ll is compiled from /usr/share/doc/libfuse3-dev/examples into
 # BUILD_DIR/tests/bench/. Work files go to a fresh dir under --workdir
 # (default /var/tmp: a disk, not a tmpfs). Every mount is unmounted in a trap
@@ -43,7 +47,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench_build_dir "$@"
 shift
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
-base="" series=0 series_reps=1 rclone=0
+base="" series=0 series_reps=1 rclone=0 keep=1
 also=()
 same=()
 while [ $# -gt 0 ]; do
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --series) series=$2; shift ;;
     --series-reps) series_reps=$2; shift ;;
     --rclone) rclone=1 ;;
+    --keep) keep=$2; shift ;;
     -h|--help) usage ;;
     *) echo "bench_fuse_save: unknown option $1" >&2; usage ;;
     esac
@@ -229,7 +234,7 @@ json_args=()
 # (bash defers traps while a foreground command runs).
 timeout --kill-after=10 "$run_limit" "$py" "$here/fuse_save_bench.py" "${targets[@]}" \
     --size-mib "$size" --reps "$reps" --state "$state" ${settle_args[@]+"${settle_args[@]}"} \
-    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" --series-reps "$series_reps" &
+    ${json_args[@]+"${json_args[@]}"} ${same[@]+"${same[@]}"} --series "$series" --series-reps "$series_reps" --keep "$keep" &
 runner=$!
 wait "$runner"
 runner=""

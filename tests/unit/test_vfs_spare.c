@@ -4,8 +4,10 @@
  * one reads back as exactly its own bytes while it is written, after its
  * close and after a restart (stale bytes beyond its size, in a hole, or past
  * a truncate are never seen); the pool keeps to its cap; a file that the
- * running upload may read is not handed out until that upload ends; and the
- * staging cap empties the pool before it refuses a write.
+ * running upload may read is not handed out until that upload ends; the
+ * staging cap empties the pool before it refuses a write; and with nothing
+ * in the pool, a new file takes the staging file of a durable namesake of
+ * an older step, never the newest durable step's.
  */
 #include <dirent.h>
 
@@ -298,6 +300,85 @@ static void test_upload_holds_its_files(void)
     vh_staging_spare = 0;
 }
 
+/* Count of files in m's STAGING/data. */
+static int staging_files(vh_mount *m)
+{
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/data", m->staging);
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Writes a 4 MiB checkpoint file of step (seeded by it) and waits until it
+ * is durable. */
+static void save_durable(vh_mount *m, const char *name, uint64_t step)
+{
+    char path[128];
+    snprintf(path, sizeof path, VH_JOB "/%s", name);
+    uint8_t *b = vh_data(4 * MIB, step);
+    CHECK_OK(vh_write(m, path, b, 4 * MIB, VH_PID_A));
+    free(b);
+    st_vfs_complete_all(m->v, VH_JOB, 0); /* a step directory has no rule of its own here */
+    CHECK_OK(st_vfs_wait_idle(m->v, 20));
+    CHECK(strcmp(vh_state(m, step), "durable") == 0);
+}
+
+static int holds_step(vh_mount *m, const char *name, uint64_t step)
+{
+    char path[128];
+    snprintf(path, sizeof path, VH_JOB "/%s", name);
+    uint8_t *b = vh_data(4 * MIB, step);
+    int same = vh_file_is(m, path, b, 4 * MIB);
+    free(b);
+    return same;
+}
+
+/* Rule 5: a trainer that keeps every checkpoint deletes nothing, so the pool
+ * stays empty. A new file then takes the staging file of its namesake of an
+ * older step once a newer step is durable; the newest durable step keeps its
+ * copy, a file with no namesake takes nothing, and the old file reads its
+ * own bytes from the store, before and after a restart. */
+static void test_durable_namesake_taken(void)
+{
+    store_reset();
+    vh_staging_spare = 64 * MIB;
+    vh_mount m;
+    CHECK_OK(vh_mount_open(&m, store, "n1", "spare-durable", 1));
+    if (!m.v)
+        return;
+    save_durable(&m, "ckpt-000010.pt", 10);
+    save_durable(&m, "ckpt-000020.pt", 20);
+    /* Step 10 was the newest durable step when step 20's file was made. */
+    CHECK(stats_of(&m).spare_durable_files == 0);
+    CHECK(stats_of(&m).spare_reused_bytes == 0);
+    save_durable(&m, "ckpt-000030.pt", 30);
+    CHECK(stats_of(&m).spare_durable_files == 1);
+    CHECK(stats_of(&m).spare_reused_bytes == 4 * MIB);
+    CHECK(staging_files(&m) == 2);                   /* steps 20 and 30: step 10 is remote again */
+    save_durable(&m, "checkpoint-40/notes.bin", 40); /* no namesake: takes nothing */
+    CHECK(stats_of(&m).spare_durable_files == 1);
+    CHECK(staging_files(&m) == 3);
+    CHECK(holds_step(&m, "ckpt-000010.pt", 10)); /* fetched from the store */
+    CHECK(holds_step(&m, "ckpt-000020.pt", 20));
+    CHECK(holds_step(&m, "ckpt-000030.pt", 30));
+    vh_mount_close(&m);
+
+    CHECK_OK(vh_mount_open(&m, store, "n1", "spare-durable", 1));
+    if (m.v) {
+        CHECK(holds_step(&m, "ckpt-000010.pt", 10));
+        CHECK(holds_step(&m, "ckpt-000020.pt", 20));
+        CHECK(holds_step(&m, "ckpt-000030.pt", 30));
+        CHECK(holds_step(&m, "checkpoint-40/notes.bin", 40));
+        vh_mount_close(&m);
+    }
+    vh_staging_spare = 0;
+}
+
 int main(void)
 {
     if (vh_setup("vfs-spare"))
@@ -309,6 +390,7 @@ int main(void)
     RUN(test_pool_cap);
     RUN(test_staging_cap_empties_the_pool);
     RUN(test_upload_holds_its_files);
+    RUN(test_durable_namesake_taken);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
