@@ -20,6 +20,10 @@ What that must not break, each a test:
 * a new file written over a recycled staging file (docs/MOUNT.md,
   "Recycled staging files") reads back as its own bytes only, while
   written, after close and after a remount;
+* a trainer that keeps every torch.save checkpoint: the third save is
+  written over the staging file of the first (rule 5: a durable namesake
+  of a step older than a durable one), the second keeps its copy, and
+  every checkpoint loads back identical, also after a remount;
 * the background threads (uploader, refresher; gc with --gc) run 5 nice steps below
   the daemon's FUSE threads, so sealing earlier steps yields to a save
   (docs/MOUNT.md, "Background work yields to the writer").
@@ -35,7 +39,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mountlib import (CKPTCTL, Mount, MountTestCase, read_status, run_torch,  # noqa: E402
-                      sha256_file, wait_durable)
+                      sha256_file, wait_durable, wait_for)
 
 JOB = "job"
 MIB = 1 << 20
@@ -233,6 +237,35 @@ class WriteCacheTest(MountTestCase):
         self.m.start()
         with open(path, "rb") as f:
             self.assertEqual(f.read(), want, "after a remount")
+
+    def test_kept_checkpoints_feed_the_next_save(self):
+        # docs/MOUNT.md, "Recycled staging files", rule 5: nothing is
+        # deleted, so the pool stays empty; the third save takes the staging
+        # file of the first (its namesake, of a step older than a durable
+        # step), which is served from the store afterwards.
+        ref = self.tmp_dir("ref")
+        code = ("import sys, torch\n"
+                "torch.manual_seed(int(sys.argv[3]))\n"
+                "s = {'w%d' % i: torch.randn(1 << 20) for i in range(3)}\n"
+                "torch.save(s, sys.argv[1]); torch.save(s, sys.argv[2])\n")
+        names = ["ckpt-%06d.pt" % step for step in (10, 20, 30)]
+        for seed, (step, name) in enumerate(zip((10, 20, 30), names)):
+            run_torch(code, os.path.join(self.m.path, JOB, name), os.path.join(ref, name), seed,
+                      timeout=300)
+            wait_durable(CKPTCTL, self.store, JOB, step, timeout=120)
+            wait_for(lambda: {"job": JOB, "step": step, "state": "durable"} in
+                     [{k: e[k] for k in ("job", "step", "state")}
+                      for e in read_status(self.m.path)["steps"]], 60,
+                     "step %d durable in the mount's status" % step)
+            took = read_status(self.m.path)["spare_durable_files"]
+            self.assertEqual(took, 1 if step == 30 else 0,
+                             "step %d: durable namesakes taken" % step)
+        for mounted in ("after the saves", "after a remount"):
+            for name in names:
+                self.assertEqual(sha256_file(os.path.join(self.m.path, JOB, name)),
+                                 sha256_file(os.path.join(ref, name)), "%s %s" % (name, mounted))
+            self.m.unmount()
+            self.m.start()
 
     def test_background_threads_run_nicer(self):
         def nice_of(tid):
