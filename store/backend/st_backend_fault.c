@@ -22,8 +22,10 @@ typedef struct fault_ctx {
     unsigned get_delay_ms;            /* before a GET of a pack only */
     char fail_key[256];               /* "" : none */
     char put_hold[256];               /* "" : none; else a file that holds pack PUTs */
+    char get_hold[256];               /* "" : none; else a file that holds GETs of... */
+    char get_hold_key[256];           /* ...keys containing this ("": every key) */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
-    atomic_int get_delay_told, hold_told;
+    atomic_int get_delay_told, hold_told, get_hold_told;
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -74,9 +76,27 @@ static void delay_pack_get(fault_ctx *f, const char *key)
     }
 }
 
+/* get_hold: a GET of a matching key waits while the hold file exists, and
+ * makes HOLD.reached first, so the test knows a reader is inside the hold. */
+static void hold_get(fault_ctx *f, const char *key)
+{
+    if (!f->get_hold[0] || !strstr(key, f->get_hold_key) || access(f->get_hold, F_OK) != 0)
+        return;
+    if (!atomic_exchange(&f->get_hold_told, 1))
+        fprintf(stderr, "st_backend_fault: fired: get_hold=%s (first: %s)\n", f->get_hold, key);
+    char reached[sizeof f->get_hold + 8];
+    snprintf(reached, sizeof reached, "%s.reached", f->get_hold);
+    FILE *mark = fopen(reached, "w");
+    if (mark)
+        fclose(mark);
+    while (access(f->get_hold, F_OK) == 0)
+        sleep_ms(10);
+}
+
 static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     fault_ctx *f = ctx;
+    hold_get(f, key);
     delay_pack_get(f, key);
     return f->inner->ops->get(f->inner->ctx, key, off, len, out);
 }
@@ -85,6 +105,7 @@ static st_err fault_get_stream(void *ctx, const char *key, uint64_t off, uint64_
                                const st_get_sink *sink)
 {
     fault_ctx *f = ctx;
+    hold_get(f, key);
     delay_pack_get(f, key);
     return st_get_stream(f->inner, key, off, len, sink);
 }
@@ -153,6 +174,10 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
         } else if (!strncmp(it, "put_hold=", 9) && it[9]) {
             snprintf(f->put_hold, sizeof f->put_hold, "%s", it + 9);
+        } else if (!strncmp(it, "get_hold=", 9) && it[9]) {
+            snprintf(f->get_hold, sizeof f->get_hold, "%s", it + 9);
+        } else if (!strncmp(it, "get_hold_key=", 13) && it[13]) {
+            snprintf(f->get_hold_key, sizeof f->get_hold_key, "%s", it + 13);
         } else {
             free(f);
             free(w);
@@ -163,6 +188,7 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->fail_told, 0);
     atomic_init(&f->get_delay_told, 0);
     atomic_init(&f->hold_told, 0);
+    atomic_init(&f->get_hold_told, 0);
     f->inner = *b;
     f->ops = fault_ops_template;
     if (!f->inner->ops->del_many)

@@ -13,6 +13,11 @@
  *   "put_hold=PATH"    every PUT of a pack waits while the file PATH exists
  *                      (polled every 10 ms): a test holds an upload under way
  *                      for as long as it needs, then removes PATH
+ *   "get_hold=PATH"    every GET of a key containing the "get_hold_key=S"
+ *                      item (every key without one) waits while PATH exists,
+ *                      and first creates PATH.reached: a test holds a reader
+ *                      (a refresh loading a step) inside its store read,
+ *                      changes the mount meanwhile, then removes PATH
  * Unknown keys are an error, so a typo does not silently test nothing. Each
  * kind of fault says once on stderr that it fired, so a test can check it did.
  *

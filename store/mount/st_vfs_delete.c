@@ -193,6 +193,7 @@ st_err vfs_removal_commit(st_vfs *v, vfs_removal *rm)
     if ((e = vfs_journal_commit(v)) || !fresh)
         return e;
     /* Durable from here: the step leaves this mount now, the store later. */
+    j->removals++;
     if (!deletion_add(v, j, rm->step, rm->path, d.requested_ns))
         vfs_log(v, 2, "out of memory: the deletion of step %" PRIu64 " of %s waits for a restart",
                 rm->step, j->name);

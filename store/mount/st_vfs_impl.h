@@ -164,6 +164,10 @@ typedef struct vjob {
     vdeletion *dels; /* pending deletion requests */
     size_t ndels, dels_cap;
     uint64_t steps_deleted, objects_deleted, bytes_freed; /* by requests, since start */
+    /* Steps removed through the mount (vfs_removal_commit), since start: a
+     * refresh that loaded a step of this job while this count moved does
+     * not merge what it loaded (st_vfs_remote.c, load_step). */
+    uint64_t removals;
 } vjob;
 
 /* What the background GC thread reports (status file). */

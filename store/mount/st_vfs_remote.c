@@ -119,7 +119,8 @@ static void layout_seed(st_vfs *v, const char *job, st_stepview *sv)
  * shows the version every reader takes (sv.entries). Called again while the
  * step's listed revision is not the largest merged: paths then point at
  * their new version. */
-static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_bytes *buf)
+static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_t removals,
+                      st_bytes *buf)
 {
     st_stepview sv;
     if (st_catalog_load_view(v->backend, job, k, buf, &sv)) {
@@ -137,6 +138,15 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
     }
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 1);
+    if (j && j->removals != removals) {
+        /* A step of the job was removed through the mount while this one
+         * loaded: merging what was loaded before could bring that step back
+         * (its directory and the other nodes' files) until a later refresh
+         * forgot it again. The next refresh loads the step afresh. */
+        pthread_mutex_unlock(&v->lock);
+        st_stepview_free(&sv);
+        return;
+    }
     vnode *jd = vfs_child(v->root, job);
     if (!jd && (jd = vfs_node_new(v, v->root, job, S_IFDIR | 0755)))
         (void)vfs_journal_put_dir(v, jd); /* the store brings it back at the next start */
@@ -179,11 +189,12 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, st_byte
 
 /* 1 if the view already holds this step as the store has it (merged at the
  * revision listed now, or not to be merged again), or must not show it (its
- * deletion was requested here). */
-static int step_loaded(st_vfs *v, const char *job, const st_step_keys *k)
+ * deletion was requested here). *removals: the job's removal count now. */
+static int step_loaded(st_vfs *v, const char *job, const st_step_keys *k, uint64_t *removals)
 {
     pthread_mutex_lock(&v->lock);
     vjob *j = vfs_job(v, job, 0);
+    *removals = j ? j->removals : 0;
     vstep *s = j ? vfs_step(j, k->step, 0) : NULL;
     int loaded = (s && s->remote_loaded && !s->remote_skipped &&
                   (!s->remote_revision || s->remote_revision == k->max_revision)) ||
@@ -238,9 +249,11 @@ st_err vfs_remote_refresh(st_vfs *v)
         if ((e = st_catalog_list_steps(v->backend, jobs[i], &steps, &n)))
             break;
         forget_vanished(v, jobs[i], steps, n, listed_ns);
-        for (size_t k = 0; k < n; k++)
-            if (!step_loaded(v, jobs[i], &steps[k]))
-                load_step(v, jobs[i], &steps[k], &buf);
+        for (size_t k = 0; k < n; k++) {
+            uint64_t removals;
+            if (!step_loaded(v, jobs[i], &steps[k], &removals))
+                load_step(v, jobs[i], &steps[k], removals, &buf);
+        }
         st_step_keys_free(steps, n);
     }
     st_catalog_free_names(jobs, njobs);

@@ -675,7 +675,12 @@ class MountTestCase(unittest.TestCase):
             for m in self.mounts:
                 m.check_sanitizer()  # before the logs go with the temp dir
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            # CKPT_KEEP_TMP=1 keeps the test's directory (daemon logs,
+            # staging, store) for a post-mortem; its path is printed.
+            if os.environ.get("CKPT_KEEP_TMP"):
+                print("kept %s" % self.tmp, file=sys.stderr)
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start_mount(self, m, job):
         """Starts Mount m, stopped in tearDown, with the directory of job made

@@ -6,7 +6,8 @@
  * is not durable, or durable but not consistent (a rank missing), is never
  * shown; among stored versions of one path the newest step wins; rmdir of a
  * step directory drops the files the remote view added after it was listed;
- * a step deleted through one mount leaves the other's view.
+ * a step deleted through one mount leaves the other's view; a step removed
+ * while a refresh loads it is not merged back.
  *
  * Mounts are started (uploader, and a refresher every 0.1 s) unless a case
  * needs one held back; waits poll with VH_WAIT.
@@ -229,6 +230,48 @@ static void test_step_deleted_elsewhere_leaves_the_view(void)
     vh_mount_close(&b);
 }
 
+/* A refresh loads a step from the store without the mount's lock, then
+ * merges it. A step removed through the mount in between (rm -r of its
+ * directory, as a trainer's rotation does) must not come back when that
+ * load merges: it did, with the other node's files, until the next refresh
+ * forgot it again, and the rotation's check that the directory was gone
+ * failed (integration.gc_daemons, 1 run in ~20). The load is held inside
+ * its GET of node B's manifest while A removes the step. */
+static void test_removed_step_not_merged_back(void)
+{
+    store_reset();
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX];
+    snprintf(hold, sizeof hold, "%s/hold-load", vh_tmp);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020d/nodes/node-b", hold, 5);
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open_fault(&a, store, "node-a", "ghost-a", 1, spec));
+    CHECK_OK(vh_mount_open(&b, store, "node-b", "ghost-b", 1));
+    if (!a.v || !b.v)
+        return;
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000005/rank-0.bin", "a5", VH_PID_A));
+    CHECK_OK(vh_commit(&a, VH_JOB " 5 0 2\n"));
+    CHECK_OK(st_vfs_wait_idle(a.v, 20));
+    FILE *f = fopen(hold, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK_OK(vh_write_str(&b, VH_JOB "/step-000005/rank-1.bin", "b5", VH_PID_B));
+    CHECK_OK(vh_commit(&b, VH_JOB " 5 1 2\n"));
+    CHECK(VH_WAIT(vh_consistent(store, 5), 10));
+    /* A's refresher is inside its load of step 5 now. */
+    CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+    CHECK_OK(vh_rmtree(&a, VH_JOB "/step-000005"));
+    CHECK(!vh_exists(&a, VH_JOB "/step-000005"));
+    CHECK(unlink(hold) == 0);
+    /* The held load merges now; the step must not come back meanwhile. */
+    CHECK(!VH_WAIT(vh_exists(&a, VH_JOB "/step-000005"), 1.5));
+    /* Requested; kept in the store while it is the newest consistent step. */
+    CHECK(strcmp(vh_deletion(&a, 5), "") != 0);
+    vh_mount_close(&b);
+    vh_mount_close(&a);
+}
+
 int main(void)
 {
     if (vh_setup("vfs-remote"))
@@ -238,6 +281,7 @@ int main(void)
     RUN(test_newest_step_wins_a_path);
     RUN(test_rmdir_drops_files_added_after_the_listing);
     RUN(test_step_deleted_elsewhere_leaves_the_view);
+    RUN(test_removed_step_not_merged_back);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
