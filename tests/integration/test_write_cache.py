@@ -253,9 +253,8 @@ class WriteCacheTest(MountTestCase):
             run_torch(code, os.path.join(self.m.path, JOB, name), os.path.join(ref, name), seed,
                       timeout=300)
             wait_durable(CKPTCTL, self.store, JOB, step, timeout=120)
-            wait_for(lambda: {"job": JOB, "step": step, "state": "durable"} in
-                     [{k: e[k] for k in ("job", "step", "state")}
-                      for e in read_status(self.m.path)["steps"]], 60,
+            wait_for(lambda: any(e["job"] == JOB and e["step"] == step and e["state"] == "durable"
+                                 for e in read_status(self.m.path)["steps"]), 60,
                      "step %d durable in the mount's status" % step)
             took = read_status(self.m.path)["spare_durable_files"]
             self.assertEqual(took, 1 if step == 30 else 0,
