@@ -587,6 +587,16 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
         return ST_OK;
     }
     char path[PATH_MAX];
+    uint64_t kept = 0; /* the staging file left to the running upload */
+    if (n->sid && vfs_spare_in_upload(v, n->sid)) {
+        /* Truncated in place, the upload would read the new version, or
+         * part of it, as its snapshot's: a `latest` rewritten for step 3
+         * was stored in step 2 (docs/MOUNT.md, "A file rewritten while its
+         * step uploads"). The new version gets a staging file of its own. */
+        st_err e = vfs_spare_keep_for_upload(v, n, &kept);
+        if (e)
+            return e;
+    }
     vfs_set_write_failed(v, n, ST_OK); /* rewritten from the start */
     if (n->sid && n->size == 0 && n->stale_end) {
         /* Empty already (a create's O_TRUNC): a truncate would free the
@@ -619,7 +629,12 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
     n->state = VFILE_WRITING;
     n->from_remote = 0;
     n->mtime_ns = st_now_ns();
-    return vfs_journal_put_file(v, n);
+    st_err e = vfs_journal_put_file(v, n);
+    if (kept) { /* its row names the new file now; the pool's link stays */
+        vfs_staging_path(v, kept, path, sizeof path);
+        unlink(path);
+    }
+    return e;
 }
 
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,

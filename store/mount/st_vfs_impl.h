@@ -309,6 +309,10 @@ typedef struct vspare {
     uint64_t sid;
     uint64_t size;
     int held; /* the running upload may still read it: not handed out yet */
+    /* Kept for the running upload whatever the pool's rules (a rewrite of
+     * a file it reads, vfs_spare_keep_for_upload); judged by them when that
+     * upload ends. */
+    int for_upload;
 } vspare;
 
 typedef struct upload_item {
@@ -590,6 +594,19 @@ void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes);
  * vfs_spare_upload_end. */
 void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n);
 void vfs_spare_upload_end(st_vfs *v);
+/* 1 when the running upload may read staging file sid. */
+int vfs_spare_in_upload(const st_vfs *v, uint64_t sid);
+/* n is about to be rewritten from empty while the running upload may read
+ * its staging file: that file is linked into the pool, held for the upload
+ * whatever the pool's rules, and n gets none (n->sid 0). *old: the sid whose
+ * STAGING/data name the caller unlinks once n's journal row no longer names
+ * it (a crash before leaves the old row and its file). docs/MOUNT.md, "A file
+ * rewritten while its step uploads". */
+st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old);
+/* Opens, read-only, the staging file sid that the running upload took in
+ * its snapshot: STAGING/data/<sid>, or the pool's copy kept for it. -1 and
+ * errno on failure. */
+int vfs_spare_upload_open(st_vfs *v, uint64_t sid);
 
 /* st_vfs_remote.c */
 st_err vfs_remote_refresh(st_vfs *v);

@@ -87,8 +87,16 @@ static void spare_remove(st_vfs *v, size_t i)
 
 void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes)
 {
-    while (v->nspares && v->spare_bytes > keep_bytes)
-        spare_remove(v, 0); /* the oldest first */
+    /* The oldest first. Files the running upload may still read stay unless
+     * everything must go (a full disk, the unmount): the upload would fail
+     * on one gone, and a file kept for it (vfs_spare_keep_for_upload) holds
+     * the only copy of what the upload's step publishes. */
+    for (size_t i = 0; i < v->nspares && v->spare_bytes > keep_bytes;) {
+        if (v->spares[i].held && keep_bytes)
+            i++;
+        else
+            spare_remove(v, i);
+    }
 }
 
 uint64_t st_vfs_drop_spares(st_vfs *v)
@@ -113,7 +121,7 @@ void vfs_spare_close(st_vfs *v)
     v->spares_cap = v->upload_sids_cap = v->nupload_sids = 0;
 }
 
-static int in_upload(const st_vfs *v, uint64_t sid)
+int vfs_spare_in_upload(const st_vfs *v, uint64_t sid)
 {
     if (v->upload_sids_unknown)
         return 1;
@@ -151,7 +159,8 @@ static int spare_give(st_vfs *v, vnode *n)
     spare_path(v, n->sid, to, sizeof to);
     if (rename(from, to) < 0)
         return 0;
-    v->spares[v->nspares++] = (vspare){.sid = n->sid, .size = size, .held = in_upload(v, n->sid)};
+    v->spares[v->nspares++] =
+        (vspare){.sid = n->sid, .size = size, .held = vfs_spare_in_upload(v, n->sid)};
     v->spare_bytes += size;
     return 1;
 }
@@ -250,7 +259,8 @@ static vnode *durable_namesake(st_vfs *v, const vnode *fresh)
             n->size < SPARE_MIN_BYTES || n->opens || n->fetching || !n->remote ||
             n->remote->step != n->step || !n->parent || (best && best->step <= n->step))
             continue;
-        if (namesakes(n->name, fresh->name) && !in_upload(v, n->sid) && newer_step_durable(v, n))
+        if (namesakes(n->name, fresh->name) && !vfs_spare_in_upload(v, n->sid) &&
+            newer_step_durable(v, n))
             best = n;
     }
     return best;
@@ -294,8 +304,54 @@ void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n)
 
 void vfs_spare_upload_end(st_vfs *v)
 {
+    uint64_t cap = v->opts.staging_spare;
     v->nupload_sids = 0;
     v->upload_sids_unknown = 0;
+    for (size_t i = 0; i < v->nspares;) {
+        vspare *sp = &v->spares[i];
+        sp->held = 0;
+        /* Kept for the upload only: now judged as rule 1 judges a file
+         * entering the pool (the disk-room test aside). */
+        if (sp->for_upload && (!cap || sp->size < SPARE_MIN_BYTES || sp->size > cap)) {
+            spare_remove(v, i);
+            continue;
+        }
+        sp->for_upload = 0;
+        i++;
+    }
+    vfs_spare_shrink(v, cap);
+}
+
+st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old)
+{
+    *old = 0;
+    if (st_array_grow((void **)&v->spares, &v->spares_cap, v->nspares + 1, sizeof *v->spares))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    char from[PATH_MAX], to[PATH_MAX];
+    vfs_staging_path(v, n->sid, from, sizeof from);
+    spare_path(v, n->sid, to, sizeof to);
+    /* A link, not a rename: until the caller has rewritten n's row, the row
+     * and its staging file still agree if the daemon dies. */
+    if (link(from, to) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                         "keep the staging file the upload reads: %s", strerror(errno));
+    uint64_t size = n->stale_end > n->size ? n->stale_end : n->size;
+    v->spares[v->nspares++] = (vspare){.sid = n->sid, .size = size, .held = 1, .for_upload = 1};
+    v->spare_bytes += size;
+    v->staged_bytes -= n->size;
+    *old = n->sid;
+    n->sid = 0;
+    n->stale_end = 0;
+    n->write_front = 0;
+    return ST_OK;
+}
+
+int vfs_spare_upload_open(st_vfs *v, uint64_t sid)
+{
+    char path[PATH_MAX];
+    vfs_staging_path(v, sid, path, sizeof path);
     for (size_t i = 0; i < v->nspares; i++)
-        v->spares[i].held = 0;
+        if (v->spares[i].sid == sid && v->spares[i].for_upload)
+            spare_path(v, sid, path, sizeof path);
+    return open(path, O_RDONLY | O_CLOEXEC);
 }

@@ -250,11 +250,13 @@ static void hold_snapshot_files(st_vfs *v, const snapshot *s)
 /* Stores one staged file through the ingest. */
 static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
 {
-    char sp[PATH_MAX];
-    vfs_staging_path(v, f->sid, sp, sizeof sp);
-    int fd = open(sp, O_RDONLY | O_CLOEXEC);
+    /* Where a rewrite since the snapshot left it, if it did (lock: the pool) */
+    pthread_mutex_lock(&v->lock);
+    int fd = vfs_spare_upload_open(v, f->sid);
+    int err = errno;
+    pthread_mutex_unlock(&v->lock);
     if (fd < 0)
-        return st_seterr(ST_ERR_IO, "open staged %s: %s", f->path, strerror(errno));
+        return st_seterr(ST_ERR_IO, "open staged %s: %s", f->path, strerror(err));
     struct stat st;
     memset(&st, 0, sizeof st);
     st.st_mode = f->mode;

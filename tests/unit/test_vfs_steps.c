@@ -154,6 +154,57 @@ static void test_r2_naming_markers(void)
     vh_mount_close(&m);
 }
 
+/*
+ * R2 with the named step still uploading: the trainer rewrites `latest` for
+ * step 3 (open with O_TRUNC) after step 2's upload took its snapshot and
+ * before it read the file. Step 2 must still store the `latest` that named
+ * it. The rewrite used to truncate the staging file the upload was about to
+ * read, so step 2 stored "global_step3" (or nothing), and a fresh node that
+ * resumed at step 2 read a `latest` naming a step it could not load
+ * (integration.multinode failed on it in CI). Held with a GET the upload
+ * makes between its snapshot and its reads: its own part record of step 2.
+ * Run with the pool of recycled files off and on: the old staging file must
+ * outlive the upload whatever the pool's limits.
+ */
+static void test_r2_marker_rewritten_while_its_step_uploads(void)
+{
+    static const uint64_t pools[] = {0, 64u << 20};
+    for (size_t p = 0; p < sizeof pools / sizeof *pools; p++) {
+        st_backend_close(store);
+        store = NULL;
+        CHECK_OK(st_backend_mem_open(&store));
+        char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX], name[32];
+        snprintf(hold, sizeof hold, "%s/hold-r2-%zu", vh_tmp, p);
+        snprintf(reached, sizeof reached, "%s.reached", hold);
+        snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020d/nodes/a.commit", hold, 2);
+        snprintf(name, sizeof name, "r2-rewrite-%zu", p);
+        FILE *f = fopen(hold, "w");
+        CHECK(f != NULL);
+        if (f)
+            fclose(f);
+        vh_staging_spare = pools[p];
+        vh_mount m;
+        CHECK_OK(vh_mount_open_fault(&m, store, "a", name, 1, spec));
+        vh_staging_spare = 0;
+        if (!m.v)
+            return;
+        CHECK_OK(vh_mkdirs(&m, VH_JOB));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/zero_pp_rank_0_states.pt", "z2", VH_PID_A));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
+        /* Step 2's upload has its snapshot and waits on the GET. */
+        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
+        CHECK(unlink(hold) == 0);
+        CHECK_OK(st_vfs_wait_idle(m.v, 20));
+        CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
+        CHECK(vh_stored_content_is(store, 3, "latest", "global_step3"));
+        CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step3"));
+        vh_mount_close(&m);
+        unlink(reached);
+    }
+}
+
 /* ---- R3: a single-file step ---- */
 
 static void test_r3_single_file(void)
@@ -392,6 +443,7 @@ int main(void)
     RUN(test_r3_single_file);
     RUN(test_r4_writer_moves_on);
     RUN(test_r4_completes_when_the_last_file_of_s_closes);
+    RUN(test_r2_marker_rewritten_while_its_step_uploads);
     RUN(test_r5_change_after_completion);
     RUN(test_r6_loose_files);
     RUN(test_r7_explicit_commit);

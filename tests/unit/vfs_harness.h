@@ -45,6 +45,7 @@
 #include "util/st_fsutil.h"
 #include "format/st_part.h"
 #include "engine/st_catalog.h"
+#include "engine/st_restore.h"
 #include "st_vfs.h"
 #include "ut.h"
 
@@ -671,6 +672,65 @@ static inline int vh_stored_is(st_backend *b, uint64_t step, const char *want)
     fprintf(stderr, "  step %llu stored: %s\n  want:            %s\n", (unsigned long long)step,
             got, want);
     return 0;
+}
+
+/*
+ * The content the store holds of path in step of VH_JOB (the version every
+ * reader takes) into *out; "?" on any error (not stored, cannot restore).
+ */
+static inline void vh_stored_content(st_backend *b, uint64_t step, const char *path, st_bytes *out)
+{
+    st_step_keys *keys = NULL;
+    size_t n = 0;
+    st_err e = st_catalog_list_steps(b, VH_JOB, &keys, &n);
+    st_bytes_free(out);
+    for (size_t k = 0; !e && k < n; k++) {
+        st_bytes buf = {0};
+        st_stepview sv;
+        if (keys[k].step != step || st_catalog_load_view(b, VH_JOB, &keys[k], &buf, &sv)) {
+            st_bytes_free(&buf);
+            continue;
+        }
+        for (size_t i = 0; i < sv.nentries; i++) {
+            if (strcmp(sv.entries[i].f->path, path))
+                continue;
+            char tmp[PATH_MAX];
+            snprintf(tmp, sizeof tmp, "%s/stored-content-XXXXXX", vh_tmp);
+            int fd = mkstemp(tmp);
+            st_restorer *r = NULL;
+            if (fd >= 0 && st_restorer_new(b, VH_JOB, &r) == ST_OK &&
+                st_restore_file(r, sv.entries[i].m, sv.entries[i].f, fd) == ST_OK) {
+                struct stat st;
+                if (fstat(fd, &st) == 0 && st_bytes_reserve(out, (size_t)st.st_size + 1) == ST_OK &&
+                    pread(fd, out->data, (size_t)st.st_size, 0) == st.st_size)
+                    out->len = (size_t)st.st_size;
+            }
+            st_restorer_free(r);
+            if (fd >= 0) {
+                close(fd);
+                unlink(tmp);
+            }
+        }
+        st_stepview_free(&sv);
+        st_bytes_free(&buf);
+    }
+    st_step_keys_free(keys, n);
+}
+
+/* 1 if path in step of VH_JOB is stored with exactly the content want; else
+ * 0, and what it holds goes to stderr. */
+static inline int vh_stored_content_is(st_backend *b, uint64_t step, const char *path,
+                                       const char *want)
+{
+    st_bytes got = {0};
+    vh_stored_content(b, step, path, &got);
+    int same = got.data && got.len == strlen(want) && memcmp(got.data, want, got.len) == 0;
+    if (!same)
+        fprintf(stderr, "  step %llu stores %s as \"%.*s\" (%zu bytes), want \"%s\"\n",
+                (unsigned long long)step, path, (int)(got.data ? got.len : 0),
+                got.data ? (const char *)got.data : "", got.data ? got.len : 0, want);
+    st_bytes_free(&got);
+    return same;
 }
 
 /* 1 if the store holds step of VH_JOB and it is consistent. */
