@@ -352,7 +352,14 @@ struct st_vfs {
     uint64_t *upload_sids;        /* what the running upload may read */
     size_t nupload_sids, upload_sids_cap;
     int upload_sids_unknown; /* that list could not be kept: hold everything */
-    uint64_t nfailed;        /* files in the tree with write_failed set */
+    /* Rule 5's candidates (st_vfs_spare.c, namesake_candidates): inode
+     * numbers of the files that may give their staging file to a namesake,
+     * as of durable_gen == candidates_gen. durable_gen moves whenever files
+     * or steps may have become durable (vfs_spare_durable_changed). */
+    uint64_t *candidates;
+    size_t ncandidates, candidates_cap;
+    uint64_t durable_gen, candidates_gen;
+    uint64_t nfailed; /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;
 
@@ -594,6 +601,10 @@ void vfs_spare_shrink(st_vfs *v, uint64_t keep_bytes);
  * vfs_spare_upload_end. */
 void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n);
 void vfs_spare_upload_end(st_vfs *v);
+/* Files or steps may have become durable (an upload ended, a fetch ended,
+ * another node's step was merged): rule 5's candidates are looked for
+ * again at the next create that needs one. */
+void vfs_spare_durable_changed(st_vfs *v);
 /* 1 when the running upload may read staging file sid. */
 int vfs_spare_in_upload(const st_vfs *v, uint64_t sid);
 /* n is about to be rewritten from empty while the running upload may read

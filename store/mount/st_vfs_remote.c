@@ -175,6 +175,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_
         layout_seed(v, job, &sv); /* moves parts[0] out */
         s->remote_loaded = 1;
         s->remote_revision = merged;
+        vfs_spare_durable_changed(v); /* a durable step: older copies may go (rule 5) */
         s->remote_skipped = skipped;
         /* This node's clock, not the writer's created_ns: forget_vanished
          * compares it with this node's listing time, and a writer whose
@@ -519,6 +520,7 @@ static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
         n->from_remote = 1;
         n->durable_version = n->version;
         v->staged_bytes += fx->size;
+        vfs_spare_durable_changed(v); /* a durable local copy: rule 5 may take it */
         /* The copy is a cache of durable content: without its row a restart
          * fetches it again. Only a whole, verified copy gets a row. */
         (void)vfs_journal_put_file(v, n);

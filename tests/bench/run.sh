@@ -8,7 +8,8 @@
 # XXH3-128 throughput, codec throughput and compression ratios on real fp32
 # and bf16 torch checkpoints (with and without the byte-plane shuffle), the
 # dedup table of the chunker on real checkpoints, the cost of a write by where
-# its pages come from (bench_page_reuse.py) and, full runs only, time to
+# its pages come from (bench_page_reuse.py), the cost of a create in a mount
+# of many files (bench_creates) and, full runs only, time to
 # durable and restore against disk, CPU and raw PUT/GET (bench_durable.sh; its
 # smoke run is the ctest bench.durable_smoke, as bench_s3.sh's is s3.bench_smoke).
 set -euo pipefail
@@ -42,6 +43,10 @@ $py "$here/chunker_dedup_table.py" "$build/tests/bench/bench_dedup" "$work/chunk
 echo "== where a write's pages come from: new, just freed, or recycled (docs/MOUNT.md)"
 if [ "$mode" = --smoke ]; then $py "$here/bench_page_reuse.py" "$work" --size 16 --rounds 1
 else $py "$here/bench_page_reuse.py" "$work" --rounds 3; $py "$here/bench_page_reuse.py" "$work" --rounds 3 --sync; fi
+
+echo "== a create in a mount of many files, recycled-file pool off and on (docs/MOUNT.md, rule 5)"
+if [ "$mode" = --smoke ]; then "$build/tests/bench/bench_creates" --files 300 --steps 2 --reps 1
+else "$build/tests/bench/bench_creates" --files 10000 --steps 3 --reps 3; fi
 
 if [ "$mode" != --smoke ]; then
     echo "== time to durable and restore vs disk, CPU and raw S3 PUT/GET (own s3rver)"
