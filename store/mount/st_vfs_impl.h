@@ -349,16 +349,16 @@ struct st_vfs {
     uint64_t spare_bytes;                            /* their lengths */
     uint64_t spare_reused_bytes, spare_reused_files; /* taken since start */
     uint64_t spare_durable_files; /* of those: durable files' staging files (rule 5) */
-    uint64_t *upload_sids;        /* what the running upload may read */
+    uint64_t *upload_sids;        /* what the running upload may read, sorted */
     size_t nupload_sids, upload_sids_cap;
     int upload_sids_unknown; /* that list could not be kept: hold everything */
     /* Rule 5's candidates (st_vfs_spare.c, namesake_candidates): inode
-     * numbers of the files that may give their staging file to a namesake,
-     * as of durable_gen == candidates_gen. durable_gen moves whenever files
-     * or steps may have become durable (vfs_spare_durable_changed). */
+     * numbers of the files that may give their staging file to a namesake;
+     * listed again once files or steps may have become durable
+     * (vfs_spare_durable_changed clears candidates_listed). */
     uint64_t *candidates;
     size_t ncandidates, candidates_cap;
-    uint64_t durable_gen, candidates_gen;
+    int candidates_listed;
     uint64_t nfailed; /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;

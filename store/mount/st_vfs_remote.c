@@ -175,8 +175,8 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_
         layout_seed(v, job, &sv); /* moves parts[0] out */
         s->remote_loaded = 1;
         s->remote_revision = merged;
-        vfs_spare_durable_changed(v); /* a durable step: older copies may go (rule 5) */
         s->remote_skipped = skipped;
+        vfs_spare_durable_changed(v); /* a durable step: older copies may go (rule 5) */
         /* This node's clock, not the writer's created_ns: forget_vanished
          * compares it with this node's listing time, and a writer whose
          * clock is ahead would keep a step deleted by GC in the view until

@@ -124,14 +124,44 @@ void vfs_spare_close(st_vfs *v)
     v->spares_cap = v->upload_sids_cap = v->nupload_sids = 0;
 }
 
+static int cmp_sid(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 int vfs_spare_in_upload(const st_vfs *v, uint64_t sid)
 {
-    if (v->upload_sids_unknown)
-        return 1;
-    for (size_t i = 0; i < v->nupload_sids; i++)
-        if (v->upload_sids[i] == sid)
-            return 1;
-    return 0;
+    /* Sorted by vfs_spare_upload_begin: a truncating open of a file asks
+     * this, and a step's snapshot may hold 10,000 files. */
+    return v->upload_sids_unknown ||
+           (v->nupload_sids &&
+            bsearch(&sid, v->upload_sids, v->nupload_sids, sizeof sid, cmp_sid) != NULL);
+}
+
+/* The length n's staging file has on disk: a recycled file not yet closed
+ * still holds stale bytes past its size. */
+static uint64_t staging_length(const vnode *n)
+{
+    return n->stale_end > n->size ? n->stale_end : n->size;
+}
+
+/* Appends a pool entry for staging file sid, now at STAGING/spare/<sid>
+ * (the caller grew the array). */
+static void spare_add(st_vfs *v, uint64_t sid, uint64_t size, int held, int for_upload)
+{
+    v->spares[v->nspares++] =
+        (vspare){.sid = sid, .size = size, .held = held, .for_upload = for_upload};
+    v->spare_bytes += size;
+}
+
+/* n no longer has a staging file (its file was moved or unlinked). */
+static void staging_detach(st_vfs *v, vnode *n)
+{
+    v->staged_bytes -= n->size;
+    n->sid = 0;
+    n->stale_end = 0;
+    n->write_front = 0;
 }
 
 /* 1 when `size` more bytes in the pool leave the staging disk room. */
@@ -148,9 +178,7 @@ static int disk_has_room(const st_vfs *v, uint64_t size)
 static int spare_give(st_vfs *v, vnode *n)
 {
     uint64_t cap = v->opts.staging_spare;
-    /* Its length: a recycled file not yet closed still holds stale bytes
-     * past its size (they are reused all the same). */
-    uint64_t size = n->stale_end > n->size ? n->stale_end : n->size;
+    uint64_t size = staging_length(n); /* stale bytes past the size are reused all the same */
     if (!cap || n->opens || size < SPARE_MIN_BYTES || size > cap)
         return 0;
     vfs_spare_shrink(v, cap - size);
@@ -162,9 +190,7 @@ static int spare_give(st_vfs *v, vnode *n)
     spare_path(v, n->sid, to, sizeof to);
     if (rename(from, to) < 0)
         return 0;
-    v->spares[v->nspares++] =
-        (vspare){.sid = n->sid, .size = size, .held = vfs_spare_in_upload(v, n->sid)};
-    v->spare_bytes += size;
+    spare_add(v, n->sid, size, vfs_spare_in_upload(v, n->sid), 0);
     return 1;
 }
 
@@ -184,10 +210,7 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle)
         vfs_staging_path(v, n->sid, sp, sizeof sp);
         unlink(sp);
     }
-    v->staged_bytes -= n->size;
-    n->sid = 0;
-    n->stale_end = 0;
-    n->write_front = 0;
+    staging_detach(v, n);
 }
 
 void vfs_spare_last_close(st_vfs *v, vnode *n)
@@ -248,7 +271,7 @@ static int newer_step_durable(st_vfs *v, const vnode *n)
 }
 
 /* 1 when n may give its staging file to a namesake under rule 5, as far as
- * tests that do not change until durable_gen moves can tell: durable with a
+ * tests that do not change between two lists can tell: durable with a
  * local copy that the store holds unchanged, large enough for the pool, not
  * read by the running upload, of a step older than a durable step of its
  * job. The cheap tests first. */
@@ -261,20 +284,21 @@ static int candidate(st_vfs *v, const vnode *n)
 
 void vfs_spare_durable_changed(st_vfs *v)
 {
-    v->durable_gen++;
+    v->candidates_listed = 0;
 }
 
-/* Lists rule 5's candidates again if durable_gen moved since the last list.
+/* Lists rule 5's candidates again if something may have become durable
+ * since the last list (vfs_spare_durable_changed).
  * Scanning every inode at each create cost a 10,000-file step ~0.7 ms per
  * create with 20,000 files in the mount (docs/BENCHMARKS.md, "Rule 5's
  * scan"); now the scan runs once per upload, and a create only looks at the
- * candidates. A file that becomes a candidate between two moves of
- * durable_gen (a handle on it closed) is only missed until the next one:
- * pages not reused, nothing else. */
+ * candidates. A file that becomes a candidate between two lists (a handle
+ * on it closed) is only missed until the next one: pages not reused,
+ * nothing else. */
 static void namesake_candidates(st_vfs *v)
 {
-    if (v->candidates_gen == v->durable_gen + 1)
-        return; /* listed at this generation (+1: generation 0 is listed too) */
+    if (v->candidates_listed)
+        return;
     v->ncandidates = 0;
     for (uint64_t i = 0; i < v->ninodes; i++) {
         if (!candidate(v, v->inodes[i]) ||
@@ -283,7 +307,7 @@ static void namesake_candidates(st_vfs *v)
             continue;
         v->candidates[v->ncandidates++] = i;
     }
-    v->candidates_gen = v->durable_gen + 1;
+    v->candidates_listed = 1;
 }
 
 /* The durable file whose staging file a new file may take over (rule 5 of
@@ -339,6 +363,7 @@ void vfs_spare_upload_begin(st_vfs *v, const uint64_t *sids, size_t n)
         return;
     }
     memcpy(v->upload_sids, sids, n * sizeof *sids);
+    qsort(v->upload_sids, n, sizeof *v->upload_sids, cmp_sid);
     v->nupload_sids = n;
 }
 
@@ -376,14 +401,9 @@ st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old)
     if (link(from, to) < 0)
         return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
                          "keep the staging file the upload reads: %s", strerror(errno));
-    uint64_t size = n->stale_end > n->size ? n->stale_end : n->size;
-    v->spares[v->nspares++] = (vspare){.sid = n->sid, .size = size, .held = 1, .for_upload = 1};
-    v->spare_bytes += size;
-    v->staged_bytes -= n->size;
+    spare_add(v, n->sid, staging_length(n), 1, 1);
     *old = n->sid;
-    n->sid = 0;
-    n->stale_end = 0;
-    n->write_front = 0;
+    staging_detach(v, n);
     return ST_OK;
 }
 
@@ -392,7 +412,9 @@ int vfs_spare_upload_open(st_vfs *v, uint64_t sid)
     char path[PATH_MAX];
     vfs_staging_path(v, sid, path, sizeof path);
     for (size_t i = 0; i < v->nspares; i++)
-        if (v->spares[i].sid == sid && v->spares[i].for_upload)
+        if (v->spares[i].sid == sid && v->spares[i].for_upload) {
             spare_path(v, sid, path, sizeof path);
+            break;
+        }
     return open(path, O_RDONLY | O_CLOEXEC);
 }
