@@ -588,6 +588,10 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
     }
     char path[PATH_MAX];
     uint64_t kept = 0; /* the staging file left to the running upload */
+    /* A naming marker's version its step has not stored yet stays that
+     * step's (docs/MOUNT.md, "A naming marker replaced before its step is
+     * stored"): its file is kept where it is. */
+    int marker_kept = n->sid && vfs_keep_marker(v, n);
     if (n->sid && vfs_spare_in_upload(v, n->sid)) {
         /* Truncated in place, the upload would read the new version, or
          * part of it, as its snapshot's: a `latest` rewritten for step 3
@@ -615,9 +619,13 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
         if (!stale) {
             vfs_staging_path(v, sid, path, sizeof path);
             int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-            if (fd < 0)
-                return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
-                                 "create staging file: %s", strerror(errno));
+            if (fd < 0) {
+                st_err e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
+                                     "create staging file: %s", strerror(errno));
+                if (marker_kept) /* the file stays as it was */
+                    vfs_keep_undo(v, n);
+                return e;
+            }
             close(fd);
         }
         n->sid = sid;
@@ -912,8 +920,16 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
                 goto out; /* nothing changed yet */
             vfs_unlink_node(v, target);
             vfs_maybe_free(v, target);
-        } else if ((e = vfs_drop_file(v, target, 1, 1))) {
-            goto out; /* nothing changed yet */
+        } else {
+            /* The version of a naming marker its step has not stored yet
+             * stays that step's (docs/MOUNT.md, "A naming marker replaced
+             * before its step is stored"). */
+            int marker_kept = vfs_keep_marker(v, target);
+            if ((e = vfs_drop_file(v, target, 1, 1))) {
+                if (marker_kept)
+                    vfs_keep_undo(v, target);
+                goto out; /* nothing changed yet */
+            }
         }
     }
     char *nm = strdup(newname);
@@ -1600,6 +1616,24 @@ st_err st_vfs_wait_idle(st_vfs *v, double timeout_s)
 
 /* ---- open / close ---- */
 
+/* Recovery of a naming marker's version kept for its step: the step is
+ * queued as a step with files to upload is. */
+static void recover_kept(void *arg, const char *job, uint64_t step, const char *path, uint64_t sid,
+                         uint32_t mode, int64_t mtime_ns)
+{
+    st_vfs *v = arg;
+    if (!vfs_kept_restore(v, job, step, path, sid, mode, mtime_ns))
+        return;
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j ? vfs_step(j, step, 0) : NULL;
+    if (s && s->complete)
+        vfs_enqueue(v, j->name, s->step);
+    else if (s) { /* published eagerly once quiet */
+        s->dirty = 1;
+        s->last_activity_ns = st_mono_ns();
+    }
+}
+
 /* A restart: the namespace and steps from the journal, then the deletion
  * requests it holds (before anything is queued: a step whose deletion was
  * requested is never published again), then the upload queue. Lock held. */
@@ -1611,6 +1645,8 @@ static st_err recover(st_vfs *v)
     for (size_t i = 0; !e && i < ndels; i++)
         e = vfs_deletion_restore(v, dels[i].job, dels[i].step, dels[i].path, dels[i].requested_ns);
     vfs_recovered_deletions_free(dels, ndels);
+    if (!e)
+        e = vfs_journal_each_kept(v, recover_kept, v);
     if (e)
         return e;
     /* Queue the complete steps that still have files to upload. */
@@ -1877,6 +1913,7 @@ void st_vfs_close(st_vfs *v)
     pthread_mutex_lock(&v->lock);
     vfs_journal_close(v);
     vfs_spare_close(v);
+    vfs_kept_close(v);
     pthread_mutex_unlock(&v->lock);
     for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
         if (v->inodes[i])

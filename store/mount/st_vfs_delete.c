@@ -111,6 +111,7 @@ static void drop_step_state(st_vfs *v, vjob *j, uint64_t step)
             memmove(v->queue + i, v->queue + i + 1, (--v->nqueue - i) * sizeof *v->queue);
         else
             i++;
+    vfs_kept_drop_step(v, j->name, step);
     vstep *s = vfs_step(j, step, 0);
     if (!s)
         return;

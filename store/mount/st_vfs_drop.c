@@ -95,6 +95,7 @@ void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step)
     if (left || !s || s->writers || s->uploading || s->queued)
         return;
     free(s->commits);
+    vfs_kept_drop_step(v, j->name, step);
     size_t i = (size_t)(s - j->steps);
     memmove(j->steps + i, j->steps + i + 1, (j->nsteps - i - 1) * sizeof *j->steps);
     j->nsteps--;

@@ -315,6 +315,20 @@ typedef struct vspare {
     int for_upload;
 } vspare;
 
+/* A naming marker's version kept for its step (st_vfs_keep.c): the content
+ * of `path` that step `step` of `job` must still publish; STAGING/data/<sid>,
+ * named by a journal row of table `kept` and by no vnode. */
+typedef struct vkept {
+    char job[ST_JOB_MAX + 1];
+    uint64_t step;
+    char *path;
+    uint64_t sid;
+    uint64_t size;
+    uint32_t mode;
+    int64_t mtime_ns;
+    int released; /* stored or superseded: row gone, file unlinked once no upload reads it */
+} vkept;
+
 typedef struct upload_item {
     char job[ST_JOB_MAX + 1];
     uint64_t step;
@@ -359,6 +373,8 @@ struct st_vfs {
     uint64_t *candidates;
     size_t ncandidates, candidates_cap;
     int candidates_listed;
+    vkept *kept; /* naming markers' versions kept for their step (st_vfs_keep.c) */
+    size_t nkept, kept_cap;
     uint64_t nfailed; /* files in the tree with write_failed set */
     vjob *jobs;
     size_t njobs, jobs_cap;
@@ -560,6 +576,15 @@ st_err vfs_journal_put_deletion(st_vfs *v, const char *job, const vdeletion *d);
 st_err vfs_journal_drop_deletion(st_vfs *v, const char *job, uint64_t step);
 /* Drops the tombstones at path and below it. */
 st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path);
+/* Kept versions of naming markers: the kept table (st_vfs_keep.c). */
+st_err vfs_journal_put_kept(st_vfs *v, const vkept *k);
+st_err vfs_journal_drop_kept(st_vfs *v, const char *job, uint64_t step, const char *path);
+/* Calls each(arg, job, step, path, sid, mode, mtime_ns) for every kept row. */
+st_err vfs_journal_each_kept(st_vfs *v,
+                             void (*each)(void *arg, const char *job, uint64_t step,
+                                          const char *path, uint64_t sid, uint32_t mode,
+                                          int64_t mtime_ns),
+                             void *arg);
 
 /* st_vfs_drop.c — every call under v->lock */
 /* Removes file n from the namespace and frees its staging data; with
@@ -618,6 +643,38 @@ st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old);
  * its snapshot: STAGING/data/<sid>, or the pool's copy kept for it. -1 and
  * errno on failure. */
 int vfs_spare_upload_open(st_vfs *v, uint64_t sid);
+
+/* n (its staging file moved or unlinked) no longer has a staging file. */
+void vfs_staging_detach(st_vfs *v, vnode *n);
+
+/* st_vfs_keep.c — naming markers' versions kept for their step
+ * (docs/MOUNT.md, "A naming marker replaced before its step is stored");
+ * every call under v->lock */
+/* n is about to be truncated to empty or replaced by a rename. If it is a
+ * naming marker's version that its step has not stored yet, its staging
+ * file is kept for that step (journal row first) and n has none any more
+ * (n->sid 0): returns 1. 0: nothing kept, n unchanged. */
+int vfs_keep_marker(st_vfs *v, vnode *n);
+/* Gives n back the staging file the last vfs_keep_marker took from it (the
+ * change that called for it failed). */
+void vfs_keep_undo(st_vfs *v, vnode *n);
+/* The next version kept for step of job from *cursor on (start at 0); NULL
+ * at the end. Valid until the next call that adds one. */
+const vkept *vfs_kept_next(st_vfs *v, const char *job, uint64_t step, size_t *cursor);
+/* A live file of the step has path: the version kept for it is outdated. */
+void vfs_kept_superseded(st_vfs *v, const char *job, uint64_t step, const char *path);
+/* A revision of step holding kept staging file sid was published. */
+void vfs_kept_stored(st_vfs *v, const char *job, uint64_t step, uint64_t sid);
+/* The step was deleted or forgotten: its kept versions go. */
+void vfs_kept_drop_step(st_vfs *v, const char *job, uint64_t step);
+/* The running upload ended: released files it may have read go. */
+void vfs_kept_upload_ended(st_vfs *v);
+/* Recovery: a kept row. Returns 1 when restored (the caller queues the
+ * step), 0 when dropped (its file is gone, or a file row still names it: the
+ * replacement never happened). */
+int vfs_kept_restore(st_vfs *v, const char *job, uint64_t step, const char *path, uint64_t sid,
+                     uint32_t mode, int64_t mtime_ns);
+void vfs_kept_close(st_vfs *v);
 
 /* st_vfs_remote.c */
 st_err vfs_remote_refresh(st_vfs *v);

@@ -8,6 +8,9 @@
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
  *       state as vfile_state; step -1 for none.
  *   steps(job, step, complete, revision, commits "rank:world,...")
+ *   kept(job, step, path, sid, size, mode, mtime_ns)
+ *       a naming marker's version its step still has to publish
+ *       (st_vfs_keep.c); STAGING/data/<sid>, named by no entries row.
  *   deletions(job, step, path, requested_ns)
  *       steps removed through the mount, not yet deleted from the store
  *       (st_vfs_delete.c); written in the same transaction as the removal.
@@ -53,7 +56,11 @@ static const char journal_schema[] =
     "  PRIMARY KEY (job, step)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS deletions ("
     "  job TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL,"
-    "  requested_ns INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;";
+    "  requested_ns INTEGER NOT NULL, PRIMARY KEY (job, step)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS kept ("
+    "  job TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL,"
+    "  sid INTEGER NOT NULL, size INTEGER NOT NULL, mode INTEGER NOT NULL,"
+    "  mtime_ns INTEGER NOT NULL, PRIMARY KEY (job, step, path)) WITHOUT ROWID;";
 
 #define DB(v) ((sqlite3 *)(v)->journal)
 
@@ -268,6 +275,69 @@ st_err vfs_journal_drop_tombstones(st_vfs *v, const char *job, const char *path)
                 "DELETE FROM entries WHERE job=?1 AND kind=2"
                 " AND (path=?2 OR substr(path, 1, length(?2) + 1) = ?2 || '/')",
                 "tt", job, path);
+}
+
+st_err vfs_journal_put_kept(st_vfs *v, const vkept *k)
+{
+    return exec(v, "INSERT OR REPLACE INTO kept VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", "titiiii",
+                k->job, (int64_t)k->step, k->path, (int64_t)k->sid, (int64_t)k->size,
+                (int64_t)k->mode, k->mtime_ns);
+}
+
+st_err vfs_journal_drop_kept(st_vfs *v, const char *job, uint64_t step, const char *path)
+{
+    return exec(v, "DELETE FROM kept WHERE job=?1 AND step=?2 AND path=?3", "tit", job,
+                (int64_t)step, path);
+}
+
+st_err vfs_journal_each_kept(st_vfs *v,
+                             void (*each)(void *arg, const char *job, uint64_t step,
+                                          const char *path, uint64_t sid, uint32_t mode,
+                                          int64_t mtime_ns),
+                             void *arg)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, step, path, sid, mode, mtime_ns FROM kept", -1, &q,
+                           NULL) != SQLITE_OK)
+        return jerr(v, "recover kept versions");
+    /* Read whole first: the callback may delete rows. */
+    typedef struct row {
+        char *job, *path;
+        int64_t step, sid, mode, mtime_ns;
+    } row;
+    row *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(q, 0);
+        const char *path = (const char *)sqlite3_column_text(q, 2);
+        if (!job || !path || !st_name_is_valid(job, ST_JOB_MAX) ||
+            !st_path_is_clean(path, strlen(path)) ||
+            st_array_grow((void **)&rows, &cap, n + 1, sizeof *rows))
+            continue;
+        rows[n] = (row){strdup(job),
+                        strdup(path),
+                        sqlite3_column_int64(q, 1),
+                        sqlite3_column_int64(q, 3),
+                        sqlite3_column_int64(q, 4),
+                        sqlite3_column_int64(q, 5)};
+        if (rows[n].job && rows[n].path && rows[n].step >= 0 && rows[n].sid > 0)
+            n++;
+        else {
+            free(rows[n].job);
+            free(rows[n].path);
+        }
+    }
+    sqlite3_finalize(q);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == SQLITE_DONE)
+            each(arg, rows[i].job, (uint64_t)rows[i].step, rows[i].path, (uint64_t)rows[i].sid,
+                 (uint32_t)rows[i].mode, rows[i].mtime_ns);
+        free(rows[i].job);
+        free(rows[i].path);
+    }
+    free(rows);
+    return rc == SQLITE_DONE ? ST_OK : jerr(v, "recover kept versions");
 }
 
 /* Parses "rank:world,..." back into s->commits. */

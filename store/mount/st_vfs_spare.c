@@ -155,8 +155,7 @@ static void spare_add(st_vfs *v, uint64_t sid, uint64_t size, int held, int for_
     v->spare_bytes += size;
 }
 
-/* n no longer has a staging file (its file was moved or unlinked). */
-static void staging_detach(st_vfs *v, vnode *n)
+void vfs_staging_detach(st_vfs *v, vnode *n)
 {
     v->staged_bytes -= n->size;
     n->sid = 0;
@@ -210,7 +209,7 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle)
         vfs_staging_path(v, n->sid, sp, sizeof sp);
         unlink(sp);
     }
-    staging_detach(v, n);
+    vfs_staging_detach(v, n);
 }
 
 void vfs_spare_last_close(st_vfs *v, vnode *n)
@@ -403,7 +402,7 @@ st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old)
                          "keep the staging file the upload reads: %s", strerror(errno));
     spare_add(v, n->sid, staging_length(n), 1, 1);
     *old = n->sid;
-    staging_detach(v, n);
+    vfs_staging_detach(v, n);
     return ST_OK;
 }
 

@@ -88,6 +88,44 @@ static void snapshot_free(snapshot *s)
     memset(s, 0, sizeof *s);
 }
 
+/* No vnode: a naming marker's version kept for the step (st_vfs_keep.c). */
+#define SNAP_KEPT_INO UINT64_MAX
+
+static int snapshot_has_path(const snapshot *s, const char *path)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->files[i].path, path))
+            return 1;
+    return 0;
+}
+
+/* Adds the versions of naming markers kept for the step (docs/MOUNT.md, "A
+ * naming marker replaced before its step is stored"), but where a live file
+ * of the step has that path: that newer version is the step's now. */
+static st_err add_kept_versions(st_vfs *v, snapshot *s)
+{
+    size_t cursor = 0;
+    for (const vkept *k; (k = vfs_kept_next(v, s->job, s->step, &cursor));) {
+        if (snapshot_has_path(s, k->path)) {
+            vfs_kept_superseded(v, s->job, s->step, k->path);
+            continue;
+        }
+        if (st_array_grow((void **)&s->files, &s->cap, s->n + 1, sizeof *s->files))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        snap_file *f = &s->files[s->n];
+        memset(f, 0, sizeof *f);
+        f->ino = SNAP_KEPT_INO;
+        f->sid = k->sid;
+        f->mode = k->mode;
+        f->mtime_ns = k->mtime_ns;
+        f->rank = -1;
+        if (!(f->path = strdup(k->path)))
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        s->n++;
+    }
+    return ST_OK;
+}
+
 /* Collects the step's files (lock held). Files of no step yet are adopted by
  * this step (rule R6). */
 static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
@@ -177,7 +215,7 @@ static st_err take_snapshot(st_vfs *v, const upload_item *it, snapshot *s)
         }
         s->n++;
     }
-    return ST_OK;
+    return add_kept_versions(v, s);
 }
 
 /* DCP's .metadata names every shard file "__R_I.distcp": collect those names
@@ -392,6 +430,10 @@ static void merge_result(st_vfs *v, const snapshot *s, uint32_t revision)
 {
     for (size_t i = 0; i < s->n; i++) {
         const snap_file *f = &s->files[i];
+        if (f->ino == SNAP_KEPT_INO) { /* stored: later revisions carry it over */
+            vfs_kept_stored(v, s->job, s->step, f->sid);
+            continue;
+        }
         vnode *n = f->ino < v->ninodes ? v->inodes[f->ino] : NULL;
         if (!n || !n->parent || n->version != f->version)
             continue; /* gone or changed: a later revision handles it */
@@ -513,6 +555,7 @@ void *vfs_uploader_main(void *arg)
         pthread_mutex_lock(&v->lock);
         v->uploader_busy = 0;
         vfs_spare_upload_end(v);
+        vfs_kept_upload_ended(v);
         j = vfs_job(v, it.job, 0);
         s = j ? vfs_step(j, it.step, 0) : NULL;
         if (s)

@@ -300,20 +300,6 @@ static void test_upload_holds_its_files(void)
     vh_staging_spare = 0;
 }
 
-/* Count of files in m's STAGING/data. */
-static int staging_files(vh_mount *m)
-{
-    char dir[PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s/data", m->staging);
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *de; d && (de = readdir(d));)
-        n += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* Writes a 4 MiB checkpoint file of step (seeded by it) and waits until it
  * is durable. */
 static void save_durable(vh_mount *m, const char *name, uint64_t step)
@@ -359,10 +345,10 @@ static void test_durable_namesake_taken(void)
     save_durable(&m, "ckpt-000030.pt", 30);
     CHECK(stats_of(&m).spare_durable_files == 1);
     CHECK(stats_of(&m).spare_reused_bytes == 4 * MIB);
-    CHECK(staging_files(&m) == 2);                   /* steps 20 and 30: step 10 is remote again */
+    CHECK(vh_staging_files(&m) == 2);                /* steps 20 and 30: step 10 is remote again */
     save_durable(&m, "checkpoint-40/notes.bin", 40); /* no namesake: takes nothing */
     CHECK(stats_of(&m).spare_durable_files == 1);
-    CHECK(staging_files(&m) == 3);
+    CHECK(vh_staging_files(&m) == 3);
     CHECK(holds_step(&m, "ckpt-000010.pt", 10)); /* fetched from the store */
     CHECK(holds_step(&m, "ckpt-000020.pt", 20));
     CHECK(holds_step(&m, "ckpt-000030.pt", 30));

@@ -15,6 +15,8 @@
  */
 #include "vfs_harness.h"
 
+#include <sqlite3.h>
+
 static st_backend *store;
 
 /* A fresh store and a mount of node "a" on a fresh staging directory. */
@@ -155,54 +157,185 @@ static void test_r2_naming_markers(void)
 }
 
 /*
- * R2 with the named step still uploading: the trainer rewrites `latest` for
- * step 3 (open with O_TRUNC) after step 2's upload took its snapshot and
- * before it read the file. Step 2 must still store the `latest` that named
- * it. The rewrite used to truncate the staging file the upload was about to
- * read, so step 2 stored "global_step3" (or nothing), and a fresh node that
- * resumed at step 2 read a `latest` naming a step it could not load
- * (integration.multinode failed on it in CI). Held with a GET the upload
- * makes between its snapshot and its reads: its own part record of step 2.
- * Run with the pool of recycled files off and on: the old staging file must
- * outlive the upload whatever the pool's limits.
+ * R2 with the named step not yet stored: the trainer replaces `latest` for
+ * step 3 while step 2 still waits for its upload. Step 2 must still store
+ * the `latest` that named it, else a fresh node that resumes at step 2 (step
+ * 3 incomplete on another node) finds no marker, or one naming a step it
+ * cannot load (integration.multinode failed on it in CI).
+ *
+ * How the marker is replaced, and when:
+ *  - rewritten in place (open with O_TRUNC, DeepSpeed and Megatron) after
+ *    step 2's upload took its snapshot and before it read the file: the
+ *    rewrite used to truncate the staging file the upload was about to
+ *    read, so step 2 stored "global_step3" (or nothing);
+ *  - replaced by a rename (`latest.tmp` -> `latest`, an atomic writer) at
+ *    the same point: the upload found its file gone and, retried, no longer
+ *    had step 2's version;
+ *  - rewritten in place while step 2 waits in the queue behind step 1 (the
+ *    upload that is held): step 2's snapshot never saw its own version.
+ * Held with a GET the upload makes between its snapshot and its reads: its
+ * own part record. Each run with the pool of recycled files off and on: the
+ * old version must outlive the upload whatever the pool's limits.
  */
-static void test_r2_marker_rewritten_while_its_step_uploads(void)
+typedef enum marker_change { REWRITTEN, RENAMED_OVER, REWRITTEN_WHILE_QUEUED } marker_change;
+
+static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_t pool)
+{
+    static const char *const hows[] = {"rewritten", "renamed-over", "rewritten-queued"};
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    uint64_t held_step = how == REWRITTEN_WHILE_QUEUED ? 1 : 2;
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX], name[64];
+    snprintf(hold, sizeof hold, "%s/hold-%s-%" PRIu64, vh_tmp, hows[how], pool);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020" PRIu64 "/nodes/a.commit",
+             hold, held_step);
+    snprintf(name, sizeof name, "r2-%s-%" PRIu64, hows[how], pool);
+    FILE *f = fopen(hold, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    vh_staging_spare = pool;
+    vh_mount m;
+    CHECK_OK(vh_mount_open_fault(&m, store, "a", name, 1, spec));
+    vh_staging_spare = 0;
+    if (!m.v)
+        return;
+    CHECK_OK(vh_mkdirs(&m, VH_JOB));
+    if (how == REWRITTEN_WHILE_QUEUED) {
+        CHECK_OK(vh_write_str(&m, VH_JOB "/global_step1/zero_pp_rank_0_states.pt", "z1", VH_PID_A));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step1", VH_PID_A));
+        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+    }
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/zero_pp_rank_0_states.pt", "z2", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
+    if (how != REWRITTEN_WHILE_QUEUED) /* step 2's upload has its snapshot, waits on the GET */
+        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
+    if (how == RENAMED_OVER) {
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
+        CHECK_OK(vh_rename(&m, VH_JOB "/latest.tmp", VH_JOB "/latest"));
+    } else {
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
+    }
+    CHECK(unlink(hold) == 0);
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    if (how == REWRITTEN_WHILE_QUEUED)
+        CHECK(vh_stored_content_is(store, 1, "latest", "global_step1"));
+    CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
+    CHECK(vh_stored_content_is(store, 3, "latest", "global_step3"));
+    CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step3"));
+    CHECK(!vh_exists(&m, VH_JOB "/latest.tmp"));
+    vh_mount_close(&m);
+    unlink(reached);
+}
+
+static void test_r2_marker_replaced_before_its_step_is_stored(void)
 {
     static const uint64_t pools[] = {0, 64u << 20};
-    for (size_t p = 0; p < sizeof pools / sizeof *pools; p++) {
-        st_backend_close(store);
-        store = NULL;
-        CHECK_OK(st_backend_mem_open(&store));
-        char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX], name[32];
-        snprintf(hold, sizeof hold, "%s/hold-r2-%zu", vh_tmp, p);
-        snprintf(reached, sizeof reached, "%s.reached", hold);
-        snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020d/nodes/a.commit", hold, 2);
-        snprintf(name, sizeof name, "r2-rewrite-%zu", p);
-        FILE *f = fopen(hold, "w");
-        CHECK(f != NULL);
-        if (f)
-            fclose(f);
-        vh_staging_spare = pools[p];
-        vh_mount m;
-        CHECK_OK(vh_mount_open_fault(&m, store, "a", name, 1, spec));
-        vh_staging_spare = 0;
-        if (!m.v)
-            return;
-        CHECK_OK(vh_mkdirs(&m, VH_JOB));
-        CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/zero_pp_rank_0_states.pt", "z2", VH_PID_A));
-        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
-        /* Step 2's upload has its snapshot and waits on the GET. */
-        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
-        CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
-        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
-        CHECK(unlink(hold) == 0);
-        CHECK_OK(st_vfs_wait_idle(m.v, 20));
-        CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
-        CHECK(vh_stored_content_is(store, 3, "latest", "global_step3"));
-        CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step3"));
-        vh_mount_close(&m);
-        unlink(reached);
-    }
+    for (int how = REWRITTEN; how <= REWRITTEN_WHILE_QUEUED; how++)
+        for (size_t p = 0; p < sizeof pools / sizeof *pools; p++)
+            marker_replaced_before_its_step_is_stored((marker_change)how, pools[p]);
+}
+
+/* A mount of node "a" over store on staging directory name, with fault spec
+ * fault (NULL: none), started. */
+static int reopen(vh_mount *m, const char *name, const char *fault)
+{
+    st_err e = vh_mount_open_fault(m, store, "a", name, 1, fault);
+    CHECK_OK(e);
+    return e ? -1 : 0;
+}
+
+/* A fresh store and a started mount of node "a" on staging directory name
+ * that cannot publish anything (every PUT of its node's keys fails), with
+ * step 2 written and completed by a `latest` naming it. */
+static int step2_unpublished(vh_mount *m, const char *name)
+{
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    if (reopen(m, name, "fail_key=nodes/a"))
+        return -1;
+    CHECK_OK(vh_mkdirs(m, VH_JOB));
+    CHECK_OK(vh_write_str(m, VH_JOB "/global_step2/zero_pp_rank_0_states.pt", "z2", VH_PID_A));
+    CHECK_OK(vh_write_str(m, VH_JOB "/latest", "global_step2", VH_PID_A));
+    return 0;
+}
+
+/*
+ * The kept version of step 2's `latest` outlives an upload that cannot
+ * finish and a restart: every part record's PUT fails (retried until the
+ * unmount stops it), the trainer moves `latest` on to step 3 by a rename,
+ * the daemon stops; the next one
+ * recovers the kept version from the journal and stores step 2 with it.
+ * Once stored, its staging file is gone (nothing leaks).
+ */
+static void test_r2_kept_marker_survives_failures_and_a_restart(void)
+{
+    vh_mount m;
+    if (step2_unpublished(&m, "r2-kept-restart"))
+        return;
+    /* its upload has its snapshot, and retries its part record's PUT */
+    CHECK(VH_WAIT(!strcmp(vh_state(&m, 2), "uploading"), 10));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
+    CHECK_OK(vh_rename(&m, VH_JOB "/latest.tmp", VH_JOB "/latest"));
+    vh_mount_close(&m); /* drains for 1 s against the failing store */
+    CHECK(!vh_part_complete(store, 2, "a"));
+
+    if (reopen(&m, "r2-kept-restart", NULL))
+        return;
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
+    CHECK(vh_stored_content_is(store, 3, "latest", "global_step3"));
+    CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step3"));
+    CHECK(vh_staging_files(&m) == 3); /* the two shards and `latest`: the kept copy went */
+    vh_mount_close(&m);
+}
+
+/*
+ * A crash after a kept row was written and before the live file changed
+ * leaves both naming one staging file (the rewrite never happened). Made by
+ * hand here: the kept row is added to the journal of a stopped mount whose
+ * `latest` still names step 2. Recovery must drop the kept row, not take
+ * the live file's staging file: it would be unlinked once the upload found
+ * the live file superseding it.
+ */
+static void test_r2_kept_row_of_a_crash_before_the_rewrite(void)
+{
+    vh_mount m;
+    if (step2_unpublished(&m, "r2-kept-crash"))
+        return;
+    vh_mount_close(&m);
+
+    char db_path[PATH_MAX + 32];
+    snprintf(db_path, sizeof db_path, "%s/r2-kept-crash/journal.db", vh_tmp);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(db_path, &db) == SQLITE_OK);
+    char *err = NULL;
+    CHECK(sqlite3_exec(db,
+                       "INSERT INTO kept SELECT job, 2, path, sid, size, mode, mtime_ns"
+                       " FROM entries WHERE path = 'latest'",
+                       NULL, NULL, &err) == SQLITE_OK);
+    CHECK(sqlite3_changes(db) == 1);
+    sqlite3_free(err);
+    sqlite3_close(db);
+
+    if (reopen(&m, "r2-kept-crash", NULL))
+        return;
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step2"));
+    CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
+    CHECK(vh_staging_files(&m) == 2);
+    vh_mount_close(&m);
+    /* and again: the local copy is still there after a restart */
+    if (reopen(&m, "r2-kept-crash", NULL))
+        return;
+    CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step2"));
+    CHECK(vh_staging_files(&m) == 2);
+    vh_mount_close(&m);
 }
 
 /* ---- R3: a single-file step ---- */
@@ -443,7 +576,9 @@ int main(void)
     RUN(test_r3_single_file);
     RUN(test_r4_writer_moves_on);
     RUN(test_r4_completes_when_the_last_file_of_s_closes);
-    RUN(test_r2_marker_rewritten_while_its_step_uploads);
+    RUN(test_r2_marker_replaced_before_its_step_is_stored);
+    RUN(test_r2_kept_marker_survives_failures_and_a_restart);
+    RUN(test_r2_kept_row_of_a_crash_before_the_rewrite);
     RUN(test_r5_change_after_completion);
     RUN(test_r6_loose_files);
     RUN(test_r7_explicit_commit);

@@ -27,6 +27,7 @@
 #ifndef VFS_HARNESS_H
 #define VFS_HARNESS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -216,6 +217,20 @@ static inline st_err vh_parent(vh_mount *m, const char *path, uint64_t *dir, con
 }
 
 /* mkdir -p of path. */
+/* Count of files in m's STAGING/data (the staging files of local files). */
+static inline int vh_staging_files(const vh_mount *m)
+{
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/data", m->staging);
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static inline st_err vh_mkdirs(vh_mount *m, const char *path)
 {
     char buf[PATH_MAX];
