@@ -668,6 +668,8 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         goto out;
     }
     if ((which & ST_VFS_SET_SIZE) && size != n->size) {
+        if (size && n->sid && vfs_spare_in_upload(v, n->sid))
+            v->upload_disturbed = 1; /* cut or grown under the upload's reads */
         if (size == 0)
             e = make_local(v, n, 1);
         else if (!n->sid)
@@ -1066,6 +1068,11 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
         vfs_maybe_free(v, n);
         return e;
     }
+    /* A writer that may change bytes the running upload reads (an append
+     * changes none of them: docs/MOUNT.md, "A file rewritten while its step
+     * uploads"). */
+    if (writable && !(flags & (O_TRUNC | O_APPEND)) && vfs_spare_in_upload(v, n->sid))
+        v->upload_disturbed = 1;
     h->node = n;
     h->fetch = fx;
     h->writable = writable;

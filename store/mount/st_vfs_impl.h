@@ -385,6 +385,11 @@ struct st_vfs {
     int stopping;
     int draining; /* newest complete step first (docs/SHUTDOWN.md); set once */
     int uploader_busy;
+    /* A file of the running upload's snapshot was opened for writing without
+     * O_TRUNC, or truncated to another non-zero size: what the upload read
+     * may mix two versions, so it does not publish (docs/MOUNT.md, "A file
+     * rewritten while its step uploads"). Cleared when an upload begins. */
+    int upload_disturbed;
     char last_error[512];    /* set through vfs_set_error; "" once the cause is gone */
     uint64_t errors;         /* errors recorded since start (vfs_error_seen) */
     int64_t last_error_ns;   /* wall clock of the newest of them, 0: none */

@@ -399,6 +399,17 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         e = carry_moved(g, &prev, s);
     if (e || (e = st_ingest_finish(g, &m)))
         goto out;
+    /* Every byte is read: a writer that opens a file of the snapshot from
+     * now on cannot change what this revision holds; one that did before
+     * may have (docs/MOUNT.md, "A file rewritten while its step uploads"). */
+    pthread_mutex_lock(&v->lock);
+    int disturbed = v->upload_disturbed;
+    pthread_mutex_unlock(&v->lock);
+    if (disturbed) {
+        e = st_seterr(ST_ERR_TRANSIENT, "a file of the step was opened for writing while it "
+                                        "was read: published again once it is written");
+        goto out;
+    }
     m.step = s->step;
     m.created_ns = st_now_ns();
     m.node = v->node;
@@ -542,6 +553,7 @@ void *vfs_uploader_main(void *arg)
         }
         s->uploading = 1;
         v->uploader_busy = 1;
+        v->upload_disturbed = 0;
         hold_snapshot_files(v, &snap);
         uint32_t revision = s->revision;
         pthread_mutex_unlock(&v->lock);
@@ -570,6 +582,11 @@ void *vfs_uploader_main(void *arg)
             vfs_enqueue(v, it.job, it.step);
             while (!v->stopping) /* every later try would stop the same way */
                 vfs_timedwait(v, INT64_MAX);
+        } else if (e && v->upload_disturbed) {
+            /* Not the store's failure: no backoff, no error. A writer still
+             * open holds the step until its close (R5). */
+            vfs_log(v, 0, "step %" PRIu64 " of %s not published: %s", it.step, it.job, st_errmsg());
+            vfs_enqueue(v, it.job, it.step);
         } else if (e) {
             vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());
             v->upload_failures++;

@@ -456,6 +456,62 @@ static void test_r5_change_after_completion(void)
     vh_mount_close(&m);
 }
 
+/*
+ * R5 with the step still uploading: a writer opens a file of step 2 with
+ * r+ after the upload took its snapshot, rewrites half of it and keeps it
+ * open while the upload reads it. The upload must not publish that
+ * half-written version (no close() ended it); the step is published once
+ * the writer closes. Held with a GET the upload makes between its snapshot
+ * and its reads (its own part record).
+ */
+static void test_r5_rewritten_in_place_while_its_step_uploads(void)
+{
+    static const char old_text[] = "old-old-old-old!", new_text[] = "new-new-new-new!";
+    const char *file = VH_JOB "/global_step2/zero_pp_rank_0_states.pt";
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX + 64];
+    snprintf(hold, sizeof hold, "%s/hold-r5-in-place", vh_tmp);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020d/nodes/a.commit", hold, 2);
+    FILE *f = fopen(hold, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    vh_mount m;
+    if (reopen(&m, "r5-in-place", spec))
+        return;
+    CHECK_OK(vh_mkdirs(&m, VH_JOB));
+    CHECK_OK(vh_write_str(&m, file, old_text, VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
+    CHECK(VH_WAIT(access(reached, F_OK) == 0, 10)); /* snapshot taken, reads not begun */
+    st_vfs_handle *h = NULL;
+    CHECK_OK(vh_create(&m, file, O_RDWR, VH_PID_A, &h));
+    if (h)
+        CHECK_OK(vh_pwrite(&m, h, new_text, 8, 0));
+    CHECK(unlink(hold) == 0);
+    /* The upload read the file and ended; the step waits for the writer. */
+    CHECK(VH_WAIT(!strcmp(vh_state(&m, 2), "complete"), 20));
+    st_bytes got = {0};
+    vh_stored_content(store, 2, "global_step2/zero_pp_rank_0_states.pt", &got);
+    int half = got.len == 16 && !memcmp(got.data, "new-new-old-old!", 16);
+    if (half)
+        fprintf(stderr, "  step 2 was published with the half-written version\n");
+    CHECK(!half);
+    CHECK(got.len == 0 || (got.len == 16 && !memcmp(got.data, old_text, 16)));
+    st_bytes_free(&got);
+    if (h) {
+        CHECK_OK(vh_pwrite(&m, h, new_text + 8, 8, 8));
+        CHECK_OK(vh_close(&m, h));
+    }
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_stored_content_is(store, 2, "global_step2/zero_pp_rank_0_states.pt", new_text));
+    CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
+    vh_mount_close(&m);
+    unlink(reached);
+}
+
 /* ---- R6: files outside any step ---- */
 
 static void test_r6_loose_files(void)
@@ -580,6 +636,7 @@ int main(void)
     RUN(test_r2_kept_marker_survives_failures_and_a_restart);
     RUN(test_r2_kept_row_of_a_crash_before_the_rewrite);
     RUN(test_r5_change_after_completion);
+    RUN(test_r5_rewritten_in_place_while_its_step_uploads);
     RUN(test_r6_loose_files);
     RUN(test_r7_explicit_commit);
     RUN(test_r8_clean_unmount);
