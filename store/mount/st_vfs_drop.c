@@ -29,7 +29,9 @@ st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
             e = vfs_journal_delete(v, jd->name, path);
     }
     if (e && keep_on_error)
-        return e;                      /* the file stays, as the journal says */
+        return e; /* the file stays, as the journal says */
+    if (n->sid && vfs_spare_in_upload(v, n->sid))
+        v->upload_disturbed = 1;       /* the upload's snapshot has a file gone: published again */
     vfs_staging_release(v, n, 1);      /* its pages serve the next file written */
     vfs_set_write_failed(v, n, ST_OK); /* removed: it no longer holds its step back */
     vfs_unlink_node(v, n);

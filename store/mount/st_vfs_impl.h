@@ -386,9 +386,10 @@ struct st_vfs {
     int draining; /* newest complete step first (docs/SHUTDOWN.md); set once */
     int uploader_busy;
     /* A file of the running upload's snapshot was opened for writing without
-     * O_TRUNC, or truncated to another non-zero size: what the upload read
-     * may mix two versions, so it does not publish (docs/MOUNT.md, "A file
-     * rewritten while its step uploads"). Cleared when an upload begins. */
+     * O_TRUNC, truncated to another non-zero size, removed or replaced: what
+     * the upload read may mix two versions, or hold a file that is gone, so
+     * it does not publish (docs/MOUNT.md, "A file rewritten while its step
+     * uploads"). Cleared when an upload begins. */
     int upload_disturbed;
     char last_error[512];    /* set through vfs_set_error; "" once the cause is gone */
     uint64_t errors;         /* errors recorded since start (vfs_error_seen) */

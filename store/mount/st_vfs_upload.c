@@ -406,8 +406,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     int disturbed = v->upload_disturbed;
     pthread_mutex_unlock(&v->lock);
     if (disturbed) {
-        e = st_seterr(ST_ERR_TRANSIENT, "a file of the step was opened for writing while it "
-                                        "was read: published again once it is written");
+        e = ST_ERR_TRANSIENT; /* the uploader says why */
         goto out;
     }
     m.step = s->step;
@@ -583,9 +582,13 @@ void *vfs_uploader_main(void *arg)
             while (!v->stopping) /* every later try would stop the same way */
                 vfs_timedwait(v, INT64_MAX);
         } else if (e && v->upload_disturbed) {
-            /* Not the store's failure: no backoff, no error. A writer still
-             * open holds the step until its close (R5). */
-            vfs_log(v, 0, "step %" PRIu64 " of %s not published: %s", it.step, it.job, st_errmsg());
+            /* Not the store's failure (a file it could not open was removed
+             * meanwhile): no backoff, no error. A writer still open holds
+             * the step until its close (R5). */
+            vfs_log(v, 0,
+                    "step %" PRIu64 " of %s not published: a file of it was opened for writing, "
+                    "removed or replaced while it was read; it is published again",
+                    it.step, it.job);
             vfs_enqueue(v, it.job, it.step);
         } else if (e) {
             vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());

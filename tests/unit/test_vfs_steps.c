@@ -156,6 +156,53 @@ static void test_r2_naming_markers(void)
     vh_mount_close(&m);
 }
 
+/* An upload held between its snapshot and its reads: every GET of its own
+ * part record of `step` waits while file `hold` exists, and first creates
+ * `reached` (the fault spec get_hold). */
+typedef struct held_upload {
+    char hold[PATH_MAX];
+    char reached[PATH_MAX + 16];
+} held_upload;
+
+/* A fresh store and a started mount of node "a" on staging directory name
+ * (pool of recycled files: `pool` bytes) whose upload of step will be held,
+ * with VH_JOB made. */
+static int mount_holding(vh_mount *m, const char *name, uint64_t pool, uint64_t step,
+                         held_upload *hu)
+{
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    char spec[2 * PATH_MAX + 64];
+    snprintf(hu->hold, sizeof hu->hold, "%s/hold-%s", vh_tmp, name);
+    snprintf(hu->reached, sizeof hu->reached, "%s.reached", hu->hold);
+    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020" PRIu64 "/nodes/a.commit",
+             hu->hold, step);
+    FILE *f = fopen(hu->hold, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    vh_staging_spare = pool;
+    st_err e = vh_mount_open_fault(m, store, "a", name, 1, spec);
+    vh_staging_spare = 0;
+    CHECK_OK(e);
+    if (e)
+        return -1;
+    CHECK_OK(vh_mkdirs(m, VH_JOB));
+    return 0;
+}
+
+/* 1 once the held upload has its snapshot and waits. */
+static int upload_held(const held_upload *hu)
+{
+    return VH_WAIT(access(hu->reached, F_OK) == 0, 10);
+}
+
+static void upload_release(const held_upload *hu)
+{
+    CHECK(unlink(hu->hold) == 0);
+}
+
 /*
  * R2 with the named step not yet stored: the trainer replaces `latest` for
  * step 3 while step 2 still waits for its upload. Step 2 must still store
@@ -182,36 +229,21 @@ typedef enum marker_change { REWRITTEN, RENAMED_OVER, REWRITTEN_WHILE_QUEUED } m
 static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_t pool)
 {
     static const char *const hows[] = {"rewritten", "renamed-over", "rewritten-queued"};
-    st_backend_close(store);
-    store = NULL;
-    CHECK_OK(st_backend_mem_open(&store));
-    uint64_t held_step = how == REWRITTEN_WHILE_QUEUED ? 1 : 2;
-    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX], name[64];
-    snprintf(hold, sizeof hold, "%s/hold-%s-%" PRIu64, vh_tmp, hows[how], pool);
-    snprintf(reached, sizeof reached, "%s.reached", hold);
-    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020" PRIu64 "/nodes/a.commit",
-             hold, held_step);
+    char name[64];
     snprintf(name, sizeof name, "r2-%s-%" PRIu64, hows[how], pool);
-    FILE *f = fopen(hold, "w");
-    CHECK(f != NULL);
-    if (f)
-        fclose(f);
-    vh_staging_spare = pool;
     vh_mount m;
-    CHECK_OK(vh_mount_open_fault(&m, store, "a", name, 1, spec));
-    vh_staging_spare = 0;
-    if (!m.v)
+    held_upload hu;
+    if (mount_holding(&m, name, pool, how == REWRITTEN_WHILE_QUEUED ? 1 : 2, &hu))
         return;
-    CHECK_OK(vh_mkdirs(&m, VH_JOB));
     if (how == REWRITTEN_WHILE_QUEUED) {
         CHECK_OK(vh_write_str(&m, VH_JOB "/global_step1/zero_pp_rank_0_states.pt", "z1", VH_PID_A));
         CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step1", VH_PID_A));
-        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+        CHECK(upload_held(&hu));
     }
     CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/zero_pp_rank_0_states.pt", "z2", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
-    if (how != REWRITTEN_WHILE_QUEUED) /* step 2's upload has its snapshot, waits on the GET */
-        CHECK(VH_WAIT(access(reached, F_OK) == 0, 10));
+    if (how != REWRITTEN_WHILE_QUEUED)
+        CHECK(upload_held(&hu));
     CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
     if (how == RENAMED_OVER) {
         CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
@@ -219,7 +251,7 @@ static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_
     } else {
         CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
     }
-    CHECK(unlink(hold) == 0);
+    upload_release(&hu);
     CHECK_OK(st_vfs_wait_idle(m.v, 20));
     if (how == REWRITTEN_WHILE_QUEUED)
         CHECK(vh_stored_content_is(store, 1, "latest", "global_step1"));
@@ -228,7 +260,6 @@ static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_
     CHECK(vh_file_is_str(&m, VH_JOB "/latest", "global_step3"));
     CHECK(!vh_exists(&m, VH_JOB "/latest.tmp"));
     vh_mount_close(&m);
-    unlink(reached);
 }
 
 static void test_r2_marker_replaced_before_its_step_is_stored(void)
@@ -248,6 +279,16 @@ static int reopen(vh_mount *m, const char *name, const char *fault)
     return e ? -1 : 0;
 }
 
+/* 1 if m's status file holds text. */
+static int status_has(vh_mount *m, const char *text)
+{
+    st_bytes st = {0};
+    vh_status(m, &st);
+    int has = st.data && strstr((const char *)st.data, text) != NULL;
+    st_bytes_free(&st);
+    return has;
+}
+
 /* A fresh store and a started mount of node "a" on staging directory name
  * that cannot publish anything (every PUT of its node's keys fails), with
  * step 2 written and completed by a `latest` naming it. */
@@ -265,11 +306,11 @@ static int step2_unpublished(vh_mount *m, const char *name)
 }
 
 /*
- * The kept version of step 2's `latest` outlives an upload that cannot
- * finish and a restart: every part record's PUT fails (retried until the
- * unmount stops it), the trainer moves `latest` on to step 3 by a rename,
- * the daemon stops; the next one
- * recovers the kept version from the journal and stores step 2 with it.
+ * The kept version of step 2's `latest` outlives uploads that fail and a
+ * restart: every PUT of the node's keys is refused (its lease, its part
+ * records), the trainer moves `latest` on to step 3 by a rename once an
+ * upload of step 2 has failed, the daemon stops; the next one recovers the
+ * kept version from the journal and stores step 2 with it.
  * Once stored, its staging file is gone (nothing leaks).
  */
 static void test_r2_kept_marker_survives_failures_and_a_restart(void)
@@ -277,8 +318,8 @@ static void test_r2_kept_marker_survives_failures_and_a_restart(void)
     vh_mount m;
     if (step2_unpublished(&m, "r2-kept-restart"))
         return;
-    /* its upload has its snapshot, and retries its part record's PUT */
-    CHECK(VH_WAIT(!strcmp(vh_state(&m, 2), "uploading"), 10));
+    /* its upload took a snapshot and failed (it retries with a backoff) */
+    CHECK(VH_WAIT(status_has(&m, "\"last_error\":\"uploading step 2 of job"), 10));
     CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
     CHECK_OK(vh_rename(&m, VH_JOB "/latest.tmp", VH_JOB "/latest"));
@@ -468,29 +509,18 @@ static void test_r5_rewritten_in_place_while_its_step_uploads(void)
 {
     static const char old_text[] = "old-old-old-old!", new_text[] = "new-new-new-new!";
     const char *file = VH_JOB "/global_step2/zero_pp_rank_0_states.pt";
-    st_backend_close(store);
-    store = NULL;
-    CHECK_OK(st_backend_mem_open(&store));
-    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[2 * PATH_MAX + 64];
-    snprintf(hold, sizeof hold, "%s/hold-r5-in-place", vh_tmp);
-    snprintf(reached, sizeof reached, "%s.reached", hold);
-    snprintf(spec, sizeof spec, "get_hold=%s,get_hold_key=steps/%020d/nodes/a.commit", hold, 2);
-    FILE *f = fopen(hold, "w");
-    CHECK(f != NULL);
-    if (f)
-        fclose(f);
     vh_mount m;
-    if (reopen(&m, "r5-in-place", spec))
+    held_upload hu;
+    if (mount_holding(&m, "r5-in-place", 0, 2, &hu))
         return;
-    CHECK_OK(vh_mkdirs(&m, VH_JOB));
     CHECK_OK(vh_write_str(&m, file, old_text, VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
-    CHECK(VH_WAIT(access(reached, F_OK) == 0, 10)); /* snapshot taken, reads not begun */
+    CHECK(upload_held(&hu));
     st_vfs_handle *h = NULL;
     CHECK_OK(vh_create(&m, file, O_RDWR, VH_PID_A, &h));
     if (h)
         CHECK_OK(vh_pwrite(&m, h, new_text, 8, 0));
-    CHECK(unlink(hold) == 0);
+    upload_release(&hu);
     /* The upload read the file and ended; the step waits for the writer. */
     CHECK(VH_WAIT(!strcmp(vh_state(&m, 2), "complete"), 20));
     st_bytes got = {0};
@@ -509,7 +539,43 @@ static void test_r5_rewritten_in_place_while_its_step_uploads(void)
     CHECK(vh_stored_content_is(store, 2, "global_step2/zero_pp_rank_0_states.pt", new_text));
     CHECK(vh_stored_content_is(store, 2, "latest", "global_step2"));
     vh_mount_close(&m);
-    unlink(reached);
+}
+
+static uint64_t upload_failures(vh_mount *m)
+{
+    st_vfs_stats s;
+    uint64_t n = st_vfs_get_stats(m->v, &s) ? UINT64_MAX : s.upload_failures;
+    st_vfs_stats_free(&s);
+    return n;
+}
+
+/*
+ * A file of step 2 removed, or replaced by a rename, while step 2 uploads
+ * (after its snapshot, before its reads): the upload used to fail opening
+ * the staging file ("open staged ...: No such file"), count a failure, set
+ * last_error and back off. The step is published again at once instead,
+ * without the removed file and with the replacement.
+ */
+static void test_r5_file_removed_while_its_step_uploads(void)
+{
+    vh_mount m;
+    held_upload hu;
+    if (mount_holding(&m, "r5-removed", 0, 2, &hu))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/a.pt", "a", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/b.pt", "b", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/c.pt", "c", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step2", VH_PID_A));
+    CHECK(upload_held(&hu));
+    CHECK_OK(vh_unlink(&m, VH_JOB "/global_step2/b.pt"));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step2/c.pt.tmp", "c, again", VH_PID_A));
+    CHECK_OK(vh_rename(&m, VH_JOB "/global_step2/c.pt.tmp", VH_JOB "/global_step2/c.pt"));
+    upload_release(&hu);
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_stored_is(store, 2, "global_step2/a.pt,global_step2/c.pt,latest"));
+    CHECK(vh_stored_content_is(store, 2, "global_step2/c.pt", "c, again"));
+    CHECK(upload_failures(&m) == 0);
+    vh_mount_close(&m);
 }
 
 /* ---- R6: files outside any step ---- */
@@ -637,6 +703,7 @@ int main(void)
     RUN(test_r2_kept_row_of_a_crash_before_the_rewrite);
     RUN(test_r5_change_after_completion);
     RUN(test_r5_rewritten_in_place_while_its_step_uploads);
+    RUN(test_r5_file_removed_while_its_step_uploads);
     RUN(test_r6_loose_files);
     RUN(test_r7_explicit_commit);
     RUN(test_r8_clean_unmount);
