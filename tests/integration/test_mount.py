@@ -235,6 +235,53 @@ class MountTest(MountTestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(), data)
 
+    def test_every_step_keeps_its_marker_when_saves_outrun_uploads(self):
+        """DeepSpeed's layout saved four times in a row through a slow store,
+        so each step waits behind the one before while the trainer has
+        already moved `latest` on: steps 1 and 2 write it in place, 3 and 4
+        as an atomic writer does (a temporary file renamed over it). Every
+        step must be stored with the `latest` that named it: a node that
+        resumes at step N (N+1 incomplete elsewhere) reads that file.
+        Before docs/MOUNT.md's "A naming marker replaced before its step is
+        stored", the queued steps were stored without one."""
+        m = self.mount("a", env={"CKPT_FAULT": "put_delay_ms=700"})
+        job = os.path.join(m.path, JOB)
+        os.mkdir(job)
+        local = self.tmp_dir("local")
+        code = ("import os, sys, torch\n"
+                "job, local = sys.argv[1], sys.argv[2]\n"
+                "for step in range(1, 5):\n"
+                "    torch.manual_seed(step)\n"
+                "    state = {'module': torch.nn.Linear(256, 256).state_dict(), 'step': step}\n"
+                "    for root in (job, local):\n"
+                "        d = os.path.join(root, 'global_step%d' % step)\n"
+                "        os.makedirs(d, exist_ok=True)\n"
+                "        torch.save(state, os.path.join(d, 'mp_rank_00_model_states.pt'))\n"
+                "    tag = 'global_step%d' % step\n"
+                "    if step <= 2:\n"
+                "        with open(os.path.join(job, 'latest'), 'w') as f:\n"
+                "            f.write(tag)\n"
+                "    else:\n"
+                "        with open(os.path.join(job, 'latest.tmp'), 'w') as f:\n"
+                "            f.write(tag)\n"
+                "        os.replace(os.path.join(job, 'latest.tmp'), os.path.join(job, 'latest'))\n")
+        run_torch(code, job, local)
+        for step in range(1, 5):
+            self.durable(step)
+        m.assert_fault_fired()
+        for step in range(1, 5):
+            out = os.path.join(self.tmp, "restore-%d" % step)
+            subprocess.run([CKPTCTL, "--store", self.store, "--job", JOB, "restore", "--step",
+                            str(step), "--to", out], check=True, capture_output=True, timeout=120)
+            marker = os.path.join(out, "latest")
+            self.assertTrue(os.path.exists(marker), "step %d was stored without `latest`: %s"
+                            % (step, sorted(os.listdir(out))))
+            with open(marker) as f:
+                self.assertEqual(f.read(), "global_step%d" % step, "step %d's `latest`" % step)
+            name = "global_step%d/mp_rank_00_model_states.pt" % step
+            self.assertEqual(sha256_file(os.path.join(out, name)),
+                             sha256_file(os.path.join(local, name)))
+
     def test_staging_cap_gives_enospc(self):
         m = self.mount("a", extra=("--staging-cap", "8M"), env={"CKPT_FAULT": "put_delay_ms=2000"})
         os.mkdir(os.path.join(m.path, JOB))
