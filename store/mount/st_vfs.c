@@ -922,16 +922,8 @@ st_err st_vfs_rename(st_vfs *v, uint64_t parent, const char *name, uint64_t newp
                 goto out; /* nothing changed yet */
             vfs_unlink_node(v, target);
             vfs_maybe_free(v, target);
-        } else {
-            /* The version of a naming marker its step has not stored yet
-             * stays that step's (docs/MOUNT.md, "A naming marker replaced
-             * before its step is stored"). */
-            int marker_kept = vfs_keep_marker(v, target);
-            if ((e = vfs_drop_file(v, target, 1, 1))) {
-                if (marker_kept)
-                    vfs_keep_undo(v, target);
-                goto out; /* nothing changed yet */
-            }
+        } else if ((e = vfs_drop_file(v, target, 1, 1))) {
+            goto out; /* nothing changed yet */
         }
     }
     char *nm = strdup(newname);

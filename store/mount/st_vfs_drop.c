@@ -22,14 +22,21 @@ st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
     char path[ST_MANIFEST_MAX_PATH + 1];
     vnode *jd = vfs_job_dir(n);
     st_err e = ST_OK;
+    /* A naming marker's version that its step has not stored yet stays that
+     * step's (docs/MOUNT.md, "A naming marker replaced before its step is
+     * stored"): removed, or replaced by a rename. */
+    int kept = vfs_keep_marker(v, n);
     if (jd && vfs_job_path(n, path, sizeof path)) {
         if (tombstone && (n->remote || n->from_remote))
             e = vfs_journal_tombstone(v, jd->name, path);
         else
             e = vfs_journal_delete(v, jd->name, path);
     }
-    if (e && keep_on_error)
+    if (e && keep_on_error) {
+        if (kept)
+            vfs_keep_undo(v, n);
         return e; /* the file stays, as the journal says */
+    }
     if (n->sid && vfs_spare_in_upload(v, n->sid))
         v->upload_disturbed = 1;       /* the upload's snapshot has a file gone: published again */
     vfs_staging_release(v, n, 1);      /* its pages serve the next file written */

@@ -218,17 +218,24 @@ static void upload_release(const held_upload *hu)
  *  - replaced by a rename (`latest.tmp` -> `latest`, an atomic writer) at
  *    the same point: the upload found its file gone and, retried, no longer
  *    had step 2's version;
+ *  - removed, then written again, at the same point: the same;
  *  - rewritten in place while step 2 waits in the queue behind step 1 (the
  *    upload that is held): step 2's snapshot never saw its own version.
  * Held with a GET the upload makes between its snapshot and its reads: its
  * own part record. Each run with the pool of recycled files off and on: the
  * old version must outlive the upload whatever the pool's limits.
  */
-typedef enum marker_change { REWRITTEN, RENAMED_OVER, REWRITTEN_WHILE_QUEUED } marker_change;
+typedef enum marker_change {
+    REWRITTEN,
+    RENAMED_OVER,
+    REMOVED_THEN_WRITTEN,
+    REWRITTEN_WHILE_QUEUED
+} marker_change;
 
 static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_t pool)
 {
-    static const char *const hows[] = {"rewritten", "renamed-over", "rewritten-queued"};
+    static const char *const hows[] = {"rewritten", "renamed-over", "removed-then-written",
+                                       "rewritten-queued"};
     char name[64];
     snprintf(name, sizeof name, "r2-%s-%" PRIu64, hows[how], pool);
     vh_mount m;
@@ -248,6 +255,9 @@ static void marker_replaced_before_its_step_is_stored(marker_change how, uint64_
     if (how == RENAMED_OVER) {
         CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
         CHECK_OK(vh_rename(&m, VH_JOB "/latest.tmp", VH_JOB "/latest"));
+    } else if (how == REMOVED_THEN_WRITTEN) {
+        CHECK_OK(vh_unlink(&m, VH_JOB "/latest"));
+        CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
     } else {
         CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
     }
