@@ -675,9 +675,10 @@ void vfs_kept_stored(st_vfs *v, const char *job, uint64_t step, uint64_t sid);
 void vfs_kept_drop_step(st_vfs *v, const char *job, uint64_t step);
 /* The running upload ended: released files it may have read go. */
 void vfs_kept_upload_ended(st_vfs *v);
-/* Recovery: a kept row. Returns 1 when restored (the caller queues the
- * step), 0 when dropped (its file is gone, or a file row still names it: the
- * replacement never happened). */
+/* Recovery, after the steps and deletion requests: a kept row. Returns 1
+ * when restored (the caller queues the step), 0 when dropped (its file is
+ * gone; a file row still names it, so the replacement never happened; its
+ * step is not in the journal or is being deleted). */
 int vfs_kept_restore(st_vfs *v, const char *job, uint64_t step, const char *path, uint64_t sid,
                      uint32_t mode, int64_t mtime_ns);
 void vfs_kept_close(st_vfs *v);

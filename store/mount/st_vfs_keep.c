@@ -185,11 +185,15 @@ int vfs_kept_restore(st_vfs *v, const char *job, uint64_t step, const char *path
     int named = 0; /* a crash before the live file changed: it is still the version */
     for (uint64_t i = 0; sid && i < v->ninodes && !named; i++)
         named = v->inodes[i] && v->inodes[i]->sid == sid;
-    vjob *j = vfs_job(v, job, 1);
-    vstep *s = j ? vfs_step(j, step, 1) : NULL;
+    /* Its step is in the journal (a marker completed it) unless it was
+     * deleted, in the transaction that dropped this row too: not restored. */
+    vjob *j = vfs_job(v, job, 0);
+    vstep *s = j && !vfs_deletion_find(j, step) ? vfs_step(j, step, 0) : NULL;
     if (named || !s || !sid || stat(sp, &st) < 0 || !S_ISREG(st.st_mode) ||
         !add(v, job, step, path, sid, (uint64_t)st.st_size, mode, mtime_ns)) {
         (void)vfs_journal_drop_kept(v, job, step, path);
+        if (!named && sid)
+            unlink(sp); /* nobody's now */
         return 0;
     }
     if (sid >= v->next_sid)

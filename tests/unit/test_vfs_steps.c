@@ -347,6 +347,32 @@ static void test_r2_kept_marker_survives_failures_and_a_restart(void)
 }
 
 /*
+ * Step 2 deleted through the mount before it was stored, with a version of
+ * its `latest` kept for it: the kept version goes with the step, now and
+ * after a restart (its staging file and its journal row).
+ */
+static void test_r2_kept_marker_goes_with_its_deleted_step(void)
+{
+    vh_mount m;
+    if (step2_unpublished(&m, "r2-kept-deleted"))
+        return;
+    CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
+    CHECK_OK(vh_write_str(&m, VH_JOB "/latest", "global_step3", VH_PID_A));
+    CHECK(vh_staging_files(&m) == 4); /* two shards, `latest`, step 2's kept `latest` */
+    CHECK_OK(vh_rmtree(&m, VH_JOB "/global_step2"));
+    /* (once no upload may read it: the failing one ends its try) */
+    CHECK(VH_WAIT(vh_staging_files(&m) == 2, 10));
+    vh_mount_close(&m);
+    if (reopen(&m, "r2-kept-deleted", NULL))
+        return;
+    CHECK_OK(st_vfs_wait_idle(m.v, 20));
+    CHECK(vh_stored_content_is(store, 3, "latest", "global_step3"));
+    CHECK(!vh_part_complete(store, 2, "a"));
+    CHECK(vh_staging_files(&m) == 2);
+    vh_mount_close(&m);
+}
+
+/*
  * A crash after a kept row was written and before the live file changed
  * leaves both naming one staging file (the rewrite never happened). Made by
  * hand here: the kept row is added to the journal of a stopped mount whose
@@ -711,6 +737,7 @@ int main(void)
     RUN(test_r2_marker_replaced_before_its_step_is_stored);
     RUN(test_r2_kept_marker_survives_failures_and_a_restart);
     RUN(test_r2_kept_row_of_a_crash_before_the_rewrite);
+    RUN(test_r2_kept_marker_goes_with_its_deleted_step);
     RUN(test_r5_change_after_completion);
     RUN(test_r5_rewritten_in_place_while_its_step_uploads);
     RUN(test_r5_file_removed_while_its_step_uploads);
