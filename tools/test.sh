@@ -10,8 +10,20 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 export CI=${CI:-1}
+# Every stage runs even when one before it failed (the log then shows all
+# that fails); the script exits non-zero if any did.
+failed=()
+stage() { # NAME DIR CTEST-ARGS...: one ctest run, its failure recorded
+    local name=$1 dir=$2
+    shift 2
+    (cd "$dir" && ctest --output-on-failure "$@") || failed+=("$name")
+}
+
+# Unit and lint tests two at a time (each is one process on one core; none
+# is timing-bound), the rest one at a time.
 "$here/tools/bootstrap.sh" "$here/build" -DCKPT_TEST_HOOKS=ON
-(cd "$here/build" && ctest --output-on-failure --timeout 900 "$@")
+stage "release unit" "$here/build" --timeout 900 -j2 -L 'unit|lint' "$@"
+stage "release rest" "$here/build" --timeout 900 -LE 'unit|lint' "$@"
 
 "$here/tools/bootstrap.sh" "$here/build-asan" -DCKPT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCKPT_TEST_HOOKS=ON
 # Every sanitizer error ends the process that hit it (abort_on_error: a
@@ -23,15 +35,21 @@ export CI=${CI:-1}
 # The ASan set: unit, integration and s3 tests, all but the benchmark smoke
 # runs (label bench: their figures mean nothing in a Debug+ASan build, and
 # they only repeat code paths the S3 tests run). Serially, as in the Release
-# run: the set takes about 6 min here, so CI stays well under 90 min, and
-# the timing-bound tests (s3.outage, the kill -9 tests) see no neighbour
-# (docs/RELIABILITY.md has the figures).
-asan_env=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1
-          UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
-(cd "$here/build-asan" && env "${asan_env[@]}" ctest --output-on-failure -L unit "$@")
-(cd "$here/build-asan" && env "${asan_env[@]}" ctest --output-on-failure \
-    -L 'integration|s3' -LE 'bench|rgw' "$@")  # RGW runs once, in the Release build (its cluster costs minutes)
+# run: the timing-bound tests (s3.outage, the kill -9 tests) see no
+# neighbour (docs/RELIABILITY.md has the figures). The unit tests, two at a
+# time as above.
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+stage "asan unit" "$here/build-asan" -j2 -L unit "$@"
+stage "asan integration and s3" "$here/build-asan" -L 'integration|s3' -LE 'bench|rgw|unit' "$@"  # RGW runs once, in the Release build (its cluster costs minutes)
+unset ASAN_OPTIONS UBSAN_OPTIONS
 
 # Fuzz: every libFuzzer target for 60 s, from its seeds (clang build).
 CC=clang "$here/tools/bootstrap.sh" "$here/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON -DCKPT_TEST_HOOKS=ON
-(cd "$here/build-fuzz" && ctest --output-on-failure -j2 -L fuzz "$@")  # one core each
+stage "fuzz" "$here/build-fuzz" -j2 -L fuzz "$@" # one core each
+
+if [ ${#failed[@]} -ne 0 ]; then
+    printf 'FAILED stages: %s\n' "${failed[*]}" >&2
+    exit 1
+fi
+echo "every stage passed"
