@@ -423,7 +423,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     (void)ino, (void)datasync;
-    fuse_reply_err(req, errmap(st_vfs_flush(vfs_of(req), handle_of(fi))));
+    fuse_reply_err(req, errmap(st_vfs_fsync(vfs_of(req), handle_of(fi))));
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

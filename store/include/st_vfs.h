@@ -91,7 +91,12 @@ typedef struct st_vfs_options {
     /* The node lease (docs/NODES.md): how long this daemon's claim on its
      * node name stays live without a heartbeat (default 60). */
     double node_lease_ttl_seconds;
-    double drain_seconds;    /* on close, how long to wait for uploads (default 60) */
+    double drain_seconds; /* on close, how long to wait for uploads (default 60) */
+    /* When close() of a file of 1 MiB or more returns (docs/MOUNT.md, "When
+     * close() waits for the disk"): "disk" (NULL, the default) after its
+     * staging file's fdatasync; "background" once the daemon holds its
+     * bytes, the fdatasync following at the file's release. */
+    const char *close_sync;
     unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
     /* Background GC (docs/MOUNT.md): non-zero gc_enabled starts a thread that
      * runs st_gc_run over every job of the store with this policy. */
@@ -231,11 +236,16 @@ void st_vfs_write_failed(st_vfs *v, st_vfs_handle *h, st_err why);
 uint64_t st_vfs_drop_spares(st_vfs *v);
 /*! After `written` bytes were written at off. */
 void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written);
-/*! flush (every close(2)) and fsync: data durable in staging, journal updated.
- *  Returns the error of a write through h that failed since the last flush
- *  (ST_ERR_NOSPACE), so close(2) says the file is not whole. */
+/*! flush (every close(2)): data in staging, journal updated; on the staging
+ *  disk too unless close_sync is "background" and the file is 1 MiB or more
+ *  (then the release syncs it). Returns the error of a write through h that
+ *  failed since the last flush (ST_ERR_NOSPACE), so close(2) says the file
+ *  is not whole. */
 st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
-/*! Last close of this handle: may complete the file's step. */
+/*! fsync: st_vfs_flush with the data on the staging disk in every mode. */
+st_err st_vfs_fsync(st_vfs *v, st_vfs_handle *h);
+/*! Last close of this handle: syncs what its flush left unsynced, then may
+ *  complete the file's step. */
 void st_vfs_release(st_vfs *v, st_vfs_handle *h);
 
 /*! statfs(2) of the mount: the staging file system's, with its blocks

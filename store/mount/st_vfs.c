@@ -47,8 +47,9 @@ struct st_vfs_handle {
     uint64_t ctl; /* a control file's ino (ST_VFS_STATUS_INO...), 0 for a file */
     int fd;
     int writable;
-    int dirty;     /* written since the last flush */
-    uint64_t step; /* the step whose writer count this handle holds */
+    int dirty;        /* written since the last flush */
+    int sync_pending; /* a flush left its bytes off the disk: the release syncs */
+    uint64_t step;    /* the step whose writer count this handle holds */
     /* The job of that step: the file may leave the tree (unlinked, or
      * renamed over) while open, and its step's count must still drop. */
     char job[ST_JOB_MAX + 1];
@@ -66,6 +67,11 @@ struct st_vfs_handle {
  * (sync_file_range, asynchronous), so the fdatasync that close() needs finds
  * little left to write: the trainer pays for the tail, not the whole file. */
 #define WRITEBACK_CHUNK (8u << 20)
+
+/* close_sync "background" defers the sync of files this large; smaller ones
+ * (naming markers, metadata) are synced at close in every mode: their
+ * fdatasync costs about what the journal's commit already does. */
+#define CLOSE_SYNC_MIN (1u << 20)
 
 /* ---- steps and completion (under v->lock) ---- */
 
@@ -348,6 +354,16 @@ static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
     return vfs_json_add(root, key, vfs_json_fixed(eta, 1));
 }
 
+/* Files whose close() returned before their bytes were on the staging disk
+ * (close_sync "background"), not yet synced. Lock held. */
+static uint64_t count_unsynced(const st_vfs *v)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < v->ninodes; i++)
+        n += v->inodes[i] && v->inodes[i]->parent && v->inodes[i]->unsynced;
+    return n;
+}
+
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
  * one line, built with json-c: compact, '/' unescaped, keys in the order
  * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
@@ -370,6 +386,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "stored_bytes", json_object_new_uint64(v->stored_bytes));
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
+    bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(count_unsynced(v)));
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
@@ -1425,12 +1442,49 @@ void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written
     pthread_mutex_unlock(&v->lock);
 }
 
-st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
+/* fdatasync of h's staging file. Clears the file's unsynced flag (in memory;
+ * the caller writes the row) unless a flush left newer bytes unsynced while
+ * it ran: those are that flush's release's to sync. Lock not held. */
+static st_err sync_staging(st_vfs *v, st_vfs_handle *h, int *cleared)
+{
+    pthread_mutex_lock(&v->lock);
+    uint64_t gen = h->node->sync_gen;
+    pthread_mutex_unlock(&v->lock);
+    *cleared = 0;
+    if (fdatasync(h->fd) < 0)
+        return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
+                         strerror(errno));
+    pthread_mutex_lock(&v->lock);
+    if (h->node->unsynced && h->node->sync_gen == gen) {
+        h->node->unsynced = 0;
+        *cleared = 1;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return ST_OK;
+}
+
+/* What this flush does about the disk: returns 1 to fdatasync now, 0 not;
+ * *defer: it returns before the bytes are on the staging disk and the release
+ * syncs them (docs/MOUNT.md, "When close() waits for the disk": close_sync
+ * "background", files of CLOSE_SYNC_MIN bytes or more). fsync (must_sync)
+ * also syncs bytes another handle's flush left unsynced. */
+static int flush_syncs_now(st_vfs *v, st_vfs_handle *h, int must_sync, int *defer)
+{
+    pthread_mutex_lock(&v->lock);
+    *defer = h->dirty && !must_sync && v->close_in_background && h->node->size >= CLOSE_SYNC_MIN;
+    int now = !*defer && (h->dirty || (must_sync && h->node->unsynced));
+    pthread_mutex_unlock(&v->lock);
+    return now;
+}
+
+/* flush and fsync: must_sync for fsync, which syncs in every mode. */
+static st_err flush_handle(st_vfs *v, st_vfs_handle *h, int must_sync)
 {
     if (!h->node || !h->writable)
         return ST_OK;
-    /* The data must be on the staging disk before close() returns: that is
-     * the acknowledgement the trainer gets (DESIGN: close is durable locally). */
+    /* What close() acknowledges: the bytes are in staging and the journal
+     * says CLOSED; on the staging disk too unless the sync is deferred to
+     * the release (DESIGN invariant 1 either way). */
     st_err e = ST_OK;
     if (atomic_load_explicit(&h->node->stale_end, memory_order_relaxed)) {
         /* The staging file's length becomes the file's before the journal
@@ -1444,15 +1498,19 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
         }
         h->dirty = 1; /* the new length is synced below */
     }
-    if (h->dirty && fdatasync(h->fd) < 0) {
-        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "fsync staging: %s",
-                      strerror(errno));
+    int defer, cleared = 0;
+    if (flush_syncs_now(v, h, must_sync, &defer) && (e = sync_staging(v, h, &cleared))) {
         st_vfs_write_failed(v, h, e); /* written data may be lost */
         return e;
     }
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
-    if (h->dirty || n->state == VFILE_WRITING) {
+    if (defer) {
+        n->unsynced = 1;
+        n->sync_gen++;
+        h->sync_pending = 1;
+    }
+    if (h->dirty || cleared || n->state == VFILE_WRITING) {
         if (n->state == VFILE_WRITING)
             n->state = VFILE_CLOSED;
         ST_CRASHPOINT_IF(n->parent, "close-journal-before");
@@ -1469,6 +1527,35 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
     return e;
 }
 
+st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h)
+{
+    return flush_handle(v, h, 0);
+}
+
+st_err st_vfs_fsync(st_vfs *v, st_vfs_handle *h)
+{
+    return flush_handle(v, h, 1);
+}
+
+/* At the release, the sync a flush of h deferred; before the completion
+ * rules, so that no step is queued with bytes of its files off the disk.
+ * Lock not held. */
+static void sync_deferred(st_vfs *v, st_vfs_handle *h)
+{
+    int cleared = 0;
+    st_err e = sync_staging(v, h, &cleared);
+    h->sync_pending = 0;
+    if (e) {
+        vfs_log(v, 2, "%s", st_errmsg());
+        st_vfs_write_failed(v, h, e); /* the bytes close() acknowledged may be lost */
+        return;
+    }
+    pthread_mutex_lock(&v->lock);
+    if (cleared && h->node->parent)
+        (void)vfs_journal_put_file(v, h->node); /* a failure: recovery syncs again */
+    pthread_mutex_unlock(&v->lock);
+}
+
 void st_vfs_release(st_vfs *v, st_vfs_handle *h)
 {
     if (!h->node) {
@@ -1476,6 +1563,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         free(h);
         return;
     }
+    if (h->sync_pending)
+        sync_deferred(v, h);
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
     if (h->fd >= 0)
@@ -1730,6 +1819,13 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         v->opts.gc_grace_seconds = (double)ST_GC_DEFAULT_GRACE_NS / 1e9;
     if (v->opts.gc_interval_seconds <= 0)
         v->opts.gc_interval_seconds = 600;
+    const char *sync = opts->close_sync ? opts->close_sync : "disk";
+    if (strcmp(sync, "disk") != 0 && strcmp(sync, "background") != 0) {
+        st_err bad = st_seterr(ST_ERR_INVALID, "close sync '%.32s': use disk or background", sync);
+        free(v);
+        return bad;
+    }
+    v->close_in_background = strcmp(sync, "background") == 0;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->changed, NULL);
     vfs_health_init(v);
@@ -1795,6 +1891,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     e = vfs_journal_open(v);
     if (!e)
         e = recover(v);
+    if (!e)
+        e = vfs_journal_mark_boot(v);
     pthread_mutex_unlock(&v->lock);
     if (e)
         goto fail;

@@ -100,6 +100,12 @@ struct vnode {
      * the file is rewritten or removed (docs/STEPS.md, "A failed write").
      * 0: none. Counted in st_vfs.nfailed while the file is in the tree. */
     st_err write_failed;
+    /* close_sync "background" (docs/MOUNT.md, "When close() waits for the
+     * disk"): a flush returned with bytes of the file not yet on the staging
+     * disk (the journal row says so too). sync_gen counts such flushes; a
+     * release clears unsynced only if none came after the one it synced for. */
+    int unsynced;
+    uint64_t sync_gen;
     /* When the remote view added this node (st_mono_ns; 0: made here), and,
      * for a directory, when it was last listed: a remote file added after
      * the listing was never seen by whoever empties the directory. */
@@ -375,7 +381,12 @@ struct st_vfs {
     int candidates_listed;
     vkept *kept; /* naming markers' versions kept for their step (st_vfs_keep.c) */
     size_t nkept, kept_cap;
-    uint64_t nfailed; /* files in the tree with write_failed set */
+    uint64_t nfailed;        /* files in the tree with write_failed set */
+    int close_in_background; /* opts.close_sync is "background" */
+    /* The journal's rows were written in another boot of the machine (or the
+     * boot is unknown): unsynced rows may hold torn bytes. Set by
+     * vfs_journal_open, used by the recovery. */
+    int journal_other_boot;
     vjob *jobs;
     size_t njobs, jobs_cap;
 
@@ -551,6 +562,9 @@ st_err vfs_lease_check(st_vfs *v);
 
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);
+/* Records this boot of the machine as the journal's, once recovery has
+ * judged the unsynced rows of the last one. */
+st_err vfs_journal_mark_boot(st_vfs *v);
 void vfs_journal_close(st_vfs *v);
 /* What recovery found besides the namespace and the steps: the deletion
  * requests, for the caller to hand to st_vfs_delete (recovery itself calls

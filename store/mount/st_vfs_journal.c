@@ -6,11 +6,16 @@
  *   entries(job, path, kind, sid, size, mode, mtime_ns, state, step,
  *           remote_step, remote_node, remote_rev, remote_path, rank, world)
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
- *       state as vfile_state; step -1 for none.
+ *       state as vfile_state; step -1 for none; then failed (vnode.write_failed)
+ *       and unsynced (a close returned before the bytes were on disk:
+ *       docs/MOUNT.md, "When close() waits for the disk").
  *   steps(job, step, complete, revision, commits "rank:world,...")
  *   kept(job, step, path, sid, size, mode, mtime_ns)
  *       a naming marker's version its step still has to publish
  *       (st_vfs_keep.c); STAGING/data/<sid>, named by no entries row.
+ *   meta(key, value)
+ *       "boot_id": the boot of the machine the rows were last recovered in
+ *       (unsynced rows of another boot may hold torn bytes).
  *   deletions(job, step, path, requested_ns)
  *       steps removed through the mount, not yet deleted from the store
  *       (st_vfs_delete.c); written in the same transaction as the removal.
@@ -48,8 +53,10 @@ static const char journal_schema[] =
     "  state INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL DEFAULT -1,"
     "  remote_step INTEGER NOT NULL DEFAULT -1, remote_node TEXT, remote_rev INTEGER,"
     "  remote_path TEXT, rank INTEGER NOT NULL DEFAULT -1, world INTEGER NOT NULL DEFAULT 0,"
-    "  failed INTEGER NOT NULL DEFAULT 0,"
+    "  failed INTEGER NOT NULL DEFAULT 0, unsynced INTEGER NOT NULL DEFAULT 0,"
     "  PRIMARY KEY (job, path)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS meta ("
+    "  key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS steps ("
     "  job TEXT NOT NULL, step INTEGER NOT NULL, complete INTEGER NOT NULL,"
     "  revision INTEGER NOT NULL, commits TEXT NOT NULL DEFAULT '',"
@@ -64,9 +71,25 @@ static const char journal_schema[] =
 
 #define DB(v) ((sqlite3 *)(v)->journal)
 
-/* The column a journal of an older version lacks (vnode.write_failed). */
-static const char journal_add_failed[] =
-    "ALTER TABLE entries ADD COLUMN failed INTEGER NOT NULL DEFAULT 0";
+/* The columns a journal of an older version lacks (vnode.write_failed,
+ * vnode.unsynced), in the order of journal_schema. */
+static const char *const journal_add_columns[] = {
+    "ALTER TABLE entries ADD COLUMN failed INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE entries ADD COLUMN unsynced INTEGER NOT NULL DEFAULT 0",
+};
+
+/* This boot of the machine; "" if unknown (then every boot is another). */
+static void current_boot_id(char *out, size_t cap)
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f)
+        return;
+    if (!fgets(out, (int)cap, f))
+        out[0] = 0;
+    fclose(f);
+    out[strcspn(out, "\n")] = 0;
+}
 
 static st_err jerr(st_vfs *v, const char *what)
 {
@@ -125,9 +148,29 @@ st_err vfs_journal_open(st_vfs *v)
         sqlite3_free(msg);
         return e;
     }
-    /* Fails with "duplicate column" on every journal that has it: fine. */
-    (void)sqlite3_exec(db, journal_add_failed, NULL, NULL, NULL);
+    /* Each fails with "duplicate column" on a journal that has it: fine. */
+    for (size_t i = 0; i < sizeof journal_add_columns / sizeof *journal_add_columns; i++)
+        (void)sqlite3_exec(db, journal_add_columns[i], NULL, NULL, NULL);
+    char boot[64];
+    current_boot_id(boot, sizeof boot);
+    sqlite3_stmt *q;
+    v->journal_other_boot = 1;
+    if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='boot_id'", -1, &q, NULL) !=
+        SQLITE_OK)
+        return jerr(v, "read the boot");
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        const char *was = (const char *)sqlite3_column_text(q, 0);
+        v->journal_other_boot = !boot[0] || !was || strcmp(was, boot) != 0;
+    }
+    sqlite3_finalize(q);
     return ST_OK;
+}
+
+st_err vfs_journal_mark_boot(st_vfs *v)
+{
+    char boot[64];
+    current_boot_id(boot, sizeof boot);
+    return exec(v, "INSERT OR REPLACE INTO meta VALUES ('boot_id', ?1)", "t", boot);
 }
 
 void vfs_journal_close(st_vfs *v)
@@ -145,13 +188,13 @@ st_err vfs_journal_put_file(st_vfs *v, vnode *n)
     const vremote *r = n->remote;
     return exec(v,
                 "INSERT OR REPLACE INTO entries VALUES"
-                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
-                "ttiiiiiiininiii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
+                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+                "ttiiiiiiininiiii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
                 (int64_t)n->mode, n->mtime_ns, (int64_t)n->state,
                 n->step == VFS_NO_STEP ? (int64_t)-1 : (int64_t)n->step,
                 r ? (int64_t)r->step : (int64_t)-1, r ? r->node : NULL,
                 r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL, (int64_t)n->rank,
-                (int64_t)n->world, (int64_t)n->write_failed);
+                (int64_t)n->world, (int64_t)n->write_failed, (int64_t)n->unsynced);
 }
 
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
@@ -358,6 +401,32 @@ static void parse_commits(vstep *s, const char *text)
     }
 }
 
+/* A file whose close() returned before its bytes were on the staging disk
+ * (docs/MOUNT.md, "When close() waits for the disk"). In this boot the
+ * page cache still holds them: sync them now. After another boot they may
+ * be torn: the file stays, but its step is never published from it. */
+static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *path,
+                             const char *staging)
+{
+    n->unsynced = 1;
+    if (!v->journal_other_boot) {
+        int fd = open(staging, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && fdatasync(fd) == 0)
+            n->unsynced = 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (n->unsynced) {
+        vfs_set_write_failed(v, n, ST_ERR_IO);
+        vfs_log(v, 2,
+                "%s/%s: its close() returned before its bytes were on the staging disk, and the "
+                "machine stopped (or they cannot be synced): its step is not published until the "
+                "file is rewritten or removed",
+                job, path);
+    }
+    (void)vfs_journal_put_file(v, n);
+}
+
 /* Recreates one journal row in the tree. */
 static void recover_entry(st_vfs *v, sqlite3_stmt *q)
 {
@@ -406,6 +475,12 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     const char *rnode = (const char *)sqlite3_column_text(q, 10);
     const char *rpath = (const char *)sqlite3_column_text(q, 12);
     int stored = state == VFILE_DURABLE && rstep >= 0 && rnode && rpath;
+    int unsynced = sqlite3_column_int(q, 16);
+    if (sid && unsynced && v->journal_other_boot && stored) {
+        /* Its bytes may be torn; the store has them whole. */
+        unlink(sp);
+        unsynced = 0;
+    }
     int lost_local = 0;
     if (sid && stat(sp, &st) < 0) {
         /* A durable file's content is served from the store: its local copy
@@ -447,10 +522,12 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     if (n->step != VFS_NO_STEP)
         vfs_step(j, n->step, 1);
     vfs_set_write_failed(v, n, (st_err)sqlite3_column_int(q, 15));
+    if (sid && unsynced)
+        recover_unsynced(v, n, job, path, sp);
     /* The row says "no local copy" from now on, so a restart says nothing
      * more about it. A failed write leaves the old row: the next start
      * corrects it then. */
-    if (lost_local)
+    else if (lost_local)
         (void)vfs_journal_put_file(v, n);
 }
 

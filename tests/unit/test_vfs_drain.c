@@ -23,15 +23,6 @@ static void store_reset(void)
     CHECK_OK(st_backend_mem_open(&store));
 }
 
-static int status_has(vh_mount *m, const char *text)
-{
-    st_bytes s = {0};
-    vh_status(m, &s);
-    int has = s.data && strstr((const char *)s.data, text) != NULL;
-    st_bytes_free(&s);
-    return has;
-}
-
 static st_err save(vh_mount *m, uint64_t step)
 {
     char path[64];
@@ -98,7 +89,7 @@ static void test_fifo_without_notice(void)
     CHECK_OK(vh_mount_open_fault(&a, store, "a", "fifo", 1, PUT_DELAY));
     if (!a.v || queue_four(&a))
         goto out;
-    CHECK(status_has(&a, "\"draining\":false"));
+    CHECK(vh_status_has(&a, "\"draining\":false"));
     CHECK(strcmp(durable_order(&a), "1234") == 0);
 out:
     if (a.v)
@@ -120,18 +111,18 @@ static void test_notice_newest_first(void)
     CHECK(strstr(vh_ls(&a, ".ckptfs"), "drain") != NULL);
     if (queue_four(&a))
         goto out;
-    CHECK(status_has(&a, "\"draining\":false"));
+    CHECK(vh_status_has(&a, "\"draining\":false"));
     /* Nothing durable yet: the rate, so the ETA, is unknown. */
-    CHECK(status_has(&a, "\"eta_durable_seconds\":null"));
+    CHECK(vh_status_has(&a, "\"eta_durable_seconds\":null"));
     CHECK_OK(write_drain(&a, "drain\n"));
-    CHECK(status_has(&a, "\"draining\":true"));
+    CHECK(vh_status_has(&a, "\"draining\":true"));
     CHECK_OK(write_drain(&a, "drain")); /* again: nothing more */
     /* The mount keeps serving while it drains. */
     CHECK_OK(vh_write_str(&a, VH_JOB "/notes.txt", "still serving", VH_PID_B));
     CHECK(vh_file_is_str(&a, VH_JOB "/notes.txt", "still serving"));
     /* Step 1 was under way and finishes; then the newest first. */
     CHECK(strcmp(durable_order(&a), "1432") == 0);
-    CHECK(!status_has(&a, "\"eta_durable_seconds\":null"));
+    CHECK(!vh_status_has(&a, "\"eta_durable_seconds\":null"));
     for (uint64_t k = 1; k <= 4; k++)
         CHECK(vh_part_complete(a.b, k, "a"));
 out:

@@ -13,8 +13,6 @@
  * as if no PUT had reached the store; the parent then mounts the same
  * staging directory over a fresh store.
  */
-#include <sys/wait.h>
-
 #include "vfs_harness.h"
 
 static st_backend *store; /* a fresh store per case */
@@ -170,29 +168,6 @@ static void test_errors(void)
 
 /* ---- crashes ---- */
 
-/*
- * Runs child_main in a child process that mounts staging_name (unstarted,
- * or started over a store whose PUTs hang for fault "put_delay_ms"), and
- * waits for it; returns 1 if the child got to its _exit(0).
- */
-static int run_crashing_child(void (*child_main)(void))
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return 0;
-    if (pid == 0) {
-        child_main(); /* ends in _exit() */
-        _exit(99);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid)
-        return 0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "  crashing child ended with status %d\n", status);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 #define CRASH_BIG (2u << 20)
 
 /* The child: acknowledged files (close returned, or flush returned without
@@ -224,7 +199,7 @@ static void crash_after_close_child(void)
 static void test_crash_after_close(void)
 {
     store_reset();
-    CHECK(run_crashing_child(crash_after_close_child));
+    CHECK(vh_run_crashing_child(crash_after_close_child));
     vh_mount a;
     CHECK_OK(vh_mount_open(&a, store, "a", "crash-a", 1));
     if (!a.v)
@@ -289,7 +264,7 @@ static void crash_before_release_child(void)
 static void test_crash_before_release(void)
 {
     store_reset();
-    CHECK(run_crashing_child(crash_before_release_child));
+    CHECK(vh_run_crashing_child(crash_before_release_child));
     vh_mount a;
     CHECK_OK(vh_mount_open(&a, store, "a", "relcrash-a", 1));
     if (!a.v)
@@ -322,7 +297,7 @@ static void crash_during_upload_child(void)
 static void test_crash_during_upload(void)
 {
     store_reset();
-    CHECK(run_crashing_child(crash_during_upload_child));
+    CHECK(vh_run_crashing_child(crash_during_upload_child));
     vh_mount a;
     CHECK_OK(vh_mount_open(&a, store, "a", "upcrash-a", 1));
     if (!a.v)

@@ -290,15 +290,6 @@ static int reopen(vh_mount *m, const char *name, const char *fault)
 }
 
 /* 1 if m's status file holds text. */
-static int status_has(vh_mount *m, const char *text)
-{
-    st_bytes st = {0};
-    vh_status(m, &st);
-    int has = st.data && strstr((const char *)st.data, text) != NULL;
-    st_bytes_free(&st);
-    return has;
-}
-
 /* A fresh store and a started mount of node "a" on staging directory name
  * that cannot publish anything (every PUT of its node's keys fails), with
  * step 2 written and completed by a `latest` naming it. */
@@ -329,7 +320,7 @@ static void test_r2_kept_marker_survives_failures_and_a_restart(void)
     if (step2_unpublished(&m, "r2-kept-restart"))
         return;
     /* its upload took a snapshot and failed (it retries with a backoff) */
-    CHECK(VH_WAIT(status_has(&m, "\"last_error\":\"uploading step 2 of job"), 10));
+    CHECK(VH_WAIT(vh_status_has(&m, "\"last_error\":\"uploading step 2 of job"), 10));
     CHECK_OK(vh_write_str(&m, VH_JOB "/global_step3/zero_pp_rank_0_states.pt", "z3", VH_PID_A));
     CHECK_OK(vh_write_str(&m, VH_JOB "/latest.tmp", "global_step3", VH_PID_A));
     CHECK_OK(vh_rename(&m, VH_JOB "/latest.tmp", VH_JOB "/latest"));

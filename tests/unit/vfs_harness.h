@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend/st_backend.h"
@@ -88,6 +89,8 @@ static uint64_t vh_staging_cap;
 /* The --staging-spare of the mounts opened next (0: no recycling, so that
  * the other tests see a staging file go when its file goes). */
 static uint64_t vh_staging_spare;
+/* close_sync of the mounts opened next (NULL: the default, "disk"). */
+static const char *vh_close_sync;
 
 /* Every log line of every mount since the last vh_log_clear(), each ended
  * by '\n' (a test checks what was logged, and that one message is one line). */
@@ -146,6 +149,7 @@ static inline st_err vh_mount_open_fault(vh_mount *m, st_backend *store, const c
         .refresh_seconds = 0.1,
         .staging_cap = vh_staging_cap,
         .staging_spare = vh_staging_spare,
+        .close_sync = vh_close_sync,
         .drain_seconds = fault ? 1 : 20, /* a failing store: do not wait at unmount */
         .log = vh_log,
         .log_arg = m->node,
@@ -533,6 +537,16 @@ static inline const char *vh_deletion(vh_mount *m, uint64_t step)
 
 /* A number field of the status file: the first "name":N after the first
  * occurrence of `after` (NULL: from the start); UINT64_MAX if missing. */
+/* 1 if the status file holds text. */
+static inline int vh_status_has(vh_mount *m, const char *text)
+{
+    st_bytes s = {0};
+    vh_status(m, &s);
+    int has = s.data && strstr((const char *)s.data, text) != NULL;
+    st_bytes_free(&s);
+    return has;
+}
+
 static inline uint64_t vh_status_u64(vh_mount *m, const char *after, const char *name)
 {
     st_bytes s = {0};
@@ -547,6 +561,31 @@ static inline uint64_t vh_status_u64(vh_mount *m, const char *after, const char 
         sscanf(p + strlen(pat), "%" SCNu64, &val);
     st_bytes_free(&s);
     return val;
+}
+
+/* ---- crashes ---- */
+
+/*
+ * Runs child_main in a child process and waits for it: a test's crashing
+ * child, which mounts a staging directory, writes and dies with _exit()
+ * without closing anything. Returns 1 if the child got to its _exit(0).
+ */
+static inline int vh_run_crashing_child(void (*child_main)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        child_main(); /* ends in _exit() */
+        _exit(99);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid)
+        return 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "  crashing child ended with status %d\n", status);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 /* ---- the store ---- */
@@ -744,6 +783,20 @@ static inline int vh_stored_content_is(st_backend *b, uint64_t step, const char 
         fprintf(stderr, "  step %llu stores %s as \"%.*s\" (%zu bytes), want \"%s\"\n",
                 (unsigned long long)step, path, (int)(got.data ? got.len : 0),
                 got.data ? (const char *)got.data : "", got.data ? got.len : 0, want);
+    st_bytes_free(&got);
+    return same;
+}
+
+/* 1 if path in step of VH_JOB is stored with exactly the len bytes want. */
+static inline int vh_stored_bytes_are(st_backend *b, uint64_t step, const char *path,
+                                      const void *want, size_t len)
+{
+    st_bytes got = {0};
+    vh_stored_content(b, step, path, &got);
+    int same = got.data && got.len == len && memcmp(got.data, want, len) == 0;
+    if (!same)
+        fprintf(stderr, "  step %llu stores %s as %zu other bytes, want %zu\n",
+                (unsigned long long)step, path, got.data ? got.len : 0, len);
     st_bytes_free(&got);
     return same;
 }
