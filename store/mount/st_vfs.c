@@ -1515,7 +1515,7 @@ static st_err flush_handle(st_vfs *v, st_vfs_handle *h, int must_sync)
             n->state = VFILE_CLOSED;
         ST_CRASHPOINT_IF(n->parent, "close-journal-before");
         if (n->parent)
-            e = vfs_journal_put_file(v, n);
+            e = defer ? vfs_journal_put_file_lazy(v, n) : vfs_journal_put_file(v, n);
         ST_CRASHPOINT_IF(n->parent && !e, "close-journal-after");
     }
     h->dirty = 0;

@@ -580,6 +580,11 @@ typedef struct vfs_recovered_deletion {
 st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *ndels);
 void vfs_recovered_deletions_free(vfs_recovered_deletion *dels, size_t n);
 st_err vfs_journal_put_file(st_vfs *v, vnode *n);
+/* The same row, committed without waiting for the disk (close_sync
+ * "background"): a crash of the daemon keeps it, one of the machine may
+ * not. On ext4 the commit's fsync would wait for the file's own bytes
+ * (data=ordered), the wait the mode is there to leave out. */
+st_err vfs_journal_put_file_lazy(st_vfs *v, vnode *n);
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n);
 st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path);
 st_err vfs_journal_tombstone(st_vfs *v, const char *job, const char *path);

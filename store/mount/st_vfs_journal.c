@@ -197,6 +197,17 @@ st_err vfs_journal_put_file(st_vfs *v, vnode *n)
                 (int64_t)n->world, (int64_t)n->write_failed, (int64_t)n->unsynced);
 }
 
+st_err vfs_journal_put_file_lazy(st_vfs *v, vnode *n)
+{
+    /* In WAL mode, NORMAL writes the commit to the WAL without its fsync:
+     * the kernel holds it, and the next FULL commit takes it to the disk. */
+    st_err e = exec(v, "PRAGMA synchronous=NORMAL", "");
+    if (!e)
+        e = vfs_journal_put_file(v, n);
+    st_err back = exec(v, "PRAGMA synchronous=FULL", "");
+    return e ? e : back;
+}
+
 st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
 {
     char path[ST_MANIFEST_MAX_PATH + 1];

@@ -10,8 +10,8 @@
 #   tests/bench/bench_fuse_save.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
 #       [--state random|model|both] [--ckptfs PATH] [--ckptctl PATH]
 #       [--require-ckptfs] [--workdir DIR] [--json FILE] [--same-state]
-#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--series N [--series-reps R]] [--rclone]
-#       [--keep N]
+#       [--ckptfs-base PATH] [--ckptfs-also NAME=PATH ...] [--close-sync-bg]
+#       [--series N [--series-reps R]] [--rclone] [--keep N]
 #
 # Every save writes new bytes (all values change between saves, untimed) as
 # in full training; --same-state saves identical bytes (dedup's best case).
@@ -25,7 +25,9 @@
 # --ckptfs-base PATH mounts a second ckptfs (say, built from an earlier
 # commit) as target ckptfs-base, with a store and staging of its own, so a
 # change is measured before/after side by side in one run; --ckptfs-also
-# NAME=PATH adds more (NAME starting with ckptfs-). --series N: then
+# NAME=PATH adds more (NAME starting with ckptfs-). --close-sync-bg also
+# mounts the --ckptfs build with --close-sync background as target
+# ckptfs-bg (docs/MOUNT.md, "When close() waits for the disk"). --series N: then
 # N saves per target in a row with no waiting, earlier ckptfs steps still
 # uploading, one target at a time, each settled before the next target's
 # saves (fuse_save_bench.py); --series-reps R: R such rounds (default 1),
@@ -47,7 +49,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench_build_dir "$@"
 shift
 size=1024 reps=5 state=both ckptfs="" ckptctl="" require=0 workdir=/var/tmp json="" smoke=0
-base="" series=0 series_reps=1 rclone=0 keep=1
+base="" series=0 series_reps=1 rclone=0 keep=1 close_bg=0
 also=()
 same=()
 while [ $# -gt 0 ]; do
@@ -64,6 +66,7 @@ while [ $# -gt 0 ]; do
     --same-state) same=(--same-state) ;;
     --ckptfs-base) base=$2; shift ;;
     --ckptfs-also) also+=("$2"); shift ;;
+    --close-sync-bg) close_bg=1 ;;
     --series) series=$2; shift ;;
     --series-reps) series_reps=$2; shift ;;
     --rclone) rclone=1 ;;
@@ -170,14 +173,15 @@ mount_daemon passthrough_ll "$work/ptll" "$ptll" -f -o "source=$work/ptll-src" "
 targets=(--target "disk=$work/disk" --target "passthrough_ll=$work/ptll/job")
 settle_args=()
 
-# mount_ckptfs NAME BINARY: mount BINARY as target NAME, store and staging
-# under $work/NAME-*.
+# mount_ckptfs NAME BINARY [OPTION...]: mount BINARY as target NAME, store
+# and staging under $work/NAME-*, with the options given.
 mount_ckptfs() {
     local name=$1 bin=$2
-    echo "$name: $bin (store file://$work/$name-store, staging $work/$name-staging)"
+    shift 2
+    echo "$name: $bin $* (store file://$work/$name-store, staging $work/$name-staging)"
     mkdir -p "$work/$name-store" "$work/$name-staging"
     mount_daemon "$name" "$work/$name" "$bin" "$work/$name" --store "file://$work/$name-store" \
-        --staging "$work/$name-staging" --node bench -f
+        --staging "$work/$name-staging" --node bench -f "$@"
     timeout 30 mkdir "$work/$name/bench"
     targets+=(--target "$name=$work/$name/bench")
     settle_args+=(--settle "$name=file://$work/$name-store")
@@ -190,6 +194,7 @@ fi
 if [ -x "$ckptfs" ]; then
     mount_ckptfs ckptfs "$ckptfs"
     [ -z "$base" ] || mount_ckptfs ckptfs-base "$base"
+    [ "$close_bg" = 0 ] || mount_ckptfs ckptfs-bg "$ckptfs" --close-sync background
     for spec in ${also[@]+"${also[@]}"}; do
         case "${spec%%=*}" in
         ckptfs-?*) ;;
