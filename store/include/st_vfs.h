@@ -298,13 +298,14 @@ typedef struct st_vfs_stats {
     uint64_t spare_bytes, spare_files; /* gauges: recycled staging files kept for reuse */
     uint64_t spare_reused_bytes;       /* lengths of the recycled files new files took */
     uint64_t spare_durable_files;      /* of those: durable files of older steps (rule 5) */
-    uint64_t queue;                    /* gauge: steps waiting for upload */
-    int draining;                      /* gauge: newest complete step first (st_vfs_drain) */
-    double eta_durable_seconds;        /* gauge: until pending bytes are durable, -1: unknown */
-    uint64_t uploaded_bytes;           /* logical bytes made durable by uploads */
-    uint64_t new_raw_bytes;            /* of those: raw bytes of chunks dedup did not find */
-    uint64_t stored_bytes;             /* bytes of packs PUT (after compression) */
-    uint64_t chunks, new_chunks;       /* chunk references uploaded / of those stored */
+    uint64_t unsynced_files;     /* gauge: closed, bytes not yet on the staging disk (close_sync) */
+    uint64_t queue;              /* gauge: steps waiting for upload */
+    int draining;                /* gauge: newest complete step first (st_vfs_drain) */
+    double eta_durable_seconds;  /* gauge: until pending bytes are durable, -1: unknown */
+    uint64_t uploaded_bytes;     /* logical bytes made durable by uploads */
+    uint64_t new_raw_bytes;      /* of those: raw bytes of chunks dedup did not find */
+    uint64_t stored_bytes;       /* bytes of packs PUT (after compression) */
+    uint64_t chunks, new_chunks; /* chunk references uploaded / of those stored */
     uint64_t uploads, upload_failures; /* step uploads published / failed (retried) */
     double upload_seconds;             /* time the published uploads took */
     uint64_t requests[ST_VFS_REQ_KINDS][ST_VFS_REQ_RESULTS]; /* store requests */

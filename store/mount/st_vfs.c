@@ -354,16 +354,6 @@ static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
     return vfs_json_add(root, key, vfs_json_fixed(eta, 1));
 }
 
-/* Files whose close() returned before their bytes were on the staging disk
- * (close_sync "background"), not yet synced. Lock held. */
-static uint64_t count_unsynced(const st_vfs *v)
-{
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < v->ninodes; i++)
-        n += v->inodes[i] && v->inodes[i]->parent && v->inodes[i]->unsynced;
-    return n;
-}
-
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
  * one line, built with json-c: compact, '/' unescaped, keys in the order
  * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
@@ -386,7 +376,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "stored_bytes", json_object_new_uint64(v->stored_bytes));
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
-    bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(count_unsynced(v)));
+    bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(vfs_count_unsynced(v)));
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);

@@ -560,6 +560,10 @@ void vfs_lease_heartbeat(st_vfs *v);
  * published. */
 st_err vfs_lease_check(st_vfs *v);
 
+/* st_vfs_stats.c: files whose close() returned before their bytes were on
+ * the staging disk (close_sync "background"), not synced yet. Lock held. */
+uint64_t vfs_count_unsynced(const st_vfs *v);
+
 /* st_vfs_journal.c — every call under v->lock */
 st_err vfs_journal_open(st_vfs *v);
 /* Records this boot of the machine as the journal's, once recovery has

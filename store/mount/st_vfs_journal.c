@@ -153,6 +153,11 @@ st_err vfs_journal_open(st_vfs *v)
         (void)sqlite3_exec(db, journal_add_columns[i], NULL, NULL, NULL);
     char boot[64];
     current_boot_id(boot, sizeof boot);
+    if (!boot[0] && v->close_in_background)
+        vfs_log(v, 1,
+                "cannot read /proc/sys/kernel/random/boot_id: a restart of the daemon will be "
+                "taken for one of the machine, and files whose sync a crash cut off will hold "
+                "their steps back (--close-sync background)");
     sqlite3_stmt *q;
     v->journal_other_boot = 1;
     if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key='boot_id'", -1, &q, NULL) !=

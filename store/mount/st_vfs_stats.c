@@ -52,6 +52,14 @@ static st_err job_stats(st_vfs *v, st_vfs_stats *out)
     return ST_OK;
 }
 
+uint64_t vfs_count_unsynced(const st_vfs *v)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; v->close_in_background && i < v->ninodes; i++)
+        n += v->inodes[i] && v->inodes[i]->parent && v->inodes[i]->unsynced;
+    return n;
+}
+
 st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
 {
     memset(out, 0, sizeof *out);
@@ -64,6 +72,7 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->spare_files = v->nspares;
     out->spare_reused_bytes = v->spare_reused_bytes;
     out->spare_durable_files = v->spare_durable_files;
+    out->unsynced_files = vfs_count_unsynced(v);
     out->queue = v->nqueue;
     out->draining = v->draining;
     out->eta_durable_seconds = vfs_eta_durable_seconds(v, out->pending_bytes);
