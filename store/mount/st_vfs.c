@@ -1456,13 +1456,18 @@ static st_err sync_staging(st_vfs *v, st_vfs_handle *h, int *cleared)
 /* What this flush does about the disk: returns 1 to fdatasync now, 0 not;
  * *defer: it returns before the bytes are on the staging disk and the release
  * syncs them (docs/MOUNT.md, "When close() waits for the disk": close_sync
- * "background", files of CLOSE_SYNC_MIN bytes or more). fsync (must_sync)
- * also syncs bytes another handle's flush left unsynced. */
+ * "background", files of CLOSE_SYNC_MIN bytes or more written from empty,
+ * whose journal row says WRITING until this flush: a machine crash that
+ * loses the flush's row drops the file rather than trusting an older row
+ * over bytes changed in place). fsync (must_sync) also syncs bytes another
+ * handle's flush left unsynced. */
 static int flush_syncs_now(st_vfs *v, st_vfs_handle *h, int must_sync, int *defer)
 {
     pthread_mutex_lock(&v->lock);
-    *defer = h->dirty && !must_sync && v->close_in_background && h->node->size >= CLOSE_SYNC_MIN;
-    int now = !*defer && (h->dirty || (must_sync && h->node->unsynced));
+    const vnode *n = h->node;
+    *defer = h->dirty && !must_sync && v->close_in_background && n->state == VFILE_WRITING &&
+             n->size >= CLOSE_SYNC_MIN;
+    int now = !*defer && (h->dirty || (must_sync && n->unsynced));
     pthread_mutex_unlock(&v->lock);
     return now;
 }

@@ -72,22 +72,33 @@ static void test_flush_leaves_the_sync_to_the_release(void)
     CHECK(unsynced(&a) == 0);
     st_vfs_release(a.v, h);
 
-    /* Two writers: the first one's release syncs the file as it is then,
-     * the second writer's bytes with it (they came before its fdatasync). */
+    /* A second writer changes the file in place (no O_TRUNC) while the
+     * first one's sync waits for its release: its close syncs at once (an
+     * older row must never stand for bytes changed in place), and that
+     * covers the first writer's bytes too. */
     st_vfs_handle *w1 = write_open(&a, VH_JOB "/ckpt-000003.pt", big, BIG);
     CHECK_OK(st_vfs_flush(a.v, w1));
+    CHECK(unsynced(&a) == 1);
     st_vfs_handle *w2 = NULL;
     CHECK_OK(vh_create(&a, VH_JOB "/ckpt-000003.pt", O_WRONLY, VH_PID_A, &w2));
     if (w2) {
         CHECK_OK(vh_pwrite(&a, w2, "second", 6, 100));
         CHECK_OK(st_vfs_flush(a.v, w2));
     }
-    CHECK(unsynced(&a) == 1);
-    st_vfs_release(a.v, w1);
     CHECK(unsynced(&a) == 0);
+    st_vfs_release(a.v, w1);
     if (w2)
         st_vfs_release(a.v, w2);
     CHECK(unsynced(&a) == 0);
+    /* So does a rewrite in place of a closed file. */
+    h = NULL;
+    CHECK_OK(vh_create(&a, VH_JOB "/ckpt-000003.pt", O_WRONLY, VH_PID_A, &h));
+    if (h) {
+        CHECK_OK(vh_pwrite(&a, h, "third", 5, 200));
+        CHECK_OK(st_vfs_flush(a.v, h));
+        CHECK(unsynced(&a) == 0);
+        st_vfs_release(a.v, h);
+    }
     vh_mount_close(&a);
 
     /* The default mode syncs at close. */
@@ -114,6 +125,10 @@ static void test_unknown_mode_is_refused(void)
 
 /* ---- a crash between the flush and the release ---- */
 
+/* The staging directory of the next crashing child and its parent: one per
+ * case, so that each child starts from an empty mount. */
+static const char *crash_staging;
+
 /* The child: step 1 closed and released (synced), step 2 flushed only
  * (close(2) returned, the sync not run), then death. */
 static void crash_unsynced_child(void)
@@ -121,13 +136,13 @@ static void crash_unsynced_child(void)
     st_backend *own = NULL;
     vh_mount m;
     vh_close_sync = "background";
-    if (st_backend_mem_open(&own) || vh_mount_open(&m, own, "a", "crash-bg", 0))
+    if (st_backend_mem_open(&own) || vh_mount_open(&m, own, "a", crash_staging, 0))
         _exit(1);
     uint8_t *big = vh_data(BIG, 5);
     st_vfs_handle *h = NULL;
     int bad = vh_mkdirs(&m, VH_JOB) != ST_OK;
     bad |= vh_write(&m, VH_JOB "/ckpt-000001.pt", big, BIG, VH_PID_A) != ST_OK;
-    bad |= vh_create(&m, VH_JOB "/ckpt-000002.pt", O_WRONLY, VH_PID_A, &h) != ST_OK;
+    bad |= vh_create(&m, VH_JOB "/ckpt-000002.pt", O_WRONLY | O_TRUNC, VH_PID_A, &h) != ST_OK;
     bad |= !h || vh_pwrite(&m, h, big + 2, BIG - 2, 0) != ST_OK;
     bad |= !h || st_vfs_flush(m.v, h) != ST_OK;
     bad |= unsynced(&m) != 1;
@@ -154,10 +169,11 @@ static int set_journal_boot(const char *staging_name, const char *boot)
 static void test_crash_before_the_sync_same_boot(void)
 {
     store_reset();
+    crash_staging = "crash-same-boot";
     CHECK(vh_run_crashing_child(crash_unsynced_child));
     vh_close_sync = "background";
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "crash-bg", 1));
+    CHECK_OK(vh_mount_open(&a, store, "a", crash_staging, 1));
     vh_close_sync = NULL;
     if (!a.v)
         return;
@@ -175,11 +191,12 @@ static void test_crash_before_the_sync_same_boot(void)
 static void test_crash_before_the_sync_another_boot(void)
 {
     store_reset();
+    crash_staging = "crash-other-boot";
     CHECK(vh_run_crashing_child(crash_unsynced_child));
-    CHECK(set_journal_boot("crash-bg", "an earlier boot"));
+    CHECK(set_journal_boot(crash_staging, "an earlier boot"));
     vh_log_clear();
     vh_mount a;
-    CHECK_OK(vh_mount_open(&a, store, "a", "crash-bg", 1));
+    CHECK_OK(vh_mount_open(&a, store, "a", crash_staging, 1));
     if (!a.v)
         return;
     uint8_t *big = vh_data(BIG, 5);
@@ -195,7 +212,7 @@ static void test_crash_before_the_sync_another_boot(void)
     /* Judged once: the journal now records this boot, and the file's
      * failure with it, so a restart in this boot does not publish it. */
     vh_mount_close(&a);
-    CHECK_OK(vh_mount_open(&a, store, "a", "crash-bg", 1));
+    CHECK_OK(vh_mount_open(&a, store, "a", crash_staging, 1));
     if (!a.v) {
         free(big);
         return;
