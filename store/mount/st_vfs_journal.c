@@ -433,6 +433,9 @@ static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *p
             close(fd);
     }
     if (n->unsynced) {
+        /* Judged once: the failure stands for it from now on, and nothing
+         * is left to sync (unsynced_files counts what still will be). */
+        n->unsynced = 0;
         vfs_set_write_failed(v, n, ST_ERR_IO);
         vfs_log(v, 2,
                 "%s/%s: its close() returned before its bytes were on the staging disk, and the "

@@ -209,6 +209,7 @@ static void test_crash_before_the_sync_another_boot(void)
     CHECK_OK(st_vfs_wait_idle(a.v, 5));
     CHECK(!vh_consistent(store, 2));
     CHECK(vh_step_objects(store, 2) == 0);
+    CHECK(unsynced(&a) == 0); /* failed, not waiting for a sync */
     /* Judged once: the journal now records this boot, and the file's
      * failure with it, so a restart in this boot does not publish it. */
     vh_mount_close(&a);
