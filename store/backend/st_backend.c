@@ -165,6 +165,35 @@ st_err st_del(st_backend *b, const char *key)
     return b->ops->del(b->ctx, key);
 }
 
+st_err st_stat_time(st_backend *b, const char *key, st_store_time *t)
+{
+    st_err e = key ? key_require("stat_time", key, 0) : ST_OK;
+    if (e)
+        return e;
+    if (!t)
+        return st_seterr(ST_ERR_INVALID, "stat_time: t is NULL");
+    if (!b->ops->stat_time)
+        return st_seterr(ST_ERR_PERMANENT, "the %s store keeps no clock to judge ages by",
+                         b->ops->scheme);
+    memset(t, 0, sizeof *t);
+    return b->ops->stat_time(b->ctx, key, t);
+}
+
+st_err st_store_age(st_backend *b, const char *key, int64_t *at_least_ns, int64_t *at_most_ns)
+{
+    st_store_time t;
+    st_err e = key ? st_stat_time(b, key, &t)
+                   : st_seterr(ST_ERR_INVALID, "store_age: key is NULL");
+    if (e)
+        return e;
+    int64_t age = t.now_ns - t.mtime_ns;
+    if (at_least_ns)
+        *at_least_ns = age - t.slack_ns;
+    if (at_most_ns)
+        *at_most_ns = age + t.slack_ns < 0 ? INT64_MAX : age + t.slack_ns;
+    return ST_OK;
+}
+
 /* ---- batched delete ---- */
 
 st_err st_del_items_result(const st_del_item *items, size_t n)

@@ -64,6 +64,18 @@ typedef struct st_del_item {
     st_err err;      /* out: ST_OK (also when the key did not exist) or why it was not deleted */
 } st_del_item;
 
+/*!
+ * Times read off the store's clock (ops->stat_time). slack_ns is how far
+ * each may be from the true instant (their resolution: 1 s for the HTTP
+ * dates of S3, a few ms for a file system's timestamps), so an age is only
+ * known within [now - mtime - slack, now - mtime + slack].
+ */
+typedef struct st_store_time {
+    int64_t now_ns;   /* the store's clock when it answered */
+    int64_t mtime_ns; /* when the store recorded the object's last write (0 for key NULL) */
+    int64_t slack_ns; /* resolution of either */
+} st_store_time;
+
 typedef struct st_backend_ops {
     const char *scheme; /* "file", "s3" */
 
@@ -108,6 +120,17 @@ typedef struct st_backend_ops {
      *  what was handed stays handed (the retry wrapper resumes from there). */
     st_err (*get_stream)(void *ctx, const char *key, uint64_t offset, uint64_t len,
                          const st_get_sink *sink);
+
+    /*! The store's own clock (docs/GC.md, "Clocks"): ages that decide what
+     *  GC deletes, whether a fence or a lease is live, are read off it and
+     *  never off this machine's wall clock. Fills t (st_store_time below):
+     *  now_ns, the store's time when it answered, and for a non-NULL key
+     *  mtime_ns, the store's time when it recorded the object's last write;
+     *  key NULL asks for now_ns alone. ST_ERR_NOT_FOUND when key is not
+     *  there. Required of every backend a protocol with an age runs on;
+     *  NULL only in a backend that stands for none (st_stat_time then
+     *  refuses with ST_ERR_PERMANENT). */
+    st_err (*stat_time)(void *ctx, const char *key, struct st_store_time *t);
 } st_backend_ops;
 
 typedef struct st_backend {
@@ -198,6 +221,19 @@ st_err st_get_stream(st_backend *b, const char *key, uint64_t offset, uint64_t l
                      const st_get_sink *sink);
 st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
 st_err st_del(st_backend *b, const char *key);
+/*! ops->stat_time with the key checked (key may be NULL: now alone). */
+st_err st_stat_time(st_backend *b, const char *key, st_store_time *t);
+
+/*!
+ * The age of the object key by the store's clock alone (docs/GC.md,
+ * "Clocks"), as the two bounds a judgement needs (either pointer may be
+ * NULL): *at_least_ns = now - mtime - slack, what "old enough to delete"
+ * is judged by, and *at_most_ns = now - mtime + slack, what "young enough
+ * to use" is judged by. A write time the store puts in its own future
+ * (at_most < 0) is suspect, never young: *at_most_ns is then INT64_MAX.
+ * ST_ERR_NOT_FOUND when the key is gone; store errors as they are.
+ */
+st_err st_store_age(st_backend *b, const char *key, int64_t *at_least_ns, int64_t *at_most_ns);
 
 /*!
  * Deletes items[0..n) (any n), with one per-key result each in items[i].err,

@@ -58,6 +58,13 @@ static st_err count_stat(void *ctx, const char *key, uint64_t *size)
     return counted(x, ST_REQ_STAT, x->inner->ops->stat(x->inner->ctx, key, size));
 }
 
+/* Counted as a HEAD: it is one (S3), or a stat and a probe (file). */
+static st_err count_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    count_ctx *x = ctx;
+    return counted(x, ST_REQ_STAT, st_stat_time(x->inner, key, t));
+}
+
 static st_err count_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     count_ctx *x = ctx;
@@ -91,6 +98,7 @@ static const st_backend_ops count_ops_template = {
     .get = count_get,
     .get_stream = count_get_stream,
     .stat = count_stat,
+    .stat_time = count_stat_time,
     .list = count_list,
     .del = count_del,
     .del_many = count_del_many,

@@ -116,6 +116,12 @@ static st_err fault_stat(void *ctx, const char *key, uint64_t *size)
     return f->inner->ops->stat(f->inner->ctx, key, size);
 }
 
+static st_err fault_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    fault_ctx *f = ctx;
+    return st_stat_time(f->inner, key, t);
+}
+
 static st_err fault_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     fault_ctx *f = ctx;
@@ -147,6 +153,7 @@ static const st_backend_ops fault_ops_template = {
     .get = fault_get,
     .get_stream = fault_get_stream,
     .stat = fault_stat,
+    .stat_time = fault_stat_time,
     .list = fault_list,
     .del = fault_del,
     .del_many = fault_del_many,

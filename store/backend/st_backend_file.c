@@ -6,7 +6,8 @@
  * carries an '@' suffix. '@' is outside the key alphabet, so a directory can
  * never collide with an object, and "a/b" and "a/b/c" can both exist, as they
  * can in S3. Names starting with '.' are never keys (st_key_is_valid()), so
- * the temp files ".tmp.<pid>.<tid>.<n>" are never listed, read or replaced by
+ * the temp files ".tmp.<pid>.<tid>.<n>" (and the clock probes
+ * ".clock.<pid>.<tid>.<n>", file_now) are never listed, read or replaced by
  * a key; list() skips every name starting with '.', and anything else that is
  * not a regular file or an '@' directory with a valid name.
  *
@@ -423,9 +424,10 @@ static st_err file_get_stream(void *ctx, const char *key, uint64_t offset, uint6
     return e;
 }
 
-static st_err file_stat(void *ctx, const char *key, uint64_t *size)
+/* The struct stat of the regular file that holds key (lstat: a symlink is
+ * no object). */
+static st_err stat_object(const file_ctx *c, const char *key, struct stat *st)
 {
-    file_ctx *c = ctx;
     size_t leaf = leaf_offset(key);
     int dfd = walk_dirs(c, key, leaf, 0);
     if (dfd < 0) {
@@ -434,8 +436,7 @@ static st_err file_stat(void *ctx, const char *key, uint64_t *size)
                              key);
         return file_err(c, errno, "stat", key, "open parent directory");
     }
-    struct stat st;
-    int r = fstatat(dfd, key + leaf, &st, AT_SYMLINK_NOFOLLOW);
+    int r = fstatat(dfd, key + leaf, st, AT_SYMLINK_NOFOLLOW);
     int saved = errno;
     close(dfd);
     if (r < 0) {
@@ -444,12 +445,80 @@ static st_err file_stat(void *ctx, const char *key, uint64_t *size)
                              key);
         return file_err(c, saved, "stat", key, "fstatat");
     }
-    if (!S_ISREG(st.st_mode))
+    if (!S_ISREG(st->st_mode))
         return st_seterr(ST_ERR_NOT_FOUND,
                          "file store %s: stat %s: no such object (not a regular file)", c->root,
                          key);
-    *size = (uint64_t)st.st_size;
     return ST_OK;
+}
+
+static st_err file_stat(void *ctx, const char *key, uint64_t *size)
+{
+    struct stat st;
+    st_err e = stat_object(ctx, key, &st);
+    if (!e)
+        *size = (uint64_t)st.st_size;
+    return e;
+}
+
+static int64_t mtime_ns_of(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/*
+ * The store's clock is the clock of the file system that holds the root:
+ * an object's time is its mtime, and "now" is the mtime the file system
+ * gives a file created at once in the root (a probe, unlinked right away).
+ * On a local disk both come from this kernel; on NFS both come from the
+ * server, so nodes whose own clocks disagree still read one clock. Both
+ * stamps come from that one clock, so their difference is what the
+ * protocols need with no slack; its tick (a few ms) is inside the margin
+ * of GC's bound (docs/GC.md, "Clocks"). One quirk: a kernel may stamp a
+ * file it was asked about with the fine clock and a fresh one (the probe)
+ * with the coarse one, a tick behind; an object up to FILE_CLOCK_TICK_NS
+ * ahead of the probe was written at the same instant, not in the future.
+ */
+#define FILE_CLOCK_SLACK_NS 0
+#define FILE_CLOCK_TICK_NS  (50 * 1000000ll)
+
+static st_err file_now(file_ctx *c, int64_t *now_ns)
+{
+    char probe[80];
+    int fd = -1;
+    for (int i = 0; i < TMP_RETRIES && fd < 0; i++) {
+        uint64_t n = atomic_fetch_add(&c->tmp_counter, 1);
+        snprintf(probe, sizeof probe, ".clock.%ld.%ld.%" PRIu64, (long)getpid(), (long)gettid(), n);
+        fd = openat(c->rootfd, probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            return file_err(c, errno, "clock", probe, "create the clock probe");
+    }
+    if (fd < 0)
+        return file_err(c, EEXIST, "clock", probe, "create the clock probe");
+    struct stat st;
+    int r = fstat(fd, &st);
+    int saved = errno;
+    close(fd);
+    unlinkat(c->rootfd, probe, 0);
+    if (r < 0)
+        return file_err(c, saved, "clock", probe, "fstat the clock probe");
+    *now_ns = mtime_ns_of(&st);
+    return ST_OK;
+}
+
+static st_err file_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    file_ctx *c = ctx;
+    struct stat st;
+    st_err e = key ? stat_object(c, key, &st) : ST_OK;
+    if (!e && key)
+        t->mtime_ns = mtime_ns_of(&st);
+    if (!e)
+        e = file_now(c, &t->now_ns);
+    if (!e && key && t->mtime_ns > t->now_ns && t->mtime_ns - t->now_ns <= FILE_CLOCK_TICK_NS)
+        t->now_ns = t->mtime_ns;
+    t->slack_ns = FILE_CLOCK_SLACK_NS;
+    return e;
 }
 
 /* ---- del ---- */
@@ -691,6 +760,7 @@ static const st_backend_ops file_ops = {
     .get = file_get,
     .get_stream = file_get_stream,
     .stat = file_stat,
+    .stat_time = file_stat_time,
     .list = file_list,
     .del = file_del,
     .close = file_close,

@@ -248,6 +248,19 @@ static st_err retry_stat(void *ctx, const char *key, uint64_t *size)
     return e;
 }
 
+static st_err retry_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    retry_ctx *c = ctx;
+    uint64_t t0 = now_ms();
+    st_err e;
+    unsigned tries = 0;
+    do {
+        tries++;
+        e = st_stat_time(c->inner, key, t);
+    } while (retry_again(c, e, tries, t0));
+    return e;
+}
+
 /* Resumes a listing after a retry: see the header comment. */
 typedef struct list_resume {
     st_list_cb cb;
@@ -350,6 +363,7 @@ static const st_backend_ops retry_ops_template = {
     .get = retry_get,
     .get_stream = retry_get_stream,
     .stat = retry_stat,
+    .stat_time = retry_stat_time,
     .list = retry_list,
     .del = retry_del,
     .del_many = retry_del_many,

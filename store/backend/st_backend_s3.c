@@ -62,6 +62,7 @@
 #include <strings.h>
 #include <sys/select.h>
 #include <time.h>
+#include <unistd.h>
 
 #define POOL_MAX       64
 #define LIST_PAGE_KEYS 1000
@@ -125,6 +126,7 @@ typedef struct s3_call {
     uint64_t want_max; /* get: most bytes the range may return */
     int have_props, have_etag;
     uint64_t content_length;
+    int64_t last_modified; /* s, the store's clock; -1 if the answer had none */
     int nomem, overflow;
 
     /* list page */
@@ -143,6 +145,7 @@ static S3Status on_props(const S3ResponseProperties *p, void *arg)
     call->have_props = 1;
     call->have_etag = p->eTag != NULL;
     call->content_length = p->contentLength;
+    call->last_modified = p->lastModified;
     call->moved++;
     if (call->out) {
         /* The whole body at once, when it is plausible: one allocation. */
@@ -433,8 +436,10 @@ static st_err s3_put(void *ctx, const char *key, const void *data, size_t len)
     return ST_OK;
 }
 
-/* HEAD; *size on success. Does not resolve an ambiguous 404 (see s3_stat). */
-static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *size, S3Status *st)
+/* HEAD; *size (and *mtime_ns, when not NULL: Last-Modified, the store's
+ * clock) on success. Does not resolve an ambiguous 404 (see s3_stat). */
+static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *size, S3Status *st,
+                        int64_t *mtime_ns)
 {
     S3RequestContext *rc;
     s3_call call;
@@ -454,6 +459,12 @@ static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *si
                              "cut?)",
                              c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
         *size = call.content_length;
+        if (mtime_ns && call.last_modified <= 0)
+            return st_seterr(ST_ERR_TRANSIENT,
+                             "s3 stat s3://%s/%s%s at %s: the answer has no Last-Modified header",
+                             c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
+        if (mtime_ns)
+            *mtime_ns = call.last_modified * 1000000000;
         atomic_store(&c->bucket_seen, 1);
         return ST_OK;
     }
@@ -468,9 +479,9 @@ static st_err head_once(s3_ctx *c, const char *key, const char *fk, uint64_t *si
  */
 static st_err head_checked(s3_ctx *c, const char *key, const char *fk, uint64_t *size, S3Status *st)
 {
-    st_err e = head_once(c, key, fk, size, st);
+    st_err e = head_once(c, key, fk, size, st, NULL);
     if (e == ST_OK && *size == 0)
-        e = head_once(c, key, fk, size, st);
+        e = head_once(c, key, fk, size, st, NULL);
     return e;
 }
 
@@ -499,6 +510,37 @@ static st_err s3_stat(void *ctx, const char *key, uint64_t *size)
     if (e == ST_ERR_NOT_FOUND)
         return st_seterr(ST_ERR_NOT_FOUND, "s3 stat s3://%s/%s%s at %s: not found", c->cfg.bucket,
                          c->cfg.prefix, key, c->cfg.endpoint);
+    return e;
+}
+
+/* The Last-Modified of key, the store's clock. */
+static st_err head_time(s3_ctx *c, const char *key, int64_t *mtime_ns)
+{
+    char fk[S3_MAX_KEY_SIZE + 1];
+    uint64_t size;
+    S3Status st;
+    st_err e = st_s3_full_key(&c->cfg, "stat", key, fk);
+    return e ? e : head_once(c, key, fk, &size, &st, mtime_ns);
+}
+
+static st_err s3_del(void *ctx, const char *key);
+
+/* libs3 hands no Date header on, so the store's "now" is the Last-Modified
+ * of a probe object written for it (a name no store key can be) and
+ * deleted again: three requests, where signature V4 needs one HEAD. */
+static st_err s3_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    s3_ctx *c = ctx;
+    static atomic_uint_fast64_t probes;
+    char probe[96];
+    snprintf(probe, sizeof probe, "%s-%ld-%" PRIu64, ST_S3_CLOCK_KEY, (long)getpid(),
+             (uint64_t)atomic_fetch_add(&probes, 1));
+    st_err e = key ? head_time(c, key, &t->mtime_ns) : ST_OK;
+    if (!e && !(e = s3_put(c, probe, "", 0))) {
+        e = head_time(c, probe, &t->now_ns);
+        s3_del(c, probe); /* best effort: a leftover probe is never listed as a key */
+    }
+    t->slack_ns = ST_S3_CLOCK_SLACK_NS;
     return e;
 }
 
@@ -794,6 +836,7 @@ static const st_backend_ops s3_ops = {
     .put = s3_put,
     .get = s3_get,
     .stat = s3_stat,
+    .stat_time = s3_stat_time,
     .list = s3_list,
     .del = s3_del,
     .close = s3_close,

@@ -114,6 +114,8 @@ typedef struct v4_req {
     uint64_t moved;         /* bytes moved either way: the stall clock */
     uint64_t uploaded;      /* body bytes sent so far */
     int64_t content_length; /* of the answer, -1 if unknown */
+    int64_t date_ns;          /* its Date header (the store's clock), 0 if none */
+    int64_t last_modified_ns; /* its Last-Modified header, 0 if none */
     int timed_out;          /* 1: stall, 2: deadline, 3: the observer stopped it */
     CURLcode cc;
     long status;
@@ -254,6 +256,10 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
     int st;
     if (len > 9 && strncmp(buf, "HTTP/", 5) == 0 && sscanf(buf, "HTTP/%*s %d", &st) == 1)
         r->status = st; /* each status line, also after a 100 Continue */
+    else if (len > 5 && strncasecmp(buf, "Date:", 5) == 0)
+        r->date_ns = st_s3_http_date_ns(buf + 5);
+    else if (len > 14 && strncasecmp(buf, "Last-Modified:", 14) == 0)
+        r->last_modified_ns = st_s3_http_date_ns(buf + 14);
     else if (r->out && r->status / 100 == 2 && len > 15 &&
              strncasecmp(buf, "Content-Length:", 15) == 0) {
         unsigned long long cl = strtoull(buf + 15, NULL, 10);
@@ -571,6 +577,32 @@ static st_err head(v4_ctx *c, const char *key, const char *fk, uint64_t *size)
 
 static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off, uint64_t len,
                         st_bytes *out, const st_get_sink *sink, long *status);
+
+/* One HEAD gives both times: Last-Modified of the object and the Date of
+ * the answer, both the store's. For key NULL, a HEAD of ST_S3_CLOCK_KEY,
+ * which no store key can be: its 404 carries the Date all the same. */
+static st_err v4_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    v4_ctx *c = ctx;
+    v4_req r;
+    st_err e = object_req_init(&r, c, "stat", key ? key : ST_S3_CLOCK_KEY);
+    if (e)
+        return e;
+    e = request(c, &r, "HEAD", r.full_key, NULL, NULL, 0, NULL);
+    if (!key && e == ST_ERR_NOT_FOUND && r.date_ns)
+        e = ST_OK;
+    if (e)
+        return e;
+    if (!r.date_ns || (key && !r.last_modified_ns))
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "s3 stat s3://%s/%s%s at %s: the answer has no %s header", c->cfg.bucket,
+                         c->cfg.prefix, r.key, c->cfg.endpoint,
+                         r.date_ns ? "Last-Modified" : "Date");
+    t->now_ns = r.date_ns;
+    t->mtime_ns = key ? r.last_modified_ns : 0;
+    t->slack_ns = ST_S3_CLOCK_SLACK_NS;
+    return ST_OK;
+}
 
 static st_err v4_stat(void *ctx, const char *key, uint64_t *size)
 {
@@ -1054,6 +1086,7 @@ static const st_backend_ops v4_ops = {
     .get = v4_get,
     .get_stream = v4_get_stream,
     .stat = v4_stat,
+    .stat_time = v4_stat_time,
     .list = v4_list,
     .del = v4_del,
     .del_many = v4_del_many,

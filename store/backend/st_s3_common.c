@@ -9,6 +9,7 @@
  *
  * Threads: see the header; nothing here keeps state between calls.
  */
+#define _GNU_SOURCE /* strptime, timegm */
 #include "backend/st_s3_common.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_TIMEOUT_MS 60000u
@@ -440,6 +442,19 @@ st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, 
     memcpy(buf, cfg->prefix, cfg->prefix_len);
     memcpy(buf + cfg->prefix_len, key, n + 1);
     return ST_OK;
+}
+
+int64_t st_s3_http_date_ns(const char *value)
+{
+    while (*value == ' ' || *value == '\t')
+        value++;
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(value, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end)
+        return 0;
+    time_t t = timegm(&tm);
+    return t > 0 ? (int64_t)t * 1000000000 : 0;
 }
 
 /* ---- get ---- */

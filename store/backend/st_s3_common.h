@@ -84,6 +84,18 @@ uint64_t st_s3_deadline_ms(const st_s3_config *cfg, uint64_t bytes);
  *  bytes); ST_ERR_INVALID when it is longer than S3 allows. */
 st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, char *buf);
 
+/* The store's clock in its answers (docs/GC.md, "Clocks"): HTTP dates
+ * ("Date:", "Last-Modified:") have a resolution of one second. */
+#define ST_S3_CLOCK_SLACK_NS 1000000000ll
+/* A key no store key can be (a component starting with '.'): a HEAD of it
+ * answers 404 with the store's Date, which is the store's "now". */
+#define ST_S3_CLOCK_KEY ".ckptfs-clock"
+
+/*! Parses an HTTP date value (RFC 9110 IMF-fixdate, "Sun, 06 Nov 1994
+ *  08:49:37 GMT", leading blanks and a trailing CR LF allowed) into ns
+ *  since the epoch; 0 if it is not one. */
+int64_t st_s3_http_date_ns(const char *value);
+
 /* Above this, Range end arithmetic on the server side (s3rver parses with
  * JavaScript numbers) is unsafe; such lengths are sent as "to the end". */
 #define ST_S3_RANGE_LEN_MAX (UINT64_C(1) << 52)

@@ -478,12 +478,16 @@ static st_err next_revision(st_backend *b, const st_manifest *m, st_part *part)
     return ST_OK;
 }
 
+/* Fences a listing holds at most; more than that (compactors run one at a
+ * time, a fence lives 2 grace) counts as live without a look. */
+#define FENCES_MAX 8
+
 typedef struct fence_scan {
     size_t prefix_len;
     const char *skip; /* the caller's own fence, or NULL */
-    int64_t now;
-    int live;
-    char first[ST_KEY_MAX]; /* the first live fence seen */
+    size_t n;         /* fences listed, up to FENCES_MAX kept below */
+    char keys[FENCES_MAX][ST_KEY_MAX];
+    int64_t life_ns[FENCES_MAX]; /* until - t0 of each: a duration, whoever's clock */
 } fence_scan;
 
 static int fence_cb(void *arg, const char *key, uint64_t size)
@@ -491,31 +495,59 @@ static int fence_cb(void *arg, const char *key, uint64_t size)
     (void)size;
     fence_scan *f = arg;
     int64_t t0, until;
-    if (f->skip && !strcmp(key, f->skip))
-        return 0;
-    if (st_gcmark_fence_parse(key + f->prefix_len, &t0, &until) || f->now >= until)
-        return 0; /* not a fence, or a stale one */
-    if (!f->live++)
-        snprintf(f->first, sizeof f->first, "%s", key);
+    if ((f->skip && !strcmp(key, f->skip)) || st_gcmark_fence_parse(key + f->prefix_len, &t0, &until))
+        return 0; /* ours, or not a fence */
+    if (f->n < FENCES_MAX) {
+        snprintf(f->keys[f->n], sizeof f->keys[f->n], "%s", key);
+        f->life_ns[f->n] = until - t0;
+    }
+    f->n++;
     return 0;
+}
+
+/* A fence is live while its age by the store's clock may still be under
+ * its life (docs/GC.md, "Clocks"): the times in its name are the
+ * compactor's wall clock, which this host's need not match. */
+static st_err fence_is_live(st_backend *b, const char *key, int64_t life_ns, int *live)
+{
+    int64_t age_at_least;
+    st_err e = st_store_age(b, key, &age_at_least, NULL);
+    *live = 0;
+    if (e == ST_ERR_NOT_FOUND)
+        return ST_OK; /* its compaction ended meanwhile */
+    if (!e)
+        *live = age_at_least < life_ns;
+    return e;
 }
 
 st_err st_catalog_fence_live(st_backend *b, const char *job, const char *skip, int *live)
 {
     char prefix[ST_KEY_MAX];
-    fence_scan f = {.skip = skip, .now = st_now_ns()};
+    fence_scan *f = calloc(1, sizeof *f);
+    if (!f)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    f->skip = skip;
     st_err e = st_key_job_dir(prefix, sizeof prefix, job, "gc/compacting");
     if (!e) {
-        f.prefix_len = strlen(prefix);
-        e = st_list(b, prefix, fence_cb, &f);
+        f->prefix_len = strlen(prefix);
+        e = st_list(b, prefix, fence_cb, f);
     }
-    if (e)
-        return e;
-    *live = f.live;
-    if (f.live)
-        st_seterr(ST_ERR_BUSY, "job %s is being compacted (%s): not publishing until it ends", job,
-                  f.first);
-    return ST_OK;
+    const char *first = NULL;
+    int n_live = f->n > FENCES_MAX;
+    for (size_t i = 0; !e && i < f->n && i < FENCES_MAX && !n_live; i++) {
+        int one = 0;
+        e = fence_is_live(b, f->keys[i], f->life_ns[i], &one);
+        if (one && !n_live++)
+            first = f->keys[i];
+    }
+    if (!e) {
+        *live = n_live;
+        if (n_live)
+            st_seterr(ST_ERR_BUSY, "job %s is being compacted (%s): not publishing until it ends",
+                      job, first ? first : "more fences than looked at");
+    }
+    free(f);
+    return e;
 }
 
 /* The first round of a publish: what its calls share. */

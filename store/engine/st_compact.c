@@ -684,9 +684,9 @@ static st_err part_unchanged(compactor *c, const cpart *cp, int *same)
     return e;
 }
 
-/* Rewrites every part record that references a candidate, while the clock
- * is before deadline (docs/GC.md: the fence's life covers only that, and
- * the last look at the new packs). */
+/* Rewrites every part record that references a candidate, while this
+ * process's monotonic clock is before deadline (docs/GC.md: the fence's
+ * life covers only that, and the last look at the new packs). */
 static st_err rewrite_parts(compactor *c, int64_t deadline)
 {
     st_err e = last_look(c, &deadline);
@@ -700,7 +700,7 @@ static st_err rewrite_parts(compactor *c, int64_t deadline)
         cpart *cp = &c->parts[i];
         if (cp->left_alone || !references_candidate(c, &cp->m))
             continue;
-        if (stop_requested(c) || st_now_ns() >= deadline) {
+        if (stop_requested(c) || st_mono_ns() >= deadline) {
             c->r->stopped = 1;
             break;
         }
@@ -729,10 +729,10 @@ static st_err rewrite_parts(compactor *c, int64_t deadline)
 
 /* ---- the fence, and the run ---- */
 
-/* Waits until the wall clock reaches until_ns, or a stop. */
+/* Waits until the monotonic clock (st_mono_ns) reaches until_ns, or a stop. */
 static void wait_until(const compactor *c, int64_t until_ns)
 {
-    for (int64_t now = st_now_ns(); now < until_ns && !stop_requested(c); now = st_now_ns()) {
+    for (int64_t now = st_mono_ns(); now < until_ns && !stop_requested(c); now = st_mono_ns()) {
         int64_t left = until_ns - now;
         struct timespec ts = {0, left < 100000000 ? (long)left : 100000000};
         nanosleep(&ts, NULL);
@@ -800,7 +800,11 @@ st_err st_compact_run(st_backend *b, const char *job, const st_gc_policy *policy
         compact_skip(&c, st_errmsg());
         goto out;
     }
-    const int64_t t0 = st_now_ns();
+    /* The fence's times in its name are this host's wall clock, for people;
+     * its life is judged by the store's clock (its write time, docs/GC.md,
+     * "Clocks"), and this run measures its own waits from before the PUT on
+     * the monotonic clock, which no clock step or skew moves. */
+    const int64_t t0 = st_now_ns(), mono0 = st_mono_ns();
     uint64_t nonce = (uint64_t)t0 ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&c;
     if ((e = st_key_gc_fence(fence, sizeof fence, job, t0, t0 + 2 * grace_ns, nonce)) ||
         (e = st_put(b, fence, "", 0)))
@@ -815,13 +819,13 @@ st_err st_compact_run(st_backend *b, const char *job, const st_gc_policy *policy
         goto out;
     }
     /* 3. every publish that missed the fence has landed by t0 + grace/2. */
-    wait_until(&c, t0 + grace_ns / 2);
-    r->compact_wait_ns = st_now_ns() - t0;
+    wait_until(&c, mono0 + grace_ns / 2);
+    r->compact_wait_ns = st_mono_ns() - mono0;
     if (stop_requested(&c)) {
         r->stopped = 1;
         goto out;
     }
-    e = compact_fenced(&c, dead_threshold, 0, t0 + grace_ns + grace_ns / 2);
+    e = compact_fenced(&c, dead_threshold, 0, mono0 + grace_ns + grace_ns / 2);
 out:
     if (fenced) { /* 7. also after an error: writers wait no longer than needed */
         st_err de = st_del(b, fence);

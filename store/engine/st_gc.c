@@ -176,7 +176,7 @@ typedef struct gc_step {
     size_t nobjs, objs_cap;
     int consistent;
     int restorable; /* consistent, and every pack it needs is listed, long enough */
-    int64_t created_ns;
+    int young; /* partial, and a part record may be younger than grace (store's clock) */
     int deleted;  /* retention (or the mount) deletes it */
     int finished; /* a stale intent's deletion of it was finished */
 } gc_step;
@@ -528,8 +528,7 @@ static int u64_in(const u64_list *l, uint64_t v)
  * restorable steps, so a damaged step never stands in for one that a
  * restore could use (docs/GC.md, "Damaged steps").
  */
-static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p, int64_t grace,
-                       int64_t now)
+static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p)
 {
     size_t newest = SIZE_MAX; /* index of the newest restorable step */
     for (size_t i = l->n; i-- > 0 && newest == SIZE_MAX;)
@@ -548,10 +547,43 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
             keep |= p->keep_last && s->restorable && restorable_seen <= p->keep_last;
             keep |= p->keep_every && s->step % p->keep_every == 0;
         } else {
-            keep |= now - s->created_ns < grace; /* a partial step may still be filling */
+            keep |= s->young; /* a partial step may still be filling */
         }
         s->deleted = !keep;
     }
+}
+
+/* 1 if key names a part record (<...>.commit). */
+static int is_part_key(const char *key)
+{
+    static const char suffix[] = ".commit";
+    size_t len = strlen(key);
+    return len > sizeof suffix - 1 && !strcmp(key + len - (sizeof suffix - 1), suffix);
+}
+
+/* *old = 1 when key is surely at least age_ns old by the store's clock
+ * (docs/GC.md, "Clocks"), or gone; 0 when it may be younger. Every age GC
+ * acts on is judged so, never by comparing a stamp written by another host
+ * with this host's clock. */
+static st_err key_older_than(gc_run *g, const char *key, int64_t age_ns, int *old)
+{
+    int64_t at_least;
+    st_err e = st_store_age(g->b, key, &at_least, NULL);
+    *old = e == ST_ERR_NOT_FOUND || (!e && at_least >= age_ns);
+    return e == ST_ERR_NOT_FOUND ? ST_OK : e;
+}
+
+/* Whether partial step st may still be filling: a part record younger than
+ * grace by the store's clock (a store error counts as young: kept). */
+static int partial_step_young(gc_run *g, const gc_step *st)
+{
+    for (size_t i = 0; i < st->nobjs; i++) {
+        int old = 0;
+        if (is_part_key(st->objs[i].key) &&
+            (key_older_than(g, st->objs[i].key, g->grace, &old) || !old))
+            return 1;
+    }
+    return 0;
 }
 
 /* Deletes every object of steps[0..n): their part records first (each
@@ -559,17 +591,13 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
  * two batches, so that no other object goes before the last part record. */
 static st_err delete_step_objects(gc_run *g, const gc_step *const *steps, size_t n)
 {
-    static const char suffix[] = ".commit";
     st_err e = ST_OK;
     for (int parts = 1; parts >= 0 && !e; parts--) {
         for (size_t k = 0; k < n && !e; k++) {
             const gc_step *st = steps[k];
             ST_CRASHPOINT_IF(!parts && !k && st->nobjs, "delete-parts-gone");
             for (size_t i = 0; i < st->nobjs && !e; i++) {
-                size_t len = strlen(st->objs[i].key);
-                int is_part = len > sizeof suffix - 1 &&
-                              !strcmp(st->objs[i].key + len - (sizeof suffix - 1), suffix);
-                if (is_part == parts)
+                if (is_part_key(st->objs[i].key) == parts)
                     e = queue_key(g, st->objs[i].key, st->objs[i].size);
             }
         }
@@ -633,7 +661,6 @@ static st_err finish_intents(gc_run *g, step_list *l)
     obj_list intents = {0};
     st_bytes buf = {0};
     st_err e = list_objs(g, "gc/deleting", 0, &intents);
-    const int64_t now = st_now_ns();
     for (size_t i = 0; i < intents.n && !e && !g->r->stopped; i++) {
         u64_list steps = {0};
         int64_t t0 = 0;
@@ -651,7 +678,10 @@ static st_err finish_intents(gc_run *g, step_list *l)
             t0 = 0; /* nothing to finish: just delete it */
             steps.n = 0;
         }
-        if (!e && now - t0 < g->grace) {
+        int old = !t0; /* a garbage intent goes at once */
+        if (!e && !old)
+            e = key_older_than(g, intents.v[i].key, g->grace, &old);
+        if (!e && !old) {
             free(steps.v);
             continue; /* its run may still be at work */
         }
@@ -720,8 +750,9 @@ static st_err delete_picked(gc_run *g, step_list *l)
 typedef struct pack_obj {
     st_id id;
     uint64_t size;
-    int marked; /* a pending marker exists (readable, or treated as new) */
-    int64_t marked_ns, grace_ns;
+    int marked; /* a pending marker exists */
+    int64_t age_ns;   /* of the marker at the run's t0, by the store's clock (at least) */
+    int64_t grace_ns; /* the marker's own grace */
     int64_t pending_size, retired_size; /* of its markers; -1: none */
 } pack_obj;
 
@@ -845,7 +876,7 @@ static int step_held(const gc_run *g, uint64_t step)
  * older than grace as deletable (keys into *old). Stops early, leaving the
  * set incomplete, if the caller asks the run to stop. */
 static st_err scan_references(gc_run *g, const step_list *l, const step_list *deleted_from,
-                              ref_set *refs, gc_obj **old, size_t *nold, int64_t now)
+                              ref_set *refs, gc_obj **old, size_t *nold)
 {
     st_bytes buf = {0};
     size_t old_cap = 0;
@@ -873,8 +904,10 @@ static st_err scan_references(gc_run *g, const step_list *l, const step_list *de
                 st_manifest_free(&m);
             }
             /* Revisions this part record superseded, once it is older than
-             * grace (a reader that fetched the older record is done). */
-            for (size_t o = 0; !e && o < st->nobjs && now - part.created_ns >= g->grace; o++) {
+             * grace by the store's clock (a reader that fetched the older
+             * record is done). Asked only when there is one. */
+            int part_old = -1;
+            for (size_t o = 0; !e && o < st->nobjs && part_old; o++) {
                 uint64_t step;
                 const char *rest;
                 char node[ST_NODE_MAX + 1];
@@ -883,6 +916,13 @@ static st_err scan_references(gc_run *g, const step_list *l, const step_list *de
                     !st_key_parse_manifest(rest, node, &rev) || strcmp(node, part.node) ||
                     rev >= part.revision)
                     continue;
+                if (part_old < 0) {
+                    char key[ST_KEY_MAX];
+                    if (!(e = st_key_part(key, sizeof key, g->job, st->step, part.node)))
+                        e = key_older_than(g, key, g->grace, &part_old);
+                    if (e || !part_old)
+                        continue;
+                }
                 if (st_array_grow((void **)old, &old_cap, *nold + 1, sizeof **old))
                     e = st_seterr(ST_ERR_NOMEM, "out of memory");
                 else
@@ -963,7 +1003,8 @@ static st_err delete_packs(gc_run *g, pack_obj *const *due, size_t n)
  * packs; deletes the other pending markers and the retire markers whose
  * pack is gone. */
 static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
-                           const obj_list *retired, const ref_set *refs, int64_t t0)
+                           const obj_list *retired, const ref_set *refs,
+                           const st_store_time *store_t0)
 {
     st_bytes buf = {0};
     st_err e = ST_OK;
@@ -979,19 +1020,25 @@ static st_err sort_markers(gc_run *g, pack_list *packs, const obj_list *pending,
             continue;
         }
         pack_obj *p = &packs->v[at];
-        e = st_get(g->b, m->key, 0, ST_GET_TO_END, &buf);
+        /* Its age is the store's: when the store wrote it, against the
+         * store's time before the reference scan began (docs/GC.md,
+         * "Clocks"). The stamp in its text is the marking host's clock and
+         * only informs. */
+        st_store_time mt;
+        int64_t marked_ns;
+        e = st_stat_time(g->b, m->key, &mt);
+        if (!e)
+            e = st_get(g->b, m->key, 0, ST_GET_TO_END, &buf);
         if (e == ST_ERR_NOT_FOUND) {
             e = ST_OK; /* another GC run dropped it */
             continue;
         }
         p->pending_size = (int64_t)m->size;
         p->marked = !e;
-        /* An unreadable marker counts as written now: it ages from here. */
-        if (!e &&
-            st_gcmark_pending_decode(buf.data, buf.len, &p->marked_ns, &p->grace_ns) != ST_OK) {
-            p->marked_ns = t0;
+        p->age_ns = store_t0->now_ns - mt.mtime_ns - mt.slack_ns;
+        /* An unreadable marker ages with this run's grace. */
+        if (!e && st_gcmark_pending_decode(buf.data, buf.len, &marked_ns, &p->grace_ns) != ST_OK)
             p->grace_ns = g->grace;
-        }
     }
     for (size_t i = 0; i < retired->n && !e && !g->r->stopped; i++) {
         uint32_t at;
@@ -1031,9 +1078,14 @@ static st_err sweep(gc_run *g, const step_list *first)
     pack_obj **due = NULL; /* packs to delete, up to a batch */
 
     /* 2. t0, then markers and packs: every age below is measured at t0,
-     *    before the reference scan starts. */
+     *    before the reference scan starts, on the store's clock. t0 on
+     *    this host's clock only stamps new markers' text and dates the
+     *    report. */
     const int64_t t0 = st_now_ns();
-    st_err e = list_objs(g, "gc/pending", 1, &pending);
+    st_store_time store_t0;
+    st_err e = st_stat_time(g->b, NULL, &store_t0);
+    if (!e)
+        e = list_objs(g, "gc/pending", 1, &pending);
     if (!e)
         e = list_objs(g, "gc/retired", 1, &retired);
     if (!e)
@@ -1046,7 +1098,7 @@ static st_err sweep(gc_run *g, const step_list *first)
      *    deletions; a dry run: the same steps minus those it would delete). */
     if ((e = list_steps(g->b, g->job, &now_steps)))
         goto out;
-    e = scan_references(g, &now_steps, g->dry_run ? first : NULL, &refs, &old, &nold, t0);
+    e = scan_references(g, &now_steps, g->dry_run ? first : NULL, &refs, &old, &nold);
     if (e) {
         r->sweep_skipped = 1;
         snprintf(r->why, sizeof r->why, "references unknown, nothing swept: %s", st_errmsg());
@@ -1064,7 +1116,7 @@ static st_err sweep(gc_run *g, const step_list *first)
 
     /* 4b. markers. */
     if (!e && !r->stopped)
-        e = sort_markers(g, &packs, &pending, &retired, &refs, t0);
+        e = sort_markers(g, &packs, &pending, &retired, &refs, &store_t0);
 
     /* 4c. packs: those due for deletion go a batch at a time. */
     size_t ndue = 0;
@@ -1089,9 +1141,9 @@ static st_err sweep(gc_run *g, const step_list *first)
             continue;
         }
         int64_t need = p->grace_ns > g->grace ? p->grace_ns : g->grace;
-        if (t0 - p->marked_ns < need) {
+        if (p->age_ns < need) {
             r->packs_pending++;
-            note_pending(r, p->size, p->marked_ns + need);
+            note_pending(r, p->size, t0 + (need - p->age_ns));
             continue;
         }
         due[ndue++] = p;
@@ -1170,12 +1222,12 @@ static st_err judge_steps(gc_run *g, step_list *l)
             snprintf(msg, sizeof msg, "gc: step %" PRIu64 " kept: %s", st->step, st_errmsg());
             gc_warn(g, msg);
             g->r->steps_unreadable++;
-            st->created_ns = st_now_ns(); /* treated as young and partial */
+            st->young = 1; /* treated as young and partial */
             continue;
         }
         st->consistent = v.consistent;
         st->restorable = v.consistent && view_restorable(&v, &packs, why, sizeof why);
-        st->created_ns = v.created_ns;
+        st->young = !v.consistent && partial_step_young(g, st);
         if (v.consistent && !st->restorable) {
             snprintf(msg, sizeof msg,
                      "gc: step %" PRIu64 " is damaged (%s): it does not count as a kept step",
@@ -1222,7 +1274,7 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
     if ((e = judge_steps(&g, &l)))
         goto out;
     e = finish_intents(&g, &l);
-    pick_steps(&l, &g.pins, p, g.grace, st_now_ns());
+    pick_steps(&l, &g.pins, p);
     for (size_t i = 0; i < l.n; i++)
         r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
     if (!e && !r->stopped)

@@ -35,9 +35,9 @@
  * marker or is gone (the message says which), other codes for store errors.
  * Order matters (docs/GC.md): the marker is looked at before the pack,
  * because the GC deletes the pack before its marker.
- * With young_ok_until_ns non-NULL, a marker is accepted (ST_OK) when the
- * writer's clock is before marked + grace/2; *young_ok_until_ns is then set
- * to that deadline (else left unchanged).
+ * With young_ok_until_ns non-NULL, a marker is accepted (ST_OK) while its
+ * age by the store's clock is under grace/2; *young_ok_until_ns (monotonic,
+ * st_mono_ns) is then lowered to when that ends (st_packuse.h).
  */
 st_err st_gc_pack_usable(st_backend *b, const char *job, const st_id *pack,
                          int64_t *young_ok_until_ns);

@@ -21,8 +21,12 @@ st_err st_packuse_check(st_backend *b, const char *job, const st_id *pack,
     if (e)
         return e;
     /* The marker first: the GC deletes a pack before its marker, so "no
-     * marker, then the pack" cannot both hold for a pack being deleted. */
-    e = st_stat(b, key, &size);
+     * marker, then the pack" cannot both hold for a pack being deleted.
+     * Its age is the store's (docs/GC.md, "Clocks"): the stamp in its text
+     * is the marking host's clock, which this host's need not match. */
+    const int64_t looked_ns = st_mono_ns();
+    int64_t age_at_most;
+    e = st_store_age(b, key, NULL, &age_at_most);
     if (e == ST_OK) {
         if (!young_ok_until_ns)
             return st_seterr(ST_ERR_BUSY, "pack %s is pending deletion by GC",
@@ -37,14 +41,19 @@ st_err st_packuse_check(st_backend *b, const char *job, const st_id *pack,
             e = ST_OK; /* unmarked meanwhile: look at the pack below */
         else if (e)
             return e;
-        else if (st_now_ns() >= marked + grace / 2)
+        else if (age_at_most == INT64_MAX)
             return st_seterr(ST_ERR_BUSY,
-                             "pack %s was marked for GC %.1f s ago (grace %.1f s): too late "
-                             "to publish a reference to it",
-                             st_id_hex(pack, hex), (double)(st_now_ns() - marked) / 1e9,
+                             "pack %s was marked for GC at a time the store puts in its own "
+                             "future: not publishing a reference to it",
+                             st_id_hex(pack, hex));
+        else if (age_at_most >= grace / 2)
+            return st_seterr(ST_ERR_BUSY,
+                             "pack %s was marked for GC %.1f s ago by the store's clock (grace "
+                             "%.1f s): too late to publish a reference to it",
+                             st_id_hex(pack, hex), (double)age_at_most / 1e9,
                              (double)grace / 1e9);
-        else if (marked + grace / 2 < *young_ok_until_ns)
-            *young_ok_until_ns = marked + grace / 2;
+        else if (looked_ns + (grace / 2 - age_at_most) < *young_ok_until_ns)
+            *young_ok_until_ns = looked_ns + (grace / 2 - age_at_most);
     } else if (e != ST_ERR_NOT_FOUND) {
         return e;
     }

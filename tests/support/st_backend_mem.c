@@ -24,11 +24,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct mem_object {
     char *key;
     uint8_t *data; /* malloc'd, never NULL */
     size_t len;
+    int64_t mtime_ns; /* the store's clock (mem_clock_ns) at its last put */
 } mem_object;
 
 typedef struct mem_store {
@@ -48,6 +50,14 @@ static int cmp_obj_key(const void *key, const void *obj)
 static size_t lower_bound(const mem_store *s, const char *key, int *found)
 {
     return st_array_lower_bound(s->objs, s->n, sizeof *s->objs, key, cmp_obj_key, found);
+}
+
+/* The store's clock: this process's wall clock (one process is one host). */
+static int64_t mem_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static st_err no_such(const char *op, const char *key)
@@ -74,6 +84,7 @@ static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
         old = s->objs[i].data;
         s->objs[i].data = copy;
         s->objs[i].len = len;
+        s->objs[i].mtime_ns = mem_clock_ns();
         copy = NULL;
     } else if ((e = st_array_grow((void **)&s->objs, &s->cap, s->n + 1, sizeof *s->objs))) {
         /* copy is freed below */
@@ -81,7 +92,7 @@ static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
         e = st_seterr(ST_ERR_NOMEM, "mem store: put %s: out of memory", key);
     } else {
         memmove(s->objs + i + 1, s->objs + i, (s->n - i) * sizeof *s->objs);
-        s->objs[i] = (mem_object){kcopy, copy, len};
+        s->objs[i] = (mem_object){kcopy, copy, len, mem_clock_ns()};
         s->n++;
         copy = NULL;
     }
@@ -144,6 +155,22 @@ static st_err mem_stat(void *ctx, const char *key, uint64_t *size)
         *size = s->objs[i].len;
     else
         e = no_such("stat", key);
+    pthread_mutex_unlock(&s->lock);
+    return e;
+}
+
+static st_err mem_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    mem_store *s = ctx;
+    st_err e = ST_OK;
+    pthread_mutex_lock(&s->lock);
+    int found = 1;
+    size_t i = key ? lower_bound(s, key, &found) : 0;
+    if (key && found)
+        t->mtime_ns = s->objs[i].mtime_ns;
+    else if (key)
+        e = no_such("stat", key);
+    t->now_ns = mem_clock_ns();
     pthread_mutex_unlock(&s->lock);
     return e;
 }
@@ -241,6 +268,7 @@ static const st_backend_ops mem_ops = {
     .get = mem_get,
     .get_stream = mem_get_stream,
     .stat = mem_stat,
+    .stat_time = mem_stat_time,
     .list = mem_list,
     .del = mem_del,
     .close = mem_close,

@@ -111,6 +111,14 @@ static st_err flaky_stat(void *ctx, const char *key, uint64_t *size)
     return f->inner->ops->stat(f->inner->ctx, key, size);
 }
 
+static st_err flaky_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    flaky *f = ctx;
+    if (flaky_should_fail(f))
+        return flaky_err(f, "stat_time");
+    return st_stat_time(f->inner, key, t);
+}
+
 static st_err flaky_del(void *ctx, const char *key)
 {
     flaky *f = ctx;
@@ -188,6 +196,7 @@ static const st_backend_ops flaky_ops = {
     .put = flaky_put,
     .get = flaky_get,
     .stat = flaky_stat,
+    .stat_time = flaky_stat_time,
     .list = flaky_list,
     .del = flaky_del,
     .del_many = flaky_del_many,

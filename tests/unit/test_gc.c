@@ -27,6 +27,7 @@
 
 #define KIB 1024
 #define SEC 1000000000LL
+#define MS  1000000LL
 
 static char root[] = "/tmp/ckpt-test-gc-XXXXXX";
 static char url[300];
@@ -87,10 +88,23 @@ static void verify_all(st_store *s, const char *job)
     free(v);
 }
 
-/* A dry run, then the real run: the same keys, in the same order. */
+static st_backend *open_backend(void);
+
+/* A dry run, then the real run: the same keys, in the same order. With the
+ * tests' grace of 1 ns, the markers earlier runs wrote are first made a
+ * second old: ages are the store's (docs/GC.md, "Clocks"), and to a file
+ * system's coarse clock a marker written in the tick of the next run's
+ * look is 0 ns old, so the dry run and the real run could judge it apart. */
 static void gc_checked(st_store *s, const char *job, const st_gc_policy *p, st_gc_report *real)
 {
     st_gc_report dry;
+    if (p->grace_ns < MS) {
+        char prefix[ST_KEY_MAX];
+        st_backend *b = open_backend();
+        snprintf(prefix, sizeof prefix, "jobs/%s/gc/pending/", job);
+        ut_backdate_all(b, root, prefix, 1);
+        st_backend_close(b);
+    }
     CHECK_OK(st_store_gc(s, job, p, 1, &dry));
     CHECK_OK(st_store_gc(s, job, p, 0, real));
     CHECK(dry.ndeleted == real->ndeleted);
@@ -173,14 +187,16 @@ static void test_grace_period(void)
     st_gc_report_free(&r);
     gc_checked(s, "grace", &pol, &r);
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0 && r.ndeleted == 0);
-    /* Still pending: the same bytes, from the marker's own time. */
-    CHECK(r.pending_bytes == pending_bytes && r.pending_free_first_ns == free_ns);
+    /* Still pending: the same bytes, from the marker's own time (its age by
+     * the store's clock, carried onto this clock: within a few ms). */
+    CHECK(r.pending_bytes == pending_bytes && llabs(r.pending_free_first_ns - free_ns) < 50 * MS);
     st_gc_report_free(&r);
     /* A shorter grace now does not shorten the marker's own. */
     st_gc_policy shorter = {.grace_ns = 1};
     gc_checked(s, "grace", &shorter, &r);
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0);
-    CHECK(r.pending_free_first_ns == free_ns);
+    /* gc_checked made the marker a second older first (grace 1 ns). */
+    CHECK(llabs(r.pending_free_first_ns - (free_ns - SEC)) < 50 * MS);
     st_gc_report_free(&r);
     st_store_close(s);
 }
@@ -279,6 +295,7 @@ static void test_batched_deletes(void)
     st_gc_report_free(&r);
 
     rec.batch_calls = rec.batch_keys = rec.del_calls = rec.largest = 0;
+    ut_backdate_all(b, root, "jobs/batch/gc/pending/", 1); /* past 1 ns on any clock tick */
     st_gc_policy none = {.grace_ns = 1};
     CHECK_OK(st_gc_run(b, "batch", &none, 0, &r, NULL, NULL));
     fprintf(stderr, "  sweep: %zu keys deleted in %zu batches (largest %zu), %zu single\n",
@@ -585,7 +602,10 @@ static void test_batches_and_stop(void)
     CHECK(steps_of(s, "b") == 1u << 6);
     check_whole_steps(b, "b");
 
-    /* The sweep stops between packs: a pack and its marker go together. */
+    /* The sweep stops between packs: a pack and its marker go together.
+     * The markers are made a second old, past the grace of 1 ns on any
+     * file system's clock tick. */
+    ut_backdate_all(b, root, "jobs/b/gc/pending/", 1); /* st_store_gc, not gc_checked */
     progress_log sweep_log = {.stop_after = 1};
     st_gc_policy ps = {.grace_ns = 1,
                        .batch = 1,
@@ -624,6 +644,7 @@ static void test_interrupted_deletion(void)
     int n = snprintf(text, sizeof text, "ckptfs-gc-deleting v1 %lld\n1\n",
                      (long long)(st_now_ns() - 10 * SEC));
     CHECK_OK(st_put(b, key, text, (size_t)n));
+    ut_backdate(root, key, 10);
 
     /* Grace 1 h: the intent may belong to a run at work; nothing happens. */
     st_gc_report r;
@@ -725,44 +746,67 @@ static void test_garbage_part_record(void)
     st_store_close(s);
 }
 
+/* PUTs a pending marker's text under key. */
+static void put_marker_text(st_backend *b, const char *key, int64_t marked_ns, int64_t grace_ns)
+{
+    char text[128];
+    size_t n;
+    CHECK_OK(st_gcmark_pending_encode(text, sizeof text, marked_ns, grace_ns, &n));
+    CHECK_OK(st_put(b, key, text, n));
+}
+
 /* The writer's check itself: marker first, then the pack; young markers
- * are accepted only for the final look before publishing. */
+ * are accepted only for the final look before publishing. Young or old is
+ * the store's say (docs/GC.md, "Clocks"), never the stamp in the marker's
+ * text, which is the marking host's clock. */
 static void test_pack_usable(void)
 {
     st_backend *b;
-    char dir[400], key[ST_KEY_MAX], text[128];
+    char dir[400], key[ST_KEY_MAX];
     snprintf(dir, sizeof dir, "%s/store", root);
     CHECK_OK(st_backend_file_open(dir, &b));
     st_id id = {{1, 2, 3}};
+    const int64_t hours3 = 3 * 3600 * SEC;
     CHECK_ERR(st_gc_pack_usable(b, "u", &id, NULL), ST_ERR_BUSY); /* no pack */
     CHECK_OK(st_key_pack(key, sizeof key, "u", &id));
     CHECK_OK(st_put(b, key, "x", 1));
     CHECK_OK(st_gc_pack_usable(b, "u", &id, NULL));
     CHECK_OK(st_key_gc_pending(key, sizeof key, "u", &id));
-    int n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n", (long long)st_now_ns(),
-                     3600 * SEC);
-    CHECK_OK(st_put(b, key, text, (size_t)n));
+    put_marker_text(b, key, st_now_ns(), 3600 * SEC);
     CHECK_ERR(st_gc_pack_usable(b, "u", &id, NULL), ST_ERR_BUSY);
     int64_t deadline = INT64_MAX;
     CHECK_OK(st_gc_pack_usable(b, "u", &id, &deadline));
-    CHECK(deadline < INT64_MAX && deadline > st_now_ns());
-    n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n",
-                 (long long)(st_now_ns() - 2000 * SEC), 3600 * SEC);
-    CHECK_OK(st_put(b, key, text, (size_t)n));
+    CHECK(deadline < INT64_MAX && deadline > st_mono_ns() + 1700 * SEC);
+    /* Written 2000 s ago by the store's clock: too old to reference. */
+    ut_backdate(root, key, 2000);
     CHECK_ERR(st_gc_pack_usable(b, "u", &id, &deadline), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "by the store's clock") != NULL);
+    /* The same, stamped by a GC host whose clock runs 3 h ahead: its text
+     * says "marked in the future", which once passed as young. */
+    put_marker_text(b, key, st_now_ns() + hours3, 3600 * SEC);
+    ut_backdate(root, key, 2000);
+    deadline = INT64_MAX;
+    CHECK_ERR(st_gc_pack_usable(b, "u", &id, &deadline), ST_ERR_BUSY);
+    /* Just written, stamped by a GC host 3 h behind: young all the same. */
+    put_marker_text(b, key, st_now_ns() - hours3, 3600 * SEC);
+    CHECK_OK(st_gc_pack_usable(b, "u", &id, &deadline));
+    /* A write time the store puts in its own future is never young. */
+    ut_backdate(root, key, -600);
+    CHECK_ERR(st_gc_pack_usable(b, "u", &id, &deadline), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "future") != NULL);
     int64_t m, g;
     CHECK_ERR(st_gcmark_pending_decode("garbage", 7, &m, &g), ST_ERR_CORRUPT);
     st_backend_close(b);
 }
 
-/* Writes a pending marker for pack, stamped age_s seconds ago, grace 1 h. */
+/* Writes a pending marker for pack, written age_s seconds ago by the
+ * store's clock, grace 1 h. */
 static void put_marker(st_backend *b, const char *job, const st_id *pack, int64_t age_s)
 {
-    char key[ST_KEY_MAX], text[128];
+    char key[ST_KEY_MAX];
     CHECK_OK(st_key_gc_pending(key, sizeof key, job, pack));
-    int n = snprintf(text, sizeof text, "ckptfs-gc-pending v1 %lld %lld\n",
-                     (long long)(st_now_ns() - age_s * SEC), 3600 * SEC);
-    CHECK_OK(st_put(b, key, text, (size_t)n));
+    put_marker_text(b, key, st_now_ns() - age_s * SEC, 3600 * SEC);
+    ut_backdate(root, key, (double)age_s);
 }
 
 /* The last look by listing (docs/GC.md, "Writers"): two LISTs and no HEAD
@@ -791,7 +835,7 @@ static void test_packs_usable_by_listing(void)
     put_marker(b, "lk", &ids[1], 0);
     memset(&c, 0, sizeof c);
     CHECK_OK(st_gc_packs_usable(b, "lk", ids, 3, &deadline, &bad));
-    CHECK(deadline < INT64_MAX && deadline > st_now_ns());
+    CHECK(deadline < INT64_MAX && deadline > st_mono_ns());
     CHECK(st_backend_counts_of(&c, ST_REQ_STAT) == 2); /* pack 1's marker, then pack 1 */
     CHECK_ERR(st_gc_packs_usable(b, "lk", ids, 3, NULL, &bad), ST_ERR_BUSY);
     CHECK(bad == 1);

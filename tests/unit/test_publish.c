@@ -111,6 +111,14 @@ static st_err rec_stat(void *ctx, const char *key, uint64_t *size)
     return e;
 }
 
+static st_err rec_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    size_t i = rec_begin(ctx, "HEAD", key ? key : "");
+    st_err e = st_stat_time(((recorder *)ctx)->inner, key, t);
+    rec_end(ctx, i);
+    return e;
+}
+
 static st_err rec_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     size_t i = rec_begin(ctx, "LIST", prefix);
@@ -137,6 +145,7 @@ static const st_backend_ops rec_ops = {
     .put = rec_put,
     .get = rec_get,
     .stat = rec_stat,
+    .stat_time = rec_stat_time,
     .list = rec_list,
     .del = rec_del,
     .close = rec_close,

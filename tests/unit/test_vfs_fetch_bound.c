@@ -56,6 +56,12 @@ static st_err c_stat(void *ctx, const char *key, uint64_t *size)
     return c->inner->ops->stat(c->inner->ctx, key, size);
 }
 
+static st_err c_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    counting *c = ctx;
+    return st_stat_time(c->inner, key, t);
+}
+
 static st_err c_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     counting *c = ctx;
@@ -74,8 +80,16 @@ static void c_close(void *ctx)
     st_backend_close(c->inner);
 }
 
-static const st_backend_ops counting_ops = {"mem", c_put, c_get,   c_stat, c_list,
-                                            c_del, NULL,  c_close, NULL};
+static const st_backend_ops counting_ops = {
+    .scheme = "mem",
+    .put = c_put,
+    .get = c_get,
+    .stat = c_stat,
+    .stat_time = c_stat_time,
+    .list = c_list,
+    .del = c_del,
+    .close = c_close,
+};
 
 typedef struct reader {
     vh_mount *m;

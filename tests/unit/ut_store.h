@@ -7,7 +7,11 @@
 #ifndef UT_STORE_H
 #define UT_STORE_H
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "ckptstore.h"
 #include "backend/st_backend.h"
@@ -70,6 +74,49 @@ static inline void ut_wrong_file_digests(st_backend *b, const char *job, uint64_
     st_bytes_free(&pbuf);
     st_bytes_free(&mbuf);
     st_bytes_free(&out);
+}
+
+/* Makes object key of the file store under dir (dir/store) look written
+ * `seconds` ago to the store's clock, which is its file's mtime (the file
+ * backend's layout: every directory component carries an '@'): how a test
+ * lets a grace period pass without waiting for it. */
+static inline void ut_backdate(const char *dir, const char *key, double seconds)
+{
+    char path[2048];
+    size_t n = (size_t)snprintf(path, sizeof path, "%s/store/", dir);
+    for (const char *k = key; *k && n + 2 < sizeof path; k++) {
+        if (*k == '/')
+            path[n++] = '@';
+        path[n++] = *k;
+    }
+    path[n] = '\0';
+    struct timespec now, times[2];
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t t = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - (int64_t)(seconds * 1e9);
+    times[0] = times[1] = (struct timespec){t / 1000000000, t % 1000000000};
+    int r = utimensat(AT_FDCWD, path, times, AT_SYMLINK_NOFOLLOW);
+    CHECK(r == 0);
+}
+
+typedef struct ut_backdate_arg {
+    const char *dir;
+    double seconds;
+} ut_backdate_arg;
+
+static inline int ut_backdate_one(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    const ut_backdate_arg *a = arg;
+    ut_backdate(a->dir, key, a->seconds);
+    return 0;
+}
+
+/* ut_backdate of every key under prefix of the store b (which is dir/store). */
+static inline void ut_backdate_all(st_backend *b, const char *dir, const char *prefix,
+                                   double seconds)
+{
+    ut_backdate_arg a = {dir, seconds};
+    CHECK_OK(st_list(b, prefix, ut_backdate_one, &a));
 }
 
 #endif
