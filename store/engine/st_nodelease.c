@@ -7,13 +7,31 @@
 #include "engine/st_nodelease.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "util/st_wire.h"
 
-static int is_live(const st_lease *l, int64_t now_ns)
+/* The age of a lease is the store's (docs/NODES.md, "Clocks"): when the
+ * store wrote the holder's last heartbeat, against the store's time now.
+ * The heartbeat stamp in its text is the holder's wall clock: a holder
+ * whose clock ran ahead would otherwise stay live for as long as the skew. */
+static st_err lease_age(st_backend *b, const char *key, int64_t *age_ns)
 {
-    return now_ns - l->heartbeat_ns < l->ttl_ns + ST_NODELEASE_SKEW_NS;
+    return st_store_age(b, key, age_ns, NULL);
+}
+
+/* What the message adds when the holder's stamp and the store disagree by
+ * more than the margin: the clocks are off, and by how much. */
+static void clock_note(char *out, size_t cap, int64_t stamp_age_ns, int64_t store_age_ns)
+{
+    int64_t off = store_age_ns - stamp_age_ns; /* > 0: the holder's clock is ahead of ours */
+    out[0] = '\0';
+    if (off > ST_NODELEASE_SKEW_NS || off < -ST_NODELEASE_SKEW_NS)
+        snprintf(out, cap,
+                 "; the clocks disagree: its heartbeat stamp is %.0f s %s this host's clock, so "
+                 "its age is the store's",
+                 (double)(off < 0 ? -off : off) / 1e9, off > 0 ? "ahead of" : "behind");
 }
 
 st_err st_nodelease_claim(st_backend *b, const char *node, const st_lease *mine, st_claim_mode mode,
@@ -30,16 +48,25 @@ st_err st_nodelease_claim(st_backend *b, const char *node, const st_lease *mine,
     int ours = 0;
     if (e == ST_OK && st_lease_decode(buf.data, buf.len, &found) == ST_OK) {
         ours = !strcmp(found.instance, mine->instance);
-        if (!ours && is_live(&found, mine->heartbeat_ns) && !(gone && gone(&found))) {
+        int64_t age = 0;
+        st_err ae = ours ? ST_OK : lease_age(b, key, &age);
+        if (ae == ST_ERR_NOT_FOUND)
+            ae = ST_OK, age = INT64_MAX; /* deleted meanwhile: free */
+        if (ae) {
+            st_bytes_free(&buf);
+            return ae;
+        }
+        if (!ours && age < found.ttl_ns + ST_NODELEASE_SKEW_NS && !(gone && gone(&found))) {
+            char note[160];
+            clock_note(note, sizeof note, mine->heartbeat_ns - found.heartbeat_ns, age);
             if (holder)
                 *holder = found;
             st_bytes_free(&buf);
             return st_seterr(ST_ERR_BUSY,
                              "node name '%s' is held by another live ckptfs: instance %.8s…, pid "
-                             "%" PRId64 " on host %s, heartbeat %.0f s ago; give this daemon "
-                             "another --node, or stop that one",
-                             node, found.instance, found.pid, found.host,
-                             (double)(mine->heartbeat_ns - found.heartbeat_ns) / 1e9);
+                             "%" PRId64 " on host %s, heartbeat %.0f s ago by the store's clock%s; "
+                             "give this daemon another --node, or stop that one",
+                             node, found.instance, found.pid, found.host, (double)age / 1e9, note);
         }
     } else if (e != ST_OK && e != ST_ERR_NOT_FOUND) {
         st_bytes_free(&buf);

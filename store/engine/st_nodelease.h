@@ -12,8 +12,10 @@
 #include "backend/st_backend.h"
 #include "format/st_lease.h"
 
-/* Clocks of two nodes may disagree this much before a live lease looks
- * stale (docs/NODES.md). */
+/* A lease stays live this long past its ttl, by the store's clock: a
+ * heartbeat PUT under way, and the store's clock resolution (docs/NODES.md).
+ * Also how far a holder's stamp may stray from the store before the
+ * refusal says that the clocks disagree. */
 #define ST_NODELEASE_SKEW_NS (5ll * 1000000000)
 
 /* What st_nodelease_claim writes when the name is free for mine. */
@@ -25,7 +27,9 @@ typedef enum st_claim_mode {
 
 /*!
  * Claims node for the instance in mine (mine->heartbeat_ns: the caller's wall
- * clock now). Reads the lease: absent, stale, unreadable as a lease, or
+ * clock now, only written and reported). Reads the lease: absent, stale (by
+ * the store's clock: its last write older than ttl + margin), unreadable as
+ * a lease, or
  * held by mine->instance -> ST_OK, and the lease is written as mode says. Held by another instance
  * and live at mine->heartbeat_ns -> ST_ERR_BUSY, *holder filled (may be
  * NULL), the message names the holder — unless gone (may be NULL) says the

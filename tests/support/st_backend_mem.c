@@ -315,3 +315,17 @@ st_err st_backend_mem_share(st_backend *b, st_backend **out)
         return st_seterr(ST_ERR_INVALID, "st_backend_mem_share: not an in-memory store");
     return handle_new(b->ctx, out);
 }
+
+st_err st_backend_mem_set_mtime(st_backend *b, const char *key, int64_t mtime_ns)
+{
+    if (!b || b->ops != &mem_ops || !key)
+        return st_seterr(ST_ERR_INVALID, "st_backend_mem_set_mtime: not an in-memory store");
+    mem_store *s = b->ctx;
+    pthread_mutex_lock(&s->lock);
+    int found;
+    size_t i = lower_bound(s, key, &found);
+    if (found)
+        s->objs[i].mtime_ns = mtime_ns;
+    pthread_mutex_unlock(&s->lock);
+    return found ? ST_OK : no_such("set_mtime", key);
+}

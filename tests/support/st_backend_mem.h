@@ -35,4 +35,12 @@ st_err st_backend_mem_open(st_backend **out);
  */
 st_err st_backend_mem_share(st_backend *b, st_backend **out);
 
+/*!
+ * Sets when the store wrote key, by its clock (this process's wall clock):
+ * how a test makes an object look written long ago (or in the store's
+ * future) without waiting. b as for st_backend_mem_share; ST_ERR_NOT_FOUND
+ * if key is not there.
+ */
+st_err st_backend_mem_set_mtime(st_backend *b, const char *key, int64_t mtime_ns);
+
 #endif

@@ -78,10 +78,21 @@ static void test_claim_rules(void)
     /* ... unless its process is known to be gone. */
     CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, always_gone, NULL));
 
-    /* Stale (older than ttl + skew): taken over. */
+    /* Its stamp 66 s old (its clock behind ours), but just written by the
+     * store's clock: live, and the refusal says that the clocks disagree. */
     other.heartbeat_ns = now - 66ll * 1000000000;
     CHECK_OK(st_lease_encode(&other, text, &len));
     CHECK_OK(st_put(b, "nodes/n.lease", text, len));
+    CHECK_ERR(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), "the clocks disagree") != NULL);
+
+    /* Stale (written longer than ttl + margin ago, by the store's clock):
+     * taken over, also when its stamp lies 3 h in the future (a holder
+     * whose clock ran ahead, then died). */
+    other.heartbeat_ns = now + 3 * 3600ll * 1000000000;
+    CHECK_OK(st_lease_encode(&other, text, &len));
+    CHECK_OK(st_put(b, "nodes/n.lease", text, len));
+    CHECK_OK(st_backend_mem_set_mtime(b, "nodes/n.lease", st_now_ns() - 66ll * 1000000000));
     CHECK_OK(st_nodelease_claim(b, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
     st_bytes buf = {0};
     st_lease stored;
