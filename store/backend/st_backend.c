@@ -182,8 +182,7 @@ st_err st_stat_time(st_backend *b, const char *key, st_store_time *t)
 st_err st_store_age(st_backend *b, const char *key, int64_t *at_least_ns, int64_t *at_most_ns)
 {
     st_store_time t;
-    st_err e = key ? st_stat_time(b, key, &t)
-                   : st_seterr(ST_ERR_INVALID, "store_age: key is NULL");
+    st_err e = key ? st_stat_time(b, key, &t) : st_seterr(ST_ERR_INVALID, "store_age: key is NULL");
     if (e)
         return e;
     int64_t age = t.now_ns - t.mtime_ns;

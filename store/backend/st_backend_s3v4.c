@@ -111,12 +111,12 @@ typedef struct v4_req {
     int overflow, nomem;
     long recv_buffer; /* CURLOPT_BUFFERSIZE for a large body, 0: libcurl's 16 KiB */
 
-    uint64_t moved;         /* bytes moved either way: the stall clock */
-    uint64_t uploaded;      /* body bytes sent so far */
-    int64_t content_length; /* of the answer, -1 if unknown */
+    uint64_t moved;           /* bytes moved either way: the stall clock */
+    uint64_t uploaded;        /* body bytes sent so far */
+    int64_t content_length;   /* of the answer, -1 if unknown */
     int64_t date_ns;          /* its Date header (the store's clock), 0 if none */
     int64_t last_modified_ns; /* its Last-Modified header, 0 if none */
-    int timed_out;          /* 1: stall, 2: deadline, 3: the observer stopped it */
+    int timed_out;            /* 1: stall, 2: deadline, 3: the observer stopped it */
     CURLcode cc;
     long status;
     char errbuf[CURL_ERROR_SIZE];

@@ -495,7 +495,8 @@ static int fence_cb(void *arg, const char *key, uint64_t size)
     (void)size;
     fence_scan *f = arg;
     int64_t t0, until;
-    if ((f->skip && !strcmp(key, f->skip)) || st_gcmark_fence_parse(key + f->prefix_len, &t0, &until))
+    if ((f->skip && !strcmp(key, f->skip)) ||
+        st_gcmark_fence_parse(key + f->prefix_len, &t0, &until))
         return 0; /* ours, or not a fence */
     if (f->n < FENCES_MAX) {
         snprintf(f->keys[f->n], sizeof f->keys[f->n], "%s", key);

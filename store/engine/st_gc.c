@@ -176,9 +176,9 @@ typedef struct gc_step {
     size_t nobjs, objs_cap;
     int consistent;
     int restorable; /* consistent, and every pack it needs is listed, long enough */
-    int young; /* partial, and a part record may be younger than grace (store's clock) */
-    int deleted;  /* retention (or the mount) deletes it */
-    int finished; /* a stale intent's deletion of it was finished */
+    int young;      /* partial, and a part record may be younger than grace (store's clock) */
+    int deleted;    /* retention (or the mount) deletes it */
+    int finished;   /* a stale intent's deletion of it was finished */
 } gc_step;
 
 /* Appends a copy of key to *v. 0, or -1 when out of memory. */
@@ -750,7 +750,7 @@ static st_err delete_picked(gc_run *g, step_list *l)
 typedef struct pack_obj {
     st_id id;
     uint64_t size;
-    int marked; /* a pending marker exists */
+    int marked;       /* a pending marker exists */
     int64_t age_ns;   /* of the marker at the run's t0, by the store's clock (at least) */
     int64_t grace_ns; /* the marker's own grace */
     int64_t pending_size, retired_size; /* of its markers; -1: none */

@@ -50,8 +50,7 @@ st_err st_packuse_check(st_backend *b, const char *job, const st_id *pack,
             return st_seterr(ST_ERR_BUSY,
                              "pack %s was marked for GC %.1f s ago by the store's clock (grace "
                              "%.1f s): too late to publish a reference to it",
-                             st_id_hex(pack, hex), (double)age_at_most / 1e9,
-                             (double)grace / 1e9);
+                             st_id_hex(pack, hex), (double)age_at_most / 1e9, (double)grace / 1e9);
         else if (looked_ns + (grace / 2 - age_at_most) < *young_ok_until_ns)
             *young_ok_until_ns = looked_ns + (grace / 2 - age_at_most);
     } else if (e != ST_ERR_NOT_FOUND) {
