@@ -99,8 +99,8 @@ static void to_stat(const st_vfs_attr *a, struct stat *st)
     st->st_size = (off_t)a->size;
     st->st_blksize = 1 << 20;
     st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
-    st->st_uid = getuid();
-    st->st_gid = getgid();
+    st->st_uid = a->uid;
+    st->st_gid = a->gid;
     st->st_mtim.tv_sec = a->mtime_ns / 1000000000;
     st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
     st->st_ctim.tv_sec = a->ctime_ns / 1000000000;
@@ -184,9 +184,20 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 {
     int which = 0;
     int64_t mtime = 0;
-    if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-        fuse_reply_err(req, EPERM); /* ownership is the mount's owner's */
-        return;
+    st_vfs_attr a;
+    struct stat st;
+    st_err e;
+    /* chown: the kernel allowed it (default_permissions: a change of owner
+     * needs CAP_CHOWN, as on a local file system); a chown that changes
+     * nothing, as cp -a and rsync -a do, succeeds. */
+    int owner_change = (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) != 0;
+    if (owner_change) {
+        uint32_t uid = to_set & FUSE_SET_ATTR_UID ? (uint32_t)attr->st_uid : ST_VFS_OWNER_KEEP;
+        uint32_t gid = to_set & FUSE_SET_ATTR_GID ? (uint32_t)attr->st_gid : ST_VFS_OWNER_KEEP;
+        if ((e = st_vfs_chown(vfs_of(req), ino, uid, gid, &a))) {
+            reply_err(req, e);
+            return;
+        }
     }
     if (to_set & FUSE_SET_ATTR_MODE)
         which |= ST_VFS_SET_MODE;
@@ -201,10 +212,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         which |= ST_VFS_SET_MTIME;
         mtime = (int64_t)attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec;
     }
-    st_vfs_attr a;
-    struct stat st;
-    st_err e = st_vfs_setattr(vfs_of(req), ino, which, attr->st_mode, (uint64_t)attr->st_size,
-                              mtime, fi ? handle_of(fi) : NULL, &a);
+    if (owner_change && !which)
+        e = ST_OK; /* a chown by itself: a holds the attributes */
+    else
+        e = st_vfs_setattr(vfs_of(req), ino, which, attr->st_mode, (uint64_t)attr->st_size, mtime,
+                           fi ? handle_of(fi) : NULL, &a);
     if (e) {
         reply_err(req, e);
         return;
@@ -213,10 +225,18 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
     fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
+/* Who makes a new entry: the calling process (its fsuid and fsgid). */
+static st_vfs_owner owner_of(fuse_req_t req)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    return (st_vfs_owner){(uint32_t)ctx->uid, (uint32_t)ctx->gid};
+}
+
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
     st_vfs_attr a;
-    st_err e = st_vfs_mkdir(vfs_of(req), parent, name, mode, &a);
+    st_vfs_owner owner = owner_of(req);
+    st_err e = st_vfs_mkdir(vfs_of(req), parent, name, mode, &owner, &a);
     if (e)
         reply_err(req, e);
     else
@@ -301,8 +321,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
     st_vfs_handle *h;
     st_vfs_attr a;
-    st_err e =
-        st_vfs_create(vfs_of(req), parent, name, mode, fi->flags, fuse_req_ctx(req)->pid, &a, &h);
+    st_vfs_owner owner = owner_of(req);
+    st_err e = st_vfs_create(vfs_of(req), parent, name, mode, fi->flags, fuse_req_ctx(req)->pid,
+                             &owner, &a, &h);
     if (e) {
         reply_err(req, e);
         return;
@@ -641,12 +662,17 @@ static char *fstab_opts(const char *source)
 
 /* The mount's FUSE arguments: -o from the options, and under --config the
  * source and type that mount(8) and /proc/mounts show for an fstab entry
- * ("FILE MOUNTPOINT fuse.ckptfs"). */
+ * ("FILE MOUNTPOINT fuse.ckptfs"). default_permissions always: the kernel
+ * then checks modes and owners against the attributes st_vfs reports, and
+ * with allow_other or allow_root other users meet the same rules as on a
+ * local file system (docs/MOUNT.md, "Other users on the node"); the daemon
+ * checks none itself. */
 static int fuse_args_of(const fs_settings *s, const cli_flags *f, const char *argv0,
                         struct fuse_args *args)
 {
     char *typed = s->config ? fstab_opts(s->config) : NULL;
-    int bad = (s->config && !typed) || fuse_opt_add_arg(args, argv0);
+    int bad = (s->config && !typed) || fuse_opt_add_arg(args, argv0) ||
+              fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, "default_permissions");
     if (s->fuse_opts)
         bad = bad || fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, s->fuse_opts);
     if (typed)

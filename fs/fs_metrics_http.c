@@ -39,6 +39,13 @@ typedef struct listen_addr {
     int loopback, wildcard;
 } listen_addr;
 
+/* Loopback (127/8) or every interface (0.0.0.0): ip in host order. */
+static void judge_ipv4(uint32_t ip, listen_addr *a)
+{
+    a->loopback = (ip >> 24) == 127;
+    a->wildcard = ip == 0;
+}
+
 /* "PORT", "HOST:PORT", "[IPV6]:PORT" into *a; 0 or -1 with why. */
 static int parse_listen(const char *spec, listen_addr *a, char *why, size_t cap)
 {
@@ -76,15 +83,23 @@ static int parse_listen(const char *spec, listen_addr *a, char *why, size_t cap)
         v4->sin_family = AF_INET;
         v4->sin_port = htons((uint16_t)p);
         a->len = sizeof *v4;
-        uint32_t ip = ntohl(v4->sin_addr.s_addr);
-        a->loopback = (ip >> 24) == 127;
-        a->wildcard = ip == 0;
+        judge_ipv4(ntohl(v4->sin_addr.s_addr), a);
     } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
         v6->sin6_family = AF_INET6;
         v6->sin6_port = htons((uint16_t)p);
         a->len = sizeof *v6;
-        a->loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
-        a->wildcard = IN6_IS_ADDR_UNSPECIFIED(&v6->sin6_addr);
+        /* An IPv4-mapped address (::ffff:a.b.c.d) is that IPv4 address to a
+         * dual-stack socket: ::ffff:0.0.0.0 binds every IPv4 interface, and
+         * ::ffff:127.0.0.1 is loopback. The binary form decides, so every
+         * spelling of an address ([0:0::0], [::FFFF:7f00:1]) is judged alike. */
+        if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+            const uint8_t *b = v6->sin6_addr.s6_addr;
+            judge_ipv4((uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15],
+                       a);
+        } else {
+            a->loopback = IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+            a->wildcard = IN6_IS_ADDR_UNSPECIFIED(&v6->sin6_addr);
+        }
     } else {
         snprintf(why, cap, "wants an IP address or localhost as HOST, got '%s'", host);
         return -1;

@@ -6,7 +6,8 @@
  *
  * Metrics carry no secret but have no authentication either, so the port
  * listens on loopback unless the operator names another address of this
- * host; every interface at once (0.0.0.0, ::) is refused.
+ * host; every interface at once (0.0.0.0, ::, in any spelling: an
+ * IPv4-mapped address is judged as its IPv4 address) is refused.
  *
  * In two steps because the daemon forks after the mount (fuse_daemonize):
  * fs_metrics_http_bind before it (a busy port stops the start with a clear

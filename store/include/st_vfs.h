@@ -16,6 +16,14 @@
  * "commit" (4), "drain" (5) and, when the caller gives a renderer
  * (st_vfs_options.metrics), "metrics" (6).
  *
+ * Owners: every entry has a uid and gid. Entries made by st_vfs_mkdir and
+ * st_vfs_create get the caller's, kept in the journal; the root, the
+ * control entries and what the remote view shows (the store keeps no
+ * owners) are the mount's user's (the process that called st_vfs_open).
+ * st_vfs checks no permission: the caller (the kernel, with FUSE's
+ * default_permissions) does, against these attributes (docs/MOUNT.md,
+ * "Other users on the node").
+ *
  * Threads: every function may be called from any FUSE worker thread; the
  * namespace is guarded by one mutex inside st_vfs, never held across I/O to
  * the store or large local I/O. Data reads and writes go straight to the
@@ -105,6 +113,11 @@ typedef struct st_vfs_options {
     uint64_t gc_keep_every;     /* 0: no keep-every rule */
     double gc_grace_seconds;    /* sweep grace period (default 3600) */
     double gc_interval_seconds; /* between runs; the first one interval after start (default 600) */
+    /* Who may use the control files (".ckptfs/status", "metrics", "commit",
+     * "drain", "warmup"): "owner" (NULL, the default), the mount's user
+     * only (modes 0400 and 0200); "all", every user who reaches the mount
+     * (0444 and 0222). */
+    const char *control_access;
     /* Renderer of ".ckptfs/metrics"; NULL: the file does not exist. */
     st_vfs_metrics_fn metrics;
     void *metrics_arg;
@@ -117,6 +130,7 @@ typedef struct st_vfs_attr {
     uint64_t ino;
     uint32_t mode; /* S_IFDIR or S_IFREG | permissions */
     uint32_t nlink;
+    uint32_t uid, gid; /* the owner (see the file comment) */
     uint64_t size;
     int64_t mtime_ns;
     int64_t ctime_ns;
@@ -158,7 +172,21 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out);
 /*! Changes what `which` says; h (may be NULL) is an open handle of ino. */
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
-st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out);
+
+/*! The owner of a new entry: the process that makes it. */
+typedef struct st_vfs_owner {
+    uint32_t uid, gid;
+} st_vfs_owner;
+#define ST_VFS_OWNER_KEEP ((uint32_t)-1) /* st_vfs_chown: leave this id as it is */
+/*! chown: sets ino's uid and gid (ST_VFS_OWNER_KEEP: unchanged), kept in the
+ *  journal (the root's for this mount only). Checks no permission (the
+ *  file comment); the control entries: ST_ERR_READ_ONLY unless nothing
+ *  changes. */
+st_err st_vfs_chown(st_vfs *v, uint64_t ino, uint32_t uid, uint32_t gid, st_vfs_attr *out);
+/*! mkdir; mode as the kernel passes it (the umask applied). owner NULL:
+ *  the mount's user. */
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
+                    const st_vfs_owner *owner, st_vfs_attr *out);
 /*! unlink of a single-file step's file, and rmdir of a step directory, when
  *  nothing else in the mount names that step, also request the step's
  *  deletion from the store (docs/MOUNT.md, "Deleting steps"); the request is
@@ -186,9 +214,10 @@ st_err st_vfs_readdir(st_vfs *v, uint64_t ino, st_vfs_dirent **ents, size_t *n);
 void st_vfs_dirents_free(st_vfs_dirent *ents, size_t n);
 
 /* Files. flags are open(2) flags (O_ACCMODE, O_TRUNC, O_APPEND). pid is the
- * calling process (steps written by one writer complete when it moves on). */
+ * calling process (steps written by one writer complete when it moves on);
+ * owner the new file's, as st_vfs_mkdir's. */
 st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
-                     pid_t pid, st_vfs_attr *out, st_vfs_handle **h);
+                     pid_t pid, const st_vfs_owner *owner, st_vfs_attr *out, st_vfs_handle **h);
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h);
 /*! Before a read of [off, off + *len) through h's fd: cuts *len at the
  *  file's size when the fd's file may hold bytes past it (a recycled

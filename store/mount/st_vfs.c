@@ -314,15 +314,24 @@ static void step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified)
 
 /* ---- virtual entries ---- */
 
-static void virt_attr(uint64_t ino, st_vfs_attr *a)
+/* The control entries are the mount's user's. Read-only ones are 0400 and
+ * write-only ones 0200 unless control_access is "all" (0444, 0222): the
+ * status and the metrics name every job and step of the mount, and a
+ * commit completes any job's step (docs/MOUNT.md, "Other users on the
+ * node"). */
+static void virt_attr(const st_vfs *v, uint64_t ino, st_vfs_attr *a)
 {
     memset(a, 0, sizeof *a);
     a->ino = ino;
+    uint32_t readable = v->control_public ? 0444 : 0400;
+    uint32_t writable = v->control_public ? 0222 : 0200;
     a->mode = ino == ST_VFS_CTL_DIR_INO ? (S_IFDIR | 0555)
               : ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO
-                  ? (S_IFREG | 0222)
-                  : (S_IFREG | 0444);
+                  ? (S_IFREG | writable)
+                  : (S_IFREG | readable);
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
+    a->uid = v->user.uid;
+    a->gid = v->user.gid;
     a->mtime_ns = a->ctime_ns = st_now_ns();
 }
 
@@ -331,6 +340,8 @@ static void node_attr(const vnode *n, st_vfs_attr *a)
     a->ino = n->ino;
     a->mode = n->mode;
     a->nlink = S_ISDIR(n->mode) ? 2 : 1;
+    a->uid = n->uid;
+    a->gid = n->gid;
     a->size = S_ISDIR(n->mode) ? 4096 : n->size;
     a->mtime_ns = n->mtime_ns;
     a->ctime_ns = n->ctime_ns;
@@ -492,20 +503,20 @@ static size_t longest_below(const vnode *n)
 st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *out)
 {
     if (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)) {
-        virt_attr(ST_VFS_CTL_DIR_INO, out);
+        virt_attr(v, ST_VFS_CTL_DIR_INO, out);
         return ST_OK;
     }
     if (parent == ST_VFS_CTL_DIR_INO) {
         if (!strcmp(name, STATUS_NAME))
-            virt_attr(ST_VFS_STATUS_INO, out);
+            virt_attr(v, ST_VFS_STATUS_INO, out);
         else if (!strcmp(name, COMMIT_NAME))
-            virt_attr(ST_VFS_COMMIT_INO, out);
+            virt_attr(v, ST_VFS_COMMIT_INO, out);
         else if (!strcmp(name, DRAIN_NAME))
-            virt_attr(ST_VFS_DRAIN_INO, out);
+            virt_attr(v, ST_VFS_DRAIN_INO, out);
         else if (!strcmp(name, WARMUP_NAME))
-            virt_attr(ST_VFS_WARMUP_INO, out);
+            virt_attr(v, ST_VFS_WARMUP_INO, out);
         else if (!strcmp(name, METRICS_NAME) && v->opts.metrics)
-            virt_attr(ST_VFS_METRICS_INO, out);
+            virt_attr(v, ST_VFS_METRICS_INO, out);
         else
             return ST_ERR_NOT_FOUND;
         return ST_OK;
@@ -545,7 +556,7 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out)
 {
     if (ino >= ST_VFS_CTL_DIR_INO && ino <= ST_VFS_LAST_CTL_INO &&
         (ino != ST_VFS_METRICS_INO || v->opts.metrics)) {
-        virt_attr(ino, out);
+        virt_attr(v, ino, out);
         return ST_OK;
     }
     pthread_mutex_lock(&v->lock);
@@ -652,13 +663,35 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
     return e;
 }
 
+/* A new entry's owner: the caller's, or (NULL) the mount's user's, which
+ * vfs_node_new gave it. */
+static void set_owner(vnode *n, const st_vfs_owner *owner)
+{
+    if (owner) {
+        n->uid = owner->uid;
+        n->gid = owner->gid;
+    }
+}
+
+/* After a change of n's attributes (lock held): its ctime, its journal row
+ * (the root has none: its attributes last for the mount), *out. */
+static st_err attr_changed(st_vfs *v, vnode *n, st_vfs_attr *out)
+{
+    st_err e = ST_OK;
+    n->ctime_ns = st_now_ns();
+    if (n != v->root && n->parent)
+        e = S_ISDIR(n->mode) ? vfs_journal_put_dir(v, n) : vfs_journal_put_file(v, n);
+    node_attr(n, out);
+    return e;
+}
+
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
                       int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
     if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
         if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO) &&
             which == ST_VFS_SET_SIZE && size == 0) {
-            virt_attr(ino, out); /* O_TRUNC of a write-only control file: nothing to do */
+            virt_attr(v, ino, out); /* O_TRUNC of a write-only control file: nothing to do */
             return ST_OK;
         }
         return st_seterr(ST_ERR_READ_ONLY, "status entries are read-only");
@@ -711,16 +744,37 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         n->mode = (n->mode & S_IFMT) | (mode & 07777);
     if (which & ST_VFS_SET_MTIME)
         n->mtime_ns = mtime_ns;
-    n->ctime_ns = st_now_ns();
-    if (n != v->root && n->parent)
-        e = S_ISDIR(n->mode) ? vfs_journal_put_dir(v, n) : vfs_journal_put_file(v, n);
-    node_attr(n, out);
+    e = attr_changed(v, n, out);
 out:
     pthread_mutex_unlock(&v->lock);
     return e;
 }
 
-st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, st_vfs_attr *out)
+st_err st_vfs_chown(st_vfs *v, uint64_t ino, uint32_t uid, uint32_t gid, st_vfs_attr *out)
+{
+    if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
+        st_err e = st_vfs_getattr(v, ino, out);
+        if (!e && ((uid != ST_VFS_OWNER_KEEP && uid != out->uid) ||
+                   (gid != ST_VFS_OWNER_KEEP && gid != out->gid)))
+            e = st_seterr(ST_ERR_READ_ONLY, "status entries are the mount's user's");
+        return e;
+    }
+    pthread_mutex_lock(&v->lock);
+    st_err e = ST_ERR_NOT_FOUND;
+    vnode *n = get_node(v, ino);
+    if (n) {
+        if (uid != ST_VFS_OWNER_KEEP)
+            n->uid = uid;
+        if (gid != ST_VFS_OWNER_KEEP)
+            n->gid = gid;
+        e = attr_changed(v, n, out);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return e;
+}
+
+st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
+                    const st_vfs_owner *owner, st_vfs_attr *out)
 {
     if ((parent >= ST_VFS_CTL_DIR_INO && parent <= ST_VFS_LAST_CTL_INO) ||
         (parent == ST_VFS_ROOT_INO && !strcmp(name, CTL_DIR_NAME)))
@@ -739,6 +793,7 @@ st_err st_vfs_mkdir(st_vfs *v, uint64_t parent, const char *name, uint32_t mode,
     else if (!(n = vfs_node_new(v, dir, name, S_IFDIR | (mode & 07777))))
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
     else {
+        set_owner(n, owner);
         if (dir == v->root)
             vfs_job(v, name, 1);
         vfs_deletion_cancel(v, n);
@@ -1098,7 +1153,7 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
 }
 
 st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode, int flags,
-                     pid_t pid, st_vfs_attr *out, st_vfs_handle **h)
+                     pid_t pid, const st_vfs_owner *owner, st_vfs_attr *out, st_vfs_handle **h)
 {
     *h = NULL;
     if (parent == ST_VFS_CTL_DIR_INO)
@@ -1134,6 +1189,7 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto out;
     }
+    set_owner(n, owner);
     if (vfs_job_path(n, path, sizeof path))
         n->step = step_of_path(v, path, NULL);
     vfs_deletion_cancel(v, n);
@@ -1799,6 +1855,19 @@ static st_err first_look(st_vfs *v)
     return ST_OK;
 }
 
+/* An option with two values: value (NULL: the first) sets *is_second to 1 if
+ * it is the second, 0 if the first; anything else is ST_ERR_INVALID. */
+static st_err option_choice(const char *what, const char *value, const char *first,
+                            const char *second, int *is_second)
+{
+    if (!value)
+        value = first;
+    *is_second = strcmp(value, second) == 0;
+    if (*is_second || strcmp(value, first) == 0)
+        return ST_OK;
+    return st_seterr(ST_ERR_INVALID, "%s '%.32s': use %s or %s", what, value, first, second);
+}
+
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {
     *out = NULL;
@@ -1814,13 +1883,16 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         v->opts.gc_grace_seconds = (double)ST_GC_DEFAULT_GRACE_NS / 1e9;
     if (v->opts.gc_interval_seconds <= 0)
         v->opts.gc_interval_seconds = 600;
-    const char *sync = opts->close_sync ? opts->close_sync : "disk";
-    if (strcmp(sync, "disk") != 0 && strcmp(sync, "background") != 0) {
-        st_err bad = st_seterr(ST_ERR_INVALID, "close sync '%.32s': use disk or background", sync);
+    st_err bad = option_choice("close sync", opts->close_sync, "disk", "background",
+                               &v->close_in_background);
+    if (!bad)
+        bad = option_choice("control access", opts->control_access, "owner", "all",
+                            &v->control_public);
+    if (bad) {
         free(v);
         return bad;
     }
-    v->close_in_background = strcmp(sync, "background") == 0;
+    v->user = (st_vfs_owner){(uint32_t)getuid(), (uint32_t)getgid()};
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->changed, NULL);
     vfs_health_init(v);

@@ -61,6 +61,7 @@ struct vnode {
     vnode *parent; /* NULL when unlinked (or the root) */
     char *name;
     uint32_t mode;
+    uint32_t uid, gid; /* the owner: its creator's, else the mount's user's (st_vfs.h) */
     uint64_t size;
     int64_t mtime_ns, ctime_ns;
     uint64_t nlookup; /* kernel references */
@@ -350,6 +351,8 @@ struct st_vfs {
     st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
     st_backend_counts requests;
     st_steprules *rules;
+    st_vfs_owner user;  /* the mount's user: owns the root and what has no owner */
+    int control_public; /* control_access "all": control files for every user */
 
     pthread_mutex_t lock;
     pthread_cond_t changed; /* fetch finished, upload queue changed, idle */
@@ -463,6 +466,7 @@ void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(p
  * last error time). vfs_set_error also puts its text in v->last_error. */
 void vfs_error_seen(st_vfs *v);
 void vfs_set_error(st_vfs *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A new node (owned by the mount's user) linked into parent (NULL: none). */
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
 /* Frees n once nothing refers to it: out of the tree, no kernel reference,

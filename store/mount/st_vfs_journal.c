@@ -8,7 +8,8 @@
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
  *       state as vfile_state; step -1 for none; then failed (vnode.write_failed)
  *       and unsynced (a close returned before the bytes were on disk:
- *       docs/MOUNT.md, "When close() waits for the disk").
+ *       docs/MOUNT.md, "When close() waits for the disk"); then uid and gid,
+ *       the owner (-1: the mount's user, as rows of older journals read).
  *   steps(job, step, complete, revision, commits "rank:world,...")
  *   kept(job, step, path, sid, size, mode, mtime_ns)
  *       a naming marker's version its step still has to publish
@@ -54,6 +55,7 @@ static const char journal_schema[] =
     "  remote_step INTEGER NOT NULL DEFAULT -1, remote_node TEXT, remote_rev INTEGER,"
     "  remote_path TEXT, rank INTEGER NOT NULL DEFAULT -1, world INTEGER NOT NULL DEFAULT 0,"
     "  failed INTEGER NOT NULL DEFAULT 0, unsynced INTEGER NOT NULL DEFAULT 0,"
+    "  uid INTEGER NOT NULL DEFAULT -1, gid INTEGER NOT NULL DEFAULT -1,"
     "  PRIMARY KEY (job, path)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS meta ("
     "  key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
@@ -72,10 +74,12 @@ static const char journal_schema[] =
 #define DB(v) ((sqlite3 *)(v)->journal)
 
 /* The columns a journal of an older version lacks (vnode.write_failed,
- * vnode.unsynced), in the order of journal_schema. */
+ * vnode.unsynced, the owner), in the order of journal_schema. */
 static const char *const journal_add_columns[] = {
     "ALTER TABLE entries ADD COLUMN failed INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE entries ADD COLUMN unsynced INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE entries ADD COLUMN uid INTEGER NOT NULL DEFAULT -1",
+    "ALTER TABLE entries ADD COLUMN gid INTEGER NOT NULL DEFAULT -1",
 };
 
 /* This boot of the machine; "" if unknown (then every boot is another). */
@@ -193,13 +197,14 @@ st_err vfs_journal_put_file(st_vfs *v, vnode *n)
     const vremote *r = n->remote;
     return exec(v,
                 "INSERT OR REPLACE INTO entries VALUES"
-                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
-                "ttiiiiiiininiiii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
+                " (?1,?2,1,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)",
+                "ttiiiiiiininiiiiii", jd->name, path, (int64_t)n->sid, (int64_t)n->size,
                 (int64_t)n->mode, n->mtime_ns, (int64_t)n->state,
                 n->step == VFS_NO_STEP ? (int64_t)-1 : (int64_t)n->step,
                 r ? (int64_t)r->step : (int64_t)-1, r ? r->node : NULL,
                 r ? (int64_t)r->revision : (int64_t)0, r ? r->path : NULL, (int64_t)n->rank,
-                (int64_t)n->world, (int64_t)n->write_failed, (int64_t)n->unsynced);
+                (int64_t)n->world, (int64_t)n->write_failed, (int64_t)n->unsynced, (int64_t)n->uid,
+                (int64_t)n->gid);
 }
 
 st_err vfs_journal_put_file_lazy(st_vfs *v, vnode *n)
@@ -224,9 +229,10 @@ st_err vfs_journal_put_dir(st_vfs *v, vnode *n)
     else if (!vfs_job_path(n, path, sizeof path))
         return ST_OK;
     return exec(v,
-                "INSERT OR REPLACE INTO entries (job, path, kind, mode, mtime_ns)"
-                " VALUES (?1, ?2, 0, ?3, ?4)",
-                "ttii", jd->name, path, (int64_t)n->mode, n->mtime_ns);
+                "INSERT OR REPLACE INTO entries (job, path, kind, mode, mtime_ns, uid, gid)"
+                " VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6)",
+                "ttiiii", jd->name, path, (int64_t)n->mode, n->mtime_ns, (int64_t)n->uid,
+                (int64_t)n->gid);
 }
 
 st_err vfs_journal_delete(st_vfs *v, const char *job, const char *path)
@@ -446,6 +452,17 @@ static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *p
     (void)vfs_journal_put_file(v, n);
 }
 
+/* The owner of row q, where it has one (-1: a row of an older journal,
+ * the mount's user's as vfs_node_new made it). */
+static void recover_owner(vnode *n, sqlite3_stmt *q)
+{
+    int64_t uid = sqlite3_column_int64(q, 17), gid = sqlite3_column_int64(q, 18);
+    if (uid >= 0 && uid <= UINT32_MAX)
+        n->uid = (uint32_t)uid;
+    if (gid >= 0 && gid <= UINT32_MAX)
+        n->gid = (uint32_t)gid;
+}
+
 /* Recreates one journal row in the tree. */
 static void recover_entry(st_vfs *v, sqlite3_stmt *q)
 {
@@ -461,6 +478,7 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     (void)j;
     if (!path[0]) {
         jd->mode = S_IFDIR | ((uint32_t)sqlite3_column_int64(q, 5) & 07777);
+        recover_owner(jd, q);
         return;
     }
     if (!st_path_is_clean(path, strlen(path)))
@@ -472,8 +490,10 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
     uint32_t mode = (uint32_t)sqlite3_column_int64(q, 5);
     if (kind == 0) {
         vnode *d = vfs_node_new(v, dir, base, S_IFDIR | (mode & 07777));
-        if (d)
+        if (d) {
             d->mtime_ns = sqlite3_column_int64(q, 6);
+            recover_owner(d, q);
+        }
         return;
     }
     uint64_t sid = (uint64_t)sqlite3_column_int64(q, 3);
@@ -524,6 +544,7 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         n->size = (uint64_t)sqlite3_column_int64(q, 4);
     }
     n->mtime_ns = sqlite3_column_int64(q, 6);
+    recover_owner(n, q);
     n->state = state;
     n->version = 1;
     n->durable_version = state == VFILE_DURABLE ? 1 : 0;

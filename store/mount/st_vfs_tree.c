@@ -91,6 +91,8 @@ vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode)
     n->ino = v->ninodes++;
     v->inodes[n->ino] = n;
     n->mode = mode;
+    n->uid = v->user.uid;
+    n->gid = v->user.gid;
     n->mtime_ns = n->ctime_ns = st_now_ns();
     n->step = VFS_NO_STEP;
     n->rank = -1;

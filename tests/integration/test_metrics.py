@@ -7,7 +7,9 @@ prometheus_client.parser), before and after a real torch.save into the mount
 has become durable; the values must have moved: uploaded and stored bytes up,
 PUTs up, the step counted durable. Then the port itself: another path is 404,
 another method 405; and a second daemon asking for the same port, or for
-0.0.0.0, refuses to start with a clear message and mounts nothing.
+0.0.0.0, refuses to start with a clear message and mounts nothing. Every
+spelling of the wildcard (IPv4-mapped ::ffff:0.0.0.0, [0:0::0]) is refused
+too, and ::ffff:127.0.0.1 is loopback.
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -132,6 +134,22 @@ class MetricsTest(MountTestCase):
         self.assert_refused("c", "0.0.0.0:%d" % free_port(), "every interface")
         self.assert_refused("d", "127.0.0.1:99999", "port 1..65535")
 
+        self.assertEqual(m.unmount(), 0)
+
+    def test_listen_address_forms(self):
+        # An address is judged by its binary form, whatever its spelling:
+        # IPv4-mapped IPv6 addresses are their IPv4 address to a dual-stack
+        # socket, so ::ffff:0.0.0.0 is every IPv4 interface (refused) and
+        # ::ffff:127.0.0.1 loopback (served without the warning).
+        for name, host in (("m1", "[::ffff:0.0.0.0]"), ("m2", "[0:0::0]"),
+                           ("m3", "[::ffff:0:0]")):
+            with self.subTest(host=host):
+                self.assert_refused(name, "%s:%d" % (host, free_port()), "every interface")
+        port = free_port()
+        m = self.mount("l", "[::ffff:127.0.0.1]:%d" % port).start()
+        wait_for(lambda: _answers("http://127.0.0.1:%d/metrics" % port), 10,
+                 "the metrics port answering on 127.0.0.1")
+        self.assertNotIn("not loopback", m.log_text())
         self.assertEqual(m.unmount(), 0)
 
     def assert_refused(self, name, listen, why):

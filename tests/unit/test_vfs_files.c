@@ -5,7 +5,7 @@
  * truncate, chmod, O_EXCL, errors); a crash of the daemon after close()
  * returned and in the middle of an upload, recovered from the journal; and
  * renames (HF Trainer's tmp-checkpoint-N → checkpoint-N, over an existing
- * file, the refusals).
+ * file, the refusals); owners of entries.
  *
  * The crashes are real: a child process mounts the staging directory, writes,
  * and dies with _exit() without closing anything (no journal close, no
@@ -132,13 +132,13 @@ static void test_errors(void)
     st_vfs_handle *h = NULL;
     /* The root holds job directories only, with valid names. */
     CHECK_ERR(st_vfs_create(a.v, ST_VFS_ROOT_INO, "stray.txt", 0644, O_CREAT | O_WRONLY, VH_PID_A,
-                            &at, &h),
+                            NULL, &at, &h),
               ST_ERR_NAME);
     CHECK(h == NULL);
-    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, "bad job name", 0755, &at), ST_ERR_NAME);
-    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, ".ckptfs", 0755, &at), ST_ERR_READ_ONLY);
+    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, "bad job name", 0755, NULL, &at), ST_ERR_NAME);
+    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, ".ckptfs", 0755, NULL, &at), ST_ERR_READ_ONLY);
     CHECK_OK(vh_mkdirs(&a, VH_JOB "/x"));
-    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, VH_JOB, 0755, &at), ST_ERR_EXISTS);
+    CHECK_ERR(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, VH_JOB, 0755, NULL, &at), ST_ERR_EXISTS);
     CHECK_OK(vh_write_str(&a, VH_JOB "/x/f", "f", VH_PID_A));
     CHECK_ERR(vh_rmdir(&a, VH_JOB "/x"), ST_ERR_NOT_EMPTY);
     CHECK_ERR(vh_rmdir(&a, VH_JOB "/x/f"), ST_ERR_NOT_DIR);
@@ -149,8 +149,9 @@ static void test_errors(void)
     memset(longname, 'n', sizeof longname - 1);
     longname[sizeof longname - 1] = '\0';
     CHECK_OK(vh_lookup(&a, VH_JOB, &at));
-    CHECK_ERR(st_vfs_create(a.v, at.ino, longname, 0644, O_CREAT | O_WRONLY, VH_PID_A, &at, &h),
-              ST_ERR_TOO_LONG); /* ENAMETOOLONG, as on any Linux file system */
+    CHECK_ERR(
+        st_vfs_create(a.v, at.ino, longname, 0644, O_CREAT | O_WRONLY, VH_PID_A, NULL, &at, &h),
+        ST_ERR_TOO_LONG); /* ENAMETOOLONG, as on any Linux file system */
     CHECK_ERR(vh_create(&a, VH_JOB "/x/f", O_WRONLY | O_EXCL, VH_PID_A, &h), ST_ERR_EXISTS);
     /* The status file is read-only, the commit file write-only. */
     CHECK_ERR(st_vfs_open_file(a.v, ST_VFS_STATUS_INO, O_WRONLY, VH_PID_A, &h), ST_ERR_READ_ONLY);
@@ -447,6 +448,78 @@ static void test_rename_over_existing(void)
     vh_mount_close(&a);
 }
 
+/* ---- owners ---- */
+
+/* New entries are their creator's (the kernel enforces modes against
+ * them, docs/MOUNT.md "Other users on the node"), owners survive a
+ * restart, a chown that changes nothing or something is kept, and what the
+ * mount's user owns: the root, the control files (0400/0200 by default),
+ * and files another node stored. */
+static void test_owners(void)
+{
+    store_reset();
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "owners-a", 1));
+    if (!a.v)
+        return;
+    const uint32_t me = (uint32_t)getuid(), my_group = (uint32_t)getgid();
+    const st_vfs_owner user = {4321, 8765};
+    st_vfs_attr job, dir, at;
+    st_vfs_handle *h = NULL;
+    CHECK_OK(st_vfs_mkdir(a.v, ST_VFS_ROOT_INO, VH_JOB, 0700, &user, &job));
+    CHECK(job.uid == 4321 && job.gid == 8765 && (job.mode & 07777) == 0700);
+    CHECK_OK(st_vfs_mkdir(a.v, job.ino, "step-000001", 0750, &user, &dir));
+    CHECK(dir.uid == 4321 && dir.gid == 8765);
+    CHECK_OK(st_vfs_create(a.v, dir.ino, "model.bin", 0600, O_CREAT | O_WRONLY, VH_PID_A, &user,
+                           &at, &h));
+    CHECK(at.uid == 4321 && at.gid == 8765 && (at.mode & 07777) == 0600);
+    if (h)
+        CHECK_OK(vh_close(&a, h));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/by-root.txt", "r", VH_PID_A)); /* no owner */
+    CHECK_OK(vh_lookup(&a, VH_JOB "/step-000001/by-root.txt", &at));
+    CHECK(at.uid == me && at.gid == my_group);
+
+    /* chown: KEEP and the same ids change nothing; a new gid sticks. */
+    CHECK_OK(st_vfs_chown(a.v, dir.ino, ST_VFS_OWNER_KEEP, ST_VFS_OWNER_KEEP, &at));
+    CHECK(at.uid == 4321 && at.gid == 8765);
+    CHECK_OK(st_vfs_chown(a.v, dir.ino, 4321, 8765, &at));
+    CHECK_OK(st_vfs_chown(a.v, dir.ino, ST_VFS_OWNER_KEEP, 99, &at));
+    CHECK(at.uid == 4321 && at.gid == 99);
+
+    /* The root and the control files are the mount's user's. */
+    CHECK_OK(st_vfs_getattr(a.v, ST_VFS_ROOT_INO, &at));
+    CHECK(at.uid == me && (at.mode & 07777) == 0755);
+    CHECK_OK(st_vfs_getattr(a.v, ST_VFS_STATUS_INO, &at));
+    CHECK(at.uid == me && (at.mode & 07777) == 0400);
+    CHECK_OK(st_vfs_getattr(a.v, ST_VFS_COMMIT_INO, &at));
+    CHECK(at.uid == me && (at.mode & 07777) == 0200);
+    CHECK_OK(st_vfs_chown(a.v, ST_VFS_STATUS_INO, me, ST_VFS_OWNER_KEEP, &at));
+    CHECK_ERR(st_vfs_chown(a.v, ST_VFS_STATUS_INO, 4321, ST_VFS_OWNER_KEEP, &at), ST_ERR_READ_ONLY);
+
+    /* A restart finds every owner in the journal. */
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/.ckpt-complete", "", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(a.v, 20));
+    vh_mount_close(&a);
+    CHECK_OK(vh_mount_open(&a, store, "a", "owners-a", 0));
+    if (a.v) {
+        CHECK_OK(vh_lookup(&a, VH_JOB, &at));
+        CHECK(at.uid == 4321 && at.gid == 8765 && (at.mode & 07777) == 0700);
+        CHECK_OK(vh_lookup(&a, VH_JOB "/step-000001", &at));
+        CHECK(at.uid == 4321 && at.gid == 99);
+        CHECK_OK(vh_lookup(&a, VH_JOB "/step-000001/model.bin", &at));
+        CHECK(at.uid == 4321 && at.gid == 8765);
+        vh_mount_close(&a);
+    }
+    /* The store keeps no owners: another node shows the mount's user. */
+    vh_mount b;
+    CHECK_OK(vh_mount_open(&b, store, "b", "owners-b", 1));
+    if (b.v) {
+        CHECK_OK(vh_lookup(&b, VH_JOB "/step-000001/model.bin", &at));
+        CHECK(at.uid == me && at.gid == my_group && (at.mode & 07777) == 0600);
+        vh_mount_close(&b);
+    }
+}
+
 int main(void)
 {
     if (vh_setup("vfs-files"))
@@ -459,6 +532,7 @@ int main(void)
     RUN(test_rename_tmp_checkpoint);
     RUN(test_rename_over_existing);
     RUN(test_rename_tmp_checkpoint_after_a_step);
+    RUN(test_owners);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();

@@ -242,7 +242,7 @@ static inline st_err vh_mkdirs(vh_mount *m, const char *path)
     uint64_t ino = ST_VFS_ROOT_INO;
     for (char *save = NULL, *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
         st_vfs_attr a;
-        st_err e = st_vfs_mkdir(m->v, ino, c, 0755, &a);
+        st_err e = st_vfs_mkdir(m->v, ino, c, 0755, NULL, &a);
         if (e == ST_ERR_EXISTS)
             e = st_vfs_lookup(m->v, ino, c, &a);
         if (e)
@@ -271,7 +271,7 @@ static inline st_err vh_create(vh_mount *m, const char *path, int flags, pid_t p
     const char *base;
     st_err e = vh_parent(m, path, &dir, &base);
     st_vfs_attr a;
-    return e ? e : st_vfs_create(m->v, dir, base, 0644, O_CREAT | flags, pid, &a, h);
+    return e ? e : st_vfs_create(m->v, dir, base, 0644, O_CREAT | flags, pid, NULL, &a, h);
 }
 
 /* One write(2) of len bytes at off, as op_write_buf does it. */
