@@ -8,6 +8,7 @@
  */
 #include "backend/st_backend_fault.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,8 @@ typedef struct fault_ctx {
     unsigned put_delay_ms;
     unsigned get_delay_ms;            /* before a GET of a pack only */
     char fail_key[256];               /* "" : none */
-    char put_hold[256];               /* "" : none; else a file that holds pack PUTs */
+    char put_hold[256];               /* "" : none; else a file that holds PUTs of... */
+    char put_hold_key[256];           /* ...keys containing this ("": packs) */
     char get_hold[256];               /* "" : none; else a file that holds GETs of... */
     char get_hold_key[256];           /* ...keys containing this ("": every key) */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
@@ -35,16 +37,29 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
-/* Waits while the hold file exists: an upload stays under way until the
- * test that removes the file says so, however slow the machine is. */
+/* Waits while the file hold exists, after saying once that it fired and
+ * making HOLD.reached, so the test knows a request is inside the hold: a
+ * request stays under way until the test that removes the file says so,
+ * however slow the machine is. */
+static void hold_while(const char *hold, atomic_int *told, const char *item, const char *key)
+{
+    if (!atomic_exchange(told, 1))
+        fprintf(stderr, "st_backend_fault: fired: %s=%s (first: %s)\n", item, hold, key);
+    char reached[PATH_MAX + 16];
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    FILE *mark = fopen(reached, "w");
+    if (mark)
+        fclose(mark);
+    while (access(hold, F_OK) == 0)
+        sleep_ms(10);
+}
+
+/* put_hold: a PUT of a key containing put_hold_key (default: a pack's). */
 static void wait_while_held(fault_ctx *f, const char *key)
 {
-    if (!f->put_hold[0] || !strstr(key, "/packs/") || access(f->put_hold, F_OK) != 0)
-        return;
-    if (!atomic_exchange(&f->hold_told, 1))
-        fprintf(stderr, "st_backend_fault: fired: put_hold=%s (first: %s)\n", f->put_hold, key);
-    while (access(f->put_hold, F_OK) == 0)
-        sleep_ms(10);
+    const char *match = f->put_hold_key[0] ? f->put_hold_key : "/packs/";
+    if (f->put_hold[0] && strstr(key, match) && access(f->put_hold, F_OK) == 0)
+        hold_while(f->put_hold, &f->hold_told, "put_hold", key);
 }
 
 static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
@@ -76,21 +91,11 @@ static void delay_pack_get(fault_ctx *f, const char *key)
     }
 }
 
-/* get_hold: a GET of a matching key waits while the hold file exists, and
- * makes HOLD.reached first, so the test knows a reader is inside the hold. */
+/* get_hold: a GET of a key containing get_hold_key (default: every key). */
 static void hold_get(fault_ctx *f, const char *key)
 {
-    if (!f->get_hold[0] || !strstr(key, f->get_hold_key) || access(f->get_hold, F_OK) != 0)
-        return;
-    if (!atomic_exchange(&f->get_hold_told, 1))
-        fprintf(stderr, "st_backend_fault: fired: get_hold=%s (first: %s)\n", f->get_hold, key);
-    char reached[sizeof f->get_hold + 8];
-    snprintf(reached, sizeof reached, "%s.reached", f->get_hold);
-    FILE *mark = fopen(reached, "w");
-    if (mark)
-        fclose(mark);
-    while (access(f->get_hold, F_OK) == 0)
-        sleep_ms(10);
+    if (f->get_hold[0] && strstr(key, f->get_hold_key) && access(f->get_hold, F_OK) == 0)
+        hold_while(f->get_hold, &f->get_hold_told, "get_hold", key);
 }
 
 static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
@@ -181,6 +186,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
         } else if (!strncmp(it, "put_hold=", 9) && it[9]) {
             snprintf(f->put_hold, sizeof f->put_hold, "%s", it + 9);
+        } else if (!strncmp(it, "put_hold_key=", 13) && it[13]) {
+            snprintf(f->put_hold_key, sizeof f->put_hold_key, "%s", it + 13);
         } else if (!strncmp(it, "get_hold=", 9) && it[9]) {
             snprintf(f->get_hold, sizeof f->get_hold, "%s", it + 9);
         } else if (!strncmp(it, "get_hold_key=", 13) && it[13]) {
