@@ -381,6 +381,34 @@ static inline void bc_case_not_found(void)
     st_bytes_free(&got);
 }
 
+/* The store's clock (stat_time, docs/GC.md "Clocks"): an object just put
+ * is dated within its resolution of the store's now, never in its future;
+ * an overwrite moves its date on; a missing key is NOT_FOUND; key NULL
+ * gives the store's now alone, which does not run backwards. Nothing a
+ * host's clock says is compared here: the store may run on another. */
+static inline void bc_case_clock(void)
+{
+    bc_key k;
+    st_store_time t0, t1, t2;
+    CHECK_OK(st_stat_time(bc_b, NULL, &t0));
+    CHECK(t0.now_ns > 0 && t0.slack_ns >= 0);
+    CHECK_OK(st_put(bc_b, bc_k(&k, "clock/obj"), "x", 1));
+    CHECK_OK(st_stat_time(bc_b, k.s, &t1));
+    CHECK(t1.now_ns + t1.slack_ns >= t0.now_ns);
+    CHECK(t1.mtime_ns <= t1.now_ns + t1.slack_ns);
+    CHECK(t1.now_ns - t1.mtime_ns < 60ll * 1000000000); /* one PUT and a HEAD ago */
+    int64_t age_least = 0, age_most = 0;
+    CHECK_OK(st_store_age(bc_b, k.s, &age_least, &age_most));
+    CHECK(age_most != INT64_MAX && age_least <= age_most);
+    CHECK_OK(st_put(bc_b, k.s, "y", 1));
+    CHECK_OK(st_stat_time(bc_b, k.s, &t2));
+    CHECK(t2.mtime_ns + t2.slack_ns >= t1.mtime_ns);
+    CHECK_ERR(st_stat_time(bc_b, bc_k(&k, "clock/missing"), &t2), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_store_age(bc_b, k.s, &age_least, NULL), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_stat_time(bc_b, "bad//key", &t2), ST_ERR_INVALID);
+    bc_del_prefix("clock/");
+}
+
 /* del is idempotent and removes exactly one key, also when it is a prefix
  * of others ("a/b" and "a/b/c" are independent objects). */
 static inline void bc_case_del(void)
@@ -846,6 +874,7 @@ static inline void backend_conformance_run(st_backend *b, const char *scratch_pr
     RUN(bc_case_stream_large);
     RUN(bc_case_not_found);
     RUN(bc_case_del);
+    RUN(bc_case_clock);
     RUN(bc_case_del_many);
     RUN(bc_case_list_order);
     RUN(bc_case_list_many);
@@ -868,6 +897,7 @@ static inline void backend_conformance_run_cheap(st_backend *b, const char *scra
     RUN(bc_case_stream_ranges);
     RUN(bc_case_stream_large);
     RUN(bc_case_not_found);
+    RUN(bc_case_clock);
     RUN(bc_case_del_many);
     RUN(bc_case_list_order);
     RUN(bc_case_left_nothing);
