@@ -195,7 +195,9 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
  *  staging file, docs/MOUNT.md), and waits until the range has been fetched
  *  and verified when h was opened while its file was being fetched from the
  *  store (docs/WARMUP.md); returns at once otherwise. A failed fetch: its
- *  error (the reader gets EIO). Any thread; may block. */
+ *  error (the reader gets EIO). h opened on a torn file (its bytes never
+ *  reached the staging disk before the machine stopped, docs/MOUNT.md):
+ *  ST_ERR_CORRUPT until it is rewritten. Any thread; may block. */
 st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len);
 
 /*! Warm-up (docs/WARMUP.md): fetches every file of step of job into staging

@@ -48,6 +48,7 @@ struct st_vfs_handle {
     int fd;
     int writable;
     int dirty;        /* written since the last flush */
+    int torn;         /* opened on a torn file: reads fail (vnode.write_failed) */
     int sync_pending; /* a flush left its bytes off the disk: the release syncs */
     uint64_t step;    /* the step whose writer count this handle holds */
     /* The job of that step: the file may leave the tree (unlinked, or
@@ -191,7 +192,8 @@ static void retry_blocked_steps(st_vfs *v, vjob *j)
             step_complete(v, j, s);
         }
     }
-    if (!v->nfailed && strstr(v->last_error, ": a write to staging failed ("))
+    if (!v->nfailed &&
+        (strstr(v->last_error, VFS_FAILED_NOTE) || strstr(v->last_error, VFS_TORN_NOTE)))
         v->last_error[0] = '\0';
 }
 
@@ -377,6 +379,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
     bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(vfs_count_unsynced(v)));
+    bad |= vfs_failed_status(v, root);
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
@@ -1077,6 +1080,9 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     h->writable = writable;
     h->step = VFS_NO_STEP;
     h->start_version = n->version;
+    /* A rewrite (O_TRUNC, above) is whole again; a reader of the torn
+     * version must not take zeros or an older file's bytes for it. */
+    h->torn = n->write_failed == ST_ERR_CORRUPT;
     if (writable) {
         int32_t rank;
         uint32_t world;
@@ -1208,6 +1214,10 @@ int st_vfs_handle_fd(const st_vfs_handle *h)
 
 st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len)
 {
+    if (h->torn)
+        return st_seterr(ST_ERR_CORRUPT,
+                         "torn file: its bytes never reached the staging disk before the machine "
+                         "stopped; rewrite or remove it");
     if (h->node && atomic_load_explicit(&h->node->stale_end, memory_order_relaxed)) {
         /* A recycled file not yet closed: its staging file holds stale
          * bytes past the file's size (rule 3). */
@@ -1754,6 +1764,7 @@ static st_err recover(st_vfs *v)
             s->last_activity_ns = st_mono_ns();
         }
     }
+    vfs_note_failed_files(v); /* last_error names a file that holds its step back */
     return ST_OK;
 }
 
