@@ -133,11 +133,14 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
  *  thread with opts.gc_enabled. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: a GC run under way is told to stop, the uploader switches to
- *  the draining order (st_vfs_drain), every step whose files are all closed
- *  becomes complete, the uploader gets up to drain_seconds to make them
- *  durable; what is left (uploads, deletion requests) stays in staging and
- *  the journal for the next start (docs/SHUTDOWN.md). */
+/*! Unmount: handles never released are released (the kernel drops them
+ *  when a SIGTERM ends the connection; st_vfs_release judges each, and
+ *  frees it: the caller must not use them any more), a GC run under way is
+ *  told to stop, the uploader switches to the draining order
+ *  (st_vfs_drain), every step whose files are all closed becomes complete,
+ *  the uploader gets up to drain_seconds to make them durable; what is left
+ *  (uploads, deletion requests) stays in staging and the journal for the
+ *  next start (docs/SHUTDOWN.md). */
 void st_vfs_close(st_vfs *v);
 
 /*! A preemption notice: from now on the uploader takes the newest complete
@@ -247,7 +250,10 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
 /*! fsync: st_vfs_flush with the data on the staging disk in every mode. */
 st_err st_vfs_fsync(st_vfs *v, st_vfs_handle *h);
 /*! Last close of this handle: syncs what its flush left unsynced, then may
- *  complete the file's step. */
+ *  complete the file's step. Writes through h that no flush or fsync
+ *  acknowledged (or a file created or truncated through it and never
+ *  flushed) mark the file's write failed instead: its step waits until it
+ *  is rewritten or removed (docs/SHUTDOWN.md, "Files open at the stop"). */
 void st_vfs_release(st_vfs *v, st_vfs_handle *h);
 
 /*! statfs(2) of the mount: the staging file system's, with its blocks
