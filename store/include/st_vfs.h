@@ -147,11 +147,14 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
  *  thread with opts.gc_enabled. */
 st_err st_vfs_start(st_vfs *v);
 
-/*! Unmount: a GC run under way is told to stop, the uploader switches to
- *  the draining order (st_vfs_drain), every step whose files are all closed
- *  becomes complete, the uploader gets up to drain_seconds to make them
- *  durable; what is left (uploads, deletion requests) stays in staging and
- *  the journal for the next start (docs/SHUTDOWN.md). */
+/*! Unmount: handles never released are released (the kernel drops them
+ *  when a SIGTERM ends the connection; st_vfs_release judges each, and
+ *  frees it: the caller must not use them any more), a GC run under way is
+ *  told to stop, the uploader switches to the draining order
+ *  (st_vfs_drain), every step whose files are all closed becomes complete,
+ *  the uploader gets up to drain_seconds to make them durable; what is left
+ *  (uploads, deletion requests) stays in staging and the journal for the
+ *  next start (docs/SHUTDOWN.md). */
 void st_vfs_close(st_vfs *v);
 
 /*! A preemption notice: from now on the uploader takes the newest complete
@@ -224,7 +227,9 @@ st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_ha
  *  staging file, docs/MOUNT.md), and waits until the range has been fetched
  *  and verified when h was opened while its file was being fetched from the
  *  store (docs/WARMUP.md); returns at once otherwise. A failed fetch: its
- *  error (the reader gets EIO). Any thread; may block. */
+ *  error (the reader gets EIO). h opened on a torn file (its bytes never
+ *  reached the staging disk before the machine stopped, docs/MOUNT.md):
+ *  ST_ERR_CORRUPT until it is rewritten. Any thread; may block. */
 st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len);
 
 /*! Warm-up (docs/WARMUP.md): fetches every file of step of job into staging
@@ -274,7 +279,10 @@ st_err st_vfs_flush(st_vfs *v, st_vfs_handle *h);
 /*! fsync: st_vfs_flush with the data on the staging disk in every mode. */
 st_err st_vfs_fsync(st_vfs *v, st_vfs_handle *h);
 /*! Last close of this handle: syncs what its flush left unsynced, then may
- *  complete the file's step. */
+ *  complete the file's step. Writes through h that no flush or fsync
+ *  acknowledged (or a file created or truncated through it and never
+ *  flushed) mark the file's write failed instead: its step waits until it
+ *  is rewritten or removed (docs/SHUTDOWN.md, "Files open at the stop"). */
 void st_vfs_release(st_vfs *v, st_vfs_handle *h);
 
 /*! statfs(2) of the mount: the staging file system's, with its blocks

@@ -47,7 +47,8 @@ struct st_vfs_handle {
     uint64_t ctl; /* a control file's ino (ST_VFS_STATUS_INO...), 0 for a file */
     int fd;
     int writable;
-    int dirty;        /* written since the last flush */
+    int dirty;        /* written since the last flush that succeeded */
+    int torn;         /* opened on a torn file: reads fail (vnode.write_failed) */
     int sync_pending; /* a flush left its bytes off the disk: the release syncs */
     uint64_t step;    /* the step whose writer count this handle holds */
     /* The job of that step: the file may leave the tree (unlinked, or
@@ -61,6 +62,7 @@ struct st_vfs_handle {
      * remote file during its fetch): reads wait for their range in it
      * (st_vfs_read_wait). Set at open, one reference, dropped at release. */
     vfetch *fetch;
+    st_vfs_handle *prev, *next; /* st_vfs.open_handles, file handles only (lock) */
 };
 
 /* Sequential writes hand every WRITEBACK_CHUNK to the disk right away
@@ -191,7 +193,8 @@ static void retry_blocked_steps(st_vfs *v, vjob *j)
             step_complete(v, j, s);
         }
     }
-    if (!v->nfailed && strstr(v->last_error, ": a write to staging failed ("))
+    if (!v->nfailed &&
+        (strstr(v->last_error, VFS_FAILED_NOTE) || strstr(v->last_error, VFS_TORN_NOTE)))
         v->last_error[0] = '\0';
 }
 
@@ -388,6 +391,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "upload_rate_mbps",
                         vfs_json_fixed(secs > 0 ? (double)v->uploaded_bytes / secs / 1e6 : 0.0, 1));
     bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(vfs_count_unsynced(v)));
+    bad |= vfs_failed_status(v, root);
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
@@ -1132,6 +1136,13 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     h->writable = writable;
     h->step = VFS_NO_STEP;
     h->start_version = n->version;
+    /* A rewrite (O_TRUNC, above) is whole again; a reader of the torn
+     * version must not take zeros or an older file's bytes for it. */
+    h->torn = n->write_failed == ST_ERR_CORRUPT;
+    h->next = v->open_handles;
+    if (h->next)
+        h->next->prev = h;
+    v->open_handles = h;
     if (writable) {
         int32_t rank;
         uint32_t world;
@@ -1264,6 +1275,10 @@ int st_vfs_handle_fd(const st_vfs_handle *h)
 
 st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len)
 {
+    if (h->torn)
+        return st_seterr(ST_ERR_CORRUPT,
+                         "torn file: its bytes never reached the staging disk before the machine "
+                         "stopped; rewrite or remove it");
     if (h->node && atomic_load_explicit(&h->node->stale_end, memory_order_relaxed)) {
         /* A recycled file not yet closed: its staging file holds stale
          * bytes past the file's size (rule 3). */
@@ -1569,7 +1584,8 @@ static st_err flush_handle(st_vfs *v, st_vfs_handle *h, int must_sync)
             e = defer ? vfs_journal_put_file_lazy(v, n) : vfs_journal_put_file(v, n);
         ST_CRASHPOINT_IF(n->parent && !e, "close-journal-after");
     }
-    h->dirty = 0;
+    if (!e) /* acknowledged; else the release finds the writes unacknowledged */
+        h->dirty = 0;
     if (!e && h->write_error) /* close(2) reports the write that failed, as NFS does */
         e = st_seterr(h->write_error, "an earlier write to this file failed: %s",
                       st_strerror(h->write_error));
@@ -1607,6 +1623,35 @@ static void sync_deferred(st_vfs *v, st_vfs_handle *h)
     pthread_mutex_unlock(&v->lock);
 }
 
+/* A release after writes that no flush acknowledged (h->dirty), or of a file
+ * no flush closed since it was created or truncated: every close(2) flushes
+ * first, so the writer never heard that these bytes were safe — its close
+ * failed, or never came (a SIGTERM cut the connection: st_vfs_close
+ * releases what the kernel did not). Whatever is in staging may be a cut
+ * prefix: the file holds its step back as after a failed write, until it
+ * is rewritten or removed (docs/SHUTDOWN.md). Lock held. */
+static void unacknowledged_release(st_vfs *v, st_vfs_handle *h)
+{
+    vnode *n = h->node;
+    (void)cut_stale(v, n, -1); /* failed anyway: its length is what counts */
+    if (n->state == VFILE_WRITING)
+        n->state = VFILE_CLOSED; /* kept, and failed, across a restart */
+    if (!n->write_failed) {      /* a failure already recorded says more */
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        vnode *jd = vfs_job_dir(n);
+        vfs_set_write_failed(v, n, ST_ERR_IO);
+        vfs_log(v, 1,
+                "%s/%s: released with writes no close() acknowledged (the writer's close failed, "
+                "or the daemon stopped while it was open): its step waits until it is rewritten "
+                "or removed",
+                jd ? jd->name : "?", vfs_job_path(n, path, sizeof path) ? path : "?");
+    }
+    /* A journal error is in last_error; a restart then finds the older row
+     * (WRITING: dropped; CLOSED: the failure is lost with it). */
+    (void)vfs_journal_put_file(v, n);
+    vfs_note_failed_files(v);
+}
+
 void st_vfs_release(st_vfs *v, st_vfs_handle *h)
 {
     if (!h->node) {
@@ -1618,6 +1663,12 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         sync_deferred(v, h);
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        v->open_handles = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
     if (h->fd >= 0)
         close(h->fd);
     if (h->fetch)
@@ -1632,15 +1683,8 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
             s->writers--;
         if (s)
             s->last_activity_ns = st_mono_ns();
-        if (n->state == VFILE_WRITING && n->parent) {
-            /* Released without a flush (the kernel always flushes first;
-             * this is the belt to its braces). A journal error is in
-             * last_error; the file's next change or close writes the row. */
-            if (cut_stale(v, n, -1))
-                vfs_set_write_failed(v, n, ST_ERR_IO);
-            n->state = VFILE_CLOSED;
-            (void)vfs_journal_put_file(v, n);
-        }
+        if ((h->dirty || n->state == VFILE_WRITING) && n->parent)
+            unacknowledged_release(v, h);
         if (j && n->parent && n->writers == 0)
             step_file_settled(v, j, n, n->version != h->start_version);
         /* The step the file belongs to now (a naming marker such as `latest`
@@ -1810,6 +1854,7 @@ static st_err recover(st_vfs *v)
             s->last_activity_ns = st_mono_ns();
         }
     }
+    vfs_note_failed_files(v); /* last_error names a file that holds its step back */
     return ST_OK;
 }
 
@@ -2059,6 +2104,14 @@ void st_vfs_close(st_vfs *v)
     if (!v)
         return;
     v->gc_stop = 1; /* a GC run under way ends after its current batch */
+    /* Handles the kernel never released: a SIGTERM ends the connection with
+     * files open, and no close() of theirs can succeed any more. Released
+     * here before R8 looks at the steps, so a file cut off mid-write holds
+     * its step back now and after a restart (unacknowledged_release), and a
+     * deferred sync of an acknowledged close still runs. No FUSE request
+     * runs any more, and no other thread touches the list. */
+    while (v->open_handles)
+        st_vfs_release(v, v->open_handles);
     if (v->uploader_started) {
         /* Draining before R8 queues the steps it completes: the newest of
          * them goes first (docs/SHUTDOWN.md, "SIGTERM and unmount"). */

@@ -96,10 +96,14 @@ struct vnode {
      * the last handle closes (vfs_spare_last_close). */
     int spare_on_close;
     /* A write to the file failed (ST_ERR_NOSPACE: the staging cap or the
-     * disk; ST_ERR_IO) since it was last truncated to 0: its content is not
-     * what the writer meant, so its step neither completes nor uploads until
-     * the file is rewritten or removed (docs/STEPS.md, "A failed write").
-     * 0: none. Counted in st_vfs.nfailed while the file is in the tree. */
+     * disk; ST_ERR_IO, also for writes no close() acknowledged: released
+     * without a flush, or still open when the daemon stopped) since it was
+     * last truncated to 0: its content is not what the writer meant, so its
+     * step neither completes nor uploads until the file is rewritten or
+     * removed (docs/STEPS.md, "A failed write"). ST_ERR_CORRUPT: torn, its
+     * bytes may not be the ones written (a machine crash before the sync of
+     * --close-sync background): reads fail too. 0: none. Counted in
+     * st_vfs.nfailed while the file is in the tree. */
     st_err write_failed;
     /* close_sync "background" (docs/MOUNT.md, "When close() waits for the
      * disk"): a flush returned with bytes of the file not yet on the staging
@@ -390,6 +394,10 @@ struct st_vfs {
      * boot is unknown): unsynced rows may hold torn bytes. Set by
      * vfs_journal_open, used by the recovery. */
     int journal_other_boot;
+    /* File handles not released yet (st_vfs.c): at a SIGTERM the kernel
+     * drops the connection and never releases the files still open, so
+     * st_vfs_close releases them itself. */
+    struct st_vfs_handle *open_handles;
     vjob *jobs;
     size_t njobs, jobs_cap;
 
@@ -514,6 +522,15 @@ struct json_object *vfs_json_fixed(double v, int decimals);
 /* A file of step of job (in the tree) whose write failed, or NULL: such a
  * step neither completes nor uploads (vnode.write_failed). */
 vnode *vfs_failed_file(st_vfs *v, const char *job, uint64_t step);
+/* Status: "failed_files", how many files in the tree have a failed write,
+ * and "failed", the first VFS_FAILED_LISTED of them (job, path, step if
+ * any, torn, error). As vfs_json_add. Lock held. */
+#define VFS_FAILED_LISTED 64
+int vfs_failed_status(st_vfs *v, struct json_object *root);
+/* What last_error says of such a file after its path ("job/path" NOTE...),
+ * and what tells that it has gone (retry_blocked_steps). */
+#define VFS_FAILED_NOTE ": a write to staging failed ("
+#define VFS_TORN_NOTE   ": torn (its bytes did not reach the staging disk before the machine stopped)"
 /* Sets or clears n's write_failed, keeping v->nfailed. */
 void vfs_set_write_failed(st_vfs *v, vnode *n, st_err why);
 /* Puts the first file with a failed write, and why, in v->last_error (the

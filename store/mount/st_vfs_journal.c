@@ -440,14 +440,19 @@ static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *p
     }
     if (n->unsynced) {
         /* Judged once: the failure stands for it from now on, and nothing
-         * is left to sync (unsynced_files counts what still will be). */
+         * is left to sync (unsynced_files counts what still will be). After
+         * another boot the file is torn (ST_ERR_CORRUPT): its reads fail
+         * too, or a trainer resuming from the newest file would load zeros
+         * or an earlier file's bytes. In this boot the sync failed: the
+         * bytes may be whole in the page cache, as after a failed write. */
         n->unsynced = 0;
-        vfs_set_write_failed(v, n, ST_ERR_IO);
+        int torn = v->journal_other_boot;
+        vfs_set_write_failed(v, n, torn ? ST_ERR_CORRUPT : ST_ERR_IO);
         vfs_log(v, 2,
-                "%s/%s: its close() returned before its bytes were on the staging disk, and the "
-                "machine stopped (or they cannot be synced): its step is not published until the "
-                "file is rewritten or removed",
-                job, path);
+                "%s/%s: its close() returned before its bytes were on the staging disk, and %s: "
+                "%sits step is not published until the file is rewritten or removed",
+                job, path, torn ? "the machine stopped" : "they cannot be synced",
+                torn ? "reads of it fail and " : "");
     }
     (void)vfs_journal_put_file(v, n);
 }

@@ -393,26 +393,64 @@ void vfs_set_write_failed(st_vfs *v, vnode *n, st_err why)
     n->write_failed = why;
 }
 
+/* The job directory of n if n is a file in the tree with a failed write,
+ * with its path in the job; else NULL. */
+static vnode *failed_file_at(vnode *n, char *path, size_t cap)
+{
+    vnode *jd = n && n->write_failed && n->parent ? vfs_job_dir(n) : NULL;
+    return jd && vfs_job_path(n, path, cap) ? jd : NULL;
+}
+
 void vfs_note_failed_files(st_vfs *v)
 {
     for (uint64_t i = 0; v->nfailed && i < v->ninodes; i++) {
         vnode *n = v->inodes[i];
-        vnode *jd = n && n->write_failed && n->parent ? vfs_job_dir(n) : NULL;
         char path[ST_MANIFEST_MAX_PATH + 1];
-        if (!jd || !vfs_job_path(n, path, sizeof path))
+        vnode *jd = failed_file_at(n, path, sizeof path);
+        if (!jd)
             continue;
         char step[32] = "no step yet";
         if (n->step != VFS_NO_STEP)
             snprintf(step, sizeof step, "step %" PRIu64, n->step);
         char why[sizeof v->last_error];
-        snprintf(why, sizeof why,
-                 "%s/%.300s: a write to staging failed (%s); %s waits until the file is rewritten "
-                 "or removed",
-                 jd->name, path, st_strerror(n->write_failed), step);
+        if (n->write_failed == ST_ERR_CORRUPT)
+            snprintf(why, sizeof why,
+                     "%s/%.300s" VFS_TORN_NOTE "; its reads fail and %s waits until the file is "
+                     "rewritten or removed",
+                     jd->name, path, step);
+        else
+            snprintf(why, sizeof why,
+                     "%s/%.300s" VFS_FAILED_NOTE "%s); %s waits until the file is rewritten or "
+                     "removed",
+                     jd->name, path, st_strerror(n->write_failed), step);
         if (strcmp(why, v->last_error)) /* said again after each upload: one error */
             vfs_set_error(v, "%s", why);
         return;
     }
+}
+
+int vfs_failed_status(st_vfs *v, json_object *root)
+{
+    json_object *list = json_object_new_array();
+    int bad = 0;
+    uint64_t count = 0;
+    for (uint64_t i = 0; v->nfailed && i < v->ninodes; i++) {
+        vnode *n = v->inodes[i];
+        char path[ST_MANIFEST_MAX_PATH + 1];
+        vnode *jd = failed_file_at(n, path, sizeof path);
+        if (!jd || count++ >= VFS_FAILED_LISTED)
+            continue;
+        json_object *o = json_object_new_object();
+        bad |= vfs_json_add(o, "job", json_object_new_string(jd->name));
+        bad |= vfs_json_add(o, "path", json_object_new_string(path));
+        if (n->step != VFS_NO_STEP)
+            bad |= vfs_json_add(o, "step", json_object_new_uint64(n->step));
+        bad |= vfs_json_add(o, "torn", json_object_new_boolean(n->write_failed == ST_ERR_CORRUPT));
+        bad |= vfs_json_add(o, "error", json_object_new_string(st_strerror(n->write_failed)));
+        bad |= vfs_json_add(list, NULL, o);
+    }
+    bad |= vfs_json_add(root, "failed_files", json_object_new_uint64(count));
+    return bad | vfs_json_add(root, "failed", list);
 }
 
 vdeletion *vfs_deletion_find(const vjob *j, uint64_t step)

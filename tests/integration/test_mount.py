@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -242,6 +243,54 @@ class MountTest(MountTestCase):
         self.assertEqual(sha256_file(os.path.join(b.path, JOB, "ckpt-000002.pt")), want)
         self.assertEqual(sha256_file(os.path.join(b.path, JOB, "ckpt-000001.pt")),
                          hashlib.sha256(data).hexdigest())
+
+    def test_close_sync_background_torn_after_another_boot(self):
+        """--close-sync background, the machine stopped between close() and
+        the release's sync (docs/MOUNT.md, "When close() waits for the
+        disk"): after that boot the file may be torn. Its step is not
+        published, the file is listed but its reads fail with EIO (a trainer
+        resuming from the newest file must not load it), the status names
+        it; written again, it is whole and published."""
+        m = self.mount("a", extra=("--close-sync", "background"))
+        d = os.path.join(m.path, JOB)
+        os.mkdir(d)
+        path = os.path.join(d, "ckpt-000001.pt")
+        # A second descriptor holds the release back: close() of the first
+        # one returned with the bytes not yet synced.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.write(fd, os.urandom(4 << 20))
+        keep = os.dup(fd)
+        os.close(fd)
+        self.assertEqual(read_status(m)["unsynced_files"], 1)
+        m.kill9()
+        with self.assertRaises(OSError):
+            os.close(keep)  # the daemon is gone: ENOTCONN
+        # What the reboot leaves: the journal's rows are of another boot.
+        db = sqlite3.connect(os.path.join(self.tmp, "a-staging", "journal.db"))
+        with db:
+            db.execute("UPDATE meta SET value='an earlier boot' WHERE key='boot_id'")
+        db.close()
+        m.start()
+        self.assertEqual(os.listdir(d), ["ckpt-000001.pt"])
+        with self.assertRaises(OSError) as cm:
+            with open(path, "rb") as f:
+                f.read()
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        st = read_status(m)
+        self.assertEqual(st["failed_files"], 1, st)
+        self.assertEqual([(f["path"], f["step"], f["torn"]) for f in st["failed"]],
+                         [("ckpt-000001.pt", 1, True)])
+        self.assertIn("ckpt-000001.pt: torn", st["last_error"])
+        m.unmount()  # nor does R8 publish it
+        self.assertEqual(list_steps(CKPTCTL, self.store, JOB), [])
+        m.start()
+        data = os.urandom(2 << 20)
+        with open(path, "wb") as f:
+            f.write(data)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), data)
+        self.assertEqual(read_status(m)["failed_files"], 0)
+        self.durable(1, timeout=60)
 
     def test_step_invisible_until_durable(self):
         a = self.mount("a", env={"CKPT_FAULT": "put_delay_ms=1500"})
