@@ -79,7 +79,7 @@ typedef struct st_vfs_options {
     const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
-    const char *staging_dir;   /* created if missing */
+    const char *staging_dir;   /* created if missing (0700) */
     const char *node;          /* NULL: from the host name */
     const char *step_pattern;  /* NULL: built-in step rule */
     uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
@@ -126,7 +126,10 @@ typedef struct st_vfs_attr {
  *  staging, recovers the journal (files whose close() returned are
  *  kept; files still being written at a crash are dropped, since no writer
  *  was told they were safe) and loads the remote view. Starts no thread, so
- *  the caller may still fork (daemonize) before st_vfs_start(). */
+ *  the caller may still fork (daemonize) before st_vfs_start().
+ *  The staging directory is refused (ST_ERR_INVALID) when another user
+ *  owns it or a group or others may write it or its data/ (docs/MOUNT.md,
+ *  "The staging directory"). */
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
 
 /*! Starts the uploader and the remote-view refresher threads, and the GC
