@@ -1820,6 +1820,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_cond_init(&v->changed, NULL);
     vfs_health_init(v);
     v->next_sid = 1;
+    v->staging_lock_fd = -1;
     st_err e = ST_OK;
     v->store_url = strdup(opts->store_url ? opts->store_url : "");
     v->staging = strdup(opts->staging_dir);
@@ -1838,6 +1839,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     }
     if ((e = st_steprules_new(opts->step_pattern, &v->rules)))
         goto fail;
+    /* First: nothing in staging is touched before the lock is held. */
     if ((e = vfs_staging_take(v)) || (e = vfs_spare_open(v)))
         goto fail;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
@@ -1957,6 +1959,7 @@ static void stop_thread(st_vfs *v, pthread_t t, int *started)
 
 st_err st_vfs_start(st_vfs *v)
 {
+    vfs_staging_mark_pid(v);
     st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
     if (!e)
         e = start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v, "refresher");
@@ -2000,6 +2003,7 @@ void st_vfs_close(st_vfs *v)
     vfs_spare_close(v);
     vfs_kept_close(v);
     pthread_mutex_unlock(&v->lock);
+    vfs_staging_let_go(v); /* last of staging: the journal is closed */
     for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
         if (v->inodes[i])
             vfs_node_free(v, v->inodes[i]);

@@ -344,6 +344,7 @@ struct st_vfs {
     st_vfs_options opts;
     char *store_url;
     char *staging;
+    int staging_lock_fd; /* STAGING/lock, flock'ed for the mount's life; -1: not held */
     char node[ST_NODE_MAX + 1];
     st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
     st_backend *store_backend; /* what that wraps: owned unless opts.backend */
@@ -443,7 +444,7 @@ struct st_vfs {
 /* The modules, bottom to top; each calls only those above it in this list
  * (tests/lint/check_cycles.py):
  *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
- *   st_vfs_staging.c  the staging directory: its modes, safe opens
+ *   st_vfs_staging.c  the staging directory: its lock, its modes, safe opens
  *   st_vfs_health.c   the store's health, bounds on waiting for it
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_drop.c     files leaving the namespace or staging
@@ -531,9 +532,15 @@ void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
 
 /* st_vfs_staging.c — the staging directory (docs/MOUNT.md, "The staging
  * directory"); no call needs v->lock */
-/* At open, before anything else there: makes STAGING, data/ and spare/
- * (0700) and refuses them unless private to this user (ST_ERR_INVALID). */
+/* At open, before anything else there: makes STAGING (0700) and refuses it
+ * unless private to this user, takes its lock (waiting up to
+ * opts.staging_wait_seconds for a holder to let go; ST_ERR_BUSY naming the
+ * holder's PID), then makes and checks data/ and spare/. */
 st_err vfs_staging_take(st_vfs *v);
+/* At start (after a daemon's fork): this process's PID into the lock file. */
+void vfs_staging_mark_pid(st_vfs *v);
+/* At close, last: lets the lock go. */
+void vfs_staging_let_go(st_vfs *v);
 /* A new staging file at path (st_create_new, 0600), or an existing one
  * reopened (st_open_regular) or truncated: never through a symlink, never
  * anything but a regular file, never blocking on a FIFO; a refusal is

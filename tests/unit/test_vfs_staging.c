@@ -1,7 +1,10 @@
 /*
- * test_vfs_staging — the staging directory is trusted for nothing
- * (docs/MOUNT.md, "The staging directory"):
+ * test_vfs_staging — the staging directory is one mount's own and trusted
+ * for nothing (docs/MOUNT.md, "The staging directory"):
  *
+ *   * a second mount of a staging directory is refused, naming the holder's
+ *     PID, while the first keeps working; one that waits gets it once the
+ *     first lets go (a daemon draining after a lazy unmount);
  *   * a symlink planted in STAGING/data at the name of the next staging file
  *     is never followed: the create fails, the file it points to is left
  *     as it was; the same for a staging file replaced by a symlink later
@@ -61,6 +64,75 @@ static int logged(const char *what)
     int found = strstr(vh_logbuf, what) != NULL;
     pthread_mutex_unlock(&vh_log_lock);
     return found;
+}
+
+static void test_second_mount_is_refused(void)
+{
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open(&a, store, "a", "shared", 0));
+    if (!a.v)
+        return;
+    CHECK_OK(vh_write_str(&a, VH_JOB "/one.txt", "one", VH_PID_A));
+
+    /* The same staging directory, under another node name or the same. */
+    char pid[32];
+    snprintf(pid, sizeof pid, "PID %ld", (long)getpid());
+    CHECK_ERR(vh_mount_open(&b, store, "b", "shared", 0), ST_ERR_BUSY);
+    CHECK(strstr(st_errmsg(), pid) != NULL);
+    CHECK(strstr(st_errmsg(), "in use by another ckptfs daemon") != NULL);
+    CHECK_ERR(vh_mount_open(&b, store, "a", "shared", 0), ST_ERR_BUSY);
+
+    /* The first one is untouched by the refusals. */
+    CHECK_OK(vh_write_str(&a, VH_JOB "/two.txt", "two", VH_PID_A));
+    CHECK(vh_file_is_str(&a, VH_JOB "/one.txt", "one"));
+    CHECK(vh_file_is_str(&a, VH_JOB "/two.txt", "two"));
+    vh_mount_close(&a);
+
+    /* Let go: the next mount gets it, with what the first one left. */
+    CHECK_OK(vh_mount_open(&b, store, "a", "shared", 0));
+    if (b.v) {
+        CHECK(vh_file_is_str(&b, VH_JOB "/two.txt", "two"));
+        vh_mount_close(&b);
+    }
+}
+
+typedef struct waiting_open {
+    vh_mount m;
+    st_err e;
+} waiting_open;
+
+static void *open_waiting(void *arg)
+{
+    waiting_open *w = arg;
+    w->e = vh_mount_open(&w->m, store, "a", "handover", 0);
+    return NULL;
+}
+
+static void test_restart_waits_for_the_predecessor(void)
+{
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "handover", 0));
+    if (!a.v)
+        return;
+    CHECK_OK(vh_write_str(&a, VH_JOB "/kept.txt", "kept", VH_PID_A));
+    vh_log_clear();
+    vh_staging_wait = 30;
+    waiting_open w = {.e = ST_ERR_IO};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, open_waiting, &w) == 0);
+    /* It says that it waits, and for whom, before a.v lets go. */
+    CHECK(VH_WAIT(logged("waiting up to 30 s"), 10));
+    char pid[32];
+    snprintf(pid, sizeof pid, "(PID %ld)", (long)getpid());
+    CHECK(logged(pid));
+    vh_mount_close(&a);
+    pthread_join(t, NULL);
+    vh_staging_wait = 0;
+    CHECK_OK(w.e);
+    if (w.m.v) {
+        CHECK(vh_file_is_str(&w.m, VH_JOB "/kept.txt", "kept"));
+        vh_mount_close(&w.m);
+    }
 }
 
 static void test_symlink_in_data_is_not_followed(void)
@@ -237,6 +309,8 @@ int main(void)
     if (vh_setup("vfs-staging"))
         return 1;
     CHECK_OK(st_backend_mem_open(&store));
+    RUN(test_second_mount_is_refused);
+    RUN(test_restart_waits_for_the_predecessor);
     RUN(test_symlink_in_data_is_not_followed);
     RUN(test_fifo_in_data_does_not_block);
     RUN(test_leftover_of_ours_is_replaced);
