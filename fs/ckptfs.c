@@ -43,6 +43,7 @@
 #include "fs_notify.h"
 #include "fs_metrics.h"
 #include "fs_metrics_http.h"
+#include "fs_mountpoint.h"
 #include "fs_options.h"
 
 #ifndef RENAME_NOREPLACE
@@ -677,6 +678,8 @@ static int fuse_args_of(const fs_settings *s, const cli_flags *f, const char *ar
         bad = bad || fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, s->fuse_opts);
     if (typed)
         bad = bad || fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, typed);
+    else /* the type a second daemon looks for (fs_mountpoint.h) */
+        bad = bad || fuse_opt_add_arg(args, "-osubtype=ckptfs");
     if (f->debug)
         bad = bad || fuse_opt_add_arg(args, "-d");
     free(typed);
@@ -806,6 +809,13 @@ int main(int argc, char **argv)
     if (s.prefetch && prefetch_start(NULL, s.prefetch)) {
         rc = 2;
         goto out;
+    }
+    /* Before staging is touched: a refused mountpoint leaves it alone. */
+    int mp = fs_mountpoint_check(s.mountpoint, why, sizeof why);
+    if (mp) {
+        fs_log_write(mp < 0 ? FS_LOG_ERROR : FS_LOG_WARN, why);
+        if (mp < 0)
+            goto out;
     }
     st_err e = st_vfs_open(&s.vo, &v);
     if (e) {

@@ -44,6 +44,7 @@ void fs_settings_init(fs_settings *s)
     memset(s, 0, sizeof *s);
     s->log_level = FS_LOG_INFO;
     s->vo.staging_spare = ST_VFS_DEFAULT_STAGING_SPARE;
+    s->vo.staging_wait_seconds = ST_VFS_DEFAULT_STAGING_WAIT;
 }
 
 void fs_settings_free(fs_settings *s)

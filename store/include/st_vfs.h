@@ -71,6 +71,9 @@ typedef st_err (*st_vfs_metrics_fn)(void *arg, st_vfs *v, char **text, size_t *l
 /*! What ckptfs keeps of staging files for reuse unless told otherwise:
  *  one 1 GiB to 4 GiB checkpoint's worth. */
 #define ST_VFS_DEFAULT_STAGING_SPARE (4ull << 30)
+/*! How long ckptfs waits at start for a predecessor on its staging
+ *  directory to let go, unless told otherwise (seconds). */
+#define ST_VFS_DEFAULT_STAGING_WAIT 10.0
 
 typedef struct st_vfs_options {
     const char *store_url;
@@ -87,7 +90,7 @@ typedef struct st_vfs_options {
     const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
-    const char *staging_dir;   /* created if missing */
+    const char *staging_dir;   /* created if missing (0700); one mount at a time */
     const char *node;          /* NULL: from the host name */
     const char *step_pattern;  /* NULL: built-in step rule */
     uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
@@ -95,6 +98,11 @@ typedef struct st_vfs_options {
      * staging files"); 0: none kept (the daemon's default is
      * ST_VFS_DEFAULT_STAGING_SPARE). */
     uint64_t staging_spare;
+    /* How long open waits for another mount to let go of staging_dir (a
+     * daemon still draining after a lazy unmount) before it fails with
+     * ST_ERR_BUSY; 0: not at all (the daemon's default is
+     * ST_VFS_DEFAULT_STAGING_WAIT). docs/MOUNT.md, "The staging directory". */
+    double staging_wait_seconds;
     double refresh_seconds; /* how often the remote view is refreshed (default 5) */
     /* The node lease (docs/NODES.md): how long this daemon's claim on its
      * node name stays live without a heartbeat (default 60). */
@@ -140,11 +148,17 @@ typedef struct st_vfs_attr {
  *  staging, recovers the journal (files whose close() returned are
  *  kept; files still being written at a crash are dropped, since no writer
  *  was told they were safe) and loads the remote view. Starts no thread, so
- *  the caller may still fork (daemonize) before st_vfs_start(). */
+ *  the caller may still fork (daemonize) before st_vfs_start().
+ *  The staging directory is this mount's alone until st_vfs_close: held by
+ *  a lock (ST_ERR_BUSY, the message naming the holder's PID, when another
+ *  mount holds it past opts.staging_wait_seconds), and refused
+ *  (ST_ERR_INVALID) when another user owns it or a group or others may
+ *  write it or its data/ (docs/MOUNT.md, "The staging directory"). */
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out);
 
 /*! Starts the uploader and the remote-view refresher threads, and the GC
- *  thread with opts.gc_enabled. */
+ *  thread with opts.gc_enabled; records the calling process's PID as the
+ *  staging directory's holder (a daemon forks between open and start). */
 st_err st_vfs_start(st_vfs *v);
 
 /*! Unmount: handles never released are released (the kernel drops them

@@ -237,8 +237,8 @@ static size_t read_small(st_vfs *v, vnode *n, uint8_t *buf, size_t cap)
 {
     char path[PATH_MAX];
     vfs_staging_path(v, n->sid, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    if (vfs_staging_open(v, path, O_RDONLY, &fd))
         return 0;
     size_t got = 0;
     st_read_full(fd, buf, cap, &got, path);
@@ -253,8 +253,8 @@ static int file_whole(st_vfs *v, vnode *n)
         return 1;
     char path[PATH_MAX];
     vfs_staging_path(v, n->sid, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    if (vfs_staging_open(v, path, O_RDONLY, &fd))
         return 0;
     int whole = st_file_looks_complete(fd, n->size);
     close(fd);
@@ -581,16 +581,16 @@ static st_err cut_stale(st_vfs *v, vnode *n, int fd)
     if (!n->stale_end)
         return ST_OK;
     uint64_t keep = n->write_front > n->size ? n->write_front : n->size;
-    int rc;
     if (fd >= 0) {
-        rc = ftruncate(fd, (off_t)keep);
+        if (ftruncate(fd, (off_t)keep) < 0)
+            return st_seterr(ST_ERR_IO, "truncate recycled staging file: %s", strerror(errno));
     } else {
         char path[PATH_MAX];
         vfs_staging_path(v, n->sid, path, sizeof path);
-        rc = truncate(path, (off_t)keep);
+        st_err e = vfs_staging_truncate(v, path, keep);
+        if (e)
+            return e;
     }
-    if (rc < 0)
-        return st_seterr(ST_ERR_IO, "truncate recycled staging file: %s", strerror(errno));
     n->stale_end = 0;
     return ST_OK;
 }
@@ -629,8 +629,9 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
          * recycled pages it was given for. */
     } else if (n->sid) {
         vfs_staging_path(v, n->sid, path, sizeof path);
-        if (truncate(path, 0) < 0)
-            return st_seterr(ST_ERR_IO, "truncate staging file: %s", strerror(errno));
+        st_err e = vfs_staging_truncate(v, path, 0);
+        if (e)
+            return e;
         v->staged_bytes -= n->size;
         n->stale_end = 0;
     } else {
@@ -640,10 +641,9 @@ static st_err make_local(st_vfs *v, vnode *n, int empty)
         uint64_t stale = vfs_spare_take(v, n, sid);
         if (!stale) {
             vfs_staging_path(v, sid, path, sizeof path);
-            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-            if (fd < 0) {
-                st_err e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO,
-                                     "create staging file: %s", strerror(errno));
+            int fd;
+            st_err e = vfs_staging_create(v, path, O_WRONLY, &fd);
+            if (e) {
                 if (marker_kept) /* the file stays as it was */
                     vfs_keep_undo(v, n);
                 return e;
@@ -723,19 +723,17 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         if (n->sid && (e = cut_stale(v, n, h ? h->fd : -1)))
             goto out;
         if (n->size != 0 || size != 0) {
-            int rc;
             if (h && h->fd >= 0) {
-                rc = ftruncate(h->fd, (off_t)size);
+                if (ftruncate(h->fd, (off_t)size) < 0)
+                    e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "truncate: %s",
+                                  strerror(errno));
             } else {
                 char path[PATH_MAX];
                 vfs_staging_path(v, n->sid, path, sizeof path);
-                rc = truncate(path, (off_t)size);
+                e = vfs_staging_truncate(v, path, size);
             }
-            if (rc < 0) {
-                e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "truncate: %s",
-                              strerror(errno));
+            if (e)
                 goto out;
-            }
             v->staged_bytes = v->staged_bytes - n->size + size;
             n->size = size;
             n->version++;
@@ -1089,10 +1087,7 @@ static st_err open_staging_fd(st_vfs *v, uint64_t sid, int writable, int *fd)
 {
     char path[PATH_MAX];
     vfs_staging_path(v, sid, path, sizeof path);
-    *fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (*fd < 0)
-        return st_seterr(ST_ERR_IO, "open staging file %s: %s", path, strerror(errno));
-    return ST_OK;
+    return vfs_staging_open(v, path, writable ? O_RDWR : O_RDONLY, fd);
 }
 
 /* Opens n (lock held; may drop it to fetch). */
@@ -1942,8 +1937,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_cond_init(&v->changed, NULL);
     vfs_health_init(v);
     v->next_sid = 1;
+    v->staging_lock_fd = -1;
     st_err e = ST_OK;
-    char path[PATH_MAX];
     v->store_url = strdup(opts->store_url ? opts->store_url : "");
     v->staging = strdup(opts->staging_dir);
     if (!v->store_url || !v->staging) {
@@ -1961,8 +1956,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     }
     if ((e = st_steprules_new(opts->step_pattern, &v->rules)))
         goto fail;
-    snprintf(path, sizeof path, "%s/data", v->staging);
-    if ((e = st_mkdir_p(path)) || (e = vfs_spare_open(v)))
+    /* First: nothing in staging is touched before the lock is held. */
+    if ((e = vfs_staging_take(v)) || (e = vfs_spare_open(v)))
         goto fail;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
                           .s3_signature = opts->s3_signature,
@@ -2081,6 +2076,7 @@ static void stop_thread(st_vfs *v, pthread_t t, int *started)
 
 st_err st_vfs_start(st_vfs *v)
 {
+    vfs_staging_mark_pid(v);
     st_err e = start_thread(&v->uploader, &v->uploader_started, vfs_uploader_main, v, "uploader");
     if (!e)
         e = start_thread(&v->refresher, &v->refresher_started, vfs_refresher_main, v, "refresher");
@@ -2132,6 +2128,7 @@ void st_vfs_close(st_vfs *v)
     vfs_spare_close(v);
     vfs_kept_close(v);
     pthread_mutex_unlock(&v->lock);
+    vfs_staging_let_go(v); /* last of staging: the journal is closed */
     for (uint64_t i = 0; i < v->ninodes && v->inodes; i++)
         if (v->inodes[i])
             vfs_node_free(v, v->inodes[i]);

@@ -349,6 +349,7 @@ struct st_vfs {
     st_vfs_options opts;
     char *store_url;
     char *staging;
+    int staging_lock_fd; /* STAGING/lock, flock'ed for the mount's life; -1: not held */
     char node[ST_NODE_MAX + 1];
     st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
     st_backend *store_backend; /* what that wraps: owned unless opts.backend */
@@ -454,6 +455,7 @@ struct st_vfs {
 /* The modules, bottom to top; each calls only those above it in this list
  * (tests/lint/check_cycles.py):
  *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
+ *   st_vfs_staging.c  the staging directory: its lock, its modes, safe opens
  *   st_vfs_health.c   the store's health, bounds on waiting for it
  *   st_vfs_journal.c  the SQLite journal of the namespace
  *   st_vfs_drop.c     files leaving the namespace or staging
@@ -548,6 +550,25 @@ uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *
  * when the marker completing the step lives on another node. */
 #define EAGER_QUIET_NS (2ll * 1000000000)
 void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
+
+/* st_vfs_staging.c — the staging directory (docs/MOUNT.md, "The staging
+ * directory"); no call needs v->lock */
+/* At open, before anything else there: makes STAGING (0700) and refuses it
+ * unless private to this user, takes its lock (waiting up to
+ * opts.staging_wait_seconds for a holder to let go; ST_ERR_BUSY naming the
+ * holder's PID), then makes and checks data/ and spare/. */
+st_err vfs_staging_take(st_vfs *v);
+/* At start (after a daemon's fork): this process's PID into the lock file. */
+void vfs_staging_mark_pid(st_vfs *v);
+/* At close, last: lets the lock go. */
+void vfs_staging_let_go(st_vfs *v);
+/* A new staging file at path (st_create_new, 0600), or an existing one
+ * reopened (st_open_regular) or truncated: never through a symlink, never
+ * anything but a regular file, never blocking on a FIFO; a refusal is
+ * logged with the path. *fd: caller closes. */
+st_err vfs_staging_create(st_vfs *v, const char *path, int flags, int *fd);
+st_err vfs_staging_open(st_vfs *v, const char *path, int flags, int *fd);
+st_err vfs_staging_truncate(st_vfs *v, const char *path, uint64_t size);
 
 /* st_vfs_health.c — no call needs v->lock (see the file's comment) */
 /* At open, before the backend: sets up v->health and its observer. */
@@ -653,7 +674,7 @@ void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
 
 /* st_vfs_spare.c — the pool of recycled staging files (docs/MOUNT.md,
  * "Recycled staging files"); every call under v->lock */
-/* Creates STAGING/spare and empties it (what an earlier run left). */
+/* Empties STAGING/spare (what an earlier run left; vfs_staging_take made it). */
 st_err vfs_spare_open(st_vfs *v);
 /* Unlinks every spare and frees the pool. */
 void vfs_spare_close(st_vfs *v);
@@ -690,9 +711,9 @@ int vfs_spare_in_upload(const st_vfs *v, uint64_t sid);
  * rewritten while its step uploads". */
 st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old);
 /* Opens, read-only, the staging file sid that the running upload took in
- * its snapshot: STAGING/data/<sid>, or the pool's copy kept for it. -1 and
- * errno on failure. */
-int vfs_spare_upload_open(st_vfs *v, uint64_t sid);
+ * its snapshot: STAGING/data/<sid>, or the pool's copy kept for it
+ * (vfs_staging_open). */
+st_err vfs_spare_upload_open(st_vfs *v, uint64_t sid, int *fd);
 
 /* n (its staging file moved or unlinked) no longer has a staging file. */
 void vfs_staging_detach(st_vfs *v, vnode *n);

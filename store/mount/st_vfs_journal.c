@@ -138,7 +138,10 @@ st_err vfs_journal_open(st_vfs *v)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/journal.db", v->staging);
     sqlite3 *db = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+    /* NOFOLLOW: the journal is the daemon's own file, never one a symlink names */
+    if (sqlite3_open_v2(path, &db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                        NULL) != SQLITE_OK) {
         st_err e = st_seterr(ST_ERR_IO, "open journal %s: %s", path,
                              db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
@@ -431,12 +434,11 @@ static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *p
                              const char *staging)
 {
     n->unsynced = 1;
-    if (!v->journal_other_boot) {
-        int fd = open(staging, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0 && fdatasync(fd) == 0)
+    int fd;
+    if (!v->journal_other_boot && vfs_staging_open(v, staging, O_RDONLY, &fd) == ST_OK) {
+        if (fdatasync(fd) == 0)
             n->unsynced = 0;
-        if (fd >= 0)
-            close(fd);
+        close(fd);
     }
     if (n->unsynced) {
         /* Judged once: the failure stands for it from now on, and nothing
@@ -526,11 +528,19 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         unsynced = 0;
     }
     int lost_local = 0;
-    if (sid && stat(sp, &st) < 0) {
+    int have = sid && lstat(sp, &st) == 0;
+    if (have && !S_ISREG(st.st_mode)) {
+        /* Not one the daemon made (a symlink, a FIFO put there): never
+         * followed nor opened, and left where it is. */
+        vfs_log(v, 2, "journal names %s/%s but staging file %s is not a regular file: ignored", job,
+                path, sp);
+        have = 0;
+    } else if (sid && !have && !stored) {
+        vfs_log(v, 2, "journal names %s/%s but its staging file is gone", job, path);
+    }
+    if (sid && !have) {
         /* A durable file's content is served from the store: its local copy
          * is only a cache, and the row is corrected below (lost_local). */
-        if (!stored)
-            vfs_log(v, 2, "journal names %s/%s but its staging file is gone", job, path);
         sid = 0;
         lost_local = 1;
     }

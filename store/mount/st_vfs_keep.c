@@ -189,7 +189,7 @@ int vfs_kept_restore(st_vfs *v, const char *job, uint64_t step, const char *path
      * deleted, in the transaction that dropped this row too: not restored. */
     vjob *j = vfs_job(v, job, 0);
     vstep *s = j && !vfs_deletion_find(j, step) ? vfs_step(j, step, 0) : NULL;
-    if (named || !s || !sid || stat(sp, &st) < 0 || !S_ISREG(st.st_mode) ||
+    if (named || !s || !sid || lstat(sp, &st) < 0 || !S_ISREG(st.st_mode) ||
         !add(v, job, step, path, sid, (uint64_t)st.st_size, mode, mtime_ns)) {
         (void)vfs_journal_drop_kept(v, job, step, path);
         if (!named && sid)

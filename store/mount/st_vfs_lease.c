@@ -33,8 +33,8 @@ static st_err load_instance(st_vfs *v, char out[ST_LEASE_INSTANCE_LEN + 1])
     char path[PATH_MAX - 8], tmp[PATH_MAX], text[ST_ID_HEX_LEN + 1];
     st_id id;
     snprintf(path, sizeof path, "%s/instance", v->staging);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
+    int fd;
+    if (st_open_regular(path, O_RDONLY, 0, &fd) == ST_OK) {
         ssize_t n = read(fd, text, ST_ID_HEX_LEN);
         close(fd);
         text[n > 0 ? n : 0] = '\0';
@@ -48,10 +48,10 @@ static st_err load_instance(st_vfs *v, char out[ST_LEASE_INSTANCE_LEN + 1])
         return st_seterr(ST_ERR_IO, "getrandom: %s", strerror(errno));
     st_id_hex(&id, out);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return st_seterr(ST_ERR_IO, "%s: %s", tmp, strerror(errno));
-    st_err e = st_write_all(fd, out, ST_ID_HEX_LEN, tmp);
+    st_err e = st_create_new(tmp, O_WRONLY, 0600, &fd);
+    if (e)
+        return e;
+    e = st_write_all(fd, out, ST_ID_HEX_LEN, tmp);
     if (!e && fsync(fd) != 0)
         e = st_seterr(ST_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
     close(fd);

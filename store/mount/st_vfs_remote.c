@@ -497,8 +497,9 @@ static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
     char sp[PATH_MAX];
     vfs_staging_path(v, fx->sid, sp, sizeof sp);
     /* O_RDWR: a piece not parked for the digest is read back */
-    fx->fd = open(sp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fx->fd < 0 || ftruncate(fx->fd, (off_t)fx->size) < 0)
+    if ((e = vfs_staging_create(v, sp, O_RDWR, &fx->fd)))
+        return e;
+    if (ftruncate(fx->fd, (off_t)fx->size) < 0)
         return st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "create cache file: %s",
                          strerror(errno));
     return vfs_layout_runs(fx->f, &fx->runs, &fx->nruns);

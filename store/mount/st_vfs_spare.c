@@ -52,9 +52,6 @@ st_err vfs_spare_open(st_vfs *v)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/spare", v->staging);
-    st_err e = st_mkdir_p(path);
-    if (e)
-        return e;
     /* Spares a crash or an earlier daemon left behind: no row names them,
      * and their pages may be gone; they only hold disk space. */
     DIR *d = opendir(path);
@@ -406,7 +403,7 @@ st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old)
     return ST_OK;
 }
 
-int vfs_spare_upload_open(st_vfs *v, uint64_t sid)
+st_err vfs_spare_upload_open(st_vfs *v, uint64_t sid, int *fd)
 {
     char path[PATH_MAX];
     vfs_staging_path(v, sid, path, sizeof path);
@@ -415,5 +412,5 @@ int vfs_spare_upload_open(st_vfs *v, uint64_t sid)
             spare_path(v, sid, path, sizeof path);
             break;
         }
-    return open(path, O_RDONLY | O_CLOEXEC);
+    return vfs_staging_open(v, path, O_RDONLY, fd);
 }

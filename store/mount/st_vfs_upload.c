@@ -228,8 +228,8 @@ static void expect_dcp_shards(st_vfs *v, snapshot *s)
         return;
     char sp[PATH_MAX];
     vfs_staging_path(v, s->metadata_sid, sp, sizeof sp);
-    int fd = open(sp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    int fd;
+    if (vfs_staging_open(v, sp, O_RDONLY, &fd))
         return;
     size_t cap = 16u << 20, got = 0, expected_cap = s->part.nexpected;
     uint8_t *buf = malloc(cap);
@@ -289,18 +289,18 @@ static void hold_snapshot_files(st_vfs *v, const snapshot *s)
 static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
 {
     /* Where a rewrite since the snapshot left it, if it did (lock: the pool) */
+    int fd;
     pthread_mutex_lock(&v->lock);
-    int fd = vfs_spare_upload_open(v, f->sid);
-    int err = errno;
+    st_err e = vfs_spare_upload_open(v, f->sid, &fd);
     pthread_mutex_unlock(&v->lock);
-    if (fd < 0)
-        return st_seterr(ST_ERR_IO, "open staged %s: %s", f->path, strerror(err));
+    if (e)
+        return st_seterr(e, "open staged %s: %s", f->path, st_errmsg());
     struct stat st;
     memset(&st, 0, sizeof st);
     st.st_mode = f->mode;
     st.st_mtim.tv_sec = f->mtime_ns / 1000000000;
     st.st_mtim.tv_nsec = f->mtime_ns % 1000000000;
-    st_err e = st_ingest_file(g, fd, f->path, &st, f->rank);
+    e = st_ingest_file(g, fd, f->path, &st, f->rank);
     close(fd);
     return e;
 }

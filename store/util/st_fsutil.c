@@ -1,6 +1,9 @@
 /*
- * st_fsutil — write/read loops, directory fsync, mkdir -p and the
- * symlink-safe "open beneath a directory" walk. Stateless; thread-safe.
+ * st_fsutil — write/read loops, directory fsync, mkdir -p, the
+ * symlink-safe "open beneath a directory" walk, and opens that trust
+ * nothing already in a directory (st_open_regular, st_create_new: a
+ * planted symlink is never followed and a FIFO never blocks the caller).
+ * Stateless; thread-safe.
  */
 #include "util/st_fsutil.h"
 
@@ -64,6 +67,11 @@ st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what
 
 st_err st_mkdir_p(const char *path)
 {
+    return st_mkdir_p_mode(path, 0755);
+}
+
+st_err st_mkdir_p_mode(const char *path, mode_t mode)
+{
     char buf[PATH_MAX];
     size_t len = strlen(path);
     if (len == 0 || len >= sizeof buf)
@@ -73,7 +81,8 @@ st_err st_mkdir_p(const char *path)
         if (*p == '/' || *p == '\0') {
             char saved = *p;
             *p = '\0';
-            if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            int last = saved == '\0' || p[1] == '\0';
+            if (mkdir(buf, last ? mode : 0755) < 0 && errno != EEXIST)
                 return st_seterr(ST_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
             *p = saved;
             if (saved == '\0')
@@ -83,6 +92,90 @@ st_err st_mkdir_p(const char *path)
     struct stat st;
     if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         return st_seterr(ST_ERR_IO, "%s is not a directory", path);
+    return ST_OK;
+}
+
+/* What a directory entry that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symlink";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    default: return "not a regular file";
+    }
+}
+
+st_err st_dir_check_private(const char *path, int follow, const char *what)
+{
+    struct stat st;
+    if ((follow ? stat(path, &st) : lstat(path, &st)) < 0)
+        return st_seterr(ST_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return st_seterr(ST_ERR_INVALID, "%s %s is %s, not a directory", what, path,
+                         file_kind(st.st_mode));
+    if (st.st_uid != geteuid())
+        return st_seterr(ST_ERR_INVALID, "%s %s is owned by uid %lu, not by this user (uid %lu)",
+                         what, path, (unsigned long)st.st_uid, (unsigned long)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return st_seterr(ST_ERR_INVALID,
+                         "%s %s is writable by %s (mode %04o): another user could plant files "
+                         "in it; chmod go-w it (0700 is what ckptfs makes)",
+                         what, path, st.st_mode & S_IWOTH ? "others" : "its group",
+                         (unsigned)(st.st_mode & 07777));
+    return ST_OK;
+}
+
+st_err st_open_regular(const char *path, int flags, mode_t mode, int *fd)
+{
+    *fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (*fd < 0) {
+        int e = errno;
+        if (e == ELOOP) /* O_NOFOLLOW met a symlink */
+            return st_seterr(ST_ERR_IO, "%s is a symlink, not a regular file: refused", path);
+        return st_seterr(e == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "open %s: %s", path,
+                         strerror(e));
+    }
+    struct stat st;
+    st_err e = ST_OK;
+    if (fstat(*fd, &st) < 0)
+        e = st_seterr(ST_ERR_IO, "fstat %s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        e = st_seterr(ST_ERR_IO, "%s is %s, not a regular file: refused", path,
+                      file_kind(st.st_mode));
+    else if (!(flags & O_NONBLOCK) && fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        e = st_seterr(ST_ERR_IO, "fcntl %s: %s", path, strerror(errno));
+    if (e) {
+        close(*fd);
+        *fd = -1;
+    }
+    return e;
+}
+
+st_err st_create_new(const char *path, int flags, mode_t mode, int *fd)
+{
+    const int how = flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    *fd = open(path, how, mode);
+    if (*fd < 0 && errno == EEXIST) {
+        /* A leftover: one of our own regular files goes (unlink removes the
+         * name, whatever it links to); anything else stays, and so does
+         * the refusal. */
+        struct stat st;
+        if (lstat(path, &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != geteuid()))
+            return st_seterr(ST_ERR_EXISTS, "%s already exists and is %s%s: refused", path,
+                             file_kind(st.st_mode), S_ISREG(st.st_mode) ? " of another user" : "");
+        if (unlink(path) == 0 || errno == ENOENT)
+            *fd = open(path, how, mode);
+    }
+    if (*fd < 0) {
+        int e = errno;
+        return st_seterr(e == ENOSPC || e == EDQUOT ? ST_ERR_NOSPACE : ST_ERR_IO, "create %s: %s",
+                         path, strerror(e));
+    }
     return ST_OK;
 }
 

@@ -27,6 +27,41 @@ st_err st_read_full(int fd, void *buf, size_t len, size_t *got, const char *what
 /*! mkdir -p of an absolute or relative path (mode 0755). */
 st_err st_mkdir_p(const char *path);
 
+/*! st_mkdir_p, the last directory made with `mode` (0700 for a private
+ *  one) when it has to be made; an existing one keeps its mode. */
+st_err st_mkdir_p_mode(const char *path, mode_t mode);
+
+/*!
+ * Refuses a directory that someone else could plant files in: path must be
+ * a directory (with follow 0, not a symlink to one) owned by this process's
+ * effective user and writable by no group or other. `what` names it in the
+ * message ("staging directory"). ST_OK, or ST_ERR_INVALID (not private,
+ * not a directory), ST_ERR_IO (cannot stat) with a message naming path.
+ */
+st_err st_dir_check_private(const char *path, int follow, const char *what);
+
+/*!
+ * Opens the regular file at path (flags as for open(); O_CREAT without
+ * O_EXCL allowed) without following a symlink as its last component and
+ * without blocking on a FIFO or a device: O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC
+ * are added, and O_NONBLOCK is cleared again once fstat said S_ISREG.
+ * Anything else is refused: ST_ERR_IO with a message naming path and what
+ * it is. *fd: the descriptor (caller closes), -1 on error.
+ */
+st_err st_open_regular(const char *path, int flags, mode_t mode, int *fd);
+
+/*!
+ * Creates path as a new regular file: flags | O_CREAT|O_EXCL|O_NOFOLLOW|
+ * O_CLOEXEC, so nothing already there is ever opened. A leftover of the
+ * same name is unlinked first only if it is a regular file owned by this
+ * process's effective user (an earlier life's file); anything else (a
+ * symlink, a FIFO, a directory, another user's file) is left alone and the
+ * create fails: ST_ERR_EXISTS with a message naming path and what it is.
+ * ST_ERR_NOSPACE for a full disk, else ST_ERR_IO. *fd: the descriptor
+ * (caller closes), -1 on error.
+ */
+st_err st_create_new(const char *path, int flags, mode_t mode, int *fd);
+
 /*!
  * Opens (flags as for open; O_NOFOLLOW is added) the file at the clean
  * relative path rel under dirfd, creating the intermediate directories

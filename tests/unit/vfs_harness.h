@@ -91,6 +91,9 @@ static uint64_t vh_staging_cap;
 static uint64_t vh_staging_spare;
 /* close_sync of the mounts opened next (NULL: the default, "disk"). */
 static const char *vh_close_sync;
+/* How long the mounts opened next wait for another mount of their staging
+ * directory to let go (0: they fail at once, ST_ERR_BUSY). */
+static double vh_staging_wait;
 
 /* Every log line of every mount since the last vh_log_clear(), each ended
  * by '\n' (a test checks what was logged, and that one message is one line). */
@@ -150,6 +153,7 @@ static inline st_err vh_mount_open_fault(vh_mount *m, st_backend *store, const c
         .staging_cap = vh_staging_cap,
         .staging_spare = vh_staging_spare,
         .close_sync = vh_close_sync,
+        .staging_wait_seconds = vh_staging_wait,
         .drain_seconds = fault ? 1 : 20, /* a failing store: do not wait at unmount */
         .log = vh_log,
         .log_arg = m->node,
