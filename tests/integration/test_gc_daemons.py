@@ -15,11 +15,18 @@ Two ways GC runs in a loop for the whole time:
 * test_daemon_gc_and_rotation: daemon A's own background GC
   (`--gc-keep-last 2 --gc-interval 0.5 --gc-grace 1`) while rank 0 also
   rotates like HF Trainer's save_total_limit=2 (`shutil.rmtree` of the step
-  two back, through mount A: a deletion through the mount).
+  two back, through mount A: a deletion through the mount);
+* test_compact_and_retention_beside_daemon_gc: both daemons run that
+  background GC while, from outside, `ckptctl gc --keep-last 2` loops and
+  `ckptctl gc --compact` runs each time the latest step moved (a publish
+  fence, docs/GC.md "Compaction", that the daemons' uploads meet and
+  retry). Every gc run exits 0, or 7 for a skip it names; at least
+  MIN_COMPACTIONS compactions get past the fence's wait (docs/RELIABILITY.md,
+  "Held under pressure").
 
-The run lasts at least MIN_STEPS steps and until GC has deleted packs (or
-freed bytes) while both daemons were writing (bounded by the writer's
-MAX_STEPS). Then:
+The run lasts at least MIN_STEPS steps (COMPACT_MIN_STEPS in the third) and
+until GC has deleted packs (or freed bytes, or compacted) while both daemons
+were writing (bounded by the writer's MAX_STEPS). Then:
 
 * the store keeps exactly the two newest steps, and every kept step restores
   byte for byte equal to what the ranks saved (and reads back through a
@@ -49,9 +56,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = "job"
 WORLD = 2
 MIN_STEPS = 60
+COMPACT_MIN_STEPS = 30  # test_compact_and_retention_beside_daemon_gc
+MIN_COMPACTIONS = 8     # compactions past the fence's wait, in that test
 RUN_TIMEOUT = 600    # s: the whole write phase
 SETTLE_TIMEOUT = 120  # s: the last step consistent, then GC settled
 GRACE = "1"
+DRAIN = "10"  # s: --drain of the daemons in test_compact_and_retention_beside_daemon_gc
 
 
 class GcDaemonsTest(MountTestCase):
@@ -84,8 +94,20 @@ class GcDaemonsTest(MountTestCase):
         return run_ckptctl(CKPTCTL, store or self.store, JOB, *args, check=check,
                            timeout=timeout)
 
-    def gc(self, *args):
-        return json.loads(self.ctl("gc", "--json", "--grace", GRACE, *args).stdout)
+    def gc(self, *args, skips=None):
+        """`ckptctl gc --json --grace GRACE ARGS`: its report. Any exit but 0
+        fails, except exit 7 (docs/GC.md: the run skipped its sweep or its
+        compaction, and says why) when skips is a list: the why is appended."""
+        p = self.ctl("gc", "--json", "--grace", GRACE, *args, check=False)
+        if p.returncode == 7 and skips is not None:
+            r = json.loads(p.stdout)
+            why = r["why"] if r["sweep_skipped"] else r["compact"]["why"]
+            self.assertTrue(r["sweep_skipped"] or r["compact"]["skipped"],
+                            "exit 7 with nothing skipped: %s" % p.stdout)
+            skips.append(why)
+            return r
+        self.assertEqual(p.returncode, 0, "gc %s: %s" % (" ".join(args), p.stderr))
+        return json.loads(p.stdout)
 
     def steps(self, store=None):
         return [e["step"] for e in json.loads(self.ctl("ls", "--json", store=store).stdout)
@@ -132,11 +154,12 @@ class GcDaemonsTest(MountTestCase):
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             self.writers.append(p)
 
-    def gc_loop(self, stop, totals, errors):
-        """ckptctl gc in a loop until stop is set; totals[...] accumulate."""
+    def gc_loop(self, stop, totals, errors, skips=None):
+        """ckptctl gc --keep-last 2 in a loop until stop is set; totals[...]
+        accumulate (skips: as for gc())."""
         try:
             while not stop.is_set():
-                r = self.gc("--keep-last", "2")
+                r = self.gc("--keep-last", "2", skips=skips)
                 writing = all(p.poll() is None for p in self.writers)
                 totals["runs"] += 1
                 totals["steps_deleted"] += r["steps_deleted"]
@@ -227,16 +250,124 @@ class GcDaemonsTest(MountTestCase):
         self.assertEqual(names[-2:], ["step-%06d" % s for s in (final - 1, final)])
         self.assertLessEqual(len(names), 4, "node B still shows deleted steps: %s" % names)
 
+    def test_compact_and_retention_beside_daemon_gc(self):
+        """Both daemons run their own GC (retention and sweep) while, from
+        outside, `gc --keep-last 2` runs in a loop and `gc --compact` runs
+        each time the job's latest step moved (so the writers publish
+        between two fences). A compaction skipped or a sweep skipped is
+        the only failure accepted (exit 7, docs/GC.md)."""
+        daemon_gc = ["--gc-keep-last", "2", "--gc-interval", "0.5", "--gc-grace", GRACE,
+                     "--drain", DRAIN]
+        a, b = self.mount("a", daemon_gc), self.mount("b", daemon_gc)
+        self.start_writers([a, b])
+        t0 = time.monotonic()
+        totals = dict(runs=0, steps_deleted=0, packs_deleted=0, bytes_freed=0,
+                      packs_deleted_while_writing=0, compact_runs=0, compactions=0,
+                      compactions_rewriting=0, parts_rewritten=0, packs_written=0,
+                      live_bytes_copied=0, longest_compact_s=0.0)
+        errors, skips, stop = [], [], threading.Event()
+        loops = [threading.Thread(target=self.gc_loop, args=(stop, totals, errors, skips)),
+                 threading.Thread(target=self.compact_loop, args=(stop, totals, errors, skips))]
+        for t in loops:
+            t.start()
+        try:
+            final = self.write_until(
+                lambda: not errors and totals["compactions"] >= MIN_COMPACTIONS,
+                lambda: dict(totals, errors=errors), min_steps=COMPACT_MIN_STEPS)
+        finally:
+            stop.set()
+            for t in loops:
+                t.join()
+        self.assertEqual(errors, [])
+        written = time.monotonic() - t0
+        daemon_runs = [self.status(m)["gc"] for m in (a, b)]
+        fenced = sum(m.log_text().count("is being compacted") for m in self.mounts)
+        print("steps %d in %.0f s; ckptctl gc --keep-last 2: %d runs, %d steps deleted, %d packs "
+              "deleted (%d while writing); gc --compact: %d runs, %d compactions behind the "
+              "fence (%d rewriting: %d part records, %d packs, %d bytes copied), longest "
+              "%.1f s; daemon gc runs %s, steps deleted by them %s; runs that exited 7 "
+              "(skipped): %d %s; publishes refused by the fence and retried: %d" % (
+                  final, written, totals["runs"], totals["steps_deleted"],
+                  totals["packs_deleted"], totals["packs_deleted_while_writing"],
+                  totals["compact_runs"], totals["compactions"], totals["compactions_rewriting"],
+                  totals["parts_rewritten"], totals["packs_written"],
+                  totals["live_bytes_copied"], totals["longest_compact_s"],
+                  [g["runs"] for g in daemon_runs], [g["steps_deleted"] for g in daemon_runs],
+                  len(skips), sorted(set(skips)), fenced), file=sys.stderr)
+        self.assertGreaterEqual(totals["compactions"], MIN_COMPACTIONS)
+        self.assertGreater(totals["runs"], 10)
+        for g in daemon_runs:
+            self.assertGreater(g["runs"], 10)
+
+        # Settle: one more compaction and retention from outside; the
+        # daemons' GC sweeps on until the store holds the last two steps
+        # and what they need.
+        self.gc("--compact", "--keep-last", "2", skips=skips)
+        _, ratio = self.wait_for("GC settled on the last two steps",
+                                 lambda: (self.steps() == [final - 1, final] and
+                                          self.stored_ratio(final, quiet=True) <= 1.10,
+                                          (self.steps(), self.stored_ratio(final, quiet=True))),
+                                 SETTLE_TIMEOUT, interval=1)
+        for m in (a, b):
+            self.assertEqual(self.status(m)["gc"]["last_error"], "")
+        self.check_kept(final)
+        # Both writing daemons unmount cleanly, within their --drain. Their
+        # drain may publish parts of old steps that GC deleted while the
+        # fence held them back: such a step comes back and the next
+        # retention deletes it again (docs/MOUNT.md, "Limits"); the kept
+        # steps stay, whole. (An upload of such a step whose local copy is
+        # gone fails until the drain ends: counted.)
+        unmount_s, stuck = [], 0
+        for m in (a, b):
+            stuck += m.log_text().count("is no longer current")
+            t = time.monotonic()
+            self.assertEqual(m.unmount(timeout=float(DRAIN) + 20), 0)
+            unmount_s.append(time.monotonic() - t)
+        after = self.steps()
+        self.assertEqual(after[-2:], [final - 1, final])
+        self.gc("--keep-last", "2", skips=skips)
+        self.check_restores(final)
+        print("stored/needed %.3f when settled; unmount a/b %.1f/%.1f s; old steps back after "
+              "the drains: %s; upload retries of a deleted step with no local copy: %d; "
+              "total %.0f s" % (ratio, unmount_s[0], unmount_s[1], after[:-2], stuck,
+                                time.monotonic() - t0), file=sys.stderr)
+
+    def compact_loop(self, stop, totals, errors, skips):
+        """`ckptctl gc --compact` until stop is set, each run once the job's
+        latest consistent step is newer than at the end of the one before;
+        totals[...] accumulate."""
+        try:
+            done_at = None
+            while not stop.is_set():
+                latest = self.latest()
+                if latest is None or latest == done_at:
+                    stop.wait(0.1)
+                    continue
+                t = time.monotonic()
+                k = self.gc("--compact", skips=skips)["compact"]
+                totals["longest_compact_s"] = max(totals["longest_compact_s"],
+                                                  time.monotonic() - t)
+                totals["compact_runs"] += 1
+                if not k["skipped"] and k["wait_ns"] > 0:  # past the fence's wait
+                    totals["compactions"] += 1
+                totals["compactions_rewriting"] += k["parts_rewritten"] > 0
+                totals["parts_rewritten"] += k["parts_rewritten"]
+                totals["packs_written"] += k["packs_written"]
+                totals["live_bytes_copied"] += k["live_bytes"] if k["packs_written"] else 0
+                done_at = self.latest()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
     # ------------------------------------------------------------ shared
 
-    def write_until(self, enough, seen):
-        """Lets the writers run until MIN_STEPS and enough(), then stops them
+    def write_until(self, enough, seen, min_steps=MIN_STEPS):
+        """Lets the writers run until min_steps and enough(), then stops them
         at one final step for all ranks, waits until it is consistent and
         returns it."""
         self.wait_for(
-            "%d steps written and GC freeing space during the writes" % MIN_STEPS,
+            "%d steps written and GC at work during the writes" % min_steps,
             lambda: (self.writers_alive() and
-                     min(map(self.last_written, range(WORLD))) >= MIN_STEPS and enough(),
+                     min(map(self.last_written, range(WORLD))) >= min_steps and enough(),
                      dict(seen(), last=[self.last_written(r) for r in range(WORLD)])),
             RUN_TIMEOUT, interval=0.5)
         final = max(map(self.last_written, range(WORLD))) + 1
@@ -254,6 +385,17 @@ class GcDaemonsTest(MountTestCase):
     def check_kept(self, final):
         """The store keeps exactly the last two steps; each restores byte for
         byte and reads back through a new node's mount."""
+        kept = self.check_restores(final)
+        c = self.mount("c")
+        for step in kept:
+            name = "step-%06d" % step
+            self.wait_for("%s visible on a new node" % name,
+                          lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
+            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
+
+    def check_restores(self, final):
+        """The store keeps exactly the last two steps, each verifies and
+        restores byte for byte; returns them."""
         kept = self.steps()
         self.assertEqual(kept, [final - 1, final])
         for step in kept:
@@ -263,12 +405,7 @@ class GcDaemonsTest(MountTestCase):
             self.ctl("verify", "--step", str(step))
             self.ctl("restore", "--step", str(step), "--to", out)
             self.assert_same_tree(os.path.join(self.ref, name), os.path.join(out, name))
-        c = self.mount("c")
-        for step in kept:
-            name = "step-%06d" % step
-            self.wait_for("%s visible on a new node" % name,
-                          lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
-            self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
+        return kept
 
     def stored_ratio(self, final, quiet=False):
         """Stored bytes of the job / what the last two steps alone need in a
