@@ -310,7 +310,10 @@ class GcDaemonsTest(MountTestCase):
                                  SETTLE_TIMEOUT, interval=1)
         for m in (a, b):
             self.assertEqual(self.status(m)["gc"]["last_error"], "")
-        self.check_kept(final)
+        # The daemons still run: a part of an old step that the fence held
+        # back may be published after retention deleted that step, which
+        # then comes back until the next retention (docs/MOUNT.md, "Limits").
+        self.check_kept(final, comebacks_ok=True)
         # Both writing daemons unmount cleanly, within their --drain. Their
         # drain may publish parts of old steps that GC deleted while the
         # fence held them back: such a step comes back and the next
@@ -382,10 +385,11 @@ class GcDaemonsTest(MountTestCase):
         print("uploads refused by the last look and retried: %d" % refused, file=sys.stderr)
         return final
 
-    def check_kept(self, final):
+    def check_kept(self, final, comebacks_ok=False):
         """The store keeps exactly the last two steps; each restores byte for
-        byte and reads back through a new node's mount."""
-        kept = self.check_restores(final)
+        byte and reads back through a new node's mount. comebacks_ok: older
+        steps besides them may be listed (come back, see the caller)."""
+        kept = self.check_restores(final, comebacks_ok)
         c = self.mount("c")
         for step in kept:
             name = "step-%06d" % step
@@ -393,10 +397,17 @@ class GcDaemonsTest(MountTestCase):
                           lambda: (os.path.isdir(os.path.join(c.path, JOB, name)), None), 30)
             self.assert_same_tree(os.path.join(self.ref, name), os.path.join(c.path, JOB, name))
 
-    def check_restores(self, final):
-        """The store keeps exactly the last two steps, each verifies and
-        restores byte for byte; returns them."""
+    def check_restores(self, final, comebacks_ok=False):
+        """The store keeps exactly the last two steps (and, with
+        comebacks_ok, possibly older ones come back), each of the two
+        verifies and restores byte for byte; returns them."""
         kept = self.steps()
+        if comebacks_ok:
+            self.assertEqual(kept[-2:], [final - 1, final])
+            if kept[:-2]:
+                print("old steps come back while the daemons run: %s" % kept[:-2],
+                      file=sys.stderr)
+            kept = kept[-2:]
         self.assertEqual(kept, [final - 1, final])
         for step in kept:
             name = "step-%06d" % step
