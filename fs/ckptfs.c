@@ -698,10 +698,12 @@ static int export_secrets(const fs_settings *s)
     return 0;
 }
 
-/* --prefetch latest|JOB,...: warm-up requests (docs/WARMUP.md). v NULL:
+/* --prefetch latest|none|JOB,...: warm-up requests (docs/WARMUP.md). v NULL:
  * only checks spec (before the mount; an error says why). Returns 0 or -1. */
 static int prefetch_start(st_vfs *v, const char *spec)
 {
+    if (!strcmp(spec, "none"))
+        return 0;
     if (!strcmp(spec, "latest")) {
         if (v && st_vfs_warmup(v, NULL, UINT64_MAX))
             fs_logf(FS_LOG_WARN, "--prefetch: %s", st_errmsg());
@@ -711,7 +713,7 @@ static int prefetch_start(st_vfs *v, const char *spec)
         size_t len = strcspn(p, ",");
         char job[256];
         if (len == 0 || len >= sizeof job) {
-            fs_logf(FS_LOG_ERROR, "--prefetch wants latest or JOB,JOB...: got '%s'", spec);
+            fs_logf(FS_LOG_ERROR, "--prefetch wants latest, none or JOB,JOB...: got '%s'", spec);
             return -1;
         }
         memcpy(job, p, len);
@@ -806,7 +808,12 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    if (s.prefetch && prefetch_start(NULL, s.prefetch)) {
+    /* A new node warms the step it will resume from by default: the
+     * trainer's start-up (imports, process groups, the model) overlaps the
+     * fetch (docs/WARMUP.md, "Warm-up"). */
+    if (!s.prefetch)
+        s.prefetch = "latest";
+    if (prefetch_start(NULL, s.prefetch)) {
         rc = 2;
         goto out;
     }
@@ -837,8 +844,7 @@ int main(int argc, char **argv)
         fs_log_write(FS_LOG_ERROR, st_errmsg());
         goto out_unmount;
     }
-    if (s.prefetch)
-        (void)prefetch_start(v, s.prefetch); /* checked above; a busy queue is logged */
+    (void)prefetch_start(v, s.prefetch); /* checked above; a busy queue is logged */
     if (fs_drain_signal_start(v, &usr1))
         fs_log_write(FS_LOG_WARN, "cannot start the SIGUSR1 thread: use ckptctl drain");
     if (metrics_port) {

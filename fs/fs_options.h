@@ -30,7 +30,7 @@ typedef struct fs_settings {
     char *fuse_opts;            /* every -o / fuse-options value joined with ',' */
     int log_level;              /* FS_LOG_*: messages above it are dropped */
     const char *metrics_listen; /* --metrics-listen HOST:PORT, NULL: no port */
-    const char *prefetch;       /* --prefetch latest|JOB,...: warm-up at start, NULL: none */
+    const char *prefetch;       /* --prefetch latest|none|JOB,...: warm-up at start */
     /* Configuration file only (FS_OPT_SECRET), never argv: */
     const char *aws_access_key_id;
     const char *aws_secret_access_key;

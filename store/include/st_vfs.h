@@ -94,6 +94,10 @@ typedef struct st_vfs_options {
     const char *node;          /* NULL: from the host name */
     const char *step_pattern;  /* NULL: built-in step rule */
     uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
+    /* The bytes warm-up may fetch over the mount's life (docs/WARMUP.md,
+     * "Warm-up"); a file past it is skipped. 0: half the staging file
+     * system's free space at open. */
+    uint64_t warmup_max_bytes;
     /* Bytes of staging files kept for reuse (docs/MOUNT.md, "Recycled
      * staging files"); 0: none kept (the daemon's default is
      * ST_VFS_DEFAULT_STAGING_SPARE). */

@@ -1959,6 +1959,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     /* First: nothing in staging is touched before the lock is held. */
     if ((e = vfs_staging_take(v)) || (e = vfs_spare_open(v)))
         goto fail;
+    if (!v->opts.warmup_max_bytes)
+        v->opts.warmup_max_bytes = vfs_staging_free_bytes(v) / 2;
     st_backend_opts bo = {.s3_endpoint = opts->s3_endpoint,
                           .s3_signature = opts->s3_signature,
                           .s3_region = opts->s3_region,

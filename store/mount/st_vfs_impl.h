@@ -274,9 +274,11 @@ typedef struct vfetch {
     st_file_digest *digest;     /* the whole-file digest, fed by the workers */
     size_t front;               /* (lock) no run below it is TODO */
     size_t urgent;              /* (lock) a TODO run a reader waits for, SIZE_MAX: none */
+    int tail_taken;             /* (lock) the last run was given out first */
     size_t done;                /* (lock) runs DONE */
     uint64_t done_bytes;        /* (lock) bytes of those */
     int workers;                /* (lock) worker threads not finished */
+    int busy;                   /* (lock) of those, restoring a run now */
     int refs;                   /* (lock) n->fetch and the handles that wait on it */
     int ended;                  /* (lock) verified whole, or failed (err) */
     st_err err;                 /* (lock) */
@@ -300,6 +302,7 @@ typedef struct vwarm {
     vwarm_state state;
     uint64_t cursor;  /* the next inode to look at while FETCHING */
     uint64_t skipped; /* files that did not fit under the staging cap */
+    int own_part;     /* this node wrote part of the step: only that part is warmed */
     char error[256];
 } vwarm;
 
@@ -448,7 +451,8 @@ struct st_vfs {
     uint64_t fetch_read_back; /* of those, read back for the whole-file digest */
     vwarm warm[VFS_WARM_MAX]; /* oldest first */
     size_t nwarm;
-    int warm_thread; /* the warm-up thread runs */
+    int warm_thread;             /* the warm-up thread runs */
+    uint64_t warm_started_bytes; /* sizes of the files warm-up began to fetch */
     uint64_t next_warm_id;
 };
 
@@ -562,6 +566,9 @@ st_err vfs_staging_take(st_vfs *v);
 void vfs_staging_mark_pid(st_vfs *v);
 /* At close, last: lets the lock go. */
 void vfs_staging_let_go(st_vfs *v);
+/* The bytes this user may still write on the staging file system (0 when
+ * it cannot be asked). */
+uint64_t vfs_staging_free_bytes(const st_vfs *v);
 /* A new staging file at path (st_create_new, 0600), or an existing one
  * reopened (st_open_regular) or truncated: never through a symlink, never
  * anything but a regular file, never blocking on a FIFO; a refusal is

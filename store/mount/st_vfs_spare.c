@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util/st_array.h"
@@ -163,10 +162,7 @@ void vfs_staging_detach(st_vfs *v, vnode *n)
 /* 1 when `size` more bytes in the pool leave the staging disk room. */
 static int disk_has_room(const st_vfs *v, uint64_t size)
 {
-    struct statvfs fs;
-    if (statvfs(v->staging, &fs) < 0)
-        return 0;
-    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    uint64_t avail = vfs_staging_free_bytes(v);
     return avail / SPARE_FREE_FACTOR >= v->spare_bytes + size;
 }
 

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util/st_fsutil.h"
@@ -194,4 +195,12 @@ st_err vfs_staging_truncate(st_vfs *v, const char *path, uint64_t size)
                       strerror(errno));
     close(fd);
     return e;
+}
+
+uint64_t vfs_staging_free_bytes(const st_vfs *v)
+{
+    struct statvfs fs;
+    if (statvfs(v->staging, &fs) < 0)
+        return 0;
+    return (uint64_t)fs.f_bavail * fs.f_frsize;
 }

@@ -10,6 +10,11 @@
  * for its end before the next file. A file a trainer opens meanwhile gets its
  * own fetch at once (or joins this one): warm-up never holds a reader back.
  * The thread ends when no request is left to serve.
+ *
+ * A request covers every file of its step, unless this node (by its name)
+ * wrote part of the step: then only that part's files. A rank of a sharded
+ * checkpoint that comes back under its name reads its own shard; warming
+ * every node's would fetch the whole step onto each of a job's nodes.
  */
 #include "mount/st_vfs_impl.h"
 
@@ -48,6 +53,21 @@ static int file_of(const vnode *n, const vnode *jd, uint64_t step)
 {
     return n && n->parent && S_ISREG(n->mode) && n->remote && n->remote->step == step &&
            vfs_job_dir(n) == jd;
+}
+
+/* 1 if request w (FETCHING or after) warms n, a node of job directory jd. */
+static int covers(const st_vfs *v, const vwarm *w, const vnode *n, const vnode *jd)
+{
+    return file_of(n, jd, w->step) && (!w->own_part || !strcmp(n->remote->node, v->node));
+}
+
+/* 1 if this node wrote a file of step that job directory jd shows. */
+static int has_own_part(const st_vfs *v, const vnode *jd, uint64_t step)
+{
+    for (uint64_t i = 0; i < v->ninodes; i++)
+        if (file_of(v->inodes[i], jd, step) && !strcmp(v->inodes[i]->remote->node, v->node))
+            return 1;
+    return 0;
 }
 
 static void *warmup_main(void *arg);
@@ -143,12 +163,20 @@ static void warm_next_file(st_vfs *v, vwarm *w)
     vnode *n = NULL;
     while (w->cursor < v->ninodes && !n) {
         vnode *c = v->inodes[w->cursor++];
-        if (jd && file_of(c, jd, w->step) && !c->sid)
+        if (jd && covers(v, w, c, jd) && !c->sid)
             n = c;
     }
     if (!n) {
         w->state = VWARM_DONE;
         vfs_log(v, 0, "warm-up of step %" PRIu64 " of %s done", w->step, w->job);
+        return;
+    }
+    if (!n->fetching && v->warm_started_bytes + n->size > v->opts.warmup_max_bytes) {
+        if (!w->skipped++)
+            vfs_log(v, 1,
+                    "warm-up of step %" PRIu64 " of %s: skipping %s and what else would take "
+                    "warm-up past %" PRIu64 " bytes (--prefetch-max)",
+                    w->step, w->job, n->name, v->opts.warmup_max_bytes);
         return;
     }
     if (!n->fetching && v->opts.staging_cap) {
@@ -158,6 +186,8 @@ static void warm_next_file(st_vfs *v, vwarm *w)
             return;
         }
     }
+    if (!n->fetching)
+        v->warm_started_bytes += n->size;
     n->opens++; /* pins n while the lock is dropped (an open does the same) */
     vfetch *fx;
     st_err e = vfs_fetch_begin(v, n, &fx);
@@ -191,7 +221,9 @@ static void serve(st_vfs *v, vwarm *w)
         w->step = step;
         w->state = VWARM_FETCHING;
         w->cursor = 0;
-        vfs_log(v, 0, "warming up step %" PRIu64 " of %s", step, w->job);
+        w->own_part = has_own_part(v, vfs_child(v->root, w->job), step);
+        vfs_log(v, 0, "warming up step %" PRIu64 " of %s%s", step, w->job,
+                w->own_part ? " (the part this node wrote)" : "");
         return;
     }
     warm_next_file(v, w);
@@ -242,7 +274,7 @@ static warm_figures figures(st_vfs *v, const vwarm *w)
         return f;
     for (uint64_t i = 0; i < v->ninodes; i++) {
         vnode *n = v->inodes[i];
-        if (!file_of(n, jd, w->step))
+        if (!covers(v, w, n, jd))
             continue;
         f.files++;
         f.bytes += n->size;

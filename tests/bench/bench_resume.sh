@@ -16,9 +16,10 @@
 #          .metadata.
 # Timed, for each checkpoint, every repetition (scenarios in reverse order
 # every other repetition; `sync` untimed before each):
-#   (cold)     ckptfs mounted on an empty staging, then the load: torch.load
-#              of the file / 4 ranks' dcp.load_state_dict through the mount;
-#              reads are answered as their runs arrive (docs/WARMUP.md);
+#   (cold)     ckptfs mounted on an empty staging with `--prefetch none`,
+#              then the load: torch.load of the file / 4 ranks'
+#              dcp.load_state_dict through the mount; reads are answered as
+#              their runs arrive (docs/WARMUP.md);
 #   (prefetch) the same with `--prefetch JOB`: warm-up starts at mount time,
 #              the load runs at once (not waiting for warm-up to end);
 #   (rawget)   curl GET of the step's pack objects, 4 in flight (what
@@ -156,7 +157,7 @@ timed() { local t0; sync; t0=$(now); "$@" >/dev/null; since "$t0"; }
 # scenario JOB NAME: prints its seconds
 scenario() {
     case $2 in
-    cold) mount_and_load "$1" ;;
+    cold) mount_and_load "$1" --prefetch none ;;
     prefetch) mount_and_load "$1" --prefetch "$1" ;;
     rawget) timed raw_get "$1" ;;
     local) timed "load_$1" "$shm/local-$1" ;;

@@ -59,7 +59,7 @@ try:
     time.sleep(3)
     umount(d, mnt)
     mark = time.monotonic()
-    d, mnt, t0 = mount("resume", "node-b", ["--prefetch", "latest"] if prefetch else [])
+    d, mnt, t0 = mount("resume", "node-b", ["--prefetch", "latest" if prefetch else "none"])
     t_up = time.monotonic()
     with open(os.path.join(mnt, "job", "ckpt_000001.pt"), "rb") as f:
         t_open = time.monotonic()

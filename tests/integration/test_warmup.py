@@ -5,16 +5,19 @@ Node a torch.saves a real checkpoint (a 48 M-parameter state dict with an
 optimizer-like second tensor set, ~190 MiB) as step 10 and is unmounted.
 Then, each on an empty staging directory as on a new node:
 
-* node b mounts with `--prefetch latest`: its status must show the step's
-  warm-up request "warm" (every file local and verified) without anybody
-  opening the file; torch.load through b gives tensors equal to the saved
-  ones and the file's sha256 is the one node a wrote;
-* node c mounts without prefetch and runs `ckptctl warmup MOUNT/job/STEP
-  --json`: exit 0 and state warm; bad targets give the documented exit
-  codes;
-* node d mounts cold: torch.load opens the file while its fetch has only
-  begun (reads are answered run by run as they are verified); sha256 and
-  tensors equal again.
+* node b mounts with the defaults, which warm each job's newest step: its
+  status must show the step's warm-up request "warm" (every file local and
+  verified) without anybody opening the file; torch.load through b gives
+  tensors equal to the saved ones and the file's sha256 is the one node a
+  wrote;
+* node c mounts with `--prefetch none` (no request at all) and runs
+  `ckptctl warmup MOUNT/job/STEP --json`: exit 0 and state warm; bad
+  targets give the documented exit codes;
+* node d mounts cold (`--prefetch none`): torch.load opens the file while
+  its fetch has only begun (reads are answered run by run as they are
+  verified); sha256 and tensors equal again;
+* node e mounts with `--prefetch-max 1M`: its request ends "partial", the
+  file skipped and not fetched until torch.load opens it.
 
 The test checks content and states, never timings.
 
@@ -89,8 +92,8 @@ class WarmupTest(MountTestCase):
                  TIMEOUT, "step %d durable" % STEP)
         a.unmount()
 
-        # b: --prefetch latest warms the step before anybody opens it.
-        b = self.mount("b", "--prefetch", "latest")
+        # b: the defaults warm the step before anybody opens it.
+        b = self.mount("b")
         r = wait_for(lambda: self.warm_request(b), TIMEOUT, "step warm on b")
         self.assertEqual(r["files"], r["files_warm"])
         self.assertGreater(r["bytes"], 100 << 20)
@@ -107,8 +110,9 @@ class WarmupTest(MountTestCase):
         b.unmount()
 
         # c: ckptctl warmup on demand, and its refusals.
-        c = self.mount("c")
+        c = self.mount("c", "--prefetch", "none")
         wait_for(lambda: os.path.exists(os.path.join(c.path, JOB, NAME)), TIMEOUT, "listed on c")
+        self.assertEqual(self.requests(c), [])
         p = subprocess.run([CKPTCTL, "warmup", os.path.join(c.path, JOB, str(STEP)), "--json"],
                            capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -129,13 +133,22 @@ class WarmupTest(MountTestCase):
         c.unmount()
 
         # d: cold; torch.load's reads are served as their runs arrive.
-        d = self.mount("d")
+        d = self.mount("d", "--prefetch", "none")
         wait_for(lambda: os.path.exists(os.path.join(d.path, JOB, NAME)), TIMEOUT, "listed on d")
         self.check_load(d, want_sum, want_sha)
         wait_for(lambda: read_status(d.path)["warmup"]["fetches_active"] == 0, TIMEOUT,
                  "d's fetch ended")
         self.assertEqual(read_status(d.path)["last_error"], "")
         self.check_load(d, want_sum, want_sha)  # now from the verified local copy
+        d.unmount()
+
+        # e: warm-up's bound; what it skips is still served when opened.
+        e = self.mount("e", "--prefetch-max", "1M")
+        r = wait_for(lambda: next((r for r in self.requests(e) if r["state"] == "partial"), None),
+                     TIMEOUT, "warm-up partial on e")
+        self.assertEqual((r["job"], r["step"], r["files_warm"], r["skipped"]), (JOB, STEP, 0, 1))
+        self.assertEqual(read_status(e.path)["warmup"]["fetched_bytes"], 0)
+        self.check_load(e, want_sum, want_sha)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include "vfs_harness.h"
 #include "mount/st_vfs_impl.h"
 #include "ut_store.h"
+#include "format/st_lease.h"
 
 static st_backend *store;
 
@@ -70,20 +71,29 @@ static uint64_t fetched(vh_mount *m)
     return vh_status_u64(m, "\"warmup\"", "fetched_bytes");
 }
 
-static void test_read_during_fetch(void)
+/* A fresh store with step 7, mount b over it with slowed pack GETs, and
+ * BIG_PATH opened read-only there (its fetch begun); NULL (b closed) if any
+ * of it failed. */
+static st_vfs_handle *open_big_slowly(vh_mount *b, const char *staging, st_vfs_attr *at)
 {
     store_with_step();
-    vh_mount b;
-    if (!open_b(&b, "during-b", SLOW_GET))
-        return;
-    st_vfs_attr at;
+    if (!open_b(b, staging, SLOW_GET))
+        return NULL;
     st_vfs_handle *h = NULL;
-    CHECK_OK(vh_lookup(&b, BIG_PATH, &at));
-    CHECK_OK(st_vfs_open_file(b.v, at.ino, O_RDONLY, VH_PID_A, &h));
-    if (!h) {
-        vh_mount_close(&b);
+    CHECK_OK(vh_lookup(b, BIG_PATH, at));
+    CHECK_OK(st_vfs_open_file(b->v, at->ino, O_RDONLY, VH_PID_A, &h));
+    if (!h)
+        vh_mount_close(b);
+    return h;
+}
+
+static void test_read_during_fetch(void)
+{
+    vh_mount b;
+    st_vfs_attr at;
+    st_vfs_handle *h = open_big_slowly(&b, "during-b", &at);
+    if (!h)
         return;
-    }
     /* The open returned before the content: the fetch is under way. */
     CHECK(fetches_active(&b) == 1);
     uint8_t *buf = malloc(1u << 20);
@@ -113,6 +123,80 @@ static void test_read_during_fetch(void)
     CHECK(read_back(&b) == 0);
     CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
     free(buf);
+    vh_mount_close(&b);
+}
+
+/* Under b's lock: the fetch of inode ino's run states and workers. */
+typedef struct fetch_view {
+    int fetching;
+    size_t nruns, done;
+    int tail_todo; /* the last run not given out yet */
+    int workers, busy;
+} fetch_view;
+
+static fetch_view view_fetch(vh_mount *m, uint64_t ino)
+{
+    fetch_view fv = {0};
+    pthread_mutex_lock(&m->v->lock);
+    vnode *n = ino < m->v->ninodes ? m->v->inodes[ino] : NULL;
+    vfetch *fx = n ? n->fetch : NULL;
+    if (fx && fx->runs) {
+        fv.fetching = 1;
+        fv.nruns = fx->nruns;
+        fv.done = fx->done;
+        fv.tail_todo = fx->runs[fx->nruns - 1].state == VRUN_TODO;
+        fv.workers = fx->workers;
+        fv.busy = fx->busy;
+    }
+    pthread_mutex_unlock(&m->v->lock);
+    return fv;
+}
+
+typedef struct pread_job {
+    vh_mount *m;
+    st_vfs_handle *h;
+    uint64_t off;
+    uint8_t *buf;
+    ssize_t got;
+} pread_job;
+
+static void *pread_main(void *arg)
+{
+    pread_job *j = arg;
+    st_err e;
+    j->got = vh_pread(j->m, j->h, j->buf, 1u << 20, j->off, &e);
+    return NULL;
+}
+
+/* The fetch gives out the file's last run first (torch.load reads a zip's
+ * directory there before anything else), and a read of a run not started
+ * while every worker is busy gets a worker of its own at once rather than
+ * waiting for a run to end. Checked on the run states, not on time: the
+ * slowed GETs keep the first runs busy. */
+static void test_reader_order(void)
+{
+    vh_mount b;
+    st_vfs_attr at;
+    st_vfs_handle *h = open_big_slowly(&b, "order-b", &at);
+    if (!h)
+        return;
+    /* 4 workers took 4 runs: the tail among them, before any run ended. */
+    CHECK(VH_WAIT(view_fetch(&b, at.ino).busy == 4, 10));
+    fetch_view fv = view_fetch(&b, at.ino);
+    CHECK(fv.fetching && fv.nruns >= 8);
+    CHECK(fv.done == 0); /* each GET takes a second: none has ended */
+    CHECK(!fv.tail_todo);
+    /* A read in the middle while the four are busy: a fifth worker. */
+    pread_job j = {&b, h, 5 * (8u << 20), malloc(1u << 20), -1};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pread_main, &j) == 0);
+    CHECK(VH_WAIT(view_fetch(&b, at.ino).workers == 5, 10));
+    pthread_join(t, NULL);
+    CHECK(j.got == (ssize_t)(1u << 20) && memcmp(j.buf, big + j.off, 1u << 20) == 0);
+    free(j.buf);
+    st_vfs_release(b.v, h);
+    CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
     vh_mount_close(&b);
 }
 
@@ -184,6 +268,60 @@ static void test_warmup_warms(void)
     CHECK_OK(st_vfs_warmup(b.v, NULL, UINT64_MAX));
     CHECK(VH_WAIT(warm_requests(&b, "warm") == 2, 10));
     vh_mount_close(&b);
+}
+
+/* A node that wrote part of a step and comes back under its name (its
+ * staging lost, as on a replacement machine) warms only its own part: each
+ * rank of a sharded checkpoint reads its shard. A node with no part in the
+ * step warms all of it. */
+static void test_warmup_own_part(void)
+{
+    st_backend_close(store);
+    store = NULL;
+    CHECK_OK(st_backend_mem_open(&store));
+    const uint64_t len = 3u << 20;
+    uint8_t *r0 = vh_data(len, 30), *r1 = vh_data(len, 31);
+    static const char *const rank[2] = {VH_JOB "/step-000007/rank-0.bin",
+                                        VH_JOB "/step-000007/rank-1.bin"};
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open(&a, store, "a", "own-a", 1));
+    CHECK_OK(vh_mount_open(&b, store, "b", "own-b", 1));
+    if (!a.v || !b.v)
+        return;
+    CHECK_OK(vh_write(&a, rank[0], r0, len, VH_PID_A));
+    CHECK_OK(vh_commit(&a, VH_JOB " 7 0 2\n"));
+    CHECK_OK(vh_write(&b, rank[1], r1, len, VH_PID_B));
+    CHECK_OK(vh_commit(&b, VH_JOB " 7 1 2\n"));
+    CHECK_OK(st_vfs_wait_idle(a.v, 20));
+    CHECK_OK(st_vfs_wait_idle(b.v, 20));
+    CHECK(vh_consistent(store, 7));
+    vh_mount_close(&b);
+    vh_mount_close(&a);
+    /* b's daemon is gone and its lease with it (as once its ttl passes). */
+    char lease[256];
+    CHECK_OK(st_key_lease(lease, sizeof lease, "b"));
+    CHECK_OK(st_del(store, lease));
+
+    vh_mount again, other;
+    CHECK_OK(vh_mount_open(&again, store, "b", "own-b-again", 1)); /* b's staging is gone */
+    CHECK_OK(vh_mount_open(&other, store, "c", "own-c", 1));
+    if (!again.v || !other.v)
+        return;
+    CHECK(VH_WAIT(vh_exists(&again, rank[0]) && vh_exists(&other, rank[0]), 10));
+    CHECK_OK(st_vfs_warmup(again.v, NULL, UINT64_MAX));
+    CHECK_OK(st_vfs_warmup(other.v, NULL, UINT64_MAX));
+    CHECK(VH_WAIT(warm_state_is(&again, "warm") && warm_state_is(&other, "warm"), 60));
+    CHECK(vh_status_u64(&again, "\"requests\"", "files") == 1);
+    CHECK(fetched(&again) == len); /* rank 1's file only */
+    CHECK(vh_status_u64(&other, "\"requests\"", "files") == 2);
+    CHECK(fetched(&other) == 2 * len);
+    /* What warm-up left is fetched when opened. */
+    CHECK(vh_file_is(&again, rank[0], r0, len));
+    CHECK(vh_file_is(&again, rank[1], r1, len));
+    vh_mount_close(&other);
+    vh_mount_close(&again);
+    free(r0);
+    free(r1);
 }
 
 static void test_bad_requests_refused(void)
@@ -340,6 +478,8 @@ int main(void)
     RUN(test_large_file_runs);
     RUN(test_runs_end_at_packs);
     RUN(test_read_during_fetch);
+    RUN(test_reader_order);
+    RUN(test_warmup_own_part);
     RUN(test_wrong_digest_fails_fetch);
     RUN(test_warmup_warms);
     RUN(test_bad_requests_refused);

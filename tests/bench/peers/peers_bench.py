@@ -204,6 +204,13 @@ def one_run(a, ctx, scenario, size_mib, saves, rep, tool_name, shm):
         ph.mark("list")
         want = reference_hashes(scenario, saves * a.every, shm)
         ph.mark("reference")
+        # A new node's disk is not writing back what the saving node and
+        # the server wrote: here they share one disk, and the resume of a
+        # tool that finished saving sooner met gigabytes still being
+        # written back (docs/WARMUP.md, "Where a cold resume spends its
+        # time"). As before each save, every tool starts clean.
+        os.sync()
+        ph.mark("sync")
 
         s0 = server_cpu(pids)
         t0 = time.time()

@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-TOOLS = ["ckptfs", "s3fs", "s3fs-1put", "rclone-writes", "rclone-full", "aws-cp", "aws-cp-1put",
+TOOLS = ["ckptfs", "ckptfs-cold", "s3fs", "s3fs-1put", "rclone-writes", "rclone-full", "aws-cp", "aws-cp-1put",
          "local"]
 MIB = float(1 << 20)
 

@@ -30,7 +30,9 @@
 # server; docs/BENCHMARKS.md, "Peers", lists the plan that was run.
 # --tools LIST: the tools to run (default ckptfs,s3fs,rclone-writes,
 # rclone-full,aws-cp,local); s3fs-1put and aws-cp-1put are s3fs and aws-cp
-# set to one PUT per file (tools.py), for the single-PUT comparison.
+# set to one PUT per file (tools.py), for the single-PUT comparison;
+# ckptfs runs with its defaults, ckptfs-cold is ckptfs whose resuming node
+# does not warm up (`--prefetch none`: the cold read path).
 # --rclone-write-back DUR: rclone's --vfs-write-back, the delay from a
 # close to the upload (default 1s; rclone's own default, 5s, only adds idle
 # waiting to rclone's time to durable: ~10 min of the full run; "" for it).

@@ -248,9 +248,11 @@ class Rclone(FileMount):
 
 
 class Ckptfs(Tool):
-    """ckptfs with the run's prefix as its store; the job directory is MNT/job."""
+    """ckptfs with its defaults and the run's prefix as its store; the job
+    directory is MNT/job."""
     name = "ckptfs"
     JOB = "job"
+    tuning = {}  # phase -> options beyond the defaults (none: what a new user runs)
 
     def store_url(self):
         return "s3://%s/%s" % (self.ctx.bucket, self.prefix)
@@ -267,8 +269,7 @@ class Ckptfs(Tool):
         os.makedirs(staging)
         argv = [self.ctx.ckptfs, mnt, "--store", self.store_url(), "--s3-endpoint",
                 self.ctx.proxy_endpoint, "--staging", staging, "--node", node] + CKPTFS_OPTIONS
-        if phase == "resume":  # a new node warms the newest step up at once (docs/WARMUP.md)
-            argv += ["--prefetch", "latest"]
+        argv += self.tuning.get(phase, [])
         self.daemon = Daemon(self.name, argv, mnt, self.log(phase), self.env)
         job = os.path.join(mnt, self.JOB)
         if mkjob:
@@ -286,6 +287,14 @@ class Ckptfs(Tool):
         if r.returncode != 0 or not m or int(m.group(1)) != step:
             return False
         return bool(self.ctx.store.list(self.prefix + "/"))
+
+
+class CkptfsNoWarmup(Ckptfs):
+    """ckptfs whose resuming node does not warm the newest step up
+    (`--prefetch none`): every read is served by the cold path
+    (docs/WARMUP.md), as for a step chosen by hand or read out of order."""
+    name = "ckptfs-cold"
+    tuning = {"resume": ["--prefetch", "none"]}
 
 
 class AwsCp(Tool):
@@ -380,6 +389,7 @@ class LocalDisk(Tool):
 
 TOOLS = {
     "ckptfs": Ckptfs,
+    "ckptfs-cold": CkptfsNoWarmup,
     "s3fs": S3fs,
     "rclone-writes": lambda c, p, w: Rclone(c, p, w, "writes"),
     "rclone-full": lambda c, p, w: Rclone(c, p, w, "full"),
