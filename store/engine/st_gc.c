@@ -177,8 +177,10 @@ typedef struct gc_step {
     int consistent;
     int restorable; /* consistent, and every pack it needs is listed, long enough */
     int young;      /* partial, and a part record may be younger than grace (store's clock) */
-    int deleted;    /* retention (or the mount) deletes it */
-    int finished;   /* a stale intent's deletion of it was finished */
+    int settled;    /* (known if settled_known) every part record older than grace */
+    int settled_known;
+    int deleted;  /* retention (or the mount) deletes it */
+    int finished; /* a stale intent's deletion of it was finished */
 } gc_step;
 
 /* Appends a copy of key to *v. 0, or -1 when out of memory. */
@@ -521,14 +523,43 @@ static int u64_in(const u64_list *l, uint64_t v)
 
 /* ---- retention ---- */
 
+static int partial_step_young(gc_run *g, const gc_step *st);
+
+/* 1 if a restorable step newer than l->steps[i] (up to newest) has been
+ * consistent for grace: each of its part records is older than grace by the
+ * store's clock. Asked of the nearest newer steps first (the oldest of them,
+ * the likeliest to be settled), each at most once per run. */
+static int settled_newer(gc_run *g, step_list *l, size_t i, size_t newest)
+{
+    for (size_t j = i + 1; j <= newest; j++) {
+        gc_step *s = &l->steps[j];
+        if (!s->restorable)
+            continue;
+        if (!s->settled_known) {
+            s->settled = !partial_step_young(g, s);
+            s->settled_known = 1;
+        }
+        if (s->settled)
+            return 1;
+    }
+    return 0;
+}
+
 /*
  * Decides which steps go (sets deleted) under policy p. Only restorable
  * steps count: the newest restorable step anchors retention (it and every
  * newer step stay, damaged ones included), and keep_last keeps the N newest
  * restorable steps, so a damaged step never stands in for one that a
  * restore could use (docs/GC.md, "Damaged steps").
+ *
+ * A partial step older than the anchor goes only when no part record of it
+ * is younger than grace and a restorable step newer than it has been
+ * consistent for grace: a node drains its steps newest first, so the rest
+ * of a partial step can be published just after the newer step that made
+ * it older than the anchor, long after its other parts (a compaction's
+ * fence held both back, up to 2 grace).
  */
-static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p)
+static void pick_steps(gc_run *g, step_list *l, const u64_list *pins, const st_gc_policy *p)
 {
     size_t newest = SIZE_MAX; /* index of the newest restorable step */
     for (size_t i = l->n; i-- > 0 && newest == SIZE_MAX;)
@@ -547,7 +578,8 @@ static void pick_steps(step_list *l, const u64_list *pins, const st_gc_policy *p
             keep |= p->keep_last && s->restorable && restorable_seen <= p->keep_last;
             keep |= p->keep_every && s->step % p->keep_every == 0;
         } else {
-            keep |= s->young; /* a partial step may still be filling */
+            /* a partial step may still be filling */
+            keep = keep || s->young || !settled_newer(g, l, i, newest);
         }
         s->deleted = !keep;
     }
@@ -1274,7 +1306,7 @@ st_err st_gc_run(st_backend *b, const char *job, const st_gc_policy *policy, int
     if ((e = judge_steps(&g, &l)))
         goto out;
     e = finish_intents(&g, &l);
-    pick_steps(&l, &g.pins, p);
+    pick_steps(&g, &l, &g.pins, p);
     for (size_t i = 0; i < l.n; i++)
         r->steps_kept += l.steps[i].keys.nnodes && !l.steps[i].deleted;
     if (!e && !r->stopped)

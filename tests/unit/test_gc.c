@@ -910,6 +910,89 @@ static void test_first_use_gone_pack(void)
     st_store_close(s);
 }
 
+/* Publishes step of job as node `node`: no files, rank `rank` of `world`
+ * committed. */
+static void publish_rank(st_backend *b, const char *job, uint64_t step, const char *node,
+                         uint32_t rank, uint32_t world)
+{
+    st_rank_commit commit = {rank, world};
+    st_manifest m;
+    memset(&m, 0, sizeof m);
+    m.step = step;
+    m.job = (char *)job;
+    m.node = (char *)node;
+    m.created_ns = st_now_ns();
+    st_part part = {.revision = 1, .complete = 1, .ncommits = 1, .commits = &commit};
+    uint64_t puts = 0;
+    CHECK_OK(st_catalog_publish(b, &m, &part, NULL, 0, &puts));
+}
+
+/* 1 if node's part record of step of job is in the store. */
+static int has_part(st_backend *b, const char *job, uint64_t step, const char *node)
+{
+    char key[ST_KEY_MAX];
+    CHECK_OK(st_key_part(key, sizeof key, job, step, node));
+    return exists(b, key);
+}
+
+/* Makes node's part record of step of job `seconds` old by the store's clock. */
+static void age_part(const char *job, uint64_t step, const char *node, double seconds)
+{
+    char key[ST_KEY_MAX];
+    CHECK_OK(st_key_part(key, sizeof key, job, step, node));
+    ut_backdate(root, key, seconds);
+}
+
+/*
+ * A partial step older than the newest consistent one, its own part past the
+ * grace period, stays while that newer step is younger than grace: a node
+ * drains newest first, and after a compaction's fence (up to 2 grace) its
+ * part of the older step lands just after its part of the newer one. Found
+ * by integration.gc_daemons: step 88's first part was 1 s old (grace 1 s)
+ * when the other node's 89 made 89 consistent; GC deleted 88's part, the
+ * other node then published its own, and 88 stayed partial for good with
+ * both writers told it was durable.
+ */
+static void test_partial_step_behind_a_new_step(void)
+{
+    st_backend *b = open_backend();
+    const char *job = "behind";
+    publish_rank(b, job, 88, "a", 0, 2); /* a's part; b's is held back */
+    publish_rank(b, job, 89, "a", 0, 2);
+    publish_rank(b, job, 89, "b", 1, 2); /* 89 consistent, just now */
+    age_part(job, 88, "a", 60);
+    st_gc_policy keep1 = {.keep_last = 1, .grace_ns = 10 * SEC};
+    st_gc_report r;
+    CHECK_OK(st_gc_run(b, job, &keep1, 0, &r, NULL, NULL));
+    CHECK(r.steps_deleted == 0);
+    st_gc_report_free(&r);
+    CHECK(has_part(b, job, 88, "a"));
+    /* b's part lands: 88 is consistent, and the older of the two is kept by
+     * nothing but keep-last... */
+    publish_rank(b, job, 88, "b", 1, 2);
+    CHECK_OK(st_gc_run(b, job, &keep1, 0, &r, NULL, NULL));
+    CHECK(r.steps_deleted == 1 && r.deleted_steps[0] == 88);
+    st_gc_report_free(&r);
+
+    /* ... whereas a partial step that stays partial goes once a newer step
+     * has been consistent for grace. */
+    publish_rank(b, job, 90, "a", 0, 2);
+    publish_rank(b, job, 91, "a", 0, 2);
+    publish_rank(b, job, 91, "b", 1, 2);
+    age_part(job, 90, "a", 60);
+    CHECK_OK(st_gc_run(b, job, &keep1, 0, &r, NULL, NULL));
+    CHECK(r.steps_deleted == 1 && r.deleted_steps[0] == 89); /* keep-last 1: 91 */
+    st_gc_report_free(&r);
+    CHECK(has_part(b, job, 90, "a"));
+    age_part(job, 91, "a", 60);
+    age_part(job, 91, "b", 60);
+    CHECK_OK(st_gc_run(b, job, &keep1, 0, &r, NULL, NULL));
+    CHECK(r.steps_deleted == 1 && r.deleted_steps[0] == 90);
+    st_gc_report_free(&r);
+    CHECK(!has_part(b, job, 90, "a") && has_part(b, job, 91, "a"));
+    st_backend_close(b);
+}
+
 static void run_cases(void)
 {
     RUN(test_retention_and_sweep);
@@ -926,6 +1009,7 @@ static void run_cases(void)
     RUN(test_interrupted_deletion);
     RUN(test_damaged_newest_step);
     RUN(test_garbage_part_record);
+    RUN(test_partial_step_behind_a_new_step);
 }
 
 int main(void)
