@@ -17,7 +17,8 @@ Two ways GC runs in a loop for the whole time:
   rotates like HF Trainer's save_total_limit=2 (`shutil.rmtree` of the step
   two back, through mount A: a deletion through the mount);
 * test_compact_and_retention_beside_daemon_gc: both daemons run that
-  background GC while, from outside, `ckptctl gc --keep-last 2` loops and
+  background GC (grace 2 s: COMPACT_GRACE says why) while, from outside,
+  `ckptctl gc --keep-last 2` loops and
   `ckptctl gc --compact` runs each time the latest step moved (a publish
   fence, docs/GC.md "Compaction", that the daemons' uploads meet and
   retry). Every gc run exits 0, or 7 for a skip it names; at least
@@ -64,11 +65,20 @@ MIN_COMPACTIONS = 2 if os.environ.get("ASAN_OPTIONS") else 8
 RUN_TIMEOUT = 600    # s: the whole write phase
 SETTLE_TIMEOUT = 120  # s: the last step consistent, then GC settled
 GRACE = "1"
+# test_compact_and_retention_beside_daemon_gc's grace. GC deletes a partial
+# step once a newer step has been consistent for grace (docs/GC.md,
+# "Retention"): it relies on no publish being held back that long after.
+# Here a compaction starts each time the latest step moves, so fences can
+# hold one node's publish for several seconds in a row, and with a grace of
+# 1 s a step whose other part was held lost its first one (the run's step 89,
+# then gone). Production's grace is an hour and its compactions rare.
+COMPACT_GRACE = "2"
 DRAIN = "10"  # s: --drain of the daemons in test_compact_and_retention_beside_daemon_gc
 
 
 class GcDaemonsTest(MountTestCase):
     TMP_PREFIX = "ckptfs-gcd-"
+    grace = GRACE  # of every GC run: the daemons' and ckptctl gc's
 
     def setUp(self):
         super().setUp()
@@ -98,10 +108,10 @@ class GcDaemonsTest(MountTestCase):
                            timeout=timeout)
 
     def gc(self, *args, skips=None):
-        """`ckptctl gc --json --grace GRACE ARGS`: its report. Any exit but 0
+        """`ckptctl gc --json --grace self.grace ARGS`: its report. Any exit but 0
         fails, except exit 7 (docs/GC.md: the run skipped its sweep or its
         compaction, and says why) when skips is a list: the why is appended."""
-        p = self.ctl("gc", "--json", "--grace", GRACE, *args, check=False)
+        p = self.ctl("gc", "--json", "--grace", self.grace, *args, check=False)
         if p.returncode == 7 and skips is not None:
             r = json.loads(p.stdout)
             why = r["why"] if r["sweep_skipped"] else r["compact"]["why"]
@@ -259,7 +269,8 @@ class GcDaemonsTest(MountTestCase):
         each time the job's latest step moved (so the writers publish
         between two fences). A compaction skipped or a sweep skipped is
         the only failure accepted (exit 7, docs/GC.md)."""
-        daemon_gc = ["--gc-keep-last", "2", "--gc-interval", "0.5", "--gc-grace", GRACE,
+        self.grace = COMPACT_GRACE
+        daemon_gc = ["--gc-keep-last", "2", "--gc-interval", "0.5", "--gc-grace", self.grace,
                      "--drain", DRAIN]
         a, b = self.mount("a", daemon_gc), self.mount("b", daemon_gc)
         self.start_writers([a, b])
