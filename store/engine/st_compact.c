@@ -409,7 +409,8 @@ static st_err kept_chunks(const compactor *c, const cpack *p, cchunk **out, size
             return st_seterr(ST_ERR_NOMEM, "out of memory");
         (*out)[(*n)++] = kp->at;
     }
-    qsort(*out, *n, sizeof **out, cmp_chunk_offset);
+    if (*n > 1) /* none kept: *out is NULL, which qsort must not be given */
+        qsort(*out, *n, sizeof **out, cmp_chunk_offset);
     return ST_OK;
 }
 

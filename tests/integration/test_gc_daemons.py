@@ -17,7 +17,8 @@ Two ways GC runs in a loop for the whole time:
   rotates like HF Trainer's save_total_limit=2 (`shutil.rmtree` of the step
   two back, through mount A: a deletion through the mount);
 * test_compact_and_retention_beside_daemon_gc: both daemons run that
-  background GC (grace 2 s: COMPACT_GRACE says why) while, from outside,
+  background GC (grace 2 s, 1 s under the sanitizer: COMPACT_GRACE says
+  why) while, from outside,
   `ckptctl gc --keep-last 2` loops and
   `ckptctl gc --compact` runs each time the latest step moved (a publish
   fence, docs/GC.md "Compaction", that the daemons' uploads meet and
@@ -71,8 +72,12 @@ GRACE = "1"
 # Here a compaction starts each time the latest step moves, so fences can
 # hold one node's publish for several seconds in a row, and with a grace of
 # 1 s a step whose other part was held lost its first one (the run's step 89,
-# then gone). Production's grace is an hour and its compactions rare.
-COMPACT_GRACE = "2"
+# then gone). Production's grace is an hour and its compactions rare. Not
+# under the sanitizer: its compactions run several times slower, so with
+# 2 s the writers reached MAX_STEPS before MIN_COMPACTIONS (2 there) got
+# past their fences, and with so few compactions there are few fences to
+# hold a publish.
+COMPACT_GRACE = "1" if os.environ.get("ASAN_OPTIONS") else "2"
 DRAIN = "10"  # s: --drain of the daemons in test_compact_and_retention_beside_daemon_gc
 
 
@@ -351,7 +356,9 @@ class GcDaemonsTest(MountTestCase):
 
     def compact_loop(self, stop, totals, errors, skips):
         """`ckptctl gc --compact` until stop is set, each run once the job's
-        latest consistent step is newer than at the end of the one before;
+        latest consistent step is newer than at the end of the one before
+        and 2 grace after it: a publish its fence held back lands before the
+        next fence, never several fences in a row (COMPACT_GRACE);
         totals[...] accumulate."""
         try:
             done_at = None
@@ -372,6 +379,7 @@ class GcDaemonsTest(MountTestCase):
                 totals["packs_written"] += k["packs_written"]
                 totals["live_bytes_copied"] += k["live_bytes"] if k["packs_written"] else 0
                 done_at = self.latest()
+                stop.wait(2 * float(self.grace))
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
