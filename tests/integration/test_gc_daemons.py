@@ -356,9 +356,7 @@ class GcDaemonsTest(MountTestCase):
 
     def compact_loop(self, stop, totals, errors, skips):
         """`ckptctl gc --compact` until stop is set, each run once the job's
-        latest consistent step is newer than at the end of the one before
-        and 2 grace after it: a publish its fence held back lands before the
-        next fence, never several fences in a row (COMPACT_GRACE);
+        latest consistent step is newer than at the end of the one before;
         totals[...] accumulate."""
         try:
             done_at = None
@@ -379,7 +377,6 @@ class GcDaemonsTest(MountTestCase):
                 totals["packs_written"] += k["packs_written"]
                 totals["live_bytes_copied"] += k["live_bytes"] if k["packs_written"] else 0
                 done_at = self.latest()
-                stop.wait(2 * float(self.grace))
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
