@@ -106,7 +106,7 @@ static st_err reserve_decode(st_restorer *r, size_t raw_len)
  * ST_RESTORE_MAX_GET per thread, each page a fault the first time, while
  * streamed, the decoding overlaps the transfer (a file cut into 16 MiB
  * tasks crosses a pack boundary in one task in three: docs/BENCHMARKS.md,
- * "Restore: streamed across pack boundaries").
+ * "Where restore's time goes").
  */
 typedef struct restore_window {
     uint32_t pack; /* index into the manifest's packs */

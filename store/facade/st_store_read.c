@@ -50,8 +50,8 @@
  * half that: a file written in one go is then one task, and one streamed
  * GET, per pack (~24 MiB, ST_PACK_TARGET_SIZE). 16 MiB tasks cut across
  * packs took 52 GETs for a 20-pack file where 20 do, and each GET costs the
- * server (s3rver: ~4 ms of CPU; docs/BENCHMARKS.md, "A task, and a mount
- * run, per pack"). The 3 workers ahead of a file's hashing front park up
+ * server (s3rver: ~4 ms of CPU; docs/BENCHMARKS.md, "Where restore's time
+ * goes"). The 3 workers ahead of a file's hashing front park up
  * to 3 tasks; past the budget (ST_RESTORE_PARK_MAX) a chunk is read back. */
 #define TASK_BYTES      (32ull << 20)
 #define DEFAULT_THREADS 4

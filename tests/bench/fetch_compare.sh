@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A new node's fetch of one large file through the mount, two builds side by
-# side in one run (docs/BENCHMARKS.md, "Restore and fetch without reading
-# back"): a benchmark aid, asserts no speed, only that every byte read
-# through the mount is the file's.
+# side in one run (docs/BENCHMARKS.md, "A new node's fetch of a 1 GiB file
+# through the mount"): a benchmark aid, asserts no speed, only that every
+# byte read through the mount is the file's.
 #
 #   tests/bench/fetch_compare.sh BEFORE_BUILD AFTER_BUILD [--size-mib N] [--reps N]
 #
