@@ -4,12 +4,14 @@
 it asserts no speed.
 
     /usr/bin/python3 tests/bench/resume_timeline.py BUILD WORKDIR
-        [--mib N] [--saves N] [--reps N] [--s3fs] [--perf] [-- CKPTFS_OPTION...]
+        [--scenario NAME] [--mib N] [--saves N] [--reps N] [--s3fs] [--perf]
+        [-- CKPTFS_OPTION...]
 
 Starts its own s3rver (tests/s3/s3rver.sh) and the counting proxy
 (tests/s3/faultproxy.py --request-log) on 127.0.0.1, saves --saves (default
-4) checkpoints of the peers benchmark's `full` scenario at --mib (default
-944) MiB through a ckptfs mount (node-a; every value changes between saves,
+4) checkpoints of a single-file scenario of the peers benchmark (--scenario:
+full, the default, bf16 or finetune) at --mib (default 944) MiB through a
+ckptfs mount (node-a; what training changes changes between saves,
 tests/bench/peers/workloads.py), and then, --reps times (default 3), mounts
 a new node (empty staging; after `sync` and dropping the page cache) and
 torch.loads the newest checkpoint, printing: spawn -> mounted -> listed ->
@@ -144,9 +146,11 @@ class Run:
         subprocess.run(["bash", os.path.join(SRC, "tests/s3/s3rver.sh"), "stop", self.s3dir],
                        timeout=60)
 
-    def populate(self, mib, saves):
+    def populate(self, name, mib, saves):
         import workloads
-        scenario = workloads.Full(mib << 20)
+        if name not in ("full", "bf16", "finetune"):
+            sys.exit("--scenario: full, bf16 or finetune (a single file per step)")
+        scenario = workloads.SCENARIOS[name](mib << 20)
         d, _, job = self.ckptfs("save", "node-a", [])
         os.makedirs(job)
         for step in range(1, saves + 1):
@@ -202,7 +206,7 @@ def main():
     extra = args[args.index("--") + 1:] if "--" in args else []
     opts = args[:args.index("--")] if "--" in args else args
     pos = [a for i, a in enumerate(opts) if not a.startswith("--") and
-           (i == 0 or opts[i - 1] not in ("--mib", "--saves", "--reps"))]
+           (i == 0 or opts[i - 1] not in ("--mib", "--saves", "--reps", "--scenario"))]
     if len(pos) != 2:
         usage()
     build, work = (os.path.abspath(p) for p in pos)
@@ -210,7 +214,8 @@ def main():
     run = Run(build, work)
     try:
         run.start_servers()
-        run.populate(option(opts, "--mib", 944), option(opts, "--saves", 4))
+        scenario = opts[opts.index("--scenario") + 1] if "--scenario" in opts else "full"
+        run.populate(scenario, option(opts, "--mib", 944), option(opts, "--saves", 4))
         reps = option(opts, "--reps", 3)
         tools = [False, True] if "--s3fs" in opts else [False]
         for r in range(reps):
