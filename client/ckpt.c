@@ -89,7 +89,8 @@ static ckpt_code code_from_st(st_err e)
     case ST_ERR_READ_ONLY:
     case ST_ERR_BUSY:
     case ST_ERR_CROSS:
-    case ST_ERR_TOO_LONG: return CKPT_EIO;
+    case ST_ERR_TOO_LONG:
+    case ST_ERR_TOO_BIG: return CKPT_EIO;
     }
     return CKPT_EIO;
 }

@@ -525,6 +525,8 @@ st_err st_vfs_lookup(st_vfs *v, uint64_t parent, const char *name, st_vfs_attr *
             return ST_ERR_NOT_FOUND;
         return ST_OK;
     }
+    if (strlen(name) > NAME_MAX) /* as any Linux file system: no such name can exist */
+        return st_seterr(ST_ERR_TOO_LONG, "name longer than %d bytes", NAME_MAX);
     pthread_mutex_lock(&v->lock);
     st_err e = ST_OK;
     vnode *dir = get_node(v, parent);
@@ -711,6 +713,10 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         e = ST_ERR_IS_DIR;
         goto out;
     }
+    if ((which & ST_VFS_SET_SIZE) && size > (uint64_t)INT64_MAX) {
+        e = st_seterr(ST_ERR_TOO_BIG, "size %" PRIu64 " is past any file's", size);
+        goto out;
+    }
     if ((which & ST_VFS_SET_SIZE) && size != n->size) {
         if (size && n->sid && vfs_spare_in_upload(v, n->sid))
             v->upload_disturbed = 1; /* cut or grown under the upload's reads */
@@ -725,8 +731,7 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         if (n->size != 0 || size != 0) {
             if (h && h->fd >= 0) {
                 if (ftruncate(h->fd, (off_t)size) < 0)
-                    e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "truncate: %s",
-                                  strerror(errno));
+                    e = st_seterr(st_err_of_write_errno(errno), "truncate: %s", strerror(errno));
             } else {
                 char path[PATH_MAX];
                 vfs_staging_path(v, n->sid, path, sizeof path);

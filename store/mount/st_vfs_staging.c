@@ -191,8 +191,7 @@ st_err vfs_staging_truncate(st_vfs *v, const char *path, uint64_t size)
     if (e)
         return e;
     if (ftruncate(fd, (off_t)size) < 0)
-        e = st_seterr(errno == ENOSPC ? ST_ERR_NOSPACE : ST_ERR_IO, "truncate %s: %s", path,
-                      strerror(errno));
+        e = st_seterr(st_err_of_write_errno(errno), "truncate %s: %s", path, strerror(errno));
     close(fd);
     return e;
 }

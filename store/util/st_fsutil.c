@@ -15,6 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
+st_err st_err_of_write_errno(int err)
+{
+    return err == ENOSPC || err == EDQUOT ? ST_ERR_NOSPACE
+           : err == EFBIG                 ? ST_ERR_TOO_BIG
+                                          : ST_ERR_IO;
+}
+
 /* The write loop both entry points share: at *off with pwrite() (advancing
  * it), or with write() at the file position when off is NULL. */
 static st_err write_loop(int fd, const uint8_t *p, size_t len, uint64_t *off, const char *what)
@@ -25,8 +32,7 @@ static st_err write_loop(int fd, const uint8_t *p, size_t len, uint64_t *off, co
             if (errno == EINTR)
                 continue;
             int e = errno;
-            return st_seterr(e == ENOSPC || e == EDQUOT ? ST_ERR_NOSPACE : ST_ERR_IO,
-                             "write %s: %s", what, strerror(e));
+            return st_seterr(st_err_of_write_errno(e), "write %s: %s", what, strerror(e));
         }
         p += n;
         if (off)

@@ -15,7 +15,11 @@
 
 #include "st_error.h"
 
-/*! write() until done; EINTR retried. ST_ERR_IO / ST_ERR_NOSPACE. */
+/*! The error of a write, truncate or allocation that failed with errno err:
+ *  ST_ERR_NOSPACE (ENOSPC, EDQUOT), ST_ERR_TOO_BIG (EFBIG), else ST_ERR_IO. */
+st_err st_err_of_write_errno(int err);
+
+/*! write() until done; EINTR retried. Errors as st_err_of_write_errno. */
 st_err st_write_all(int fd, const void *buf, size_t len, const char *what);
 
 /*! pwrite() until done at off; EINTR retried. */

@@ -152,6 +152,15 @@ static void test_errors(void)
     CHECK_ERR(
         st_vfs_create(a.v, at.ino, longname, 0644, O_CREAT | O_WRONLY, VH_PID_A, NULL, &at, &h),
         ST_ERR_TOO_LONG); /* ENAMETOOLONG, as on any Linux file system */
+    CHECK_ERR(st_vfs_lookup(a.v, at.ino, longname, &at), ST_ERR_TOO_LONG); /* not ENOENT */
+    /* A size no file can have (past off_t): EFBIG, not EIO, and the file
+     * keeps its size. */
+    st_vfs_attr fa;
+    CHECK_OK(vh_lookup(&a, VH_JOB "/x/f", &fa));
+    CHECK_ERR(st_vfs_setattr(a.v, fa.ino, ST_VFS_SET_SIZE, 0, 1ull << 63, 0, NULL, &fa),
+              ST_ERR_TOO_BIG);
+    CHECK_OK(vh_lookup(&a, VH_JOB "/x/f", &fa));
+    CHECK(fa.size == 1);
     CHECK_ERR(vh_create(&a, VH_JOB "/x/f", O_WRONLY | O_EXCL, VH_PID_A, &h), ST_ERR_EXISTS);
     /* The status file is read-only, the commit file write-only. */
     CHECK_ERR(st_vfs_open_file(a.v, ST_VFS_STATUS_INO, O_WRONLY, VH_PID_A, &h), ST_ERR_READ_ONLY);
