@@ -125,6 +125,14 @@ vnode *vfs_child(const vnode *dir, const char *name)
     return found ? dir->kids[i] : NULL;
 }
 
+/* dir's entries changed: its mtime and ctime are now, as on a local file
+ * system (a trainer or a watcher that polls a job directory's mtime sees a
+ * new checkpoint, including one that arrived from the store). */
+static void dir_changed(vnode *dir)
+{
+    dir->mtime_ns = dir->ctime_ns = st_now_ns();
+}
+
 st_err vfs_link(vnode *dir, vnode *child)
 {
     int found;
@@ -137,6 +145,7 @@ st_err vfs_link(vnode *dir, vnode *child)
     dir->kids[i] = child;
     dir->nkids++;
     child->parent = dir;
+    dir_changed(dir);
     return ST_OK;
 }
 
@@ -187,6 +196,7 @@ void vfs_unlink_node(st_vfs *v, vnode *child)
     if (found && dir->kids[i] == child) {
         memmove(dir->kids + i, dir->kids + i + 1, (dir->nkids - i - 1) * sizeof *dir->kids);
         dir->nkids--;
+        dir_changed(dir);
     }
     child->parent = NULL;
 }

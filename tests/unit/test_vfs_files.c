@@ -464,6 +464,54 @@ static void test_rename_over_existing(void)
  * restart, a chown that changes nothing or something is kept, and what the
  * mount's user owns: the root, the control files (0400/0200 by default),
  * and files another node stored. */
+/* Sets path's mtime back to 1 s past the epoch (utimensat); 1 on success. */
+static int backdate(vh_mount *m, const char *path)
+{
+    st_vfs_attr at;
+    return vh_lookup(m, path, &at) == ST_OK &&
+           st_vfs_setattr(m->v, at.ino, ST_VFS_SET_MTIME, 0, 0, 1000000000, NULL, &at) == ST_OK &&
+           at.mtime_ns == 1000000000;
+}
+
+/* path's mtime and ctime are both past 1 s after the epoch: changed since
+ * backdate(). */
+static int changed(vh_mount *m, const char *path)
+{
+    st_vfs_attr at;
+    return vh_lookup(m, path, &at) == ST_OK && at.mtime_ns > 1000000000 &&
+           at.ctime_ns > 1000000000 && at.ctime_ns >= at.mtime_ns;
+}
+
+/* A directory's mtime and ctime change when an entry is created, removed or
+ * renamed in it (a watcher that polls a job directory notices a new
+ * checkpoint). */
+static void test_directory_times(void)
+{
+    store_reset();
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "dirtimes-a", 1));
+    if (!a.v)
+        return;
+    const char *dir = VH_JOB "/step-000001";
+    CHECK_OK(vh_mkdirs(&a, dir));
+    CHECK(backdate(&a, dir));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/step-000001/a.pt", "a", VH_PID_A));
+    CHECK(changed(&a, dir)); /* create */
+    CHECK(backdate(&a, dir));
+    CHECK_OK(vh_rename(&a, VH_JOB "/step-000001/a.pt", VH_JOB "/step-000001/b.pt"));
+    CHECK(changed(&a, dir)); /* rename within */
+    CHECK(backdate(&a, dir) && backdate(&a, VH_JOB));
+    CHECK_OK(vh_rename(&a, VH_JOB "/step-000001/b.pt", VH_JOB "/b.pt"));
+    CHECK(changed(&a, dir) && changed(&a, VH_JOB)); /* rename across: both */
+    CHECK(backdate(&a, VH_JOB));
+    CHECK_OK(vh_unlink(&a, VH_JOB "/b.pt"));
+    CHECK(changed(&a, VH_JOB)); /* unlink */
+    CHECK(backdate(&a, VH_JOB));
+    CHECK_OK(vh_rmdir(&a, dir));
+    CHECK(changed(&a, VH_JOB)); /* rmdir */
+    vh_mount_close(&a);
+}
+
 static void test_owners(void)
 {
     store_reset();
@@ -542,6 +590,7 @@ int main(void)
     RUN(test_rename_over_existing);
     RUN(test_rename_tmp_checkpoint_after_a_step);
     RUN(test_owners);
+    RUN(test_directory_times);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
