@@ -39,7 +39,7 @@
     "  128+N  gc stopped early by signal N (130: SIGINT), at a safe point\n"
 
 static const verb verbs[] = {
-    {"ls", run_ls, 1, OPT_JSON, "ls [--job J] [--json]",
+    {"ls", run_ls, STORE_EXISTING, OPT_JSON, "ls [--job J] [--json]",
      "Without a job: list the jobs in the store. With --job (or $CKPT_JOB): list the\n"
      "job's steps, oldest first: step, state (consistent: complete on every rank and\n"
      "durable, restorable; partial: not, with the reason; unreadable: a part record\n"
@@ -48,11 +48,11 @@ static const verb verbs[] = {
      "over stored bytes). --json: an array of job names, or of step objects with\n"
      "step, state, consistent, complete, why, files, bytes, nodes, ranks,\n"
      "world_size, created_ns.\n"},
-    {"latest", run_latest, 1, OPT_JSON, "latest [--json]",
+    {"latest", run_latest, STORE_EXISTING, OPT_JSON, "latest [--json]",
      "Print the job's latest consistent step number alone on stdout (exit 0). Exit 1\n"
      "with a message on stderr when the job has no consistent step.\n"
      "--json: {\"job\": J, \"step\": N}.\n"},
-    {"restore", run_restore, 1,
+    {"restore", run_restore, STORE_EXISTING,
      OPT_STEP | OPT_LATEST | OPT_RANK | OPT_NO_FALLBACK | OPT_THREADS | OPT_TO | OPT_JSON,
      "restore [--step N | --latest] [--rank R] [--no-fallback] [--threads N] --to DIR",
      "Restore a consistent step of the job into DIR (created if missing); without\n"
@@ -67,47 +67,47 @@ static const verb verbs[] = {
      "A progress bar is drawn on stderr when it is a terminal.\n"
      "--json: step, files, bytes, gets, read_back_bytes, fell_back, failed_step,\n"
      "failure.\n"},
-    {"get", run_get, 1, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
+    {"get", run_get, STORE_EXISTING, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
      "Same as restore --step N --to DIR (kept for scripts).\n"},
-    {"put", run_put, 1, OPT_STEP | OPT_JSON, "put --step N DIR [--json]",
+    {"put", run_put, STORE_CREATE, OPT_STEP | OPT_JSON, "put --step N DIR [--json]",
      "Store every regular file under DIR as step N of the job. Files are chunked,\n"
      "deduplicated against everything the job already stored, compressed and packed;\n"
      "the step becomes visible only once all of it is in the store. Files stored this\n"
      "way carry no rank (-1). --json: files, skipped, bytes, chunks, new_chunks,\n"
      "new_bytes, stored_bytes, packs, puts.\n"},
-    {"verify", run_verify, 1, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",
+    {"verify", run_verify, STORE_EXISTING, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",
      "Read every chunk of a step (default: the latest consistent one) and check it,\n"
      "and every file's digest, writing nothing locally. Exit 4 naming the first bad\n"
      "file when something failed. --json: step, files, chunks, bytes, bad_files, ok.\n"},
-    {"stats", run_stats, 1, OPT_JSON, "stats [--job J] [--json]",
+    {"stats", run_stats, STORE_EXISTING, OPT_JSON, "stats [--job J] [--json]",
      "Space accounting of the job (without a job: of every job): steps, logical bytes\n"
      "(the sum of the steps' file sizes) against stored bytes (pack objects), the\n"
      "dedup ratio (logical / stored), object counts (packs, manifests, part records),\n"
      "and the object requests this command made (PUT, GET, HEAD, LIST, DELETE).\n"},
-    {"commit", run_commit, 0, OPT_MOUNT | OPT_STEP | OPT_RANK | OPT_WORLD,
+    {"commit", run_commit, STORE_NONE, OPT_MOUNT | OPT_STEP | OPT_RANK | OPT_WORLD,
      "commit --mount M --step N --rank R --world-size W",
      "Commit step N of the job for rank R of W through the ckptfs mount at M (writes\n"
      "\"JOB N R W\" to M/.ckptfs/commit). A step whose ranks 0..W-1 are all committed is\n"
      "complete; the mount records the commit once this node's files of the step are\n"
      "durable.\n"},
-    {"wait", run_wait, 0, OPT_MOUNT | OPT_STEP | OPT_TIMEOUT,
+    {"wait", run_wait, STORE_NONE, OPT_MOUNT | OPT_STEP | OPT_TIMEOUT,
      "wait --mount M --step N [--timeout S]",
      "Block until step N of the job is durable according to the ckptfs mount at M\n"
      "(polls M/.ckptfs/status). --timeout S gives up after S seconds with exit 6;\n"
      "without it, waits forever.\n"},
-    {"status", run_status, 0, OPT_MOUNT | OPT_JSON, "status --mount M [--json]",
+    {"status", run_status, STORE_NONE, OPT_MOUNT | OPT_JSON, "status --mount M [--json]",
      "Show the state of the ckptfs mount at M: pending (not yet durable) bytes,\n"
      "staging use, upload totals and rate, the upload queue, the last error, and\n"
      "every step the mount knows with its state. --json prints the status file as\n"
      "it is.\n"},
-    {"drain", run_drain, 0, OPT_MOUNT, "drain MOUNT | drain --mount M",
+    {"drain", run_drain, STORE_NONE, OPT_MOUNT, "drain MOUNT | drain --mount M",
      "A preemption notice to the ckptfs mount at M (writes \"drain\" to\n"
      "M/.ckptfs/drain; SIGUSR1 to the daemon does the same): from now on it uploads\n"
      "each job's newest complete step first, then the rest, and keeps serving\n"
      "(docs/SHUTDOWN.md). Prints the estimated time until every pending byte is\n"
      "durable (status eta_durable_seconds). Then wait for the newest step with\n"
      "ckptctl wait.\n"},
-    {"warmup", run_warmup, 0, OPT_JSON | OPT_TIMEOUT,
+    {"warmup", run_warmup, STORE_NONE, OPT_JSON | OPT_TIMEOUT,
      "warmup MOUNT/JOB[/STEP] [--timeout S] [--json]",
      "Ask the ckptfs mount to fetch a step into its staging now (writes \"JOB [STEP]\"\n"
      "to MOUNT/.ckptfs/warmup; docs/WARMUP.md), then wait until every file of it is\n"
@@ -116,7 +116,7 @@ static const verb verbs[] = {
      "newest step. Exit 0: warm; 7: partial (the rest did not fit under\n"
      "--staging-cap); 3: a fetch failed; 6: --timeout S passed (the warm-up goes on).\n"
      "--json: the request's status object.\n"},
-    {"gc", run_gc, 1, OPT_GC | OPT_JSON,
+    {"gc", run_gc, STORE_EXISTING, OPT_GC | OPT_JSON,
      "gc [--keep-last N] [--keep-every K] [--grace SECONDS] [--repack-dead PCT] [--batch N]\n"
      "             [--compact[=PCT]] [--progress] [--dry-run] [--json]",
      "Retention and garbage collection of the job (docs/GC.md). --keep-last N keeps\n"
@@ -153,9 +153,9 @@ static const verb verbs[] = {
      "candidates, candidate_bytes, live_bytes, packs_written, parts_rewritten,\n"
      "steps_skipped, parts_changed, gets, puts, wait_ns, skipped, why), deleted\n"
      "(every key, in order).\n"},
-    {"pin", run_pin, 1, OPT_STEP, "pin --step N",
+    {"pin", run_pin, STORE_EXISTING, OPT_STEP, "pin --step N",
      "Pin step N of the job: gc never deletes a pinned step.\n"},
-    {"unpin", run_unpin, 1, OPT_STEP, "unpin --step N",
+    {"unpin", run_unpin, STORE_EXISTING, OPT_STEP, "unpin --step N",
      "Remove the pin of step N (exit 1 if it was not pinned).\n"},
 };
 
@@ -602,6 +602,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     c.open.warn = print_warning;
+    c.open.existing_only = v->needs_store == STORE_EXISTING; /* a typo is not an empty store */
     st_store *s;
     st_err e = st_store_open(&c.open, &s);
     if (e)

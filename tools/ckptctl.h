@@ -88,11 +88,18 @@ typedef struct cli {
 /* What a verb runs: its exit code. s is NULL when the verb's needs_store is 0. */
 typedef int verb_fn(cli *c, st_store *s);
 
+/* What a verb needs of the store (verb.needs_store). */
+enum {
+    STORE_NONE = 0,     /* no store: it talks to a mount */
+    STORE_EXISTING = 1, /* one that exists: a missing file:// directory is an error */
+    STORE_CREATE = 2,   /* one it may create (put) */
+};
+
 typedef struct verb {
     const char *name;
     verb_fn *run;
-    int needs_store;
-    unsigned opts; /* enum opt_bit accepted */
+    int needs_store; /* STORE_* */
+    unsigned opts;   /* enum opt_bit accepted */
     const char *usage;
     const char *help;
 } verb;

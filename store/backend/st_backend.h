@@ -192,6 +192,10 @@ typedef struct st_backend_opts {
     /* PEM file of the CA(s) to trust for https endpoints instead of the
      * system store. NULL: $CKPT_S3_CA_FILE, else the system store. */
     const char *s3_ca_file;
+    /* file://: a root that does not exist is ST_ERR_NOT_FOUND ("no store
+     * at ...") instead of being made: a reader given a mistyped path must
+     * not see an empty store. */
+    int existing_only;
     /* Deadline of one request: timeout_ms plus 1 s per MiB it carries
      * (default 60000). */
     unsigned timeout_ms;
@@ -272,6 +276,8 @@ st_err st_del_items_result(const st_del_item *items, size_t n);
 /* The file:// backend (st_backend_file.c). root must be an absolute path;
  * it is created (mkdir -p) if missing. */
 st_err st_backend_file_open(const char *root, st_backend **out);
+/* As st_backend_file_open; existing_only: a missing root is ST_ERR_NOT_FOUND. */
+st_err st_backend_file_open_existing(const char *root, int existing_only, st_backend **out);
 
 /* The s3:// backends, without the retry wrapper: url is
  * "s3://bucket[/prefix]", opts may be NULL; configuration and credentials

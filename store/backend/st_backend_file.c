@@ -820,6 +820,11 @@ static st_err mkdir_p(const char *root)
 
 st_err st_backend_file_open(const char *root, st_backend **out)
 {
+    return st_backend_file_open_existing(root, 0, out);
+}
+
+st_err st_backend_file_open_existing(const char *root, int existing_only, st_backend **out)
+{
     st_err e = ST_OK;
     file_ctx *c = NULL;
     st_backend *b = NULL;
@@ -833,6 +838,8 @@ st_err st_backend_file_open(const char *root, st_backend **out)
         return st_seterr(ST_ERR_INVALID, "file store root \"%.200s...\" is too long", root);
 
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && existing_only)
+        return st_seterr(ST_ERR_NOT_FOUND, "no store at %s: the directory does not exist", root);
     if (fd < 0 && errno == ENOENT) {
         e = mkdir_p(root);
         if (e)

@@ -44,7 +44,6 @@ static const struct {
  */
 static st_err file_url_open(const char *url, const st_backend_opts *opts, st_backend **out)
 {
-    (void)opts; /* nothing to tune in a file store */
     const char *rest = url + strlen("file:");
     if (strncmp(rest, "//", 2) != 0)
         return st_seterr(ST_ERR_INVALID, "store URL \"%.200s\": expected file:///absolute/dir",
@@ -93,7 +92,7 @@ static st_err file_url_open(const char *url, const st_backend_opts *opts, st_bac
         i += 2;
     }
     root[o] = '\0';
-    return st_backend_file_open(root, out);
+    return st_backend_file_open_existing(root, opts && opts->existing_only, out);
 }
 
 /* s3://: signature V4 on libcurl unless V2 (libs3) is asked for

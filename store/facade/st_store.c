@@ -101,7 +101,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
                           .s3_signature = opts->s3_signature,
                           .s3_region = opts->s3_region,
                           .s3_addressing = opts->s3_addressing,
-                          .s3_ca_file = opts->s3_ca_file};
+                          .s3_ca_file = opts->s3_ca_file,
+                          .existing_only = opts->existing_only};
     st_err e = st_backend_open_opts(opts->url, &bo, &s->backend);
     if (!e)
         e = st_backend_count_wrap(&s->backend, &s->requests);

@@ -33,6 +33,7 @@ typedef struct st_store_options {
     const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
+    int existing_only;         /* file://: a missing directory is ST_ERR_NOT_FOUND, not made */
     const char *state_dir;     /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;          /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */

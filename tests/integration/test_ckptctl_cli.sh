@@ -45,14 +45,20 @@ contains "$tmp/out" "no-fallback" "help restore describes --no-fallback"
 expect 2 "no verb" -- "$ckptctl"
 expect 2 "unknown verb" -- "$ckptctl" frobnicate
 contains "$tmp/err" "unknown verb" "unknown verb message"
+# A store path that does not exist (a typo) is not an empty store, and
+# reading it does not make it.
+for verb in ls latest stats verify; do
+    expect 1 "$verb of a store that does not exist" -- "$ckptctl" "$verb"
+    contains "$tmp/err" "no store at $tmp/store: the directory does not exist" "$verb: no store"
+done
+if [ -e "$tmp/store" ]; then failed=$((failed + 1)); echo "FAIL: reading made the store"; else
+    passed=$((passed + 1)); fi
 expect 2 "bad step" -- "$ckptctl" get --step -3 --to "$tmp/x"
 expect 2 "put without step" -- "$ckptctl" put "$tmp"
 expect 2 "relative file URL" -- "$ckptctl" --store file://relative/dir ls
 expect 2 "unknown scheme" -- "$ckptctl" --store gopher://x ls
 expect 2 "hostile job name" -- "$ckptctl" --job ../etc get --step 1 --to "$tmp/x"
 contains "$tmp/err" "invalid job name" "job name message"
-expect 1 "missing step" -- "$ckptctl" get --step 42 --to "$tmp/x"
-contains "$tmp/err" "step 42 of job cli is not in the store" "missing step message"
 expect 2 "put of a missing dir" -- "$ckptctl" put --step 1 "$tmp/nope"
 
 # A real put/get round trip with an odd file name and a nested directory.
@@ -67,6 +73,8 @@ if cmp -s "$tmp/src/sub dir/weights #1.bin" "$tmp/dst/sub dir/weights #1.bin" &&
    cmp -s "$tmp/src/latest" "$tmp/dst/latest"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: restored files differ"; fi
 expect 5 "put of an existing step" -- "$ckptctl" put --step 1 "$tmp/src"
+expect 1 "missing step" -- "$ckptctl" get --step 42 --to "$tmp/x"
+contains "$tmp/err" "step 42 of job cli is not in the store" "missing step message"
 
 # Usage errors of the new verbs and options.
 expect 2 "restore --step and --latest" -- "$ckptctl" restore --step 1 --latest --to "$tmp/x"
