@@ -342,7 +342,9 @@ static void node_attr(const vnode *n, st_vfs_attr *a)
 {
     a->ino = n->ino;
     a->mode = n->mode;
-    a->nlink = S_ISDIR(n->mode) ? 2 : 1;
+    /* As a local file system: a directory's "." and its entry, and each
+     * subdirectory's ".."; a file open after its unlink has no link. */
+    a->nlink = S_ISDIR(n->mode) ? 2 + (uint32_t)n->nsubdirs : n->parent ? 1 : 0;
     a->uid = n->uid;
     a->gid = n->gid;
     a->size = S_ISDIR(n->mode) ? 4096 : n->size;
@@ -1104,9 +1106,11 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
         return ST_ERR_IS_DIR;
     n->opens++; /* pins n while a fetch drops the lock */
     vfetch *fx = NULL;
-    if (writable && (flags & O_TRUNC))
+    if (writable && (flags & O_TRUNC)) {
         e = make_local(v, n, 1);
-    else if (writable && !n->sid)
+        if (!e) /* POSIX: open(O_TRUNC) of an existing file marks both */
+            n->mtime_ns = n->ctime_ns = st_now_ns();
+    } else if (writable && !n->sid)
         e = make_local(v, n, 0);
     else if (!n->sid) /* read-only: served run by run as the fetch verifies them */
         e = vfs_fetch_begin(v, n, &fx);
@@ -2000,6 +2004,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    v->root->nsubdirs = 1; /* .ckptfs, not among its kids */
     v->ninodes = ST_VFS_LAST_CTL_INO + 1;
     pthread_mutex_lock(&v->lock);
     e = vfs_journal_open(v);

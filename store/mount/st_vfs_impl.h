@@ -69,6 +69,7 @@ struct vnode {
     /* directories: children sorted by name */
     vnode **kids;
     size_t nkids, kids_cap;
+    size_t nsubdirs; /* of kids, the directories (its link count is 2 + nsubdirs) */
 
     /* files */
     uint64_t sid;             /* staging file STAGING/data/<sid>; 0: none */

@@ -144,6 +144,7 @@ st_err vfs_link(vnode *dir, vnode *child)
     memmove(dir->kids + i + 1, dir->kids + i, (dir->nkids - i) * sizeof *dir->kids);
     dir->kids[i] = child;
     dir->nkids++;
+    dir->nsubdirs += S_ISDIR(child->mode) != 0;
     child->parent = dir;
     dir_changed(dir);
     return ST_OK;
@@ -196,6 +197,7 @@ void vfs_unlink_node(st_vfs *v, vnode *child)
     if (found && dir->kids[i] == child) {
         memmove(dir->kids + i, dir->kids + i + 1, (dir->nkids - i - 1) * sizeof *dir->kids);
         dir->nkids--;
+        dir->nsubdirs -= S_ISDIR(child->mode) != 0;
         dir_changed(dir);
     }
     child->parent = NULL;

@@ -512,6 +512,45 @@ static void test_directory_times(void)
     vh_mount_close(&a);
 }
 
+/* Link counts as on a local file system (find(1) without -noleaf skips
+ * subdirectories past a directory's count): a directory has 2 plus one per
+ * subdirectory, the root one more for .ckptfs; a file open after its unlink
+ * has none. open(O_TRUNC) of an existing file marks its mtime and ctime. */
+static void test_links_and_trunc_times(void)
+{
+    store_reset();
+    vh_mount a;
+    CHECK_OK(vh_mount_open(&a, store, "a", "links-a", 1));
+    if (!a.v)
+        return;
+    st_vfs_attr at;
+    CHECK_OK(vh_mkdirs(&a, VH_JOB "/s1/deep"));
+    CHECK_OK(vh_mkdirs(&a, VH_JOB "/s2"));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/s1/f", "f", VH_PID_A));
+    CHECK_OK(st_vfs_getattr(a.v, ST_VFS_ROOT_INO, &at));
+    CHECK(at.nlink == 2 + 1 + 1); /* the job and .ckptfs */
+    CHECK(vh_lookup(&a, VH_JOB, &at) == ST_OK && at.nlink == 4);
+    CHECK(vh_lookup(&a, VH_JOB "/s1", &at) == ST_OK && at.nlink == 3);
+    CHECK(vh_lookup(&a, VH_JOB "/s1/deep", &at) == ST_OK && at.nlink == 2);
+    CHECK_OK(vh_rename(&a, VH_JOB "/s1/deep", VH_JOB "/s2/deep"));
+    CHECK(vh_lookup(&a, VH_JOB "/s1", &at) == ST_OK && at.nlink == 2);
+    CHECK(vh_lookup(&a, VH_JOB "/s2", &at) == ST_OK && at.nlink == 3);
+    CHECK_OK(vh_rmdir(&a, VH_JOB "/s2/deep"));
+    CHECK(vh_lookup(&a, VH_JOB "/s2", &at) == ST_OK && at.nlink == 2);
+
+    st_vfs_attr f;
+    st_vfs_handle *h = NULL;
+    CHECK(backdate(&a, VH_JOB "/s1/f"));
+    CHECK_OK(vh_lookup(&a, VH_JOB "/s1/f", &f));
+    CHECK_OK(st_vfs_open_file(a.v, f.ino, O_WRONLY | O_TRUNC, VH_PID_A, &h));
+    CHECK(changed(&a, VH_JOB "/s1/f"));
+    CHECK_OK(vh_unlink(&a, VH_JOB "/s1/f"));
+    CHECK(st_vfs_getattr(a.v, f.ino, &f) == ST_OK && f.nlink == 0);
+    if (h)
+        st_vfs_release(a.v, h);
+    vh_mount_close(&a);
+}
+
 static void test_owners(void)
 {
     store_reset();
@@ -591,6 +630,7 @@ int main(void)
     RUN(test_rename_tmp_checkpoint_after_a_step);
     RUN(test_owners);
     RUN(test_directory_times);
+    RUN(test_links_and_trunc_times);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
