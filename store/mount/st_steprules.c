@@ -21,6 +21,10 @@
  * final component may go on with an extension: '.' and at least one more
  * byte ("ckpt-5.pt", "ckpt-5.pt.tmp"). Nothing else is accepted, so
  * "stepping", "step-", "step-1a", "checkpoints" and ".step-5" match nothing.
+ * Before that rule, PyTorch Lightning's names (lightning_component): fields
+ * "name=value" joined by '-', the step from the "step=" field, else from
+ * the "epoch=" one ("epoch=3-step=400.ckpt", a file, or a directory of
+ * that name when FSDP saves sharded).
  *
  * User rule (--step-pattern): the pattern is compiled twice: once alone, to
  * validate it and count its groups (exactly one), and once wrapped as
@@ -124,8 +128,56 @@ static bool parse_decimal(const char *s, size_t len, uint64_t *value, bool *over
     return true;
 }
 
+/* One Lightning field: name, digits, then nothing or '.' and more (the
+ * extension of the last field). */
+static comp_result lightning_field(const char *f, size_t len, const char *name, uint64_t *value)
+{
+    size_t i = strlen(name);
+    if (len <= i || memcmp(f, name, i) != 0)
+        return COMP_NO;
+    size_t digits_at = i;
+    while (i < len && is_digit(f[i]))
+        i++;
+    if (i == digits_at || (i != len && f[i] != '.'))
+        return COMP_NO;
+    bool overflow;
+    parse_decimal(f + digits_at, i - digits_at, value, &overflow);
+    return overflow ? COMP_STOP : COMP_STEP;
+}
+
+/* PyTorch Lightning's ModelCheckpoint names its files by the metrics in its
+ * filename template, "name=value" fields joined by '-' (the default
+ * "{epoch}-{step}" gives "epoch=3-step=400.ckpt"; with a monitored metric,
+ * "epoch=3-step=400-val_loss=0.52.ckpt"; "-v1" after a clash). The step is
+ * the "step=" field's number (a "step=" field that is not a number: no
+ * step), or without one the "epoch=" field's. Hidden names are never steps,
+ * as in the word rule. */
+static comp_result lightning_component(const char *c, size_t len, uint64_t *step)
+{
+    comp_result epoch = COMP_NO;
+    uint64_t epoch_value = 0;
+    if (len == 0 || c[0] == '.')
+        return COMP_NO;
+    for (size_t at = 0; at < len;) {
+        size_t end = at;
+        while (end < len && c[end] != '-')
+            end++;
+        if (end - at >= 5 && memcmp(c + at, "step=", 5) == 0) /* the step field decides */
+            return lightning_field(c + at, end - at, "step=", step);
+        if (epoch == COMP_NO)
+            epoch = lightning_field(c + at, end - at, "epoch=", &epoch_value);
+        at = end + 1;
+    }
+    if (epoch == COMP_STEP)
+        *step = epoch_value;
+    return epoch;
+}
+
 static comp_result builtin_component(const char *c, size_t len, bool is_final, uint64_t *step)
 {
+    comp_result lightning = lightning_component(c, len, step);
+    if (lightning != COMP_NO)
+        return lightning;
     size_t i = 0;
     bool found = false;
     for (size_t w = 0; w < sizeof step_words / sizeof step_words[0] && !found; w++) {

@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mountlib import (CKPTCTL, CKPTFS, Mount, MountTestCase, list_steps, run_torch,  # noqa: E402
-                      run_torch_script, sha256_file, tree_digest, wait_durable)
+                      run_torch_script, sha256_file, tree_digest, wait_durable, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = "job"
@@ -369,6 +369,51 @@ class MountTest(MountTestCase):
             name = "global_step%d/mp_rank_00_model_states.pt" % step
             self.assertEqual(sha256_file(os.path.join(out, name)),
                              sha256_file(os.path.join(local, name)))
+
+    def test_lightning_layout(self):
+        """PyTorch Lightning's ModelCheckpoint as it saves with its defaults
+        plus save_last="link": `epoch=E-step=S.ckpt` files in the job
+        directory, then `last.ckpt` as a symlink, which the mount refuses,
+        so (as Lightning does) a copy. Each file is a step of its own by its
+        `step=` field (docs/STEPS.md); `last.ckpt` joins the newest step.
+        Before the Lightning rule no file named a step, so nothing was ever
+        stored."""
+        m = self.mount("a")
+        job = os.path.join(m.path, JOB)
+        os.mkdir(job)
+        code = ("import errno, os, shutil, sys, torch\n"
+                "job = sys.argv[1]\n"
+                "for epoch, step in ((0, 100), (1, 200)):\n"
+                "    torch.manual_seed(step)\n"
+                "    name = 'epoch=%d-step=%d.ckpt' % (epoch, step)\n"
+                "    state = {'state_dict': torch.nn.Linear(256, 256).state_dict(),\n"
+                "             'epoch': epoch, 'global_step': step}\n"
+                "    torch.save(state, os.path.join(job, name))\n"
+                "    last = os.path.join(job, 'last.ckpt')\n"
+                "    if os.path.lexists(last):\n"
+                "        os.remove(last)\n"
+                "    try:\n"
+                "        os.symlink(name, last)\n"
+                "        sys.exit('the mount made a symlink')\n"
+                "    except OSError as e:\n"
+                "        assert e.errno == errno.ENOTSUP, e\n"
+                "        shutil.copy(os.path.join(job, name), last)\n")
+        run_torch(code, job)
+        for step in (100, 200):
+            self.durable(step, timeout=60)
+        # last.ckpt came after step 200 was complete: R5 seals it again.
+        wait_for(lambda: {s["step"]: s["files"] for s in
+                          list_steps(CKPTCTL, self.store, JOB)}.get(200) == 2, 60,
+                 "step 200 stored with last.ckpt")
+        self.assertEqual([s["step"] for s in list_steps(CKPTCTL, self.store, JOB)], [100, 200])
+        out = os.path.join(self.tmp, "restore-200")
+        subprocess.run([CKPTCTL, "--store", self.store, "--job", JOB, "restore", "--step", "200",
+                        "--to", out], check=True, capture_output=True, timeout=120)
+        self.assertEqual(sorted(os.listdir(out)), ["epoch=1-step=200.ckpt", "last.ckpt"])
+        self.assertEqual(sha256_file(os.path.join(out, "last.ckpt")),
+                         sha256_file(os.path.join(job, "epoch=1-step=200.ckpt")))
+        run_torch("import sys, torch; assert torch.load(sys.argv[1])['global_step'] == 200",
+                  os.path.join(out, "last.ckpt"))
 
     def test_staging_cap_gives_enospc(self):
         m = self.mount("a", extra=("--staging-cap", "8M"), env={"CKPT_FAULT": "put_delay_ms=2000"})

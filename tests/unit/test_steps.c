@@ -126,6 +126,27 @@ static const struct path_case builtin_cases[] = {
     NO("ckpt-5-rank0.pt"),
     NO("model.pt"),
     NO("ckpt.pt"),
+    /* PyTorch Lightning's ModelCheckpoint: name=value fields joined by '-' */
+    YES("epoch=3-step=400.ckpt", 400, "epoch=3-step=400.ckpt", 1),
+    YES("checkpoints/epoch=3-step=400-val_loss=0.52.ckpt", 400,
+        "checkpoints/epoch=3-step=400-val_loss=0.52.ckpt", 1),
+    YES("epoch=3-step=400-v1.ckpt", 400, "epoch=3-step=400-v1.ckpt", 1),
+    YES("step=400.ckpt", 400, "step=400.ckpt", 1),
+    YES("val_loss=0.52-step=400", 400, "val_loss=0.52-step=400", 1),
+    YES("epoch=7.ckpt", 7, "epoch=7.ckpt", 1),
+    YES("epoch=7-val_loss=0.52.ckpt", 7, "epoch=7-val_loss=0.52.ckpt", 1),
+    YES("epoch=0-step=100.ckpt/__0_0.distcp", 100, "epoch=0-step=100.ckpt", 0), /* FSDP */
+    YES("epoch=0-step=100.ckpt/.metadata", 100, "epoch=0-step=100.ckpt", 0),
+    NO("last.ckpt"),
+    NO("last-v1.ckpt"),
+    NO(".epoch=3-step=400.ckpt"),
+    NO("epoch=3-step=4x.ckpt"),
+    NO("epoch=3-step=.ckpt"),
+    NO("epoch=x-step=y.ckpt"),
+    NO("mystep=5.ckpt"),
+    NO("epoch=3-step=99999999999999999999.ckpt"), /* too large: no epoch fallback */
+    YES("epoch=3-step=99999999999999999999x.ckpt/step-5.pt", 5,
+        "epoch=3-step=99999999999999999999x.ckpt/step-5.pt", 1),
     /* the first matching component decides */
     YES("checkpoints/step-10/x", 10, "checkpoints/step-10", 0),
     YES("step-10/sub/step-20.pt", 10, "step-10", 0),
