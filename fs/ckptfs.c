@@ -107,7 +107,8 @@ static void to_stat(const st_vfs_attr *a, struct stat *st)
     st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
     st->st_ctim.tv_sec = a->ctime_ns / 1000000000;
     st->st_ctim.tv_nsec = a->ctime_ns % 1000000000;
-    st->st_atim = st->st_mtim;
+    st->st_atim.tv_sec = a->atime_ns / 1000000000;
+    st->st_atim.tv_nsec = a->atime_ns % 1000000000;
 }
 
 static void reply_entry(fuse_req_t req, const st_vfs_attr *a)
@@ -142,6 +143,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_SPLICE_READ)
         conn->want |= FUSE_CAP_SPLICE_READ;
+    /* The kernel clears setuid/setgid when someone without CAP_FSETID
+     * writes, truncates or chowns a file (a setattr of the mode), as on a
+     * local file system; libfuse would otherwise leave that to us. */
+    conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -181,11 +186,23 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
+static int64_t ns_of(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return ns_of(&now);
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                        struct fuse_file_info *fi)
 {
     int which = 0;
-    int64_t mtime = 0;
+    int64_t atime = 0, mtime = 0;
     st_vfs_attr a;
     struct stat st;
     st_err e;
@@ -205,20 +222,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
         which |= ST_VFS_SET_MODE;
     if (to_set & FUSE_SET_ATTR_SIZE)
         which |= ST_VFS_SET_SIZE;
-    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    if (to_set & (FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_MTIME)) {
         which |= ST_VFS_SET_MTIME;
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        mtime = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    } else if (to_set & FUSE_SET_ATTR_MTIME) {
-        which |= ST_VFS_SET_MTIME;
-        mtime = (int64_t)attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec;
+        mtime = to_set & FUSE_SET_ATTR_MTIME_NOW ? now_ns() : ns_of(&attr->st_mtim);
+    }
+    if (to_set & (FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_ATIME)) {
+        which |= ST_VFS_SET_ATIME;
+        atime = to_set & FUSE_SET_ATTR_ATIME_NOW ? now_ns() : ns_of(&attr->st_atim);
     }
     if (owner_change && !which)
         e = ST_OK; /* a chown by itself: a holds the attributes */
     else
-        e = st_vfs_setattr(vfs_of(req), ino, which, attr->st_mode, (uint64_t)attr->st_size, mtime,
-                           fi ? handle_of(fi) : NULL, &a);
+        e = st_vfs_setattr(vfs_of(req), ino, which, attr->st_mode, (uint64_t)attr->st_size, atime,
+                           mtime, fi ? handle_of(fi) : NULL, &a);
     if (e) {
         reply_err(req, e);
         return;
@@ -305,6 +321,16 @@ static void set_cache_mode(struct fuse_file_info *fi, const st_vfs_handle *h)
         fi->direct_io = 1;
 }
 
+/* A direct-I/O write does not clear set-user-ID and set-group-ID in the
+ * kernel (a write through the page cache does, by a setattr): the daemon
+ * does it. It cannot see the writer's capabilities; like the kernel for
+ * the superuser, it lets uid 0 keep the bits (CAP_FSETID). */
+static void set_setid_rule(fuse_req_t req, struct fuse_file_info *fi, st_vfs_handle *h)
+{
+    if ((fi->flags & O_ACCMODE) != O_RDONLY && fuse_req_ctx(req)->uid != 0)
+        st_vfs_handle_drops_setid(h);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     st_vfs_handle *h;
@@ -315,6 +341,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     fi->fh = (uint64_t)(uintptr_t)h;
     set_cache_mode(fi, h);
+    set_setid_rule(req, fi, h);
     fuse_reply_open(req, fi);
 }
 
@@ -332,6 +359,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     }
     fi->fh = (uint64_t)(uintptr_t)h;
     set_cache_mode(fi, h);
+    set_setid_rule(req, fi, h);
     struct fuse_entry_param ep;
     memset(&ep, 0, sizeof ep);
     ep.ino = a.ino;

@@ -17,6 +17,7 @@ packages=(build-essential cmake pkg-config clang clang-format libjson-c-dev
           dpkg-dev man-db systemd  # the .deb: dpkg-shlibdeps, man, systemd-analyze
           linux-perf  # tests/bench/bench_seal_cpu.sh: CPU seconds (perf stat)
           faketime  # integration.gc_clocks: hosts whose clocks disagree
+          rsync  # integration.posix_tools: rsync -a into the mount
           s3fs rclone awscli python3-matplotlib)  # tests/bench/peers: the peers and plots
 # Ceph for the RGW tests (tests/s3/rgw.sh): no recommends, which would pull
 # in systemd units, a mgr and its Python stack (~264 MB, ~1 min without).

@@ -144,6 +144,7 @@ typedef struct st_vfs_attr {
     uint32_t nlink;
     uint32_t uid, gid; /* the owner (see the file comment) */
     uint64_t size;
+    int64_t atime_ns; /* what utimensat set, while the mount runs; else mtime_ns */
     int64_t mtime_ns;
     int64_t ctime_ns;
 } st_vfs_attr;
@@ -190,9 +191,11 @@ st_err st_vfs_getattr(st_vfs *v, uint64_t ino, st_vfs_attr *out);
 #define ST_VFS_SET_MODE  1
 #define ST_VFS_SET_SIZE  2
 #define ST_VFS_SET_MTIME 4
-/*! Changes what `which` says; h (may be NULL) is an open handle of ino. */
+#define ST_VFS_SET_ATIME 8
+/*! Changes what `which` says; h (may be NULL) is an open handle of ino.
+ *  The access time is kept in memory only (docs/MOUNT.md, "Times"). */
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
-                      int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
+                      int64_t atime_ns, int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out);
 
 /*! The owner of a new entry: the process that makes it. */
 typedef struct st_vfs_owner {
@@ -264,6 +267,11 @@ int st_vfs_job_name_ok(const char *name);
 /*! The fd reads and writes go to (staging or cache file), or -1 for a
  *  virtual file, whose bytes come from st_vfs_handle_read(). */
 int st_vfs_handle_fd(const st_vfs_handle *h);
+/*! The process that opened h for writing lacks CAP_FSETID: the first
+ *  write through h clears the file's set-user-ID bit, and its set-group-ID
+ *  bit when group execution is on, as a local file system does (the kernel
+ *  does it itself only for writes through the page cache). */
+void st_vfs_handle_drops_setid(st_vfs_handle *h);
 /*! Writes to a virtual file (.ckptfs/commit: one or more lines
  *  "JOB STEP RANK WORLD_SIZE\n", each an explicit commit of that step by that
  *  rank, rule 1 of docs/CONSISTENCY.md). ST_ERR_INVALID for a malformed line:

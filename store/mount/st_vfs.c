@@ -50,7 +50,10 @@ struct st_vfs_handle {
     int dirty;        /* written since the last flush that succeeded */
     int torn;         /* opened on a torn file: reads fail (vnode.write_failed) */
     int sync_pending; /* a flush left its bytes off the disk: the release syncs */
-    uint64_t step;    /* the step whose writer count this handle holds */
+    /* The opener may not keep set-user-ID and set-group-ID bits: its first
+     * write clears them (st_vfs_handle_drops_setid). */
+    _Atomic int drop_setid;
+    uint64_t step; /* the step whose writer count this handle holds */
     /* The job of that step: the file may leave the tree (unlinked, or
      * renamed over) while open, and its step's count must still drop. */
     char job[ST_JOB_MAX + 1];
@@ -335,7 +338,7 @@ static void virt_attr(const st_vfs *v, uint64_t ino, st_vfs_attr *a)
     a->nlink = ino == ST_VFS_CTL_DIR_INO ? 2 : 1;
     a->uid = v->user.uid;
     a->gid = v->user.gid;
-    a->mtime_ns = a->ctime_ns = st_now_ns();
+    a->atime_ns = a->mtime_ns = a->ctime_ns = st_now_ns();
 }
 
 static void node_attr(const vnode *n, st_vfs_attr *a)
@@ -350,6 +353,7 @@ static void node_attr(const vnode *n, st_vfs_attr *a)
     a->size = S_ISDIR(n->mode) ? 4096 : n->size;
     a->mtime_ns = n->mtime_ns;
     a->ctime_ns = n->ctime_ns;
+    a->atime_ns = n->atime_set ? n->atime_ns : n->mtime_ns;
 }
 
 static vnode *get_node(st_vfs *v, uint64_t ino)
@@ -694,7 +698,7 @@ static st_err attr_changed(st_vfs *v, vnode *n, st_vfs_attr *out)
 }
 
 st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_t size,
-                      int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
+                      int64_t atime_ns, int64_t mtime_ns, st_vfs_handle *h, st_vfs_attr *out)
 {
     if (ino <= ST_VFS_LAST_CTL_INO && ino != ST_VFS_ROOT_INO) {
         if ((ino == ST_VFS_COMMIT_INO || ino == ST_VFS_DRAIN_INO || ino == ST_VFS_WARMUP_INO) &&
@@ -753,6 +757,10 @@ st_err st_vfs_setattr(st_vfs *v, uint64_t ino, int which, uint32_t mode, uint64_
         n->mode = (n->mode & S_IFMT) | (mode & 07777);
     if (which & ST_VFS_SET_MTIME)
         n->mtime_ns = mtime_ns;
+    if (which & ST_VFS_SET_ATIME) {
+        n->atime_ns = atime_ns;
+        n->atime_set = 1;
+    }
     e = attr_changed(v, n, out);
 out:
     pthread_mutex_unlock(&v->lock);
@@ -1423,10 +1431,41 @@ size_t st_vfs_handle_read(const st_vfs_handle *h, uint64_t off, void *buf, size_
     return n;
 }
 
+void st_vfs_handle_drops_setid(st_vfs_handle *h)
+{
+    if (h->node && h->writable)
+        atomic_store(&h->drop_setid, 1);
+}
+
+/* What a local file system does at a write by a process without
+ * CAP_FSETID: set-user-ID goes, set-group-ID too when group execution is on
+ * (without it, the bit means mandatory locking, not privilege). */
+static st_err drop_setid(st_vfs *v, vnode *n)
+{
+    uint32_t mode = n->mode;
+    if (mode & S_ISUID)
+        mode &= ~(uint32_t)S_ISUID;
+    if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+        mode &= ~(uint32_t)S_ISGID;
+    if (mode == n->mode)
+        return ST_OK;
+    st_vfs_attr unused;
+    n->mode = mode;
+    return attr_changed(v, n, &unused); /* the journal keeps it across a restart */
+}
+
 st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t len)
 {
     if (!h->node || !h->writable)
         return st_seterr(ST_ERR_READ_ONLY, "not open for writing");
+    if (atomic_load_explicit(&h->drop_setid, memory_order_relaxed) &&
+        atomic_exchange(&h->drop_setid, 0)) {
+        pthread_mutex_lock(&v->lock);
+        st_err e = drop_setid(v, h->node);
+        pthread_mutex_unlock(&v->lock);
+        if (e)
+            return e;
+    }
     if (!v->opts.staging_cap && !atomic_load_explicit(&h->node->stale_end, memory_order_relaxed))
         return ST_OK;
     st_err e = ST_OK;

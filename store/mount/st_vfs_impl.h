@@ -64,6 +64,8 @@ struct vnode {
     uint32_t uid, gid; /* the owner: its creator's, else the mount's user's (st_vfs.h) */
     uint64_t size;
     int64_t mtime_ns, ctime_ns;
+    int64_t atime_ns; /* what utimensat set when atime_set; not stored (docs/MOUNT.md, "Times") */
+    int atime_set;    /* else the access time shows the modification time */
     uint64_t nlookup; /* kernel references */
 
     /* directories: children sorted by name */

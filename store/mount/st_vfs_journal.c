@@ -586,6 +586,35 @@ static void recover_entry(st_vfs *v, sqlite3_stmt *q)
         (void)vfs_journal_put_file(v, n);
 }
 
+/* Loading a directory's entries made its mtime now (vfs_link); it gets
+ * back the time its row holds: its mkdir's, or what utimensat set last
+ * (cp -a, tar x and rsync -a set it after the entries). The row is not
+ * rewritten for every entry the directory gains or loses, so those changes
+ * do not survive a restart (docs/MOUNT.md, "Times, link counts and set-id
+ * bits"). */
+static st_err recover_dir_times(st_vfs *v)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(DB(v), "SELECT job, path, mtime_ns FROM entries WHERE kind = 0", -1, &q,
+                           NULL) != SQLITE_OK)
+        return jerr(v, "recover directory times");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *job = (const char *)sqlite3_column_text(q, 0);
+        const char *path = (const char *)sqlite3_column_text(q, 1);
+        vnode *jd = job ? vfs_child(v->root, job) : NULL;
+        const char *base;
+        vnode *dir = !jd || !path ? NULL : !path[0] ? jd : vfs_walk(v, jd, path, 0, &base);
+        if (dir && path[0])
+            dir = vfs_child(dir, base);
+        if (!dir || !S_ISDIR(dir->mode))
+            continue;
+        dir->mtime_ns = sqlite3_column_int64(q, 2);
+    }
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? ST_OK : jerr(v, "recover directory times");
+}
+
 st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *ndels)
 {
     sqlite3_stmt *q;
@@ -599,6 +628,9 @@ st_err vfs_journal_recover(st_vfs *v, vfs_recovered_deletion **dels, size_t *nde
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE)
         return jerr(v, "recover");
+    st_err te = recover_dir_times(v);
+    if (te)
+        return te;
     if (sqlite3_prepare_v2(DB(v), "SELECT job, step, complete, revision, commits FROM steps", -1,
                            &q, NULL) != SQLITE_OK)
         return jerr(v, "recover steps");

@@ -29,6 +29,7 @@ $CKPTFS) in the foreground. Pass `argv=` to run any other FUSE daemon.
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -639,6 +640,20 @@ def tree_digest(root, only=None):
 
 
 # ---------------------------------------------------------------- test case
+
+SECOND_USER = "ckpttest_u"  # the real second local user of the multi-user tests
+
+
+def ensure_second_user():
+    """(uid, gid) of SECOND_USER, created (no home, /bin/sh) if missing:
+    CI starts from a clean machine, as root."""
+    try:
+        pw = pwd.getpwnam(SECOND_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", SECOND_USER], check=True, timeout=30)
+        pw = pwd.getpwnam(SECOND_USER)
+    return pw.pw_uid, pw.pw_gid
+
 
 def require_binaries(test, *names):
     """Fails `test` (a TestCase) unless each of the environment variables

@@ -1,7 +1,9 @@
 """A randomized operation exerciser of the mount (docs/RELIABILITY.md,
 "The exerciser"): random writes at random offsets, truncates that shrink
 and grow, writes through mmap, closes and reopens, renames within the step,
-unlinks, mkdir and rmdir, on the files of one step directory of a real
+unlinks, mkdir and rmdir, and symlinks and hard links (refused with
+ENOTSUP, changing nothing: docs/MOUNT.md, "What the mount does not do"),
+on the files of one step directory of a real
 mount, each checked against an in-memory model of what the files must
 hold. Then the step is completed, becomes durable, and a new node (empty
 staging) must read every file of it byte for byte as the model has it.
@@ -13,6 +15,7 @@ timings.
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
+import errno
 import mmap
 import os
 import random
@@ -158,8 +161,32 @@ class Exerciser:
         self.dirs.discard(d)
         return "rmdir %s" % d
 
+    def op_link(self):
+        """A relative symlink to a file of the step, or a hard link to it:
+        refused, and neither the tree nor the file changes."""
+        rel = self.pick_file()
+        if rel is None:
+            return self.op_create()
+        name = self.new_name()
+        if name in self.model or name in self.dirs:
+            return "link %s: exists, skipped" % name
+        if self.rng.random() < 0.5:
+            kind, make = "symlink", lambda: os.symlink(
+                os.path.relpath(rel, os.path.dirname(name)), self.path(name))
+        else:
+            kind, make = "link", lambda: os.link(self.path(rel), self.path(name))
+        try:
+            make()
+        except OSError as e:
+            if e.errno != errno.ENOTSUP:
+                raise AssertionError("%s %s -> %s: %s, want ENOTSUP" % (kind, name, rel, e))
+        else:
+            raise AssertionError("%s %s -> %s succeeded: links are refused" % (kind, name, rel))
+        return "%s %s -> %s: ENOTSUP" % (kind, name, rel)
+
     OPS = [(op_create, 3), (op_pwrite, 6), (op_truncate, 2), (op_mmap_write, 2),
-           (op_reopen_read, 3), (op_rename, 2), (op_unlink, 1), (op_mkdir, 1), (op_rmdir, 1)]
+           (op_reopen_read, 3), (op_rename, 2), (op_unlink, 1), (op_mkdir, 1), (op_rmdir, 1),
+           (op_link, 1)]
 
     def step(self):
         fns, weights = zip(*self.OPS)

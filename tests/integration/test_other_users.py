@@ -22,7 +22,6 @@ Environment: CKPTFS and CKPTCTL name the binaries. Needs root (useradd,
 mounting with allow_other).
 """
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -30,9 +29,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import CKPTFS, Mount, MountTestCase  # noqa: E402
-
-USER = "ckpttest_u"
+from mountlib import CKPTFS, Mount, MountTestCase, ensure_second_user  # noqa: E402
 
 # Runs one file operation as the user; prints "ok" or the errno's name.
 USER_OP = r"""
@@ -61,16 +58,6 @@ except OSError as e:
 """
 
 
-def ensure_user():
-    """(uid, gid) of USER, created (no home, /bin/sh) if missing."""
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", USER], check=True, timeout=30)
-        pw = pwd.getpwnam(USER)
-    return pw.pw_uid, pw.pw_gid
-
-
 class OtherUsersTest(MountTestCase):
     TMP_PREFIX = "ckptfs-users-"
 
@@ -78,7 +65,7 @@ class OtherUsersTest(MountTestCase):
         if os.geteuid() != 0:
             self.fail("needs root: it creates a user and mounts with allow_other")
         super().setUp()
-        self.uid, self.gid = ensure_user()
+        self.uid, self.gid = ensure_second_user()
         # mkdtemp made the test's directory 0700: the user must reach the
         # mountpoint inside it (and nothing else here is the user's).
         os.chmod(self.tmp, 0o755)

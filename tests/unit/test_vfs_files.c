@@ -69,14 +69,14 @@ static void test_create_write_read(void)
     CHECK(vh_file_is(&a, VH_JOB "/step-000001/random.bin", ref, 270000));
 
     /* Truncate down, then up: the tail reads as zeros. */
-    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_SIZE, 0, 12345, 0, NULL, &at));
+    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_SIZE, 0, 12345, 0, 0, NULL, &at));
     CHECK(at.size == 12345);
-    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_SIZE, 0, 20000, 0, NULL, &at));
+    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_SIZE, 0, 20000, 0, 0, NULL, &at));
     memset(ref + 12345, 0, 20000 - 12345);
     CHECK(vh_file_is(&a, VH_JOB "/step-000001/random.bin", ref, 20000));
 
     /* chmod sticks. */
-    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_MODE, 0600, 0, 0, NULL, &at));
+    CHECK_OK(st_vfs_setattr(a.v, at.ino, ST_VFS_SET_MODE, 0600, 0, 0, 0, NULL, &at));
     CHECK_OK(st_vfs_getattr(a.v, at.ino, &at));
     CHECK((at.mode & 07777) == 0600);
 
@@ -157,7 +157,7 @@ static void test_errors(void)
      * keeps its size. */
     st_vfs_attr fa;
     CHECK_OK(vh_lookup(&a, VH_JOB "/x/f", &fa));
-    CHECK_ERR(st_vfs_setattr(a.v, fa.ino, ST_VFS_SET_SIZE, 0, 1ull << 63, 0, NULL, &fa),
+    CHECK_ERR(st_vfs_setattr(a.v, fa.ino, ST_VFS_SET_SIZE, 0, 1ull << 63, 0, 0, NULL, &fa),
               ST_ERR_TOO_BIG);
     CHECK_OK(vh_lookup(&a, VH_JOB "/x/f", &fa));
     CHECK(fa.size == 1);
@@ -469,7 +469,8 @@ static int backdate(vh_mount *m, const char *path)
 {
     st_vfs_attr at;
     return vh_lookup(m, path, &at) == ST_OK &&
-           st_vfs_setattr(m->v, at.ino, ST_VFS_SET_MTIME, 0, 0, 1000000000, NULL, &at) == ST_OK &&
+           st_vfs_setattr(m->v, at.ino, ST_VFS_SET_MTIME, 0, 0, 0, 1000000000, NULL, &at) ==
+               ST_OK &&
            at.mtime_ns == 1000000000;
 }
 

@@ -188,7 +188,7 @@ static void test_truncate_up_reads_zeros(void)
     CHECK_OK(vh_pwrite(&m, w, b, MIB, 0));
     st_vfs_attr a;
     CHECK_OK(vh_lookup(&m, VH_JOB "/t.bin", &a));
-    CHECK_OK(st_vfs_setattr(m.v, a.ino, ST_VFS_SET_SIZE, 0, 2 * MIB, 0, w, &a));
+    CHECK_OK(st_vfs_setattr(m.v, a.ino, ST_VFS_SET_SIZE, 0, 2 * MIB, 0, 0, w, &a));
     uint8_t *want = calloc(1, 2 * MIB);
     memcpy(want, b, MIB);
     CHECK(vh_file_is(&m, VH_JOB "/t.bin", want, 2 * MIB));

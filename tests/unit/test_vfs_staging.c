@@ -237,7 +237,7 @@ static void test_staging_file_replaced_by_symlink(void)
     st_bytes_free(&got);
     st_vfs_attr a;
     CHECK_OK(vh_lookup(&m, VH_JOB "/a.txt", &a));
-    CHECK(st_vfs_setattr(m.v, a.ino, ST_VFS_SET_SIZE, 0, 3, 0, NULL, &a) != ST_OK);
+    CHECK(st_vfs_setattr(m.v, a.ino, ST_VFS_SET_SIZE, 0, 3, 0, 0, NULL, &a) != ST_OK);
     CHECK(outside_intact(outside));
     vh_mount_close(&m);
 
