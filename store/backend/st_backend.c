@@ -124,6 +124,32 @@ st_err st_get_stream(st_backend *b, const char *key, uint64_t offset, uint64_t l
     return st_get_stream_by_get(b->ops->get, b->ctx, key, offset, len, sink);
 }
 
+/* st_get_into's sink: the pieces in order, within the range. */
+typedef struct into_buffer {
+    uint8_t *data;
+    uint64_t len, received;
+} into_buffer;
+
+static st_err into_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
+{
+    into_buffer *w = arg;
+    if (at != w->received || len > w->len - w->received)
+        return st_seterr(ST_ERR_CORRUPT, "the store sent more bytes than the range asked for");
+    memcpy(w->data + at, data, len);
+    w->received += len;
+    return ST_OK;
+}
+
+st_err st_get_into(st_backend *b, const char *key, uint64_t offset, uint64_t len, uint8_t *into,
+                   uint64_t *received)
+{
+    into_buffer w = {.data = into, .len = len};
+    const st_get_sink sink = {into_on_bytes, &w};
+    st_err e = st_get_stream(b, key, offset, len, &sink);
+    *received = w.received;
+    return e;
+}
+
 st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t off, uint64_t len,
                                           st_bytes *out),
                             void *ctx, const char *key, uint64_t offset, uint64_t len,

@@ -223,6 +223,10 @@ st_err st_stat(st_backend *b, const char *key, uint64_t *size);
  *  get into a buffer handed to the sink in one piece (st_get_stream_by_get). */
 st_err st_get_stream(st_backend *b, const char *key, uint64_t offset, uint64_t len,
                      const st_get_sink *sink);
+/*! st_get_stream() into into[0..len): *received says how much came (less
+ *  than len: the object is shorter); more than len is ST_ERR_CORRUPT. */
+st_err st_get_into(st_backend *b, const char *key, uint64_t offset, uint64_t len, uint8_t *into,
+                   uint64_t *received);
 st_err st_list(st_backend *b, const char *prefix, st_list_cb cb, void *arg);
 st_err st_del(st_backend *b, const char *key);
 /*! ops->stat_time with the key checked (key may be NULL: now alone). */

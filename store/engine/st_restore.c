@@ -192,8 +192,10 @@ static int pack_comes_back(const st_file_entry *f, size_t from, size_t limit, ui
 }
 
 /* The run from ref first (before limit): its length (>= 1) and, in *best,
- * its windows. Holes join a run without a window. */
-static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, restore_plan *best)
+ * its windows. Holes join a run without a window; so do the refs sides
+ * serves, without making it unstreamable. */
+static size_t plan_run(const st_file_entry *f, const st_side_chunks *sides, size_t first,
+                       size_t limit, restore_plan *best)
 {
     restore_plan cur = {.nwin = 0, .streamable = 1};
     size_t n_best = 0;
@@ -201,6 +203,13 @@ static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, resto
     *best = cur;
     for (size_t n = 0; first + n < limit && n - n_best < ST_RESTORE_LOOKAHEAD; n++) {
         const st_chunk_ref *b = &f->chunks[first + n];
+        if (st_side_has(sides, first + n)) {
+            if (plan_acceptable(&cur)) {
+                *best = cur;
+                n_best = n + 1;
+            }
+            continue;
+        }
         int hole = st_chunk_is_hole(b);
         int streams = cur.streamable && !hole &&
                       (!cur.nwin || (b->pack == cur.win[0].pack && b->offset >= stream_end));
@@ -226,12 +235,25 @@ static size_t plan_run(const st_file_entry *f, size_t first, size_t limit, resto
 static st_err digest_offer(st_file_digest *d, int fd, uint64_t off, const uint8_t *data,
                            uint64_t len);
 
+int st_restore_ends_at_pack(const st_file_entry *f, size_t next, uint64_t held, uint64_t limit)
+{
+    if (next == 0 || next >= f->nchunks || held < limit / 2 || st_chunk_is_side(f, next))
+        return 0;
+    /* The pack the piece is in: its last ref's before next that is not a
+     * side chunk (side chunks are few and far between; the scan is bounded). */
+    size_t k = next - 1;
+    while (k > 0 && next - k < ST_SIDE_SCAN && st_chunk_is_side(f, k))
+        k--;
+    return f->chunks[next].pack != f->chunks[k].pack;
+}
+
 /* Where the bytes of one span go: see restore_span(). */
 typedef struct span_sink {
     const st_file_entry *f;
     int fd;
     st_hasher *digest;       /* sequential write + whole-file digest, or NULL */
     const st_restore_to *to; /* else: pwrite, and what else to tell (not NULL) */
+    st_side_chunks *sides;   /* the refs it serves are taken from it (NULL: none) */
     uint64_t pos;            /* file offset of the next chunk */
 } span_sink;
 
@@ -315,6 +337,25 @@ static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *re
     return e;
 }
 
+/* Delivers side chunk ref i of the file from memory (loaded before its run:
+ * load_sides). */
+static st_err deliver_side(st_restorer *r, span_sink *k, size_t i)
+{
+    return deliver_chunk(r, k, &k->f->chunks[i], st_side_bytes(k->sides, i));
+}
+
+/* Makes sure the side chunks among refs [first, first + n) are in memory,
+ * before the run's own GETs: none is fetched while a stream is open. */
+static st_err load_sides(st_restorer *r, const span_sink *k, size_t first, size_t n)
+{
+    st_err e = ST_OK;
+    for (size_t i = first; !e && i < first + n; i++)
+        if (st_side_has(k->sides, i))
+            e = st_side_load(k->sides, r->backend, r->job, i, &r->stats.gets,
+                             &r->stats.fetched_bytes);
+    return e;
+}
+
 /* The message of a failed GET of pack `key` (not the sink's own errors). */
 static st_err get_failed(const st_file_entry *f, const char *key, st_err e)
 {
@@ -340,6 +381,7 @@ typedef struct window_stream {
     span_sink *sink;
     const st_chunk_ref *refs; /* in pack order (restore_plan.streamable) */
     size_t n, next;           /* refs[next] is the next to decode */
+    size_t first;             /* refs[0] is the file's ref first */
     uint64_t lo;              /* the window's start in the pack */
     size_t staged;            /* bytes of refs[next] in r->stage */
     uint64_t received;        /* window bytes seen */
@@ -350,6 +392,10 @@ typedef struct window_stream {
  * place if the piece holds all of it, else staged. Returns bytes used. */
 static size_t window_take(window_stream *w, uint64_t at, const uint8_t *data, size_t len, st_err *e)
 {
+    if (st_side_has(w->sink->sides, w->first + w->next)) { /* not in the stream */
+        *e = deliver_side(w->r, w->sink, w->first + w->next++);
+        return 0;
+    }
     const st_chunk_ref *ref = &w->refs[w->next];
     uint64_t start = ref->offset - w->lo, end = start + ref->stored_len;
     if (at < start) /* a gap before the chunk */
@@ -389,35 +435,35 @@ static st_err window_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_
     return e;
 }
 
-static st_err restore_window_streamed(st_restorer *r, span_sink *k, const st_chunk_ref *refs,
-                                      size_t n, const char *key, uint64_t lo, uint64_t span)
+/* A streamable run: refs [first, first + n) of the file, its window (if
+ * any: a run may be side chunks alone) streamed, the side chunks after the
+ * window's last ref delivered once the stream has ended. */
+static st_err restore_run_streamed(st_restorer *r, const st_manifest *m, span_sink *k,
+                                   const restore_plan *plan, size_t first, size_t n)
 {
-    window_stream w = {.r = r, .sink = k, .refs = refs, .n = n, .lo = lo};
-    const st_get_sink sink = {window_on_bytes, &w};
-    st_err e = st_get_stream(r->backend, key, lo, span, &sink);
-    r->stats.fetched_bytes += w.received;
-    if (e)
-        return w.sink_failed ? e : get_failed(k->f, key, e);
-    r->stats.gets++;
-    if (w.received != span || w.next != n)
+    window_stream w = {.r = r, .sink = k, .refs = &k->f->chunks[first], .n = n, .first = first};
+    st_err e = ST_OK;
+    char key[ST_KEY_MAX] = "";
+    if (plan->nwin) {
+        w.lo = plan->win[0].lo;
+        uint64_t span = plan->win[0].end - w.lo;
+        const st_get_sink sink = {window_on_bytes, &w};
+        e = st_key_pack(key, sizeof key, r->job, &m->packs[plan->win[0].pack]);
+        if (e)
+            return e;
+        e = st_get_stream(r->backend, key, w.lo, span, &sink);
+        r->stats.fetched_bytes += w.received;
+        if (e)
+            return w.sink_failed ? e : get_failed(k->f, key, e);
+        r->stats.gets++;
+        if (w.received != span)
+            return pack_short(k->f, key);
+    }
+    while (!e && w.next < n && st_side_has(k->sides, first + w.next))
+        e = deliver_side(r, k, first + w.next++);
+    if (!e && w.next != n)
         return pack_short(k->f, key);
-    return ST_OK;
-}
-
-/* One window's GET, streamed into its place in r->arena. */
-typedef struct arena_fill {
-    uint8_t *place;
-    uint64_t span, received;
-} arena_fill;
-
-static st_err arena_on_bytes(void *arg, uint64_t at, const uint8_t *data, size_t len)
-{
-    arena_fill *w = arg;
-    if (at != w->received || len > w->span - w->received)
-        return st_seterr(ST_ERR_CORRUPT, "the store sent more bytes than the range asked for");
-    memcpy(w->place + at, data, len);
-    w->received += len;
-    return ST_OK;
+    return e;
 }
 
 /* Fetches each window of plan with one ranged GET of its pack into its
@@ -428,17 +474,17 @@ static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_
     st_err e = grow_buffer(&r->arena, &r->arena_cap, window_base(plan, plan->nwin));
     for (size_t k = 0; !e && k < plan->nwin; k++) {
         const restore_window *w = &plan->win[k];
-        arena_fill fill = {.place = r->arena + window_base(plan, k), .span = w->end - w->lo};
-        const st_get_sink sink = {arena_on_bytes, &fill};
+        uint64_t received = 0;
         char key[ST_KEY_MAX];
         e = st_key_pack(key, sizeof key, r->job, &m->packs[w->pack]);
         if (!e)
-            e = st_get_stream(r->backend, key, w->lo, fill.span, &sink);
-        r->stats.fetched_bytes += fill.received;
+            e = st_get_into(r->backend, key, w->lo, w->end - w->lo, r->arena + window_base(plan, k),
+                            &received);
+        r->stats.fetched_bytes += received;
         if (e)
             return get_failed(f, key, e);
         r->stats.gets++;
-        if (fill.received != fill.span)
+        if (received != w->end - w->lo)
             return pack_short(f, key);
     }
     return e;
@@ -447,14 +493,18 @@ static st_err fetch_windows(st_restorer *r, const st_manifest *m, const st_file_
 /* A run fetched whole, window by window, then decoded in file order: for
  * runs over several packs, with holes, or whose refs repeat or go back. */
 static st_err restore_run_buffered(st_restorer *r, const st_manifest *m, span_sink *k,
-                                   const restore_plan *plan, const st_chunk_ref *refs, size_t n)
+                                   const restore_plan *plan, size_t first, size_t n)
 {
     r->stats.buffered_runs++;
     st_err e = fetch_windows(r, m, k->f, plan);
     for (size_t j = 0; !e && j < n; j++) {
-        const st_chunk_ref *ref = &refs[j];
+        const st_chunk_ref *ref = &k->f->chunks[first + j];
         if (st_chunk_is_hole(ref)) {
             e = skip_hole(r, k, ref->raw_len);
+            continue;
+        }
+        if (st_side_has(k->sides, first + j)) {
+            e = deliver_side(r, k, first + j);
             continue;
         }
         size_t slot = window_slot(plan, ref->pack);
@@ -478,21 +528,19 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
                            st_hasher *digest, const st_restore_to *to)
 {
     const size_t end_chunk = first_chunk + count;
-    span_sink k = {.f = f, .fd = fd, .digest = digest, .to = to, .pos = file_off};
+    span_sink k = {.f = f,
+                   .fd = fd,
+                   .digest = digest,
+                   .to = to,
+                   .sides = to ? to->sides : NULL,
+                   .pos = file_off};
     for (size_t i = first_chunk; i < end_chunk;) {
         restore_plan plan;
-        size_t n = plan_run(f, i, end_chunk, &plan);
-        const st_chunk_ref *refs = &f->chunks[i];
-        st_err e;
-        if (plan.streamable) {
-            char key[ST_KEY_MAX];
-            e = st_key_pack(key, sizeof key, r->job, &m->packs[plan.win[0].pack]);
-            if (!e)
-                e = restore_window_streamed(r, &k, refs, n, key, plan.win[0].lo,
-                                            plan.win[0].end - plan.win[0].lo);
-        } else {
-            e = restore_run_buffered(r, m, &k, &plan, refs, n);
-        }
+        size_t n = plan_run(f, k.sides, i, end_chunk, &plan);
+        st_err e = load_sides(r, &k, i, n);
+        if (!e)
+            e = plan.streamable ? restore_run_streamed(r, m, &k, &plan, i, n)
+                                : restore_run_buffered(r, m, &k, &plan, i, n);
         if (e)
             return e;
         i += n;

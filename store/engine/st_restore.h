@@ -30,6 +30,7 @@
 #include "backend/st_backend.h"
 #include "st_error.h"
 #include "util/st_hash.h"
+#include "engine/st_side.h"
 #include "format/st_manifest.h"
 
 #define ST_RESTORE_MAX_GET (16u << 20)
@@ -57,14 +58,10 @@
  * file written in one go then costs one streamed GET per pack (~24 MiB)
  * instead of two wherever a piece straddled a pack boundary; a file whose
  * chunks alternate between packs (an incremental step) never holds half
- * its limit at a switch and is cut by size alone.
+ * its limit at a switch and is cut by size alone. Side chunks (st_side.h)
+ * are no switch: the piece goes on in the pack around them.
  */
-static inline int st_restore_ends_at_pack(const st_file_entry *f, size_t next, uint64_t held,
-                                          uint64_t limit)
-{
-    return next > 0 && next < f->nchunks && held >= limit / 2 &&
-           f->chunks[next].pack != f->chunks[next - 1].pack;
-}
+int st_restore_ends_at_pack(const st_file_entry *f, size_t next, uint64_t held, uint64_t limit);
 
 typedef struct st_restorer st_restorer;
 
@@ -187,6 +184,9 @@ typedef struct st_restore_to {
      * served. NULL: not called. */
     void (*written)(void *arg, uint64_t off, uint64_t len);
     void *arg;
+    /* The file's side chunks, shared by its restorers (NULL: none): they
+     * are taken from there, and the runs around them streamed. */
+    st_side_chunks *sides;
 } st_restore_to;
 
 /*!

@@ -171,6 +171,7 @@ typedef struct rfile {
     pthread_mutex_t write_lock; /* held for each pwrite to it; lives while workers run */
     size_t first_task, ntasks;  /* its tasks: consecutive in rjob.tasks */
     st_file_digest *digest;     /* fed by every task's chunks; thread-safe */
+    st_side_chunks *sides;      /* its side chunks, shared by its tasks (NULL: none) */
     size_t tasks_done;          /* guarded by the job lock */
 } rfile;
 
@@ -247,7 +248,8 @@ static st_err run_task(rjob *j, st_restorer *rs, rtask *t)
     if (e)
         return e;
     uint64_t gets_before = st_restorer_stats(rs)->gets;
-    const st_restore_to to = {.write_lock = &rf->write_lock, .digest = rf->digest};
+    const st_restore_to to = {
+        .write_lock = &rf->write_lock, .digest = rf->digest, .sides = rf->sides};
     e = st_restore_chunks_to(rs, rf->m, rf->f, t->first, t->count, fd, &to);
     pthread_mutex_lock(&j->lock);
     j->gets += st_restorer_stats(rs)->gets - gets_before;
@@ -260,8 +262,12 @@ static st_err run_task(rjob *j, st_restorer *rs, rtask *t)
         last = ++rf->tasks_done == rf->ntasks;
     }
     pthread_mutex_unlock(&j->lock);
-    if (last)
+    if (last) {
         e = finish_file(j, rf, fd);
+        /* no task of the file is left to take a side chunk */
+        st_side_chunks_free(rf->sides);
+        rf->sides = NULL;
+    }
     close(fd);
     return e;
 }
@@ -346,6 +352,8 @@ static st_err collect_files(rjob *j, const st_stepview *v, int rank)
         rf->m = v->entries[i].m;
         rf->f = f;
         st_err e = st_file_digest_new(f, &j->park, &rf->digest);
+        if (!e)
+            e = st_side_chunks_new(rf->m, f, &rf->sides);
         if (!e)
             e = create_staged(j, rf, j->nfiles - 1);
         if (e)
@@ -518,8 +526,10 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
         remove_stage(&j, dest_fd, stage);
     if (!e && fsync(dest_fd) < 0)
         e = st_seterr(ST_ERR_IO, "fsync %s: %s", dest, strerror(errno));
-    for (size_t i = 0; i < j.nfiles; i++)
+    for (size_t i = 0; i < j.nfiles; i++) {
         st_file_digest_free(j.files[i].digest);
+        st_side_chunks_free(j.files[i].sides);
+    }
     if (!e) {
         res->step = v->step;
         res->files = j.nfiles;

@@ -412,7 +412,8 @@ static void fetch_free(vfetch *fx)
     if (fx->fd >= 0)
         close(fx->fd);
     free(fx->runs);
-    layout_put(fx->layout); /* set if the fetch failed before it ended */
+    st_side_chunks_free(fx->sides); /* set, like layout, if it failed before it ended */
+    layout_put(fx->layout);
     st_file_digest_free(fx->digest);
     pthread_mutex_destroy(&fx->write_lock);
     free(fx);
@@ -499,6 +500,8 @@ static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
         e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
     if (!e)
         e = st_file_digest_new(fx->f, &fetch_park, &fx->digest);
+    if (!e)
+        e = st_side_chunks_new(&fx->layout->m, fx->f, &fx->sides);
     if (e)
         return e;
     fx->size = fx->f->size;
@@ -551,6 +554,8 @@ static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
     close(fx->fd);
     fx->fd = -1;
     /* Only the runs are needed from here (handles still waiting on fx). */
+    st_side_chunks_free(fx->sides);
+    fx->sides = NULL;
     layout_put(fx->layout);
     fx->layout = NULL;
     fx->f = NULL;
@@ -639,7 +644,8 @@ static void *fetch_worker_main(void *arg)
         const st_restore_to to = {.write_lock = &fx->write_lock,
                                   .digest = fx->digest,
                                   .written = run_written,
-                                  .arg = &progress};
+                                  .arg = &progress,
+                                  .sides = fx->sides};
         e = st_restore_chunks_to(rs, &fx->layout->m, fx->f, run->first, run->count, fx->fd, &to);
         pthread_mutex_lock(&v->lock);
         fx->busy--;

@@ -27,11 +27,13 @@ WORKDIR/perf.data. Options after -- go to the resuming ckptfs (e.g.
 Every process it starts is stopped by PID when it ends, and every mount is
 unmounted; each wait is bounded.
 """
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -163,6 +165,21 @@ class Run:
                         newest, "s3://%s/%s" % (BUCKET, PLAIN)], env=ENV, check=True, timeout=900)
         self.unmount(d)
 
+    @staticmethod
+    def watch_warmup(mnt, t0, out, stop):
+        """Sets out["warm"] to the seconds from spawn until the mount's status
+        file shows its warm-up requests ended (warm, partial or failed)."""
+        while not stop.is_set():
+            try:
+                with open(os.path.join(mnt, ".ckptfs", "status")) as f:
+                    reqs = json.load(f).get("warmup", {}).get("requests", [])
+                if reqs and all(r["state"] in ("warm", "partial", "failed") for r in reqs):
+                    out["warm"] = time.monotonic() - t0
+                    return
+            except (OSError, ValueError):
+                pass
+            stop.wait(0.01)
+
     def requests_between(self, t0, t1):
         """Requests the proxy logged as begun between t0 and t1 (its log's
         times are time.monotonic's)."""
@@ -181,6 +198,12 @@ class Run:
             rec = subprocess.Popen(["perf", "record", "--call-graph", "dwarf,16384", "-o",
                                     os.path.join(self.work, "perf.data"), "-p", str(d.pid)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        warm, stop = {}, threading.Event()
+        watcher = None
+        if not use_s3fs:
+            watcher = threading.Thread(target=self.watch_warmup,
+                                       args=(os.path.dirname(job), t0, warm, stop))
+            watcher.start()
         newest = sorted(n for n in os.listdir(job) if n.endswith(".pt"))[-1]
         t_ls = time.monotonic()
         before = (cpu_seconds(d.pid), cpu_seconds(self.server_pid), cpu_seconds(self.proxy.pid),
@@ -189,14 +212,18 @@ class Run:
         t_done = time.monotonic()
         after = (cpu_seconds(d.pid), cpu_seconds(self.server_pid), cpu_seconds(self.proxy.pid),
                  time.process_time())
+        if watcher:
+            watcher.join(timeout=120)
+            stop.set()
         if rec:
             rec.send_signal(signal.SIGINT)
             rec.wait(timeout=120)
         cpu = [b - a for a, b in zip(before, after)]
         print("%-6s spawn->mounted %.3f  ->listed %.3f  ->loaded %.3f  total %.3f s | CPU s "
-              "during the load: loader %.2f daemon %.2f server %.2f proxy %.2f | requests %d" % (
+              "during the load: loader %.2f daemon %.2f server %.2f proxy %.2f | requests %d%s" % (
                   "s3fs" if use_s3fs else "ckptfs", t_up - t0, t_ls - t_up, t_done - t_ls,
-                  t_done - t0, cpu[3], cpu[0], cpu[1], cpu[2], self.requests_between(t0, t_done)),
+                  t_done - t0, cpu[3], cpu[0], cpu[1], cpu[2], self.requests_between(t0, t_done),
+                  " | warm at %.3f s" % warm["warm"] if "warm" in warm else ""),
               flush=True)
         self.unmount(d)
 

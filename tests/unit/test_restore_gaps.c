@@ -6,7 +6,8 @@
  * are identical and every chunk is still verified (a damaged unneeded gap
  * does not matter, a damaged needed chunk is reported). A file whose refs
  * alternate between two packs (an incremental step) costs one GET per pack.
- * Refs in pack order are streamed (st_get_stream) and decoded as they arrive.
+ * Refs in pack order are streamed (st_get_stream) and decoded as they arrive;
+ * small chunks of another pack between them (side chunks) do not stop that.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -102,6 +103,15 @@ static void make_file(const pack_builder *pb, const size_t *order, size_t n, st_
     make_file_of(&pb, NULL, order, n, 1, m, f, refs, pack_id, expect);
 }
 
+/* fd holds exactly f's expected bytes from its start. */
+static void check_bytes(int fd, const st_file_entry *f, const uint8_t *expect)
+{
+    uint8_t *got = malloc(f->size ? f->size : 1);
+    CHECK(got && pread(fd, got, f->size, 0) == (ssize_t)f->size);
+    CHECK(memcmp(got, expect, f->size) == 0);
+    free(got);
+}
+
 /* Restores f into a file and returns the GETs it took; checks the bytes. */
 static uint64_t restore_and_compare(st_backend *b, st_backend_counts *c, const st_manifest *m,
                                     const st_file_entry *f, const uint8_t *expect)
@@ -115,10 +125,7 @@ static uint64_t restore_and_compare(st_backend *b, st_backend_counts *c, const s
     CHECK(fd >= 0);
     CHECK_OK(st_restore_file(r, m, f, fd));
     uint64_t gets = st_backend_counts_of(c, ST_REQ_GET) - before;
-    uint8_t *got = malloc(f->size ? f->size : 1);
-    CHECK(got && pread(fd, got, f->size, 0) == (ssize_t)f->size);
-    CHECK(memcmp(got, expect, f->size) == 0);
-    free(got);
+    check_bytes(fd, f, expect);
     close(fd);
     st_restorer_free(r);
     return gets;
@@ -503,10 +510,7 @@ static void test_streamed_across_packs(void)
                (unsigned long long)st->buffered_runs);
         CHECK(st_backend_counts_of(&c, ST_REQ_GET) - before == 2);
         CHECK(st->buffered_runs == 0);
-        uint8_t *got = malloc(f.size);
-        CHECK(got && pread(fd, got, f.size, 0) == (ssize_t)f.size);
-        CHECK(memcmp(got, expect, f.size) == 0);
-        free(got);
+        check_bytes(fd, &f, expect);
         st_restorer_free(r);
         close(fd);
     }
@@ -521,6 +525,90 @@ static void test_streamed_across_packs(void)
     free(expect);
     pack_free(&first);
     pack_free(&second);
+    st_backend_close(b);
+}
+
+/* A fine-tune's file as the mount fetches it: each record's new header (a
+ * small chunk in the second save's pack) before its data (a large chunk of
+ * the first save's). The headers are side chunks (st_side.h): fetched once
+ * for the file, one GET for the lot, while each range streams the first
+ * pack with no buffered run. A file whose side chunks would take more than
+ * ST_SIDE_BYTES_MAX of windows has none; a damaged side chunk is reported. */
+static void test_side_chunks(void)
+{
+    enum { RECORDS = 40 };
+    st_backend *b = NULL;
+    st_backend_counts c = {0};
+    open_counted(&b, &c);
+    for (int big_headers = 0; big_headers < 2; big_headers++) {
+        pack_builder first = {.pack = 0}, second = {.pack = 1};
+        size_t order[2 * RECORDS], pack_of[2 * RECORDS];
+        const size_t header_len = big_headers ? 60 * KIB : 1 * KIB;
+        for (size_t i = 0; i < RECORDS; i++) {
+            add_chunk(&first, header_len, 9000 + i); /* the first save's header, not used */
+            order[2 * i + 1] = add_chunk(&first, 96 * KIB, 9100 + i);
+            pack_of[2 * i + 1] = 0;
+            order[2 * i] = add_chunk(&second, header_len, 9200 + i);
+            pack_of[2 * i] = 1;
+        }
+        st_id pack_ids[2];
+        char keys[2][ST_KEY_MAX];
+        store_pack(b, &first, "pack-s1", &pack_ids[0], keys[0]);
+        store_pack(b, &second, "pack-s2", &pack_ids[1], keys[1]);
+        const pack_builder *pbs[2] = {&first, &second};
+        st_manifest m;
+        st_file_entry f;
+        st_chunk_ref refs[2 * RECORDS];
+        uint8_t *expect = NULL;
+        make_file_of(pbs, pack_of, order, 2 * RECORDS, 2, &m, &f, refs, pack_ids, &expect);
+        CHECK(st_chunk_is_side(&f, 0) && st_chunk_is_side(&f, 10) && !st_chunk_is_side(&f, 11));
+        /* a header does not end a piece of work; the next pack's data would */
+        CHECK(!st_restore_ends_at_pack(&f, 10, 1 * MIB, 1 * MIB));
+        st_side_chunks *sides = NULL;
+        CHECK_OK(st_side_chunks_new(&m, &f, &sides));
+        CHECK((sides == NULL) == big_headers); /* 40 x 60 KiB: over the bound */
+
+        char path[300];
+        snprintf(path, sizeof path, "%s/sides.bin", root);
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, (off_t)f.size) == 0);
+        st_restorer *r = NULL;
+        CHECK_OK(st_restorer_new(b, "job", &r));
+        const st_restore_to to = {.sides = sides};
+        uint64_t before = st_backend_counts_of(&c, ST_REQ_GET);
+        CHECK_OK(st_restore_chunks_to(r, &m, &f, 0, 50, fd, &to)); /* two of the mount's runs */
+        CHECK_OK(st_restore_chunks_to(r, &m, &f, 50, 2 * RECORDS - 50, fd, &to));
+        uint64_t gets = st_backend_counts_of(&c, ST_REQ_GET) - before;
+        const st_restore_stats *st = st_restorer_stats(r);
+        printf("  a fine-tune's file in two ranges, %s side chunks: %llu GET(s), %llu buffered\n",
+               sides ? "with" : "without", (unsigned long long)gets,
+               (unsigned long long)st->buffered_runs);
+        if (sides)
+            CHECK(gets == 3 && st->gets == 3 &&
+                  st->buffered_runs == 0); /* was 4 GETs, 2 buffered */
+        else
+            CHECK(st->buffered_runs == 2);
+        check_bytes(fd, &f, expect);
+        close(fd);
+        st_side_chunks_free(sides);
+
+        if (!big_headers) { /* a header damaged in the second pack */
+            second.data.data[refs[20].offset + 5] ^= 0x5a;
+            CHECK_OK(st_put(b, keys[1], second.data.data, second.data.len));
+            CHECK_OK(st_side_chunks_new(&m, &f, &sides));
+            const st_restore_to damaged = {.sides = sides};
+            fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+            CHECK(fd >= 0 && ftruncate(fd, (off_t)f.size) == 0);
+            CHECK_ERR(st_restore_chunks_to(r, &m, &f, 0, 2 * RECORDS, fd, &damaged),
+                      ST_ERR_CORRUPT);
+            close(fd);
+            st_side_chunks_free(sides);
+        }
+        st_restorer_free(r);
+        free(expect);
+        pack_free(&first);
+        pack_free(&second);
+    }
     st_backend_close(b);
 }
 
@@ -549,10 +637,7 @@ static st_err restore_halves(st_backend *b, const st_manifest *m, const st_file_
         CHECK_OK(st_restore_chunks_to(r, m, f, first[k], count[k], fd, &to));
     st_err e = st_file_digest_finish(d, fd);
     *stats = st_file_digest_stats_of(d);
-    uint8_t *got = malloc(f->size);
-    CHECK(got && pread(fd, got, f->size, 0) == (ssize_t)f->size);
-    CHECK(memcmp(got, expect, f->size) == 0);
-    free(got);
+    check_bytes(fd, f, expect);
     st_file_digest_free(d);
     CHECK(!budget || budget->used == 0); /* parked bytes returned */
     st_restorer_free(r);
@@ -667,6 +752,7 @@ int main(void)
     RUN(test_streamed_in_pack_order);
     RUN(test_streamed_whole_pack);
     RUN(test_streamed_across_packs);
+    RUN(test_side_chunks);
     RUN(test_digest_from_memory);
     RUN(test_parked_buffers_reused);
     ut_rmtree(root);
