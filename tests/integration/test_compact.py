@@ -1,4 +1,4 @@
-"""A finished job compacts (issue 15 item 6; docs/GC.md, "Compaction").
+"""A finished job compacts (docs/GC.md, "Compaction").
 
 A training job checkpoints through a real ckptfs mount with real torch.save:
 each checkpoint holds a frozen 4 MiB backbone (the same bytes every step, so

@@ -1,4 +1,4 @@
-"""The crash matrix (issue 12, docs/RELIABILITY.md "Crash matrix"): a real
+"""The crash matrix (docs/RELIABILITY.md "Crash matrix"): a real
 ckptfs daemon killed with SIGKILL at each named crash point of the seal ->
 pack PUT -> manifest PUT -> part record -> index commit pipeline, the close
 path's journal write and the deletion executor (util/st_crashpoint.h; a

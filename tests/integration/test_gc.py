@@ -1,4 +1,4 @@
-"""GC while two nodes write (issue 6, docs/GC.md), through ckptctl on a
+"""GC while two nodes write (docs/GC.md), through ckptctl on a
 file:// store.
 
 Two writer processes (`ckptctl put` with their own --node and --state-dir, as

@@ -1,4 +1,4 @@
-"""GC in a loop while two ckptfs daemons write (issue 6, docs/GC.md).
+"""GC in a loop while two ckptfs daemons write (docs/GC.md).
 
 Two real mounts on one file:// store act as two nodes (own staging, own node
 name). On each, one rank of a training job (gcd_writer.py, real torch.save)

@@ -1,5 +1,5 @@
 """Load: many writers on two nodes, GC running, one daemon killed midway
-(issue 12, "Evidence to add"; docs/RELIABILITY.md, "Load").
+(docs/RELIABILITY.md, "Load").
 
 Two real ckptfs mounts on one store act as two nodes (--node a, --node b,
 own staging). On each, WRITERS writer processes (load_writer.py) write one

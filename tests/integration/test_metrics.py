@@ -1,4 +1,4 @@
-"""Prometheus metrics of a real mount (issue 13 item 4, docs/METRICS.md).
+"""Prometheus metrics of a real mount (docs/METRICS.md).
 
 One ckptfs daemon with `--metrics-listen 127.0.0.1:PORT`. Both places the
 metrics are served, MOUNT/.ckptfs/metrics and GET http://PORT/metrics, are

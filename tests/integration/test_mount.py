@@ -473,7 +473,7 @@ class MountTest(MountTestCase):
         self.assertIn("staging disk full", m.log_text())
 
     def test_failed_write_is_not_published(self):
-        # Issue 12, bug 1: over --staging-cap the write fails with ENOSPC; the
+        # Over --staging-cap the write fails with ENOSPC; the
         # truncated file must not be published with its step, whatever
         # completes the step (the marker, eager publishing, the unmount),
         # until it is rewritten. close() says ENOSPC too, never EIO.
@@ -512,7 +512,7 @@ class MountTest(MountTestCase):
             self.assertEqual(f.read(), whole)
 
     def test_unlinked_writer_and_rename_edges(self):
-        # Issue 12, bug 2: a file unlinked while open for writing still gives
+        # A file unlinked while open for writing still gives
         # its step's writer count back at its close, so the step is uploaded.
         m = self.mount("a")
         d = os.path.join(m.path, JOB, "step-3")
@@ -545,7 +545,7 @@ class MountTest(MountTestCase):
         with open(c) as f:
             self.assertEqual(f.read(), a)
 
-        # Issue 12, bug 7: a rename that pushes a path below it past the
+        # A rename that pushes a path below it past the
         # manifest's 4096 bytes is refused with ENAMETOOLONG (the file stays).
         top = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
         fds = [top]

@@ -1,5 +1,5 @@
-"""Deleting steps through the mount, and the daemon's background GC (issue 6,
-docs/MOUNT.md "Deleting steps" and "Background GC"): real FUSE mounts, real
+"""Deleting steps through the mount, and the daemon's background GC
+(docs/MOUNT.md "Deleting steps" and "Background GC"): real FUSE mounts, real
 torch.save, a file:// store whose objects the tests look at directly.
 
 * HF Trainer-style rotation (shutil.rmtree of checkpoint-N) deletes the step

@@ -1,4 +1,4 @@
-"""Latest consistent step across ranks and nodes (issue 5, docs/CONSISTENCY.md),
+"""Latest consistent step across ranks and nodes (docs/CONSISTENCY.md),
 with real FUSE mounts, real torchrun (gloo, CPU) and a real store.
 
 Two ckptfs mounts on one store act as two nodes (own staging, own node

@@ -1,6 +1,6 @@
 """One live daemon per node name (docs/NODES.md), with real ckptfs daemons
-and real FUSE mounts on one host (issue 12, bug 8: two mounts without
-distinct --node used to replace each other's part records):
+and real FUSE mounts on one host (two mounts without distinct --node used to replace
+each other's part records):
 
 * a second daemon with a name a live daemon holds refuses to mount, and
   says who holds it;

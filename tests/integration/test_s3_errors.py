@@ -1,5 +1,5 @@
 """S3 refusals give a clear, named error, exit code 3 from ckptctl and the
-mount's status last_error, and no secret shows anywhere (issue 11):
+mount's status last_error, and no secret shows anywhere:
 
   * a wrong secret, against s3rver started strict (it verifies V4 header
     signatures with our patch, tests/s3/s3rver-3.7.1.patch);

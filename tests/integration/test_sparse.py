@@ -1,4 +1,4 @@
-"""Sparse files keep their holes (issue 12; docs/FORMATS.md, version 2: hole
+"""Sparse files keep their holes (docs/FORMATS.md, version 2: hole
 extents): a real FUSE mount, a file:// store whose objects the test weighs.
 
 A trainer preallocates a 4 GiB file through the mount (ftruncate) and writes

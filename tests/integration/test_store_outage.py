@@ -1,4 +1,4 @@
-"""The mount during a store outage (issue 12, weak spot 1), with real ckptfs
+"""The mount during a store outage (docs/RELIABILITY.md), with real ckptfs
 daemons, real FUSE mounts and a real s3rver over HTTP on 127.0.0.1:
 
   * a dead endpoint (a closed port, and a listener that accepts connections

@@ -1,5 +1,5 @@
-"""One version per path across nodes' parts (issue 12, bug 3;
-docs/CONSISTENCY.md, "One version per path"), with real FUSE mounts on one
+"""One version per path across nodes' parts
+(docs/CONSISTENCY.md, "One version per path"), with real FUSE mounts on one
 file:// store and the real ckptctl.
 
 A job writes step-1 through mount B (--node b) and ends; it is resumed on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package, end to end on this machine (issue 13): build the .deb
+# The Debian package, end to end on this machine (docs/PACKAGING.md): build the .deb
 # with CPack, `apt-get install` it, mount a file:// store through an
 # /etc/fstab line and through `mount -t fuse.ckptfs CONF MNT`, write a
 # checkpoint with real PyTorch through the mount, restore it with the

@@ -1,5 +1,5 @@
 /*
- * test_vfs_failures — the mount model where a hostile test of issue 12 found
+ * test_vfs_failures — the mount model where a hostile test found
  * data published wrongly or stranded, over the in-memory store
  * (tests/unit/vfs_harness.h):
  *   - a file whose write failed (the staging cap, the disk full) holds its
