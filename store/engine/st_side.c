@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "format/st_part.h"
+#include "util/st_array.h"
 
 typedef enum side_state { SIDE_TODO = 0, SIDE_LOADING, SIDE_READY } side_state;
 
@@ -120,18 +121,26 @@ void st_side_chunks_free(st_side_chunks *s)
 st_err st_side_chunks_new(const st_manifest *m, const st_file_entry *f, st_side_chunks **out)
 {
     *out = NULL;
-    size_t n = 0;
-    for (size_t i = 0; i < f->nchunks; i++)
-        n += (size_t)st_chunk_is_side(f, i);
+    side_ref *refs = NULL; /* the side refs, in file order (one scan: each is_side looks around) */
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < f->nchunks; i++) {
+        if (!st_chunk_is_side(f, i))
+            continue;
+        if (st_array_grow((void **)&refs, &cap, n + 1, sizeof *refs)) {
+            free(refs);
+            return st_seterr(ST_ERR_NOMEM, "out of memory");
+        }
+        const st_chunk_ref *c = &f->chunks[i];
+        refs[n++] = (side_ref){c->pack, c->offset, c->offset + c->stored_len, i};
+    }
     if (!n)
         return ST_OK;
-    side_ref *refs = malloc(n * sizeof *refs);
     st_side_chunks *s = calloc(1, sizeof *s);
     if (s) {
         s->window_of = malloc(f->nchunks * sizeof *s->window_of);
         s->win = calloc(n, sizeof *s->win);
     }
-    if (!refs || !s || !s->window_of || !s->win) {
+    if (!s || !s->window_of || !s->win) {
         free(refs);
         if (s) {
             free(s->window_of);
@@ -144,13 +153,8 @@ st_err st_side_chunks_new(const st_manifest *m, const st_file_entry *f, st_side_
     s->f = f;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->loaded, NULL);
-    size_t j = 0;
-    for (size_t i = 0; i < f->nchunks; i++) {
+    for (size_t i = 0; i < f->nchunks; i++)
         s->window_of[i] = NO_WINDOW;
-        const st_chunk_ref *c = &f->chunks[i];
-        if (st_chunk_is_side(f, i))
-            refs[j++] = (side_ref){c->pack, c->offset, c->offset + c->stored_len, i};
-    }
     qsort(refs, n, sizeof *refs, side_ref_cmp);
     int fits = group_windows(s, refs, n);
     free(refs);
