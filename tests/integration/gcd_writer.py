@@ -15,6 +15,11 @@ CONTROL is a directory the test and the writer share: the writer records the
 last step it committed in CONTROL/rank-R.last; the test ends the run by
 writing the final step number into CONTROL/stop (every rank writes up to and
 including it, so the last step is whole). Runs at most MAX_STEPS steps.
+The test may also pace the writer by state: while CONTROL/allow holds a
+step number and CONTROL/stop does not exist yet, the writer starts no step
+beyond it (it waits, at most HELD_MAX seconds), so that a test whose
+condition is "N compactions while the ranks write" is not a race between
+the writers' pace and the compactions'.
 
 KEEP (rank 0 only, as HF Trainer's save_total_limit): after step N, once
 every rank has committed N (the barrier a trainer has before it rotates),
@@ -28,6 +33,7 @@ import time
 import torch
 
 MAX_STEPS = 400
+HELD_MAX = 300  # s: the longest a writer waits for CONTROL/allow to move
 BACKBONE_FLOATS = 1 << 20  # 4 MiB of fp32
 HEAD_FLOATS = 32 << 10     # 128 KiB of fp32
 HEAD_PERIOD = 5
@@ -46,6 +52,29 @@ def final_step(control):
             return int(f.read())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def allowed_step(control):
+    """The last step the test allows (CONTROL/allow), or None: no bound."""
+    try:
+        with open(os.path.join(control, "allow")) as f:
+            return int(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def wait_until_allowed(control, rank, step):
+    """Waits while the test's pace holds step back; the stop file ends any
+    pacing (the final step must be reachable)."""
+    deadline = time.monotonic() + HELD_MAX
+    while final_step(control) is None:
+        allowed = allowed_step(control)
+        if allowed is None or step <= allowed:
+            return
+        if time.monotonic() > deadline:
+            sys.exit("rank %d: held before step %d for %d s (allow stayed at %d)" % (
+                rank, step, HELD_MAX, allowed))
+        time.sleep(0.05)
 
 
 def last_committed(control, rank):
@@ -78,6 +107,7 @@ def main():
     rank, world = int(rank), int(world)
     name = "rank-%d.pt" % rank
     for step in range(1, MAX_STEPS + 1):
+        wait_until_allowed(control, rank, step)
         stop = final_step(control)
         if stop is not None and step > stop:
             break
