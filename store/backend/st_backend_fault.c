@@ -21,13 +21,14 @@ typedef struct fault_ctx {
     st_backend *inner;
     unsigned put_delay_ms;
     unsigned get_delay_ms;            /* before a GET of a pack only */
+    unsigned get_end_delay_ms;        /* after a GET of a pack handed its body */
     char fail_key[256];               /* "" : none */
     char put_hold[256];               /* "" : none; else a file that holds PUTs of... */
     char put_hold_key[256];           /* ...keys containing this ("": packs) */
     char get_hold[256];               /* "" : none; else a file that holds GETs of... */
     char get_hold_key[256];           /* ...keys containing this ("": every key) */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
-    atomic_int get_delay_told, hold_told, get_hold_told;
+    atomic_int get_delay_told, get_end_delay_told, hold_told, get_hold_told;
 } fault_ctx;
 
 static void sleep_ms(unsigned ms)
@@ -80,14 +81,14 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
     return f->inner->ops->put(f->inner->ctx, key, data, len);
 }
 
-/* get_delay_ms: a GET of a pack, buffered or streamed, waits first. */
-static void delay_pack_get(fault_ctx *f, const char *key)
+/* get_delay_ms (before) and get_end_delay_ms (after): a GET of a pack,
+ * buffered or streamed, waits ms; what names the item, once. */
+static void delay_pack_get(const char *key, unsigned ms, atomic_int *told, const char *what)
 {
-    if (f->get_delay_ms && strstr(key, "/packs/")) {
-        if (!atomic_exchange(&f->get_delay_told, 1))
-            fprintf(stderr, "st_backend_fault: fired: get_delay_ms=%u (first: %s)\n",
-                    f->get_delay_ms, key);
-        sleep_ms(f->get_delay_ms);
+    if (ms && strstr(key, "/packs/")) {
+        if (!atomic_exchange(told, 1))
+            fprintf(stderr, "st_backend_fault: fired: %s=%u (first: %s)\n", what, ms, key);
+        sleep_ms(ms);
     }
 }
 
@@ -102,8 +103,10 @@ static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, 
 {
     fault_ctx *f = ctx;
     hold_get(f, key);
-    delay_pack_get(f, key);
-    return f->inner->ops->get(f->inner->ctx, key, off, len, out);
+    delay_pack_get(key, f->get_delay_ms, &f->get_delay_told, "get_delay_ms");
+    st_err e = f->inner->ops->get(f->inner->ctx, key, off, len, out);
+    delay_pack_get(key, f->get_end_delay_ms, &f->get_end_delay_told, "get_end_delay_ms");
+    return e;
 }
 
 static st_err fault_get_stream(void *ctx, const char *key, uint64_t off, uint64_t len,
@@ -111,8 +114,10 @@ static st_err fault_get_stream(void *ctx, const char *key, uint64_t off, uint64_
 {
     fault_ctx *f = ctx;
     hold_get(f, key);
-    delay_pack_get(f, key);
-    return st_get_stream(f->inner, key, off, len, sink);
+    delay_pack_get(key, f->get_delay_ms, &f->get_delay_told, "get_delay_ms");
+    st_err e = st_get_stream(f->inner, key, off, len, sink);
+    delay_pack_get(key, f->get_end_delay_ms, &f->get_end_delay_told, "get_end_delay_ms");
+    return e;
 }
 
 static st_err fault_stat(void *ctx, const char *key, uint64_t *size)
@@ -182,6 +187,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             f->put_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
         } else if (!strncmp(it, "get_delay_ms=", 13)) {
             f->get_delay_ms = (unsigned)strtoul(it + 13, NULL, 10);
+        } else if (!strncmp(it, "get_end_delay_ms=", 17)) {
+            f->get_end_delay_ms = (unsigned)strtoul(it + 17, NULL, 10);
         } else if (!strncmp(it, "fail_key=", 9) && it[9]) {
             snprintf(f->fail_key, sizeof f->fail_key, "%s", it + 9);
         } else if (!strncmp(it, "put_hold=", 9) && it[9]) {
@@ -201,6 +208,7 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->delay_told, 0);
     atomic_init(&f->fail_told, 0);
     atomic_init(&f->get_delay_told, 0);
+    atomic_init(&f->get_end_delay_told, 0);
     atomic_init(&f->hold_told, 0);
     atomic_init(&f->get_hold_told, 0);
     f->inner = *b;

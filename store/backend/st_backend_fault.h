@@ -8,6 +8,10 @@
  *   "put_delay_ms=N"   sleep N ms before every PUT
  *   "get_delay_ms=N"   sleep N ms before every GET of a pack (a slow store
  *                      for reads: fetches that are still under way)
+ *   "get_end_delay_ms=N"  sleep N ms after every GET of a pack has handed
+ *                      its body, before it returns (a connection that ends
+ *                      late: the reader has its bytes, the request is not
+ *                      over)
  *   "fail_key=S"       every PUT of a key containing S fails as transient (the
  *                      caller retries forever: a node that cannot publish)
  *   "put_hold=PATH"    every PUT of a pack waits while the file PATH exists
