@@ -1,12 +1,7 @@
 /*
- * st_vfs_impl — the internals shared by the st_vfs modules:
- *   st_vfs.c          namespace, handles, step tracking, status
- *   st_vfs_journal.c  the SQLite journal of the namespace
- *   st_vfs_upload.c   the uploader thread (seal → ingest → publish)
- *   st_vfs_remote.c   the remote view (durable steps from the store) and fetch
- *   st_vfs_delete.c   deleting a step through the mount (requests, executor)
- *   st_vfs_gc.c       the background GC thread (--gc-* options)
- *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
+ * st_vfs_impl — the internals shared by the st_vfs modules: the state
+ * tables, then each module's functions, the modules bottom to top (the list
+ * below the tables says what each owns).
  *
  * Locking: v->lock guards every vnode, vjob and vstep field and the journal
  * connection; it is never held across store I/O or bulk file I/O. The
@@ -402,9 +397,10 @@ struct st_vfs {
      * boot is unknown): unsynced rows may hold torn bytes. Set by
      * vfs_journal_open, used by the recovery. */
     int journal_other_boot;
-    /* File handles not released yet (st_vfs.c): at a SIGTERM the kernel
-     * drops the connection and never releases the files still open, so
-     * st_vfs_close releases them itself. */
+    /* File handles not released yet (added at open, st_vfs_handles.c;
+     * removed at release, st_vfs_write.c): at a SIGTERM the kernel drops the
+     * connection and never releases the files still open, so st_vfs_close
+     * releases them itself. */
     struct st_vfs_handle *open_handles;
     vjob *jobs;
     size_t njobs, jobs_cap;
@@ -461,20 +457,28 @@ struct st_vfs {
 };
 
 /* The modules, bottom to top; each calls only those above it in this list
- * (tests/lint/check_cycles.py):
+ * (tests/lint/check_cycles.py fails on any cycle between them):
  *   st_vfs_tree.c     vnodes, jobs, steps, the upload queue, logging
  *   st_vfs_staging.c  the staging directory: its lock, its modes, safe opens
  *   st_vfs_health.c   the store's health, bounds on waiting for it
  *   st_vfs_journal.c  the SQLite journal of the namespace
+ *   st_vfs_spare.c    the pool of recycled staging files
+ *   st_vfs_keep.c     naming markers' versions kept for their step
+ *   st_vfs_lease.c    the node lease (docs/NODES.md)
  *   st_vfs_drop.c     files leaving the namespace or staging
  *   st_vfs_remote.c   the remote view and fetch
  *   st_vfs_warmup.c   warm-up requests (docs/WARMUP.md)
  *   st_vfs_delete.c   steps deleted through the mount
- *   st_vfs_upload.c   the uploader thread
+ *   st_vfs_upload.c   the uploader thread, the drain
  *   st_vfs_gc.c       the background GC thread
  *   st_vfs_stats.c    the figures for monitoring (st_vfs_get_stats)
- *   st_vfs.c          the st_vfs.h API: namespace operations, handles,
- *                     completion rules, status, open/close */
+ *   st_vfs_local.c    a file's local copy: its own staging file, stale bytes
+ *   st_vfs_steps.c    when a step is complete (docs/STEPS.md's rules)
+ *   st_vfs_control.c  the control entries in .ckptfs/: status, commit...
+ *   st_vfs_names.c    the namespace operations: lookup ... rename, readdir
+ *   st_vfs_handles.c  open and create: handles, and reads that wait
+ *   st_vfs_write.c    a handle's writes, flush, fsync and release
+ *   st_vfs.c          the mount's life: open (recovery), start, close */
 
 /* st_vfs_tree.c — every call under v->lock unless it says otherwise */
 /* One message to opts.log, its control bytes escaped ("\\n"): a name with a
@@ -487,6 +491,8 @@ void vfs_set_error(st_vfs *v, const char *fmt, ...) __attribute__((format(printf
 /* A new node (owned by the mount's user) linked into parent (NULL: none). */
 vnode *vfs_node_new(st_vfs *v, vnode *parent, const char *name, uint32_t mode);
 vnode *vfs_child(const vnode *dir, const char *name);
+/* The node of inode ino, or NULL (none, or a control entry). */
+vnode *vfs_node_at(const st_vfs *v, uint64_t ino);
 /* Frees n once nothing refers to it: out of the tree, no kernel reference,
  * no open handle, no fetch. */
 void vfs_maybe_free(st_vfs *v, vnode *n);
@@ -849,5 +855,57 @@ int vfs_gc_status(st_vfs *v, struct json_object *root);
 
 /* st_vfs_upload.c: the uploader thread's body (started by st_vfs_start) */
 void *vfs_uploader_main(void *arg);
+
+/* st_vfs_local.c — a file's local copy; every call under v->lock */
+/* Gives n a staging file of its own: empty (a rewrite from the start), or
+ * (empty 0) with its content fetched when it has none yet. Waits for a
+ * fetch of n under way first. */
+st_err vfs_make_local(st_vfs *v, vnode *n, int empty);
+/* Cuts the stale bytes of n's recycled staging file (rules 3 and 4 of
+ * docs/MOUNT.md, "Recycled staging files"); fd: an open descriptor of it,
+ * or -1. */
+st_err vfs_cut_stale(st_vfs *v, vnode *n, int fd);
+
+/* st_vfs_steps.c — the completion rules (docs/STEPS.md); every call under
+ * v->lock */
+/* A rule fired for step s of job j: s is complete, and queued once no file
+ * of it is open for writing (held back by a file whose write failed). */
+void vfs_step_complete(st_vfs *v, vjob *j, vstep *s);
+/* The step a job-relative path belongs to by name (R1), or VFS_NO_STEP;
+ * *single_file (may be NULL): the step is that one file. */
+uint64_t vfs_step_of_path(const st_vfs *v, const char *path, int *single_file);
+/* A writable handle opens on n (in job j), by pid: counted in n's step
+ * (R4: the same writer moving on completes its older steps). */
+void vfs_step_writer_open(st_vfs *v, vjob *j, vnode *n, pid_t pid);
+/* A file of j stopped being a reason to wait (closed, rewritten, removed):
+ * steps held back by a failed write go on once no such file is left. */
+void vfs_retry_blocked_steps(st_vfs *v, vjob *j);
+/* n's content or name changed and nothing has it open for writing: the
+ * rules that look at a closed file (R1, R2, R3, R5, R6). */
+void vfs_step_file_settled(st_vfs *v, vjob *j, vnode *n, int modified);
+/* A rank's explicit commit of (job, step), from .ckptfs/commit. */
+st_err vfs_record_commit(st_vfs *v, const char *job, uint64_t step, uint32_t rank, uint32_t world);
+
+/* st_vfs_control.c — the control entries in .ckptfs/ (no lock needed) */
+#define VFS_CTL_DIR_NAME ".ckptfs"
+/* The attributes of control inode ino (ST_VFS_CTL_DIR_INO...). */
+void vfs_ctl_attr(const st_vfs *v, uint64_t ino, st_vfs_attr *a);
+/* Looks name up in .ckptfs/: ST_ERR_NOT_FOUND if it holds no such entry. */
+st_err vfs_ctl_lookup(const st_vfs *v, const char *name, st_vfs_attr *out);
+/* The listing of .ckptfs/, as st_vfs_readdir. */
+st_err vfs_ctl_readdir(const st_vfs *v, st_vfs_dirent **ents, size_t *n);
+/* Opens control inode ino (takes v->lock for the status). */
+st_err vfs_ctl_open(st_vfs *v, uint64_t ino, int flags, st_vfs_handle **h);
+
+/* st_vfs_names.c — what the opens share with the namespace; lock held */
+/* n's attributes as the kernel sees them. */
+void vfs_node_attr(const vnode *n, st_vfs_attr *a);
+/* A new entry's owner: the caller's, or (NULL) the mount's user's. */
+void vfs_set_owner(vnode *n, const st_vfs_owner *owner);
+/* Checks that a new entry name may be made in dir (is_dir: a directory;
+ * below: bytes of the longest path under it, for a rename). */
+st_err vfs_check_new_entry(st_vfs *v, vnode *dir, const char *name, int is_dir, size_t below);
+/* After a change of n's attributes: its ctime, its journal row, *out. */
+st_err vfs_attr_changed(st_vfs *v, vnode *n, st_vfs_attr *out);
 
 #endif

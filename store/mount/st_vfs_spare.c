@@ -15,7 +15,7 @@
  * still read it (no open handle at entry; not in the running upload's
  * snapshot, else held until that upload ends), the pool stays under its cap
  * and leaves the staging disk room. What the taker must do about the stale
- * bytes beyond its writes is st_vfs.c's job (rules 2 to 4 of the doc).
+ * bytes beyond its writes is st_vfs_local.c's job (rules 2 to 4 of the doc).
  *
  * Threads: every function but st_vfs_drop_spares is called with v->lock
  * held; the I/O is renames, unlinks and one statvfs per file entering.

@@ -125,6 +125,11 @@ vnode *vfs_child(const vnode *dir, const char *name)
     return found ? dir->kids[i] : NULL;
 }
 
+vnode *vfs_node_at(const st_vfs *v, uint64_t ino)
+{
+    return ino < v->ninodes ? v->inodes[ino] : NULL;
+}
+
 /* dir's entries changed: its mtime and ctime are now, as on a local file
  * system (a trainer or a watcher that polls a job directory's mtime sees a
  * new checkpoint, including one that arrived from the store). */

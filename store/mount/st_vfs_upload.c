@@ -627,3 +627,15 @@ void *vfs_uploader_main(void *arg)
     st_state_close(index);
     return NULL;
 }
+
+/* From now on the uploader takes a complete step before an incomplete one
+ * and each job's newest first (next_queue_item; docs/SHUTDOWN.md). */
+void st_vfs_drain(st_vfs *v)
+{
+    pthread_mutex_lock(&v->lock);
+    if (!v->draining)
+        vfs_log(v, 0, "draining: the newest complete steps upload first (%zu queued)", v->nqueue);
+    v->draining = 1;
+    pthread_cond_broadcast(&v->changed);
+    pthread_mutex_unlock(&v->lock);
+}
