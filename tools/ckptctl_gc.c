@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ckptctl.h"
+#include "ckptctl_cli.h"
 
 /* The signal that asked the run to stop (0: none); the GC run looks at it
  * between units. */
@@ -42,15 +43,6 @@ static void print_progress(void *arg, const st_gc_report *r)
                 "ckptctl gc: compact: %.1f MiB copied into %" PRIu64 " new pack(s), %" PRIu64
                 " part record(s) rewritten\n",
                 mib(r->compact_live_bytes), r->compact_packs_written, r->compact_parts_rewritten);
-}
-
-static int no_positional(const cli *c)
-{
-    if (c->argc) {
-        fprintf(stderr, "ckptctl %s: unexpected argument '%s'\n", c->verb, c->argv[0]);
-        return 0;
-    }
-    return 1;
 }
 
 /* "2026-12-01 23:40:00 UTC (in 59 min)" for a wall-clock time in ns. */

@@ -16,6 +16,7 @@
 
 #include "ckpt_mountctl.h"
 #include "ckptctl.h"
+#include "ckptctl_cli.h"
 
 static int need_mount(const cli *c)
 {
@@ -26,7 +27,7 @@ static int need_mount(const cli *c)
     return 1;
 }
 
-/* Prints msg and returns the exit code for e (ckptctl.h). */
+/* Prints msg and returns the exit code for e (ckptctl_cli.h). */
 static int mountctl_fail(ckpt_mountctl_err e, const char *msg)
 {
     fprintf(stderr, "ckptctl: %s\n", msg);

@@ -5,7 +5,7 @@
  * Each verb checks its arguments, makes its store calls, and prints either a
  * line for people on stdout or, with --json, one JSON document. On failure
  * nothing goes to stdout: the message is on stderr and the exit code says
- * what kind of failure it was (ckptctl.h).
+ * what kind of failure it was (ckptctl_cli.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,15 +15,7 @@
 #include <unistd.h>
 
 #include "ckptctl.h"
-
-static int no_positional(const cli *c)
-{
-    if (c->argc) {
-        fprintf(stderr, "ckptctl %s: unexpected argument '%s'\n", c->verb, c->argv[0]);
-        return 0;
-    }
-    return 1;
-}
+#include "ckptctl_cli.h"
 
 /* Logical over stored bytes; 0 when nothing is stored. */
 static double dedup_ratio(uint64_t logical, uint64_t stored)

@@ -22,6 +22,7 @@
 
 #include "ckpt_mountctl.h"
 #include "ckptctl.h"
+#include "ckptctl_cli.h"
 
 /* How often the status file is read while waiting. */
 #define POLL_NS (200ll * 1000000)
