@@ -133,7 +133,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
     (void)userdata;
     /* 1 MiB requests: 128 KiB ones were ~30% slower, measured with libfuse
-     * 3.14 on the project machine (docs/MOUNT.md). */
+     * 3.14 on the project machine (docs/MOUNT_MODEL.md, "What a write
+     * does"). */
     conn->max_write = MAX_WRITE;
     conn->max_read = 0;
     conn->max_readahead = MAX_WRITE;
@@ -307,8 +308,8 @@ static void op_unsupported_mknod(fuse_req_t req, fuse_ino_t parent, const char *
     fuse_reply_err(req, S_ISREG(mode) ? ENOSYS : ENOTSUP);
 }
 
-/* How the kernel caches a file opened through fi (docs/MOUNT.md, "One copy
- * in the page cache"). A virtual file is direct I/O: its size is not known
+/* How the kernel caches a file opened through fi (docs/MOUNT_MODEL.md, "One
+ * copy in the page cache"). A virtual file is direct I/O: its size is not known
  * up front. So is a file opened write-only: through the page cache every
  * byte a trainer writes would be cached twice, in the mount's pages and in
  * the staging file's, and the second copy made a save of 1 GiB allocate

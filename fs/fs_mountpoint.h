@@ -1,6 +1,6 @@
 /*
  * fs_mountpoint — the mountpoint looked at before mounting (docs/MOUNT.md,
- * "One daemon per staging directory and per mountpoint"). A ckptfs already
+ * "The staging directory": one daemon per mountpoint). A ckptfs already
  * mounted there is refused: a second mount would stack over it silently,
  * hiding the first one and the files written into it. A directory that is
  * not empty is mounted over with a warning: what it holds is hidden until

@@ -3,7 +3,7 @@
  * chunks known to be in the store, the packs this writer stored, and the
  * part records already merged into the index. The schema and its rules are
  * in docs/STATE.md. (The mount's upload journal is another database:
- * mount/st_vfs_journal.c, docs/MOUNT.md.)
+ * mount/st_vfs_journal.c, docs/MOUNT_MODEL.md.)
  *
  * Rule that keeps the index honest: a chunk is added only after the PUT of
  * the pack that holds it succeeded (or it was read from a committed

@@ -245,12 +245,13 @@ st_err st_vfs_create(st_vfs *v, uint64_t parent, const char *name, uint32_t mode
 st_err st_vfs_open_file(st_vfs *v, uint64_t ino, int flags, pid_t pid, st_vfs_handle **h);
 /*! Before a read of [off, off + *len) through h's fd: cuts *len at the
  *  file's size when the fd's file may hold bytes past it (a recycled
- *  staging file, docs/MOUNT.md), and waits until the range has been fetched
- *  and verified when h was opened while its file was being fetched from the
- *  store (docs/WARMUP.md); returns at once otherwise. A failed fetch: its
- *  error (the reader gets EIO). h opened on a torn file (its bytes never
- *  reached the staging disk before the machine stopped, docs/MOUNT.md):
- *  ST_ERR_CORRUPT until it is rewritten. Any thread; may block. */
+ *  staging file, docs/MOUNT_MODEL.md, "Recycled staging files"), and waits
+ *  until the range has been fetched and verified when h was opened while its
+ *  file was being fetched from the store (docs/WARMUP.md); returns at once
+ *  otherwise. A failed fetch: its error (the reader gets EIO). h opened on a
+ *  torn file (its bytes never reached the staging disk before the machine
+ *  stopped, docs/MOUNT.md): ST_ERR_CORRUPT until it is rewritten. Any
+ *  thread; may block. */
 st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len);
 
 /*! Warm-up (docs/WARMUP.md): fetches every file of step of job into staging
@@ -291,8 +292,8 @@ st_err st_vfs_write_prepare(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t le
  *  st_vfs_write_prepare records its own refusals. */
 void st_vfs_write_failed(st_vfs *v, st_vfs_handle *h, st_err why);
 /*! The staging disk said ENOSPC: unlinks every recycled staging file kept
- *  for reuse (docs/MOUNT.md, "Recycled staging files"), so the write can be
- *  tried again. Returns the bytes freed, 0 when the pool was empty. */
+ *  for reuse (docs/MOUNT_MODEL.md, "Recycled staging files"), so the write
+ *  can be tried again. Returns the bytes freed, 0 when the pool was empty. */
 uint64_t st_vfs_drop_spares(st_vfs *v);
 /*! After `written` bytes were written at off. */
 void st_vfs_write_done(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t written);

@@ -107,7 +107,8 @@ static st_err recover(st_vfs *v)
         /* The completion rules (R1 markers, R3 single-file steps) run at the
          * release, after close() has returned: a crash in between left an
          * acknowledged file whose step never completed. Nothing is open for
-         * writing now, so they run again (docs/MOUNT.md, crash and restart). */
+         * writing now, so they run again (docs/MOUNT_MODEL.md, "Crash and
+         * restart"). */
         if (s && !s->complete)
             vfs_step_file_settled(v, j, n, 0);
         if (s && s->complete)
@@ -142,7 +143,7 @@ static st_err look(void *arg)
  * other's answer: on Ceph RGW each is a round trip of ~45 ms, and a mount
  * waited for both in a row). They share one bound, so a dead endpoint
  * delays the mount once, not twice (docs/NODES.md); a store that does not
- * answer within it is left to the refresher thread (docs/MOUNT.md, "The
+ * answer within it is left to the refresher thread (docs/MOUNT_MODEL.md, "The
  * store is down"). Only a live holder of the node name fails the open. */
 static st_err first_look(st_vfs *v)
 {
@@ -287,7 +288,7 @@ fail:
  * run VFS_BACKGROUND_NICE steps nicer than the daemon, and the threads they
  * start (the ingest's upload workers) inherit it: a trainer's save, served by
  * libfuse's threads at the daemon's own priority, must not wait behind the
- * chunking, hashing and compression of earlier steps (docs/MOUNT.md,
+ * chunking, hashing and compression of earlier steps (docs/MOUNT_MODEL.md,
  * "Background work yields to the writer"). On Linux the nice value is a
  * thread's own (setpriority of its tid). It only lowers the share of the
  * CPU the background gets while the writer runs: alone, it has all of it. */
@@ -378,7 +379,7 @@ void st_vfs_close(st_vfs *v)
             vfs_log(v, 1, "unmounting with uploads pending; they resume at the next start");
     }
     /* Past the drain nothing waits for the store: requests in flight and
-     * retry waits of every thread end within 100 ms (docs/MOUNT.md). */
+     * retry waits of every thread end within 100 ms (docs/MOUNT_MODEL.md). */
     vfs_health_stop_all(v);
     vfs_fetch_stop_all(v); /* fetches and warm-up end after their runs in flight */
     stop_thread(v, v->gc, &v->gc_started);

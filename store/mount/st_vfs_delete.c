@@ -1,5 +1,5 @@
 /*
- * st_vfs_delete — deleting a step through the mount (docs/MOUNT.md,
+ * st_vfs_delete — deleting a step through the mount (docs/MOUNT_MODEL.md,
  * "Deleting steps"): rmdir of a step directory, or unlink of a single-file
  * step, once nothing left in the mount names the step, requests the deletion
  * of the whole step from the store; the uploader thread carries it out.
@@ -386,7 +386,8 @@ static void try_deletion(st_vfs *v, const char *job, uint64_t step, uint64_t id)
     if (!d)
         return; /* written again meanwhile: the new version is uploaded next */
     /* Rows left behind make a restart run the request again, which finds
-     * nothing left to delete and drops them (docs/MOUNT.md, the crash table). */
+     * nothing left to delete and drops them (docs/MOUNT_MODEL.md, the crash
+     * table). */
     (void)vfs_journal_drop_tombstones(v, job, d->path); /* what they hid is gone */
     (void)vfs_journal_drop_deletion(v, job, step);
     deletion_remove(j, d);

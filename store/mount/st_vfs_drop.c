@@ -23,7 +23,7 @@ st_err vfs_drop_file(st_vfs *v, vnode *n, int tombstone, int keep_on_error)
     vnode *jd = vfs_job_dir(n);
     st_err e = ST_OK;
     /* A naming marker's version that its step has not stored yet stays that
-     * step's (docs/MOUNT.md, "A naming marker replaced before its step is
+     * step's (docs/MOUNT_MODEL.md, "A naming marker replaced before its step is
      * stored"): removed, or replaced by a rename. */
     int kept = vfs_keep_marker(v, n);
     if (jd && vfs_job_path(n, path, sizeof path)) {

@@ -96,8 +96,8 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
         return e;
     }
     /* A writer that may change bytes the running upload reads (an append
-     * changes none of them: docs/MOUNT.md, "A file rewritten while its step
-     * uploads"). */
+     * changes none of them: docs/MOUNT_MODEL.md, "A file rewritten while its
+     * step uploads"). */
     if (writable && !(flags & (O_TRUNC | O_APPEND)) && vfs_spare_in_upload(v, n->sid))
         v->upload_disturbed = 1;
     h->node = n;

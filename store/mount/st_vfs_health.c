@@ -1,6 +1,6 @@
 /*
  * st_vfs_health — what the mount knows of the store's health, and the
- * bounds on how long the mount waits for it (docs/MOUNT.md, "The store is
+ * bounds on how long the mount waits for it (docs/MOUNT_MODEL.md, "The store is
  * down").
  *
  * The mount opens its backend with an observer (st_backend_observer) whose

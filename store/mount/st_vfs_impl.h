@@ -82,7 +82,7 @@ struct vnode {
     vremote *remote;      /* where its durable content lives, NULL: nowhere */
     int fetching;         /* a fetch of the remote content is under way */
     struct vfetch *fetch; /* that fetch once laid out (docs/WARMUP.md), NULL: none yet */
-    /* A recycled staging file (docs/MOUNT.md, "Recycled staging files")
+    /* A recycled staging file (docs/MOUNT_MODEL.md, "Recycled staging files")
      * holds stale bytes of an earlier file up to stale_end (0: none) until
      * its first flush cuts them; write_front is the end of the furthest
      * write handed to it so far. Read without the lock by the read path
@@ -103,7 +103,7 @@ struct vnode {
      * --close-sync background): reads fail too. 0: none. Counted in
      * st_vfs.nfailed while the file is in the tree. */
     st_err write_failed;
-    /* close_sync "background" (docs/MOUNT.md, "When close() waits for the
+    /* close_sync "background" (docs/MOUNT_MODEL.md, "When close() waits for the
      * disk"): a flush returned with bytes of the file not yet on the staging
      * disk (the journal row says so too). sync_gen counts such flushes; a
      * release clears unsynced only if none came after the one it synced for. */
@@ -310,7 +310,7 @@ typedef struct vwarm {
 /* What last_error and the log say while the store cannot be reached. */
 #define VFS_UNREACHABLE "the store is unreachable"
 
-/* docs/MOUNT.md, "The store is down": the mount waits this long for the
+/* docs/MOUNT_MODEL.md, "The store is down": the mount waits this long for the
  * store at start (and 1 s once it failed: a refused connection), and a read
  * of a remote file gives up once the store has been unreachable this long. */
 #define VFS_OPEN_STORE_WAIT_NS (5ll * 1000000000)
@@ -413,8 +413,8 @@ struct st_vfs {
     int uploader_busy;
     /* A file of the running upload's snapshot was opened for writing without
      * O_TRUNC, truncated to another non-zero size, removed or replaced: what
-     * the upload read may mix two versions, or hold a file that is gone, so
-     * it does not publish (docs/MOUNT.md, "A file rewritten while its step
+     * the upload read may mix two versions, or hold a file that is gone, so it
+     * does not publish (docs/MOUNT_MODEL.md, "A file rewritten while its step
      * uploads"). Cleared when an upload begins. */
     int upload_disturbed;
     char last_error[512];    /* set through vfs_set_error; "" once the cause is gone */
@@ -565,7 +565,7 @@ uint64_t vfs_named_step(const st_vfs *v, const vnode *n, const char *path, int *
 #define EAGER_QUIET_NS (2ll * 1000000000)
 void vfs_publish_quiet_steps(st_vfs *v); /* takes v->lock itself */
 
-/* st_vfs_staging.c — the staging directory (docs/MOUNT.md, "The staging
+/* st_vfs_staging.c — the staging directory (docs/MOUNT_MODEL.md, "The staging
  * directory"); no call needs v->lock */
 /* At open, before anything else there: makes STAGING (0700) and refuses it
  * unless private to this user, takes its lock (waiting up to
@@ -689,7 +689,7 @@ void vfs_evict_durable(st_vfs *v, uint64_t need);
  * local state goes once no file belongs to it. */
 void vfs_forget_step(st_vfs *v, vjob *j, uint64_t step);
 
-/* st_vfs_spare.c — the pool of recycled staging files (docs/MOUNT.md,
+/* st_vfs_spare.c — the pool of recycled staging files (docs/MOUNT_MODEL.md,
  * "Recycled staging files"); every call under v->lock */
 /* Empties STAGING/spare (what an earlier run left; vfs_staging_take made it). */
 st_err vfs_spare_open(st_vfs *v);
@@ -703,7 +703,7 @@ void vfs_staging_release(st_vfs *v, vnode *n, int may_recycle);
 void vfs_spare_last_close(st_vfs *v, vnode *n);
 /* Renames the largest spare free to take to STAGING/data/<sid> for the new
  * file `fresh`; with none free, the staging file of a durable namesake of
- * `fresh` of an older step (rule 5 of docs/MOUNT.md, "Recycled staging
+ * `fresh` of an older step (rule 5 of docs/MOUNT_MODEL.md, "Recycled staging
  * files"). Returns its length (every byte of it stale), 0 when none was
  * taken. */
 uint64_t vfs_spare_take(st_vfs *v, const vnode *fresh, uint64_t sid);
@@ -720,12 +720,12 @@ void vfs_spare_upload_end(st_vfs *v);
 void vfs_spare_durable_changed(st_vfs *v);
 /* 1 when the running upload may read staging file sid. */
 int vfs_spare_in_upload(const st_vfs *v, uint64_t sid);
-/* n is about to be rewritten from empty while the running upload may read
- * its staging file: that file is linked into the pool, held for the upload
+/* n is about to be rewritten from empty while the running upload may read its
+ * staging file: that file is linked into the pool, held for the upload
  * whatever the pool's rules, and n gets none (n->sid 0). *old: the sid whose
- * STAGING/data name the caller unlinks once n's journal row no longer names
- * it (a crash before leaves the old row and its file). docs/MOUNT.md, "A file
- * rewritten while its step uploads". */
+ * STAGING/data name the caller unlinks once n's journal row no longer names it
+ * (a crash before leaves the old row and its file). docs/MOUNT_MODEL.md, "A
+ * file rewritten while its step uploads". */
 st_err vfs_spare_keep_for_upload(st_vfs *v, vnode *n, uint64_t *old);
 /* Opens, read-only, the staging file sid that the running upload took in
  * its snapshot: STAGING/data/<sid>, or the pool's copy kept for it
@@ -736,7 +736,7 @@ st_err vfs_spare_upload_open(st_vfs *v, uint64_t sid, int *fd);
 void vfs_staging_detach(st_vfs *v, vnode *n);
 
 /* st_vfs_keep.c — naming markers' versions kept for their step
- * (docs/MOUNT.md, "A naming marker replaced before its step is stored");
+ * (docs/MOUNT_MODEL.md, "A naming marker replaced before its step is stored");
  * every call under v->lock */
 /* n is about to be truncated to empty or replaced by a rename. If it is a
  * naming marker's version that its step has not stored yet, its staging
@@ -814,8 +814,8 @@ int vfs_warmup_status(st_vfs *v, struct json_object *root);
 /* Bytes of the files of the listed requests, and of those warm. */
 void vfs_warmup_bytes(st_vfs *v, uint64_t *bytes, uint64_t *warm);
 
-/* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT.md). Every
- * call under v->lock. */
+/* st_vfs_delete.c — deleting steps through the mount (docs/MOUNT_MODEL.md).
+ * Every call under v->lock. */
 typedef struct vfs_removal {
     vnode *jd;                           /* the job directory, NULL: none */
     char path[ST_MANIFEST_MAX_PATH + 1]; /* the removed entry, "" for a job dir */
@@ -862,7 +862,7 @@ void *vfs_uploader_main(void *arg);
  * fetch of n under way first. */
 st_err vfs_make_local(st_vfs *v, vnode *n, int empty);
 /* Cuts the stale bytes of n's recycled staging file (rules 3 and 4 of
- * docs/MOUNT.md, "Recycled staging files"); fd: an open descriptor of it,
+ * docs/MOUNT_MODEL.md, "Recycled staging files"); fd: an open descriptor of it,
  * or -1. */
 st_err vfs_cut_stale(st_vfs *v, vnode *n, int fd);
 

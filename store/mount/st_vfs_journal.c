@@ -8,8 +8,9 @@
  *       kind 0 directory, 1 file, 2 tombstone (a store file deleted here);
  *       state as vfile_state; step -1 for none; then failed (vnode.write_failed)
  *       and unsynced (a close returned before the bytes were on disk:
- *       docs/MOUNT.md, "When close() waits for the disk"); then uid and gid,
- *       the owner (-1: the mount's user, as rows of older journals read).
+ *       docs/MOUNT_MODEL.md, "When close() waits for the disk"); then uid
+ *       and gid, the owner (-1: the mount's user, as rows of older journals
+ *       read).
  *   steps(job, step, complete, revision, commits "rank:world,...")
  *   kept(job, step, path, sid, size, mode, mtime_ns)
  *       a naming marker's version its step still has to publish
@@ -427,7 +428,7 @@ static void parse_commits(vstep *s, const char *text)
 }
 
 /* A file whose close() returned before its bytes were on the staging disk
- * (docs/MOUNT.md, "When close() waits for the disk"). In this boot the
+ * (docs/MOUNT_MODEL.md, "When close() waits for the disk"). In this boot the
  * page cache still holds them: sync them now. After another boot they may
  * be torn: the file stays, but its step is never published from it. */
 static void recover_unsynced(st_vfs *v, vnode *n, const char *job, const char *path,

@@ -1,6 +1,6 @@
 /*
  * st_vfs_keep — versions of naming markers kept for their step
- * (docs/MOUNT.md, "A naming marker replaced before its step is stored").
+ * (docs/MOUNT_MODEL.md, "A naming marker replaced before its step is stored").
  *
  * `latest` names step 2 and completes it (R2); the trainer then rewrites it
  * for step 3, or renames a new one over it, before step 2 was stored with

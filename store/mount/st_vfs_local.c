@@ -1,7 +1,7 @@
 /*
  * st_vfs_local — a file's local copy: gives a vnode a staging file of its
  * own (empty for a rewrite, or its content fetched from the store), and
- * cuts the stale bytes of a recycled staging file (docs/MOUNT.md,
+ * cuts the stale bytes of a recycled staging file (docs/MOUNT_MODEL.md,
  * "Recycled staging files").
  *
  * Used by truncation (st_vfs_names.c), the opens (st_vfs_handles.c) and the
@@ -22,7 +22,7 @@
 /* Cuts the stale bytes of a recycled staging file (lock held): truncates it
  * to the end of what was written or is being written, whichever is further,
  * so the writes in flight keep their bytes and a hole beyond reads as zeros
- * (docs/MOUNT.md, "Recycled staging files", rules 3 and 4). fd: an open
+ * (docs/MOUNT_MODEL.md, "Recycled staging files", rules 3 and 4). fd: an open
  * descriptor of it, or -1. */
 st_err vfs_cut_stale(st_vfs *v, vnode *n, int fd)
 {
@@ -59,14 +59,14 @@ st_err vfs_make_local(st_vfs *v, vnode *n, int empty)
     char path[PATH_MAX];
     uint64_t kept = 0; /* the staging file left to the running upload */
     /* A naming marker's version its step has not stored yet stays that
-     * step's (docs/MOUNT.md, "A naming marker replaced before its step is
+     * step's (docs/MOUNT_MODEL.md, "A naming marker replaced before its step is
      * stored"): its file is kept where it is. */
     int marker_kept = n->sid && vfs_keep_marker(v, n);
     if (n->sid && vfs_spare_in_upload(v, n->sid)) {
-        /* Truncated in place, the upload would read the new version, or
-         * part of it, as its snapshot's: a `latest` rewritten for step 3
-         * was stored in step 2 (docs/MOUNT.md, "A file rewritten while its
-         * step uploads"). The new version gets a staging file of its own. */
+        /* Truncated in place, the upload would read the new version, or part
+         * of it, as its snapshot's: a `latest` rewritten for step 3 was stored
+         * in step 2 (docs/MOUNT_MODEL.md, "A file rewritten while its step
+         * uploads"). The new version gets a staging file of its own. */
         st_err e = vfs_spare_keep_for_upload(v, n, &kept);
         if (e)
             return e;
@@ -85,7 +85,7 @@ st_err vfs_make_local(st_vfs *v, vnode *n, int empty)
     } else {
         uint64_t sid = v->next_sid++;
         /* Written over a recycled file when the pool has one: its stale
-         * bytes are cut as rules 3 and 4 of docs/MOUNT.md say. */
+         * bytes are cut as rules 3 and 4 of docs/MOUNT_MODEL.md say. */
         uint64_t stale = vfs_spare_take(v, n, sid);
         if (!stale) {
             vfs_staging_path(v, sid, path, sizeof path);

@@ -1,5 +1,5 @@
 /*
- * st_vfs_spare — the pool of recycled staging files (docs/MOUNT.md,
+ * st_vfs_spare — the pool of recycled staging files (docs/MOUNT_MODEL.md,
  * "Recycled staging files"). A staging file that leaves the mount is kept,
  * with its cached pages and its disk blocks, as STAGING/spare/<sid>, and the
  * next new file is written over it: on this VM a page the kernel frees goes
@@ -303,10 +303,10 @@ static void namesake_candidates(st_vfs *v)
 }
 
 /* The durable file whose staging file a new file may take over (rule 5 of
- * docs/MOUNT.md, "Recycled staging files"): a candidate that is a namesake
- * of `fresh`, unopened and not being fetched, still a candidate now (it may
- * have been written, removed or taken since it was listed); the oldest such
- * step first. NULL: none. */
+ * docs/MOUNT_MODEL.md, "Recycled staging files"): a candidate that is a
+ * namesake of `fresh`, unopened and not being fetched, still a candidate now
+ * (it may have been written, removed or taken since it was listed); the
+ * oldest such step first. NULL: none. */
 static vnode *durable_namesake(st_vfs *v, const vnode *fresh)
 {
     namesake_candidates(v);

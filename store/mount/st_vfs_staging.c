@@ -1,6 +1,6 @@
 /*
- * st_vfs_staging — the staging directory as one daemon's own (docs/MOUNT.md,
- * "The staging directory"):
+ * st_vfs_staging — the staging directory as one daemon's own
+ * (docs/MOUNT_MODEL.md, "The staging directory"):
  *
  *   * one daemon per staging directory, held by an exclusive lock on
  *     STAGING/lock for the daemon's whole life (the journal, the staging

@@ -99,8 +99,8 @@ static int snapshot_has_path(const snapshot *s, const char *path)
     return 0;
 }
 
-/* Adds the versions of naming markers kept for the step (docs/MOUNT.md, "A
- * naming marker replaced before its step is stored"), but where a live file
+/* Adds the versions of naming markers kept for the step (docs/MOUNT_MODEL.md,
+ * "A naming marker replaced before its step is stored"), but where a live file
  * of the step has that path: that newer version is the step's now. */
 static st_err add_kept_versions(st_vfs *v, snapshot *s)
 {
@@ -399,9 +399,9 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         e = carry_moved(g, &prev, s);
     if (e || (e = st_ingest_finish(g, &m)))
         goto out;
-    /* Every byte is read: a writer that opens a file of the snapshot from
-     * now on cannot change what this revision holds; one that did before
-     * may have (docs/MOUNT.md, "A file rewritten while its step uploads"). */
+    /* Every byte is read: a writer that opens a file of the snapshot from now
+     * on cannot change what this revision holds; one that did before may have
+     * (docs/MOUNT_MODEL.md, "A file rewritten while its step uploads"). */
     pthread_mutex_lock(&v->lock);
     int disturbed = v->upload_disturbed;
     pthread_mutex_unlock(&v->lock);

@@ -1,10 +1,10 @@
 /*
  * st_vfs_write — a handle's writes and its end: the staging cap and a
  * recycled file's stale bytes before a write, the size and early writeback
- * after it, what flush and fsync acknowledge (docs/MOUNT.md, "When close()
- * waits for the disk"), and the release, where a file's last close settles
- * its step (the completion rules of docs/STEPS.md that look at a closed
- * file).
+ * after it, what flush and fsync acknowledge (docs/MOUNT_MODEL.md, "When
+ * close() waits for the disk"), and the release, where a file's last close
+ * settles its step (the completion rules of docs/STEPS.md that look at a
+ * closed file).
  *
  * Calls down only: a file's local copy, the namespace's attribute change (a
  * set-ID bit dropped), the step rules, the journal, the pool of spares and
@@ -173,12 +173,12 @@ static st_err sync_staging(st_vfs *v, st_vfs_handle *h, int *cleared)
 
 /* What this flush does about the disk: returns 1 to fdatasync now, 0 not;
  * *defer: it returns before the bytes are on the staging disk and the release
- * syncs them (docs/MOUNT.md, "When close() waits for the disk": close_sync
- * "background", files of CLOSE_SYNC_MIN bytes or more written from empty,
- * whose journal row says WRITING until this flush: a machine crash that
- * loses the flush's row drops the file rather than trusting an older row
- * over bytes changed in place). fsync (must_sync) also syncs bytes another
- * handle's flush left unsynced. */
+ * syncs them (docs/MOUNT_MODEL.md, "When close() waits for the disk":
+ * close_sync "background", files of CLOSE_SYNC_MIN bytes or more written
+ * from empty, whose journal row says WRITING until this flush: a machine
+ * crash that loses the flush's row drops the file rather than trusting an
+ * older row over bytes changed in place). fsync (must_sync) also syncs bytes
+ * another handle's flush left unsynced. */
 static int flush_syncs_now(st_vfs *v, st_vfs_handle *h, int must_sync, int *defer)
 {
     pthread_mutex_lock(&v->lock);

@@ -1,6 +1,6 @@
 /*
  * bench_creates — what a create costs in a mount that holds many files,
- * with the pool of recycled staging files off and on (docs/MOUNT.md,
+ * with the pool of recycled staging files off and on (docs/MOUNT_MODEL.md,
  * "Recycled staging files"; rule 5 looks for a durable namesake at a create
  * that finds the pool empty). Through the mount model's C API (no FUSE) on
  * the in-memory store, with the unit tests' harness: each step is a

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench_page_reuse — what a write costs depending on where its pages come from.
 
-The probe behind docs/MOUNT.md, "Recycled staging files": SIZE bytes written
-in 1 MiB write()s into a file in DIR, three ways, alternating, ROUNDS times:
+The probe behind docs/MOUNT_MODEL.md, "Recycled staging files": SIZE bytes
+written in 1 MiB write()s into a file in DIR, three ways, alternating, ROUNDS
+times:
 
   new_kept      a new file while another SIZE-byte file stays cached
                 (a save that overlaps the seal of the step before it);

@@ -40,11 +40,11 @@ done
 echo "== dedup of real checkpoints: format-aware chunker vs plain CDC"
 $py "$here/chunker_dedup_table.py" "$build/tests/bench/bench_dedup" "$work/chunker/pairs.tsv" $cdc_params
 
-echo "== where a write's pages come from: new, just freed, or recycled (docs/MOUNT.md)"
+echo "== where a write's pages come from: new, just freed, or recycled (docs/MOUNT_MODEL.md)"
 if [ "$mode" = --smoke ]; then $py "$here/bench_page_reuse.py" "$work" --size 16 --rounds 1
 else $py "$here/bench_page_reuse.py" "$work" --rounds 3; $py "$here/bench_page_reuse.py" "$work" --rounds 3 --sync; fi
 
-echo "== a create in a mount of many files, recycled-file pool off and on (docs/MOUNT.md, rule 5)"
+echo "== a create in a mount of many files, recycled-file pool off and on (docs/MOUNT_MODEL.md, rule 5)"
 if [ "$mode" = --smoke ]; then "$build/tests/bench/bench_creates" --files 300 --steps 2 --reps 1
 else "$build/tests/bench/bench_creates" --files 10000 --steps 3 --reps 3; fi
 

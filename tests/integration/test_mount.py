@@ -330,8 +330,8 @@ class MountTest(MountTestCase):
         as an atomic writer does (a temporary file renamed over it). Every
         step must be stored with the `latest` that named it: a node that
         resumes at step N (N+1 incomplete elsewhere) reads that file.
-        Before docs/MOUNT.md's "A naming marker replaced before its step is
-        stored", the queued steps were stored without one."""
+        Before docs/MOUNT_MODEL.md's "A naming marker replaced before its
+        step is stored", the queued steps were stored without one."""
         m = self.mount("a", env={"CKPT_FAULT": "put_delay_ms=700"})
         job = os.path.join(m.path, JOB)
         os.mkdir(job)

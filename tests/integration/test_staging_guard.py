@@ -1,5 +1,6 @@
 """The staging directory and the mountpoint are one daemon's own
-(docs/MOUNT.md, "The staging directory"), with the real daemon:
+(docs/MOUNT.md and docs/MOUNT_MODEL.md, "The staging directory"), with the
+real daemon:
 
 * a second daemon on a staging directory in use (under another --node or
   the same) exits non-zero with a message naming the first one's PID, after

@@ -1,4 +1,4 @@
-"""How the mount caches what a trainer writes (docs/MOUNT.md, "One copy in
+"""How the mount caches what a trainer writes (docs/MOUNT_MODEL.md, "One copy in
 the page cache"): a real FUSE mount, a file:// store.
 
 A file opened write-only is direct I/O (FOPEN_DIRECT_IO): its bytes are
@@ -17,7 +17,7 @@ What that must not break, each a test:
 * a file opened O_RDWR (which may be mmapped shared) keeps the page cache:
   a MAP_SHARED write through it is read back, then also after a remount;
 * a torch.save of a state is read back identical by torch.load;
-* a new file written over a recycled staging file (docs/MOUNT.md,
+* a new file written over a recycled staging file (docs/MOUNT_MODEL.md,
   "Recycled staging files") reads back as its own bytes only, while
   written, after close and after a remount;
 * a trainer that keeps every torch.save checkpoint: the third save is
@@ -26,7 +26,7 @@ What that must not break, each a test:
   every checkpoint loads back identical, also after a remount;
 * the background threads (uploader, refresher; gc with --gc) run 5 nice steps below
   the daemon's FUSE threads, so sealing earlier steps yields to a save
-  (docs/MOUNT.md, "Background work yields to the writer").
+  (docs/MOUNT_MODEL.md, "Background work yields to the writer").
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -202,9 +202,9 @@ class WriteCacheTest(MountTestCase):
         self.assertEqual(sha256_file(path), sha256_file(ref))
 
     def test_new_file_over_a_recycled_staging_file(self):
-        # docs/MOUNT.md, "Recycled staging files": a removed file's staging
-        # file is kept and the next new file is written over it. What the
-        # new file shows is its own bytes only: never the old file's past
+        # docs/MOUNT_MODEL.md, "Recycled staging files": a removed file's
+        # staging file is kept and the next new file is written over it. What
+        # the new file shows is its own bytes only: never the old file's past
         # its size or in a hole, while written, after close, after a remount.
         old = os.path.join(self.step, "old.bin")
         write_only_keep_new(old, b"\xaa" * (8 * MIB))
@@ -239,7 +239,7 @@ class WriteCacheTest(MountTestCase):
             self.assertEqual(f.read(), want, "after a remount")
 
     def test_kept_checkpoints_feed_the_next_save(self):
-        # docs/MOUNT.md, "Recycled staging files", rule 5: nothing is
+        # docs/MOUNT_MODEL.md, "Recycled staging files", rule 5: nothing is
         # deleted, so the pool stays empty; the third save takes the staging
         # file of the first (its namesake, of a step older than a durable
         # step), which is served from the store afterwards.

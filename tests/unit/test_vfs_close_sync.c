@@ -1,5 +1,5 @@
 /*
- * test_vfs_close_sync — close_sync "background" (docs/MOUNT.md, "When
+ * test_vfs_close_sync — close_sync "background" (docs/MOUNT_MODEL.md, "When
  * close() waits for the disk"): a flush of a large file returns before its
  * fdatasync, the release syncs it; fsync and small files sync at once; two
  * writers' flushes; and the restart after a crash between the flush and the

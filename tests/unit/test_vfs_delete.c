@@ -1,11 +1,11 @@
 /*
  * test_vfs_delete — deleting steps through the mount (store/st_vfs_delete.c,
- * docs/MOUNT.md "Deleting steps") through the C API: which rmdir and unlink
- * calls request a deletion; the request in the journal across a restart; the
- * executor on the uploader thread deleting every object of the step; the
- * job's newest durable step kept until a newer one is durable; a request
- * cancelled by writing the step again (tmp-checkpoint-N renamed onto it);
- * and a loose file of the deleted step moved to another step first.
+ * docs/MOUNT_MODEL.md "Deleting steps") through the C API: which rmdir and
+ * unlink calls request a deletion; the request in the journal across a
+ * restart; the executor on the uploader thread deleting every object of the
+ * step; the job's newest durable step kept until a newer one is durable; a
+ * request cancelled by writing the step again (tmp-checkpoint-N renamed onto
+ * it); and a loose file of the deleted step moved to another step first.
  *
  * Which objects the store holds is read from the in-memory store itself
  * (jobs/<job>/steps/<step>/...), the request's state from the status file.

@@ -1,13 +1,13 @@
 /*
- * test_vfs_spare — recycled staging files (docs/MOUNT.md, "Recycled staging
- * files") through the mount model's C API: a file written over a recycled
- * one reads back as exactly its own bytes while it is written, after its
- * close and after a restart (stale bytes beyond its size, in a hole, or past
- * a truncate are never seen); the pool keeps to its cap; a file that the
+ * test_vfs_spare — recycled staging files (docs/MOUNT_MODEL.md, "Recycled
+ * staging files") through the mount model's C API: a file written over a
+ * recycled one reads back as exactly its own bytes while it is written, after
+ * its close and after a restart (stale bytes beyond its size, in a hole, or
+ * past a truncate are never seen); the pool keeps to its cap; a file that the
  * running upload may read is not handed out until that upload ends; the
- * staging cap empties the pool before it refuses a write; and with nothing
- * in the pool, a new file takes the staging file of a durable namesake of
- * an older step, never the newest durable step's.
+ * staging cap empties the pool before it refuses a write; and with nothing in
+ * the pool, a new file takes the staging file of a durable namesake of an
+ * older step, never the newest durable step's.
  */
 #include <dirent.h>
 

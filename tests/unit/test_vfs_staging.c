@@ -1,6 +1,6 @@
 /*
  * test_vfs_staging — the staging directory is one mount's own and trusted
- * for nothing (docs/MOUNT.md, "The staging directory"):
+ * for nothing (docs/MOUNT_MODEL.md, "The staging directory"):
  *
  *   * a second mount of a staging directory is refused, naming the holder's
  *     PID, while the first keeps working; one that waits gets it once the
