@@ -1,5 +1,5 @@
 /*
- * test_vfs_delete — deleting steps through the mount (store/st_vfs_delete.c,
+ * test_vfs_delete — deleting steps through the mount (store/mount/st_vfs_delete.c,
  * docs/MOUNT_MODEL.md "Deleting steps") through the C API: which rmdir and
  * unlink calls request a deletion; the request in the journal across a
  * restart; the executor on the uploader thread deleting every object of the
