@@ -204,6 +204,9 @@ st_err vfs_ctl_open(st_vfs *v, uint64_t ino, int flags, st_vfs_handle **h)
             free(sh);
             return e;
         }
+        pthread_mutex_lock(&v->lock);
+        vfs_handle_link(v, sh);
+        pthread_mutex_unlock(&v->lock);
         *h = sh;
         return ST_OK;
     }
@@ -219,6 +222,9 @@ st_err vfs_ctl_open(st_vfs *v, uint64_t ino, int flags, st_vfs_handle **h)
         ch->fd = -1;
         ch->ctl = ino;
         ch->writable = 1;
+        pthread_mutex_lock(&v->lock);
+        vfs_handle_link(v, ch);
+        pthread_mutex_unlock(&v->lock);
         *h = ch;
         return ST_OK;
     }

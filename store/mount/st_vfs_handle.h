@@ -33,7 +33,29 @@ struct st_vfs_handle {
      * remote file during its fetch): reads wait for their range in it
      * (st_vfs_read_wait). Set at open, one reference, dropped at release. */
     vfetch *fetch;
-    st_vfs_handle *prev, *next; /* st_vfs.open_handles, file handles only (lock) */
+    st_vfs_handle *prev, *next; /* st_vfs.open_handles, every handle (lock) */
 };
+
+/* Every handle is on v->open_handles from its open to its release (lock
+ * held), so that st_vfs_close releases those the kernel never released (a
+ * SIGTERM ends the connection with files, or the status file, open). */
+static inline void vfs_handle_link(st_vfs *v, st_vfs_handle *h)
+{
+    h->prev = NULL;
+    h->next = v->open_handles;
+    if (h->next)
+        h->next->prev = h;
+    v->open_handles = h;
+}
+
+static inline void vfs_handle_unlink(st_vfs *v, st_vfs_handle *h)
+{
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        v->open_handles = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+}
 
 #endif

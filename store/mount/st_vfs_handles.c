@@ -108,10 +108,7 @@ static st_err open_node(st_vfs *v, vnode *n, int flags, pid_t pid, st_vfs_handle
     /* A rewrite (O_TRUNC, above) is whole again; a reader of the torn
      * version must not take zeros or an older file's bytes for it. */
     h->torn = n->write_failed == ST_ERR_CORRUPT;
-    h->next = v->open_handles;
-    if (h->next)
-        h->next->prev = h;
-    v->open_handles = h;
+    vfs_handle_link(v, h);
     if (writable) {
         int32_t rank;
         uint32_t world;

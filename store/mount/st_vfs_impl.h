@@ -397,10 +397,11 @@ struct st_vfs {
      * boot is unknown): unsynced rows may hold torn bytes. Set by
      * vfs_journal_open, used by the recovery. */
     int journal_other_boot;
-    /* File handles not released yet (added at open, st_vfs_handles.c;
-     * removed at release, st_vfs_write.c): at a SIGTERM the kernel drops the
-     * connection and never releases the files still open, so st_vfs_close
-     * releases them itself. */
+    /* Handles not released yet, files' and control files' (added at open,
+     * st_vfs_handles.c and st_vfs_control.c; removed at release,
+     * st_vfs_write.c): at a SIGTERM the kernel drops the connection and
+     * never releases what is still open, so st_vfs_close releases them
+     * itself. */
     struct st_vfs_handle *open_handles;
     vjob *jobs;
     size_t njobs, jobs_cap;

@@ -301,7 +301,10 @@ static void unacknowledged_release(st_vfs *v, st_vfs_handle *h)
 
 void st_vfs_release(st_vfs *v, st_vfs_handle *h)
 {
-    if (!h->node) {
+    if (!h->node) { /* a control file */
+        pthread_mutex_lock(&v->lock);
+        vfs_handle_unlink(v, h);
+        pthread_mutex_unlock(&v->lock);
         st_bytes_free(&h->virt);
         free(h);
         return;
@@ -310,12 +313,7 @@ void st_vfs_release(st_vfs *v, st_vfs_handle *h)
         sync_deferred(v, h);
     pthread_mutex_lock(&v->lock);
     vnode *n = h->node;
-    if (h->prev)
-        h->prev->next = h->next;
-    else
-        v->open_handles = h->next;
-    if (h->next)
-        h->next->prev = h->prev;
+    vfs_handle_unlink(v, h);
     if (h->fd >= 0)
         close(h->fd);
     if (h->fetch)

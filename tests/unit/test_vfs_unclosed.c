@@ -9,7 +9,8 @@
  *     the connection and never releases it), written in place since its
  *     last close: neither this unmount's R8 nor the next start publishes it;
  *   - still open at the unmount but with every write acknowledged (fsync):
- *     released by the unmount, and its step is published by R8 as usual.
+ *     released by the unmount, and its step is published by R8 as usual;
+ *   - the status and commit files open at the unmount: released by it.
  */
 #include "vfs_harness.h"
 
@@ -138,6 +139,22 @@ static void test_acknowledged_open_file_at_unmount(void)
     free(data);
 }
 
+/* The status file and the commit file open at the unmount (a SIGTERM right
+ * after a read of the status: the kernel's release never comes): the
+ * unmount releases them too (under the sanitizer, a leak before). */
+static void test_control_files_open_at_unmount(void)
+{
+    vh_mount a;
+    if (!fresh_mount(&a, "control-a"))
+        return;
+    st_vfs_handle *status = NULL, *commit = NULL;
+    CHECK_OK(st_vfs_open_file(a.v, ST_VFS_STATUS_INO, O_RDONLY, VH_PID_A, &status));
+    CHECK_OK(st_vfs_open_file(a.v, ST_VFS_COMMIT_INO, O_WRONLY, VH_PID_A, &commit));
+    char buf[16];
+    CHECK(status && st_vfs_handle_read(status, 0, buf, sizeof buf) > 0);
+    vh_mount_close(&a); /* neither is released by the kernel */
+}
+
 int main(void)
 {
     if (vh_setup("vfs-unclosed"))
@@ -145,6 +162,7 @@ int main(void)
     RUN(test_release_without_flush_is_no_close);
     RUN(test_open_in_place_at_unmount);
     RUN(test_acknowledged_open_file_at_unmount);
+    RUN(test_control_files_open_at_unmount);
     st_backend_close(store);
     vh_teardown();
     return ut_finish();
