@@ -122,6 +122,10 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "unsynced_files", json_object_new_uint64(vfs_count_unsynced(v)));
     bad |= vfs_failed_status(v, root);
     bad |= vfs_json_add(root, "queue", json_object_new_uint64(v->nqueue));
+    bad |= vfs_json_add(root, "uploads", json_object_new_uint64(v->uploads));
+    bad |= vfs_json_add(root, "upload_failures", json_object_new_uint64(v->upload_failures));
+    bad |= vfs_json_add(root, "fence_waits", json_object_new_uint64(v->fence_waits));
+    bad |= vfs_json_add(root, "fence_looks", json_object_new_uint64(v->fence_looks));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
     /* While the store is unreachable that is the error to show; an upload's

@@ -426,7 +426,9 @@ struct st_vfs {
     uint64_t new_raw_bytes;  /* raw bytes of the chunks dedup did not find */
     uint64_t chunks, new_chunks;
     uint64_t uploads, upload_failures; /* step uploads that published / failed */
-    int64_t upload_ns;                 /* time spent uploading */
+    uint64_t fence_waits; /* failed uploads that then waited for a compaction's fence */
+    uint64_t fence_looks; /* LISTs of fences made by those waits */
+    int64_t upload_ns;    /* time spent uploading */
     pthread_t uploader;
     int uploader_started;
     pthread_t refresher;

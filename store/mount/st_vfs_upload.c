@@ -7,8 +7,10 @@
  * Writers never wait for it: it holds v->lock only to snapshot and to merge
  * the result. A store failure keeps the step queued and retries with
  * exponential backoff (1 s doubling to 30 s); the failure shows in the status
- * file's last_error. A file changed while its step was uploading stays
- * CLOSED and its step is queued again by the change (rule R5).
+ * file's last_error. A publish refused by a compaction's fence is no failure
+ * of the store: the uploader waits until the fence is gone, looking every
+ * FENCE_LOOK_MS, and retries at once (wait_fence_end). A file changed while its step was uploading
+ * stays CLOSED and its step is queued again by the change (rule R5).
  *
  * Files published unchanged since this node's previous revision of the step
  * are carried over from that manifest without re-reading them, which also
@@ -47,6 +49,9 @@
 #include "engine/st_catalog.h"
 
 #define BACKOFF_MAX_S 30
+/* How often a publish held by a compaction's fence looks whether it ended:
+ * one LIST of the job's fences per look. */
+#define FENCE_LOOK_MS 500
 
 /* One file of the step, as it was when the upload started. */
 typedef struct snap_file {
@@ -468,6 +473,36 @@ static void wait_seconds(st_vfs *v, int seconds)
         vfs_timedwait(v, until);
 }
 
+/* After a failed upload of a step of job: while the job has a live
+ * compaction fence (docs/GC.md, "Compaction"), waits for it to end, looking
+ * every FENCE_LOOK_MS. Returns 1 when a fence was seen: the retry then goes
+ * at once and the backoff stays as it was, since the store did not fail.
+ * Growing it instead (1, 2, 4 ... 30 s) held a step's publish many seconds
+ * past its fence, long enough for retention to take the step as abandoned
+ * when the other ranks' parts had landed (docs/GC.md, "Retention"). Logs
+ * the refusal once a fence is seen. Lock held; released while listing. */
+static int wait_fence_end(st_vfs *v, const char *job)
+{
+    int seen = 0;
+    while (!v->stopping) {
+        int live = 0;
+        pthread_mutex_unlock(&v->lock);
+        st_err e = st_catalog_fence_live(v->backend, job, NULL, &live);
+        pthread_mutex_lock(&v->lock);
+        v->fence_looks++;
+        if (e || !live)
+            break;
+        if (!seen++) {
+            v->fence_waits++;
+            vfs_log(v, 2, "%s (retrying once the fence is gone)", v->last_error);
+        }
+        int64_t until = st_mono_ns() + (int64_t)FENCE_LOOK_MS * 1000000;
+        while (!v->stopping && st_mono_ns() < until)
+            vfs_timedwait(v, until);
+    }
+    return seen;
+}
+
 /* 1 when queue item it is a step marked complete (lock held). */
 static int item_complete(st_vfs *v, const upload_item *it)
 {
@@ -593,10 +628,12 @@ void *vfs_uploader_main(void *arg)
         } else if (e) {
             vfs_set_error(v, "uploading step %" PRIu64 " of %s: %s", it.step, it.job, st_errmsg());
             v->upload_failures++;
-            vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);
             vfs_enqueue(v, it.job, it.step);
-            wait_seconds(v, backoff);
-            backoff = backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : backoff * 2;
+            if (e != ST_ERR_BUSY || !wait_fence_end(v, it.job)) {
+                vfs_log(v, 2, "%s (retrying in %d s)", v->last_error, backoff);
+                wait_seconds(v, backoff);
+                backoff = backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : backoff * 2;
+            }
         } else {
             backoff = 1;
             v->last_error[0] = '\0';

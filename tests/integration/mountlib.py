@@ -603,6 +603,22 @@ def file_store_keys(store_url, prefix=""):
     return out
 
 
+def file_store_put(store_url, key, data=b""):
+    """Writes the object key of a file:// store as its backend lays it out
+    (each directory of the key as NAME@, see file_store_keys): for a test
+    that plants an object the daemons must meet. Returns its path."""
+    if not store_url.startswith("file://"):
+        raise ValueError("not a file:// store: %s" % store_url)
+    *dirs, name = key.split("/")
+    parent = os.path.join(store_url[len("file://"):], *[d + "@" for d in dirs])
+    os.makedirs(parent, exist_ok=True)
+    path, tmp = os.path.join(parent, name), os.path.join(parent, "." + name)
+    with open(tmp, "wb") as f:  # a dot name: the backend lists no such file
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
 # -------------------------------------------------------------------- trees
 
 def sha256_file(path):

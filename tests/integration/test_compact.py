@@ -18,6 +18,12 @@ store stays well above the two kept steps.
   over, and every kept step (old and new) restores byte for byte; a later
   compaction brings the store back to <= 1.10x.
 
+test_publish_waits_for_the_fence: a fence planted by hand (a compactor that
+stands still) refuses a step's publish; the uploader waits for the fence to
+end, looking at it, instead of backing off 1, 2, 4 ... 30 s (which held a
+part past its fence for so long that retention took its step as abandoned),
+and publishes once the fence is gone.
+
 The figures (store/kept before and after, time, requests) are printed on
 stderr for docs/GC.md. Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -32,8 +38,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase, read_status,  # noqa: E402
-                      run_ckptctl, run_torch, torch_env, wait_durable)
+from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase,  # noqa: E402
+                      file_store_put, read_status, run_ckptctl, run_torch,
+                      torch_env, wait_for, wait_durable)
 
 JOB = "job"
 NODE = "trainer"
@@ -293,6 +300,34 @@ class CompactTest(MountTestCase):
               % (saved_in, final, alone, final / alone), file=sys.stderr)
         self.assertLessEqual(final / alone, 1.10)
         self.check_kept(kept)
+
+    def test_publish_waits_for_the_fence(self):
+        m = self.mount("a")
+        t0 = time.time_ns()
+        # The key docs/GC.md gives a fence: t0, until = t0 + 2*grace (an
+        # hour here: it stands until the test deletes it), a nonce.
+        fence = file_store_put(self.store, "jobs/%s/gc/compacting/%020d-%020d-%016x"
+                               % (JOB, t0, t0 + 3600 * 10**9, 0x5eed))
+        step_dir = os.path.join(m.path, JOB, "checkpoint-1")
+        os.makedirs(step_dir)
+        with open(os.path.join(step_dir, "model.pt"), "wb") as f:
+            f.write(os.urandom(1 << 20))
+        self.commit(m, 1)
+        # Waiting, not retrying: it looks at the fence again and again while
+        # the refused upload stays the only one.
+        def looked_4_times():
+            st = read_status(m.path)
+            return st if st.get("fence_looks", 0) >= 4 else None
+
+        st = wait_for(looked_4_times, 120, "the uploader looking at the fence 4 times")
+        self.assertEqual((st["fence_waits"], st["upload_failures"], st["uploads"]), (1, 1, 0), st)
+        self.assertIn("being compacted", st["last_error"])
+        os.unlink(fence)
+        wait_durable(CKPTCTL, self.store, JOB, 1, timeout=120)
+        st = read_status(m.path)
+        self.assertEqual((st["fence_waits"], st["upload_failures"], st["uploads"]), (1, 1, 1), st)
+        self.assertEqual(m.log_text().count("retrying in"), 0, m.log_text())
+        self.assertEqual(self.steps(), [1])
 
 
 if __name__ == "__main__":

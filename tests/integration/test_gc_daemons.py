@@ -17,8 +17,7 @@ Two ways GC runs in a loop for the whole time:
   rotates like HF Trainer's save_total_limit=2 (`shutil.rmtree` of the step
   two back, through mount A: a deletion through the mount);
 * test_compact_and_retention_beside_daemon_gc: both daemons run that
-  background GC (grace 2 s, 1 s under the sanitizer: COMPACT_GRACE says
-  why) while, from outside,
+  background GC (grace 3 s: COMPACT_GRACE says why) while, from outside,
   `ckptctl gc --keep-last 2` loops and
   `ckptctl gc --compact` runs each time the latest step moved (a publish
   fence, docs/GC.md "Compaction", that the daemons' uploads meet and
@@ -62,25 +61,25 @@ JOB = "job"
 WORLD = 2
 MIN_STEPS = 60
 COMPACT_MIN_STEPS = 30  # test_compact_and_retention_beside_daemon_gc
-# Compactions past the fence's wait, in that test. The sanitizer build
-# (tools/test.sh sets ASAN_OPTIONS) compacts several times slower while the
-# writers keep their pace, so fewer fit in before the writer's MAX_STEPS.
+# Compactions past the fence's wait, in that test: fewer in the sanitizer
+# build (tools/test.sh sets ASAN_OPTIONS), where each takes several times
+# longer, to bound the test's time.
 MIN_COMPACTIONS = 2 if os.environ.get("ASAN_OPTIONS") else 8
 RUN_TIMEOUT = 600    # s: the whole write phase
 SETTLE_TIMEOUT = 120  # s: the last step consistent, then GC settled
 GRACE = "1"
 # test_compact_and_retention_beside_daemon_gc's grace. GC deletes a partial
 # step once a newer step has been consistent for grace (docs/GC.md,
-# "Retention"): it relies on no publish being held back that long after.
-# Here a compaction starts each time the latest step moves, so fences can
-# hold one node's publish for several seconds in a row, and with a grace of
-# 1 s a step whose other part was held lost its first one (the run's step 89,
-# then gone). Production's grace is an hour and its compactions rare. Not
-# under the sanitizer: its compactions run several times slower, so with
-# 2 s the writers reached MAX_STEPS before MIN_COMPACTIONS (2 there) got
-# past their fences, and with so few compactions there are few fences to
-# hold a publish.
-COMPACT_GRACE = "1" if os.environ.get("ASAN_OPTIONS") else "2"
+# "Retention"): it relies on no publish being held back that long after. A
+# fence holds a publish for grace/2 plus the compaction's work, and the
+# daemon publishes as soon as the fence is gone; a publish that meets a
+# marked pack retries after 1 s. With 1 s, under the sanitizer, a step whose
+# other part landed first was taken as abandoned (the part was held by a
+# fence and then, before fences were waited for, by a backoff of 2 s). So
+# 3 s on every build, and the compactions stop before the final step: its
+# parts and those of the step before meet no fence. Production's grace is an
+# hour.
+COMPACT_GRACE = "3"
 # Steps the writers may go past the latest step each compaction run saw:
 # enough that the next run finds publishes in flight to wait for.
 COMPACT_PACE = 8
@@ -298,17 +297,25 @@ class GcDaemonsTest(MountTestCase):
                       packs_deleted_while_writing=0, compact_runs=0, compactions=0,
                       compactions_rewriting=0, parts_rewritten=0, packs_written=0,
                       live_bytes_copied=0, longest_compact_s=0.0)
-        errors, skips, stop = [], [], threading.Event()
+        errors, skips, stop, stop_compacting = [], [], threading.Event(), threading.Event()
         loops = [threading.Thread(target=self.gc_loop, args=(stop, totals, errors, skips)),
-                 threading.Thread(target=self.compact_loop, args=(stop, totals, errors, skips))]
+                 threading.Thread(target=self.compact_loop,
+                                  args=(stop_compacting, totals, errors, skips))]
         for t in loops:
             t.start()
+
+        def no_more_compactions():
+            stop_compacting.set()
+            loops[1].join()
+
         try:
             final = self.write_until(
                 lambda: not errors and totals["compactions"] >= MIN_COMPACTIONS,
-                lambda: dict(totals, errors=errors), min_steps=COMPACT_MIN_STEPS)
+                lambda: dict(totals, errors=errors), min_steps=COMPACT_MIN_STEPS,
+                before_final=no_more_compactions)
         finally:
             stop.set()
+            stop_compacting.set()
             for t in loops:
                 t.join()
         self.assertEqual(errors, [])
@@ -397,16 +404,18 @@ class GcDaemonsTest(MountTestCase):
 
     # ------------------------------------------------------------ shared
 
-    def write_until(self, enough, seen, min_steps=MIN_STEPS):
-        """Lets the writers run until min_steps and enough(), then stops them
-        at one final step for all ranks, waits until it is consistent and
-        returns it."""
+    def write_until(self, enough, seen, min_steps=MIN_STEPS, before_final=None):
+        """Lets the writers run until min_steps and enough(), calls
+        before_final() if given, then stops them at one final step for all
+        ranks, waits until it is consistent and returns it."""
         self.wait_for(
             "%d steps written and GC at work during the writes" % min_steps,
             lambda: (self.writers_alive() and
                      min(map(self.last_written, range(WORLD))) >= min_steps and enough(),
                      dict(seen(), last=[self.last_written(r) for r in range(WORLD)])),
             RUN_TIMEOUT, interval=0.5)
+        if before_final:
+            before_final()
         final = max(map(self.last_written, range(WORLD))) + 1
         with open(os.path.join(self.control, "stop"), "w") as f:
             f.write(str(final))
