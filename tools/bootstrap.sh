@@ -10,7 +10,7 @@ build=${1:-$here/build}
 shift || true
 
 packages=(build-essential cmake pkg-config clang clang-format libjson-c-dev
-          libxxhash-dev liblz4-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev libcurl4-openssl-dev libxml2-dev libssl-dev
+          libxxhash-dev liblz4-dev libzstd-dev libsqlite3-dev libfuse3-dev fuse3 libs3-dev libcurl4-openssl-dev libxml2-dev libssl-dev
           libmicrohttpd-dev python3-prometheus-client
           python3 python3-torch libopenblas0-pthread
           nodejs curl patch openssl

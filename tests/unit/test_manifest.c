@@ -5,8 +5,9 @@
  * byte re-encode, encoder validation, st_path_is_clean, every truncation and
  * byte flip, hostile manifests with a VALID checksum (written by an
  * independent, non-validating encoder in this file that follows the layout in
- * st_manifest.h), a deterministic mutation-fuzz loop, and the golden file
- * tests/golden/manifest_v1.bin (UPDATE_GOLDEN=1 rewrites it).
+ * st_manifest.h), a deterministic mutation-fuzz loop, and the golden
+ * files tests/golden/manifest_v1.bin and manifest_v2.bin (UPDATE_GOLDEN=1
+ * rewrites them). Version 3 is test_manifest_v3.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,23 +18,9 @@
 #include "util/st_wire.h"
 #include "ut.h"
 #include "ut_format.h"
+#include "ut_manifest.h"
 
 /* ---- builders (heap-allocated, as st_manifest_free expects) ---- */
-
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = malloc(n);
-    memcpy(p, s, n);
-    return p;
-}
-
-/* Replaces the malloc'd string *slot with a copy of value (NULL: none). */
-static void set_str(char **slot, const char *value)
-{
-    free(*slot);
-    *slot = value ? dup_str(value) : NULL;
-}
 
 /* A file of nchunks chunks spread over npacks packs; size = sum of raw_len. */
 static void build_file(st_file_entry *f, const char *path, size_t nchunks, size_t npacks,
@@ -41,7 +28,7 @@ static void build_file(st_file_entry *f, const char *path, size_t nchunks, size_
 {
     uint64_t s = seed ? seed : 1;
     memset(f, 0, sizeof *f);
-    f->path = dup_str(path);
+    f->path = ut_dup_str(path);
     f->mode = 0644 + (uint32_t)(seed % 3);
     f->mtime_ns = (int64_t)(ut_rand_next(&s) >> 2) * ((seed & 1) ? -1 : 1);
     f->rank = (int32_t)(seed % 9) - 1;
@@ -65,8 +52,8 @@ static void build_manifest(st_manifest *m, size_t nfiles, size_t npacks, size_t 
     memset(m, 0, sizeof *m);
     m->step = 1000 + seed;
     m->created_ns = 1700000000123456789LL + (int64_t)seed;
-    m->node = dup_str("node-a7");
-    m->job = dup_str("llama-ft/run3");
+    m->node = ut_dup_str("node-a7");
+    m->job = ut_dup_str("llama-ft/run3");
     m->npacks = npacks;
     m->packs = npacks ? malloc(npacks * sizeof *m->packs) : NULL;
     for (size_t i = 0; i < npacks; i++)
@@ -80,69 +67,6 @@ static void build_manifest(st_manifest *m, size_t nfiles, size_t npacks, size_t 
         size_t nch = npacks && max_chunks ? (size_t)((seed + i * 13) % (max_chunks + 1)) : 0;
         build_file(&m->files[i], path, nch, npacks ? npacks : 1, seed * 1000 + i);
     }
-}
-
-static int ids_equal(const st_id *a, const st_id *b)
-{
-    return memcmp(a->b, b->b, ST_ID_LEN) == 0;
-}
-
-static int manifests_equal(const st_manifest *a, const st_manifest *b)
-{
-    if (a->step != b->step || a->created_ns != b->created_ns || strcmp(a->node, b->node) ||
-        strcmp(a->job, b->job) || a->npacks != b->npacks || a->nfiles != b->nfiles)
-        return 0;
-    for (size_t i = 0; i < a->npacks; i++)
-        if (!ids_equal(&a->packs[i], &b->packs[i]))
-            return 0;
-    for (size_t i = 0; i < a->nfiles; i++) {
-        const st_file_entry *x = &a->files[i], *y = &b->files[i];
-        if (strcmp(x->path, y->path) || x->size != y->size || x->mode != y->mode ||
-            x->mtime_ns != y->mtime_ns || x->rank != y->rank ||
-            !ids_equal(&x->digest, &y->digest) || x->nchunks != y->nchunks)
-            return 0;
-        for (size_t j = 0; j < x->nchunks; j++) {
-            const st_chunk_ref *c = &x->chunks[j], *d = &y->chunks[j];
-            if (!ids_equal(&c->id, &d->id) || c->pack != d->pack || c->offset != d->offset ||
-                c->stored_len != d->stored_len || c->raw_len != d->raw_len)
-                return 0;
-        }
-    }
-    return 1;
-}
-
-static int is_zeroed(const st_manifest *m)
-{
-    st_manifest z;
-    memset(&z, 0, sizeof z);
-    return memcmp(m, &z, sizeof z) == 0;
-}
-
-/* Decodes from a private exact-size copy so ASan sees any overread. */
-static st_err decode_copy(const uint8_t *buf, size_t len, st_manifest *m)
-{
-    uint8_t *copy = malloc(len ? len : 1);
-    if (len)
-        memcpy(copy, buf, len);
-    st_err e = st_manifest_decode(copy, len, m);
-    free(copy);
-    return e;
-}
-
-/* Encode -> decode -> compare -> re-encode identical. */
-static void check_roundtrip(const st_manifest *m)
-{
-    st_bytes enc = {0}, re = {0};
-    st_manifest d;
-    CHECK_OK(st_manifest_encode(m, &enc));
-    CHECK_OK(decode_copy(enc.data, enc.len, &d));
-    CHECK(manifests_equal(m, &d));
-    CHECK_OK(st_manifest_encode(&d, &re));
-    CHECK(re.len == enc.len && memcmp(re.data, enc.data, enc.len) == 0);
-    st_manifest_free(&d);
-    CHECK(is_zeroed(&d));
-    st_bytes_free(&enc);
-    st_bytes_free(&re);
 }
 
 /* ---- an independent, non-validating encoder for hostile inputs ---- */
@@ -255,7 +179,7 @@ static void test_roundtrip_empty(void)
 {
     st_manifest m;
     build_manifest(&m, 0, 0, 0, 1);
-    check_roundtrip(&m);
+    ut_check_roundtrip(&m);
     st_manifest_free(&m);
 }
 
@@ -276,7 +200,7 @@ static void test_roundtrip_many(void)
     m.files[2].rank = INT32_MAX;
     m.files[3].rank = -1;
     m.files[4].mode = UINT32_MAX;
-    check_roundtrip(&m);
+    ut_check_roundtrip(&m);
     st_manifest_free(&m);
 }
 
@@ -289,7 +213,7 @@ static void test_roundtrip_large_counts(void)
     free(f->chunks);
     free(f->path);
     build_file(f, "big/optimizer.bin", 200000, m.npacks, 99);
-    check_roundtrip(&m);
+    ut_check_roundtrip(&m);
     st_manifest_free(&m);
 }
 
@@ -325,26 +249,26 @@ static void test_encode_rejects(void)
         st_manifest m;
         build_manifest(&m, 4, 3, 5, 4);
         switch (cases[i].field) {
-        case 0: set_str(&m.files[1].path, cases[i].value); break;
-        case 1: set_str(&m.node, cases[i].value); break;
-        case 2: set_str(&m.job, cases[i].value); break;
-        case 3: set_str(&m.files[2].path, m.files[0].path); break;
+        case 0: ut_set_str(&m.files[1].path, cases[i].value); break;
+        case 1: ut_set_str(&m.node, cases[i].value); break;
+        case 2: ut_set_str(&m.job, cases[i].value); break;
+        case 3: ut_set_str(&m.files[2].path, m.files[0].path); break;
         case 4: m.files[1].size++; break;
         case 5:
             m.files[1].nchunks ? (void)(m.files[1].chunks[0].pack = 3)
                                : (void)(m.files[1].size = 1);
             break;
-        case 6: set_str(&m.node, longname); break;
+        case 6: ut_set_str(&m.node, longname); break;
         case 7: m.files[3].rank = -2; break;
-        case 8: set_str(&m.node, NULL); break;
+        case 8: ut_set_str(&m.node, NULL); break;
         case 9:
             m.files[1].nchunks ? (void)(m.files[1].chunks[0].stored_len = 31)
                                : (void)(m.files[1].size = 1);
             break;
-        case 10: set_str(&m.files[0].path, NULL); break;
+        case 10: ut_set_str(&m.files[0].path, NULL); break;
         case 11:
-            set_str(&m.files[1].path, "d/e/f");
-            set_str(&m.files[2].path, "d/e");
+            ut_set_str(&m.files[1].path, "d/e/f");
+            ut_set_str(&m.files[2].path, "d/e");
             break;
         }
         st_bytes out = {0};
@@ -361,8 +285,8 @@ static void test_encode_rejects(void)
     st_manifest m;
     build_manifest(&m, 1, 1, 1, 5);
     longname[ST_MANIFEST_MAX_NAME] = '\0';
-    set_str(&m.job, longname);
-    check_roundtrip(&m);
+    ut_set_str(&m.job, longname);
+    ut_check_roundtrip(&m);
     st_manifest_free(&m);
 }
 
@@ -374,21 +298,11 @@ static void test_encode_appends(void)
     st_bytes out = {0};
     st_bytes_append(&out, "prefix", 6);
     CHECK_OK(st_manifest_encode(&m, &out));
-    CHECK_OK(decode_copy(out.data + 6, out.len - 6, &d));
-    CHECK(manifests_equal(&m, &d));
+    CHECK_OK(ut_decode_copy(out.data + 6, out.len - 6, &d));
+    CHECK(ut_manifests_equal(&m, &d));
     st_manifest_free(&d);
     st_bytes_free(&out);
     st_manifest_free(&m);
-}
-
-/* 1 if data is refused as corrupt with the output left zeroed. */
-static int refused_cleanly(const uint8_t *data, size_t len)
-{
-    st_manifest d;
-    st_err e = decode_copy(data, len, &d);
-    if (e == ST_OK)
-        st_manifest_free(&d);
-    return e == ST_ERR_CORRUPT && is_zeroed(&d);
 }
 
 static void test_truncations_and_flips(void)
@@ -397,23 +311,7 @@ static void test_truncations_and_flips(void)
     build_manifest(&m, 6, 3, 4, 7);
     st_bytes enc = {0};
     CHECK_OK(st_manifest_encode(&m, &enc));
-    size_t refused = 0;
-    for (size_t k = 0; k < enc.len; k++) {
-        refused += refused_cleanly(enc.data, k);
-    }
-    CHECK(refused == enc.len);
-
-    uint8_t *copy = malloc(enc.len);
-    refused = 0;
-    for (size_t i = 0; i < enc.len; i++) {
-        for (int b = 0; b < 8; b++) {
-            memcpy(copy, enc.data, enc.len);
-            copy[i] ^= (uint8_t)(1u << b);
-            refused += refused_cleanly(copy, enc.len);
-        }
-    }
-    CHECK(refused == 8 * enc.len);
-    free(copy);
+    ut_check_truncations_and_flips(&enc);
     CHECK_ERR(st_manifest_decode(NULL, 0, &d), ST_ERR_CORRUPT);
     st_bytes_free(&enc);
     st_manifest_free(&m);
@@ -430,7 +328,7 @@ static void test_hostile_valid_checksum(void)
     raw_encode(&m, NULL, &default_opts, &enc);
     CHECK_OK(st_manifest_encode(&m, &ref));
     CHECK(enc.len == ref.len && memcmp(enc.data, ref.data, enc.len) == 0);
-    CHECK_OK(decode_copy(enc.data, enc.len, &d));
+    CHECK_OK(ut_decode_copy(enc.data, enc.len, &d));
     st_manifest_free(&d);
     st_manifest_free(&m);
 
@@ -456,7 +354,7 @@ static void test_hostile_valid_checksum(void)
         {"chunk count +1", {.version = 1, .nchunks_delta = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"overlong varint", {.version = 1, .overlong_step = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"trailing bytes", {.version = 1, .trailing_bytes = 3}, 0, NULL, ST_ERR_CORRUPT},
-        {"version 3", {.version = 3}, 0, NULL, ST_ERR_UNSUPPORTED},
+        {"version 4", {.version = 4}, 0, NULL, ST_ERR_UNSUPPORTED},
         /* Version 2 only where a hole needs it: one encoding per manifest. */
         {"version 2 without a hole", {.version = 2}, 0, NULL, ST_ERR_CORRUPT},
         {"version 1 with a hole", {.version = 1}, 14, NULL, ST_ERR_CORRUPT},
@@ -511,7 +409,7 @@ static void test_hostile_valid_checksum(void)
             build_file(&m.files[1], "rank1.pt", 3, m.npacks, 77);
         }
         switch (cases[i].edit) {
-        case 1: set_str(&m.files[1].path, cases[i].value); break;
+        case 1: ut_set_str(&m.files[1].path, cases[i].value); break;
         case 2:
             for (size_t j = 0; j < 5; j++)
                 lens[j] = strlen(m.files[j].path);
@@ -521,11 +419,11 @@ static void test_hostile_valid_checksum(void)
             lens[1] = 3;
             plens = lens;
             break;
-        case 3: set_str(&m.files[4].path, m.files[1].path); break;
+        case 3: ut_set_str(&m.files[4].path, m.files[1].path); break;
         case 4: m.files[1].size--; break;
         case 5: m.files[1].chunks[0].pack = (uint32_t)m.npacks; break;
-        case 6: set_str(&m.node, cases[i].value); break;
-        case 7: set_str(&m.job, longname); break;
+        case 6: ut_set_str(&m.node, cases[i].value); break;
+        case 7: ut_set_str(&m.job, longname); break;
         case 8: m.files[1].chunks[0].stored_len = 31; break;
         case 9: m.files[1].chunks[0].offset = (1ull << 30) - 10; break;
         case 10: /* one chunk larger than any chunk header may describe */
@@ -545,9 +443,9 @@ static void test_hostile_valid_checksum(void)
             free(m.files[1].path);
             free(m.files[3].path);
             free(m.files[4].path);
-            m.files[1].path = dup_str(cases[i].edit == 12 ? "d" : "d/x");
-            m.files[3].path = dup_str("d-b");
-            m.files[4].path = dup_str(cases[i].edit == 12 ? "d/x" : "d");
+            m.files[1].path = ut_dup_str(cases[i].edit == 12 ? "d" : "d/x");
+            m.files[3].path = ut_dup_str("d-b");
+            m.files[4].path = ut_dup_str(cases[i].edit == 12 ? "d/x" : "d");
             break;
         case 14: /* file 1's first chunk becomes a hole of the same length */
         case 15:
@@ -564,31 +462,18 @@ static void test_hostile_valid_checksum(void)
         }
         }
         raw_encode(&m, plens, &cases[i].o, &enc);
-        st_err e = decode_copy(enc.data, enc.len, &d);
+        st_err e = ut_decode_copy(enc.data, enc.len, &d);
         if (e != cases[i].want)
             fprintf(stderr, "  hostile case '%s': got %d (%s)\n", cases[i].what, (int)e,
                     st_errmsg());
         CHECK_ERR(e, cases[i].want);
-        CHECK(is_zeroed(&d));
+        CHECK(ut_manifest_is_zeroed(&d));
         if (e == ST_OK)
             st_manifest_free(&d);
         st_manifest_free(&m);
     }
     st_bytes_free(&enc);
     st_bytes_free(&ref);
-}
-
-/* The manifest fuzzer's own edits: insert a random byte (3), delete one (4). */
-static void insert_or_delete_byte(st_bytes *buf, size_t at, uint64_t r, void *ctx)
-{
-    (void)ctx;
-    if (r % 6 == 3) {
-        ut_duplicate_byte(buf, at);
-        buf->data[at] = (uint8_t)(r >> 24);
-    } else {
-        memmove(buf->data + at, buf->data + at + 1, buf->len - at - 1);
-        buf->len--;
-    }
 }
 
 /* Mutation fuzzing without libFuzzer; accepted inputs must be canonical. */
@@ -603,12 +488,12 @@ static void test_mutation_fuzz(void)
     for (int it = 0; it < 20000; it++) {
         st_bytes_clear(&buf);
         st_bytes_append(&buf, enc.data, enc.len - 8); /* body without checksum */
-        ut_mutate(&buf, &s, insert_or_delete_byte, NULL);
+        ut_mutate(&buf, &s, ut_insert_or_delete_byte, NULL);
         uint64_t sum = st_hash64(buf.data, buf.len);
         if (ut_rand_next(&s) % 8 == 0)
             sum ^= 1; /* sometimes leave the checksum stale */
         st_bytes_put_le64(&buf, sum);
-        st_err e = decode_copy(buf.data, buf.len, &d);
+        st_err e = ut_decode_copy(buf.data, buf.len, &d);
         if (e == ST_OK) {
             accepted++;
             st_bytes_clear(&re);
@@ -618,7 +503,7 @@ static void test_mutation_fuzz(void)
             st_manifest_free(&d);
         } else {
             rejected++;
-            if ((e != ST_ERR_CORRUPT && e != ST_ERR_UNSUPPORTED) || !is_zeroed(&d))
+            if ((e != ST_ERR_CORRUPT && e != ST_ERR_UNSUPPORTED) || !ut_manifest_is_zeroed(&d))
                 bad++;
         }
     }
@@ -645,7 +530,7 @@ static void add_holes(st_manifest *m)
     m->files = realloc(m->files, (m->nfiles + 1) * sizeof *m->files);
     st_file_entry *f = &m->files[m->nfiles++];
     memset(f, 0, sizeof *f);
-    f->path = dup_str("sparse/preallocated.bin");
+    f->path = ut_dup_str("sparse/preallocated.bin");
     f->mode = 0644;
     f->nchunks = 2;
     f->chunks = calloc(2, sizeof *f->chunks);
@@ -666,8 +551,8 @@ static void test_roundtrip_holes(void)
     add_holes(&m);
     CHECK_OK(st_manifest_encode(&m, &enc));
     CHECK(enc.len > 8 && st_le16_get(enc.data + 4) == 2);
-    CHECK_OK(decode_copy(enc.data, enc.len, &d));
-    CHECK(manifests_equal(&m, &d));
+    CHECK_OK(ut_decode_copy(enc.data, enc.len, &d));
+    CHECK(ut_manifests_equal(&m, &d));
     CHECK(d.nfiles && st_chunk_is_hole(&d.files[d.nfiles - 1].chunks[0]));
     CHECK_OK(st_manifest_encode(&d, &re));
     CHECK(re.len == enc.len && memcmp(re.data, enc.data, enc.len) == 0);
@@ -698,7 +583,7 @@ static void test_roundtrip_holes(void)
 static void golden_file(st_file_entry *f, const char *path, uint64_t size, uint32_t mode,
                         int64_t mtime_ns, int32_t rank, st_id digest)
 {
-    f->path = dup_str(path);
+    f->path = ut_dup_str(path);
     f->size = size;
     f->mode = mode;
     f->mtime_ns = mtime_ns;
@@ -709,15 +594,7 @@ static void golden_file(st_file_entry *f, const char *path, uint64_t size, uint3
 /* A small fixed manifest: two packs, three files (one empty), fixed values. */
 static void build_golden(st_manifest *m)
 {
-    memset(m, 0, sizeof *m);
-    m->step = 500;
-    m->created_ns = 1764460800000000000LL;
-    m->node = dup_str("gpu-node-01");
-    m->job = dup_str("bert-ft");
-    m->npacks = 2;
-    m->packs = malloc(2 * sizeof *m->packs);
-    m->packs[0] = st_id_of("pack zero", 9);
-    m->packs[1] = st_id_of("pack one", 8);
+    ut_golden_head(m, 500, "gpu-node-01", "bert-ft");
     m->nfiles = 3;
     m->files = calloc(3, sizeof *m->files);
     st_file_entry *f = &m->files[0];
@@ -725,8 +602,8 @@ static void build_golden(st_manifest *m)
                 st_id_of("model", 5));
     f->nchunks = 2;
     f->chunks = calloc(2, sizeof *f->chunks);
-    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000};
-    f->chunks[1] = (st_chunk_ref){st_id_of("c1", 2), 1, 4096, 900, 2000};
+    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000, 0, 0};
+    f->chunks[1] = (st_chunk_ref){st_id_of("c1", 2), 1, 4096, 900, 2000, 0, 0};
     /* mtime before the epoch: zigzag must round-trip */
     golden_file(&m->files[1], "checkpoint-500/trainer_state.json", 0, 0600, -5, -1,
                 st_id_of("", 0));
@@ -735,7 +612,7 @@ static void build_golden(st_manifest *m)
                 st_id_of("c0", 2));
     f->nchunks = 1;
     f->chunks = calloc(1, sizeof *f->chunks);
-    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000}; /* dedup */
+    f->chunks[0] = (st_chunk_ref){st_id_of("c0", 2), 0, 0, 1032, 1000, 0, 0}; /* dedup */
 }
 
 /* The version 1 golden manifest with holes: the model starts with one, the
@@ -779,7 +656,7 @@ static void check_golden(void (*builder)(st_manifest *), const char *name)
     CHECK(len > 0);
     if (len > 0) {
         CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));
-        CHECK(manifests_equal(&m, &d));
+        CHECK(ut_manifests_equal(&m, &d));
         st_manifest_free(&d);
     }
     free(gold);
