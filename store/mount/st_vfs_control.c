@@ -126,6 +126,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_json_add(root, "upload_failures", json_object_new_uint64(v->upload_failures));
     bad |= vfs_json_add(root, "fence_waits", json_object_new_uint64(v->fence_waits));
     bad |= vfs_json_add(root, "fence_looks", json_object_new_uint64(v->fence_looks));
+    bad |= vfs_json_add(root, "quiet_looks", json_object_new_uint64(v->quiet_looks));
+    bad |= vfs_json_add(root, "refreshes", json_object_new_uint64(v->refreshes));
     bad |= vfs_json_add(root, "draining", json_object_new_boolean(v->draining));
     bad |= add_eta_durable(root, v, pending);
     /* While the store is unreachable that is the error to show; an upload's
@@ -153,6 +155,8 @@ static st_err build_status(st_vfs *v, st_bytes *b)
                                 json_object_new_string(st_vfs_step_state_name(vfs_step_state(s))));
             bad |= vfs_json_add(o, "revision", json_object_new_uint64(s->revision));
             bad |= vfs_json_add(o, "writers", json_object_new_int(s->writers));
+            bad |=
+                vfs_json_add(o, "held_by_failed_file", json_object_new_boolean(s->blocked_upload));
             bad |= vfs_json_add(steps, NULL, o);
         }
     }

@@ -428,6 +428,8 @@ struct st_vfs {
     uint64_t uploads, upload_failures; /* step uploads that published / failed */
     uint64_t fence_waits; /* failed uploads that then waited for a compaction's fence */
     uint64_t fence_looks; /* LISTs of fences made by those waits */
+    uint64_t quiet_looks; /* passes over the steps for quiet ones to publish */
+    uint64_t refreshes;   /* re-listings of the store's steps, worked or failed */
     int64_t upload_ns;    /* time spent uploading */
     pthread_t uploader;
     int uploader_started;

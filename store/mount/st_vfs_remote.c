@@ -287,6 +287,7 @@ void *vfs_refresher_main(void *arg)
             static const char what[] = "refreshing the store's steps: ";
             st_err e = vfs_remote_refresh(v);
             pthread_mutex_lock(&v->lock);
+            v->refreshes++;
             if (e)
                 vfs_set_error(v, "%s%s", what, st_errmsg());
             else if (strncmp(v->last_error, what, sizeof what - 1) == 0)

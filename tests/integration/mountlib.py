@@ -576,6 +576,19 @@ def wait_for(pred, timeout, what, interval=0.1):
         time.sleep(interval)
 
 
+def wait_counter(mountpoint, key, passes, timeout=60):
+    """Waits until the status counter `key` (docs/MOUNT.md, "Status file":
+    quiet_looks, refreshes, upload_failures ...) has grown by `passes` from
+    its value now; returns the status then. A test that must see something
+    NOT happen waits for the daemon to have looked, not for seconds."""
+    start = read_status(mountpoint)[key]
+
+    def grown():
+        st = read_status(mountpoint)
+        return st if st[key] >= start + passes else None
+    return wait_for(grown, timeout, "%s grown by %d from %d" % (key, passes, start))
+
+
 def file_store_keys(store_url, prefix=""):
     """{key: size} of the objects of a file:// store whose key starts with
     prefix. The file backend keeps each key's directories as NAME@ (a key may

@@ -41,7 +41,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mountlib import (CKPTCTL, CKPTFS, TORCH_PYTHON, Mount, MountTestCase,  # noqa: E402
-                      torch_env, tree_digest)
+                      torch_env, tree_digest, wait_counter)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCHRUN = "/usr/bin/torchrun"
@@ -263,7 +263,7 @@ class MultiNodeTest(MountTestCase):
         self.assertIs(entry["consistent"], False, entry)
         self.assertTrue(entry.get("why"), "a partial step must say why: %s" % entry)
         # It stays so: B keeps retrying, nothing else may make N consistent.
-        time.sleep(3)
+        wait_counter(b.path, "upload_failures", 2)
         steps = self.ls()
         self.assertEqual(self.latest(), N - 1, steps)
         for s in range(1, N):
@@ -273,7 +273,7 @@ class MultiNodeTest(MountTestCase):
         # A fresh node sees N-1, whole, and not N.
         c = self.mount("c", extra=("--refresh", "0.5"), job=False)
         self.wait_visible(c, stepdir(N - 1))
-        time.sleep(1.5)  # three refreshes
+        wait_counter(c.path, "refreshes", 3)
         names = sorted(os.listdir(os.path.join(c.path, JOB)))
         self.assertIn(stepdir(N - 1), names)
         self.assertNotIn(stepdir(N), names)
@@ -310,12 +310,12 @@ class MultiNodeTest(MountTestCase):
         entry = self.wait_listed(N)[N]
         self.assertIs(entry["consistent"], False, entry)
         self.assertTrue(entry.get("why"), entry)
-        time.sleep(3)
+        wait_counter(b.path, "upload_failures", 2)  # B keeps retrying
         self.assertEqual(self.latest(), N - 1, self.ls())
 
         c = self.mount("c", extra=("--refresh", "0.5"), job=False)
         self.wait_visible(c, stepdir(N - 1))
-        time.sleep(1.5)
+        wait_counter(c.path, "refreshes", 3)
         cjob = os.path.join(c.path, JOB)
         self.assertNotIn(stepdir(N), os.listdir(cjob))
         # What DeepSpeed's load_checkpoint reads on the fresh node: `latest`
