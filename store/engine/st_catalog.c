@@ -669,7 +669,11 @@ static st_err index_manifest(st_state *state, const char *job, const st_manifest
             const st_chunk_ref *r = &f->chunks[k];
             if (st_chunk_is_hole(r)) /* nothing stored to dedup against */
                 continue;
-            st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len, r->raw_len};
+            /* A slice records its whole bundle, the chunk its id names
+             * (bundle_len, not the file's raw_len): a writer that finds
+             * the id takes the whole chunk, as it does any other. */
+            st_chunk_loc loc = {m->packs[r->pack], r->offset, r->stored_len,
+                                st_chunk_stored_raw_len(r)};
             /* The last merged place wins (docs/PROTOCOL.md, "The local
              * dedup index"): the newest step's, or compaction's copy. */
             st_err e = st_state_chunk_move(state, job, &r->id, &loc);

@@ -288,7 +288,9 @@ static int better_keeper(const compactor *c, uint32_t a, uint64_t oa, uint32_t b
 /* The keeper of ch's chunk at ch's place in pack (a position in c->packs). */
 static ckeeper keeper_at(uint32_t pack, const st_chunk_ref *ch)
 {
-    return (ckeeper){{ch->id, ch->offset, ch->stored_len, ch->raw_len}, pack};
+    /* A slice's chunk is its whole bundle: copied and verified whole, while
+     * each slice keeps its skip and bundle_len (relocate_manifest). */
+    return (ckeeper){{ch->id, ch->offset, ch->stored_len, st_chunk_stored_raw_len(ch)}, pack};
 }
 
 /* Makes a reference's place its chunk's keeper if it is the best so far. */

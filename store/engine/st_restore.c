@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/st_bundlecache.h"
 #include "format/st_codec.h"
 #include "util/st_array.h"
 #include "util/st_fsutil.h"
@@ -34,6 +35,10 @@ struct st_restorer {
     size_t raw_cap;
     uint8_t *scratch;
     size_t scratch_cap;
+    /* Decoded bundles its slices come from: shared (st_restorer_share_bundles),
+     * or its own of ST_BUNDLECACHE_PER_WORKER slots, made at the first slice. */
+    st_bundlecache *bundles;
+    int owns_bundles;
     st_restore_stats stats;
 };
 
@@ -203,6 +208,8 @@ static size_t plan_run(const st_file_entry *f, const st_side_chunks *sides, size
     *best = cur;
     for (size_t n = 0; first + n < limit && n - n_best < ST_RESTORE_LOOKAHEAD; n++) {
         const st_chunk_ref *b = &f->chunks[first + n];
+        if (st_chunk_is_slice(b)) /* restored on its own: restore_span() */
+            break;
         if (st_side_has(sides, first + n)) {
             if (plan_acceptable(&cur)) {
                 *best = cur;
@@ -307,6 +314,8 @@ static uint64_t window_base(const restore_plan *plan, size_t k)
  * st_codec_decode_view) and only then hands its bytes to the sink: written
  * sequentially and hashed into the digest, or pwritten at their offset.
  */
+static st_err deliver_bytes(span_sink *k, const uint8_t *raw, size_t raw_len);
+
 static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *ref, const uint8_t *p)
 {
     size_t raw_len;
@@ -320,6 +329,13 @@ static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *re
     if (e)
         return st_seterr(e, "restoring %s at byte %llu: %s", k->f->path, (unsigned long long)k->pos,
                          st_errmsg());
+    return deliver_bytes(k, raw, raw_len);
+}
+
+/* Hands raw_len verified bytes at k->pos to the sink. */
+static st_err deliver_bytes(span_sink *k, const uint8_t *raw, size_t raw_len)
+{
+    st_err e;
     if (k->digest) {
         st_hasher_update(k->digest, raw, raw_len);
         e = st_write_all(k->fd, raw, raw_len, k->f->path);
@@ -335,6 +351,34 @@ static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *re
     if (!e)
         k->pos += raw_len;
     return e;
+}
+
+/*
+ * Slice ref i of the file (a small file in a bundle: its only extent):
+ * its bytes copied out of the whole decoded bundle, which the bundle cache
+ * fetches (one GET of the whole bundle chunk, never of a part of it) and
+ * checks against its id and bundle_len, or already holds.
+ */
+static st_err deliver_slice(st_restorer *r, const st_manifest *m, span_sink *k, size_t i)
+{
+    const st_chunk_ref *ref = &k->f->chunks[i];
+    st_err e = ST_OK;
+    if (!r->bundles) {
+        e = st_bundlecache_new(ST_BUNDLECACHE_PER_WORKER, &r->bundles);
+        r->owns_bundles = !e;
+    }
+    if (!e)
+        e = grow_buffer(&r->raw, &r->raw_cap, ref->raw_len ? ref->raw_len : 1);
+    if (e)
+        return e;
+    const st_bundle_source src = {.backend = r->backend,
+                                  .job = r->job,
+                                  .pack = &m->packs[ref->pack],
+                                  .path = k->f->path,
+                                  .gets = &r->stats.gets,
+                                  .fetched = &r->stats.fetched_bytes};
+    e = st_bundlecache_read(r->bundles, &src, ref, r->raw);
+    return e ? e : deliver_bytes(k, r->raw, ref->raw_len);
 }
 
 /* Delivers side chunk ref i of the file from memory (loaded before its run:
@@ -535,6 +579,12 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
                    .sides = to ? to->sides : NULL,
                    .pos = file_off};
     for (size_t i = first_chunk; i < end_chunk;) {
+        if (st_chunk_is_slice(&f->chunks[i])) {
+            st_err e = deliver_slice(r, m, &k, i++);
+            if (e)
+                return e;
+            continue;
+        }
         restore_plan plan;
         size_t n = plan_run(f, k.sides, i, end_chunk, &plan);
         st_err e = load_sides(r, &k, i, n);
@@ -576,7 +626,7 @@ st_err st_restore_file(st_restorer *r, const st_manifest *m, const st_file_entry
     if (!e && written != f->size)
         e = st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu", f->path,
                       (unsigned long long)written, (unsigned long long)f->size);
-    if (!e) {
+    if (!e && !f->digest_absent) { /* else its chunk ids authenticated every byte */
         st_id got = st_hasher_final(&digest);
         if (st_id_cmp(&got, &f->digest) != 0)
             e = st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
@@ -653,6 +703,8 @@ st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const s
     if (hashed != f->size)
         return st_seterr(ST_ERR_CORRUPT, "restoring %s: got %llu bytes, manifest says %llu",
                          f->path, (unsigned long long)hashed, (unsigned long long)f->size);
+    if (f->digest_absent) /* nothing to compare: its chunk ids authenticated its bytes */
+        return ST_OK;
     st_id got = st_hasher_final(digest);
     if (st_id_cmp(&got, &f->digest) != 0)
         return st_seterr(ST_ERR_CORRUPT, "restoring %s: whole-file digest mismatch", f->path);
@@ -943,6 +995,14 @@ void st_file_digest_free(st_file_digest *d)
     }
 }
 
+void st_restorer_share_bundles(st_restorer *r, st_bundlecache *bundles)
+{
+    if (r->owns_bundles)
+        st_bundlecache_free(r->bundles);
+    r->bundles = bundles;
+    r->owns_bundles = 0;
+}
+
 const st_restore_stats *st_restorer_stats(const st_restorer *r)
 {
     return &r->stats;
@@ -956,5 +1016,7 @@ void st_restorer_free(st_restorer *r)
     free(r->stage);
     free(r->raw);
     free(r->scratch);
+    if (r->owns_bundles)
+        st_bundlecache_free(r->bundles);
     free(r);
 }

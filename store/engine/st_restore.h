@@ -1,6 +1,12 @@
 /*
  * st_restore — rebuilds files from a manifest: ranged GETs of pack regions,
- * decode and verify every chunk, verify the whole-file digest.
+ * decode and verify every chunk, verify the whole-file digest (a file
+ * without one, digest_absent, is authenticated by its chunk ids alone).
+ *
+ * A slice (a small file in a bundle) is its file's only extent: its bundle
+ * chunk is fetched whole, decoded, checked against its id and bundle_len,
+ * and kept in a bundle cache (st_bundlecache.h) so that the next files of
+ * that bundle cost no GET; the file takes raw_len bytes from skip.
  *
  * Adjacent chunks of one pack (the common case: a file's new chunks are
  * written to a pack in order) are fetched with a single ranged GET, streamed
@@ -30,6 +36,7 @@
 #include "backend/st_backend.h"
 #include "st_error.h"
 #include "util/st_hash.h"
+#include "engine/st_bundlecache.h"
 #include "engine/st_side.h"
 #include "format/st_manifest.h"
 
@@ -76,6 +83,15 @@ typedef struct st_restore_stats {
 
 /*! backend is borrowed and must outlive the restorer. */
 st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
+
+/*!
+ * Makes r take the bundles of slices (small files in a bundle, manifest
+ * version 3) from `bundles`, shared with other restorers (borrowed: it
+ * must outlive r); without it r keeps ST_BUNDLECACHE_PER_WORKER bundles of
+ * its own. Files of one bundle are restored one after another, by one
+ * restorer or several: a shared cache fetches each bundle once.
+ */
+void st_restorer_share_bundles(st_restorer *r, st_bundlecache *bundles);
 
 /*!
  * Writes file f of manifest m to fd (from its current position, sequential
@@ -218,7 +234,9 @@ st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest
 
 /*!
  * Checks that `hashed` (the bytes fed to digest) is f's size and that
- * digest equals f's whole-file digest; ST_ERR_CORRUPT otherwise.
+ * digest equals f's whole-file digest (unless f->digest_absent: then its
+ * chunk ids, checked as they were decoded, authenticated the bytes and the
+ * size is all there is to check); ST_ERR_CORRUPT otherwise.
  */
 st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f);
 

@@ -57,7 +57,7 @@ static int large_neighbour(const st_file_entry *f, size_t i, int step, uint32_t 
 int st_chunk_is_side(const st_file_entry *f, size_t i)
 {
     const st_chunk_ref *c = &f->chunks[i];
-    if (st_chunk_is_hole(c) || is_large(c))
+    if (st_chunk_is_hole(c) || st_chunk_is_slice(c) || is_large(c)) /* a slice: its bundle cache */
         return 0;
     uint32_t before = 0, after = 0;
     int b = large_neighbour(f, i, -1, &before), a = large_neighbour(f, i, +1, &after);

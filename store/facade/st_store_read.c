@@ -195,6 +195,10 @@ typedef struct rjob {
     char msg[512];
     uint64_t done, total, gets, read_back;
     st_park_budget park; /* of every file's digest */
+    /* Decoded bundles of small files (manifest version 3), shared by the
+     * workers: consecutive files of one bundle go to different workers,
+     * and each bundle is fetched once (ST_BUNDLECACHE_PER_WORKER each). */
+    st_bundlecache *bundles;
     void (*progress)(void *, uint64_t, uint64_t);
     void *progress_arg;
 } rjob;
@@ -279,6 +283,8 @@ static void *restore_worker(void *arg)
     st_err e = st_restorer_new(j->backend, j->job, &rs);
     if (e)
         rjob_fail(j, e);
+    else
+        st_restorer_share_bundles(rs, j->bundles);
     while (!e) {
         pthread_mutex_lock(&j->lock);
         if (j->err || j->next == j->ntasks) {
@@ -370,6 +376,9 @@ static st_err fetch_all(rjob *j, unsigned threads)
     unsigned nthreads = threads ? threads : DEFAULT_THREADS;
     if (nthreads > j->ntasks)
         nthreads = (unsigned)j->ntasks;
+    st_err e = st_bundlecache_new((size_t)nthreads * ST_BUNDLECACHE_PER_WORKER, &j->bundles);
+    if (e)
+        return e;
     /* Here, not while j->files still grows: a mutex must not move. */
     for (size_t i = 0; i < j->nfiles; i++)
         pthread_mutex_init(&j->files[i].write_lock, NULL);
@@ -385,6 +394,8 @@ static st_err fetch_all(rjob *j, unsigned threads)
     free(th);
     for (size_t i = 0; i < j->nfiles; i++)
         pthread_mutex_destroy(&j->files[i].write_lock);
+    st_bundlecache_free(j->bundles);
+    j->bundles = NULL;
     return j->err ? st_seterr(j->err, "%s", j->msg) : ST_OK;
 }
 

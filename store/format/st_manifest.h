@@ -91,6 +91,14 @@ static inline int st_chunk_is_slice(const st_chunk_ref *c)
     return c->bundle_len != 0 && c->pack != ST_CHUNK_HOLE;
 }
 
+/*! The raw length of the chunk c points at: its bundle's (bundle_len) for
+ *  a slice, else raw_len. What decoding the stored chunk gives, what a
+ *  chunk index records for c's id. */
+static inline uint32_t st_chunk_stored_raw_len(const st_chunk_ref *c)
+{
+    return st_chunk_is_slice(c) ? c->bundle_len : c->raw_len;
+}
+
 typedef struct st_file_entry {
     char *path; /* NUL-terminated, clean (see above) */
     uint64_t size;

@@ -358,6 +358,11 @@ struct st_vfs {
     st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
     st_backend_counts requests;
     st_steprules *rules;
+    /* Decoded bundles of small files (manifest version 3), shared by every
+     * fetch and warm-up (ST_BUNDLECACHE_MOUNT slots; docs/MOUNT_MODEL.md):
+     * a step's small files are read one after another, a bundle's by
+     * several readers at once. Thread-safe on its own. */
+    st_bundlecache *bundles;
     st_vfs_owner user;  /* the mount's user: owns the root and what has no owner */
     int control_public; /* control_access "all": control files for every user */
 
