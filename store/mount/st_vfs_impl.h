@@ -425,6 +425,7 @@ struct st_vfs {
     uint64_t stored_bytes;   /* pack bytes PUT */
     uint64_t new_raw_bytes;  /* raw bytes of the chunks dedup did not find */
     uint64_t chunks, new_chunks;
+    uint64_t bundles, bundled_files;   /* bundles of small files made, files in them */
     uint64_t uploads, upload_failures; /* step uploads that published / failed */
     uint64_t fence_waits; /* failed uploads that then waited for a compaction's fence */
     uint64_t fence_looks; /* LISTs of fences made by those waits */
