@@ -144,6 +144,10 @@ static void put_all(FILE *out, const st_vfs_stats *s, const char *version)
     put_u64(out, "ckptfs_upload_chunks_total", "counter", "Chunk references uploaded.", s->chunks);
     put_u64(out, "ckptfs_upload_new_chunks_total", "counter",
             "Of the chunk references uploaded, chunks that had to be stored.", s->new_chunks);
+    put_u64(out, "ckptfs_upload_bundles_total", "counter",
+            "Bundles of small files made by uploads (each one chunk).", s->bundles);
+    put_u64(out, "ckptfs_upload_bundled_files_total", "counter",
+            "Files of under 4 KiB uploaded in bundles.", s->bundled_files);
     put_double(out, "ckptfs_upload_seconds_total", "counter",
                "Seconds the published step uploads took.", s->upload_seconds);
     put_family(out, "ckptfs_uploads_total", "counter",

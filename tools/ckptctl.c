@@ -75,8 +75,9 @@ static const verb verbs[] = {
      "Store every regular file under DIR as step N of the job. Files are chunked,\n"
      "deduplicated against everything the job already stored, compressed and packed;\n"
      "the step becomes visible only once all of it is in the store. Files stored this\n"
-     "way carry no rank (-1). --json: files, skipped, bytes, chunks, new_chunks,\n"
-     "new_bytes, stored_bytes, packs, puts.\n"},
+     "way carry no rank (-1). Files under 4 KiB are stored together, in bundles.\n"
+     "--json: files, skipped, bytes, chunks, new_chunks, new_bytes, stored_bytes,\n"
+     "packs, bundles, bundled_files, puts.\n"},
     {"verify", run_verify, STORE_EXISTING, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",
      "Read every chunk of a step (default: the latest consistent one) and check it,\n"
      "and every file's digest, writing nothing locally. Exit 4 naming the first bad\n"

@@ -49,6 +49,8 @@ int run_put(cli *c, st_store *s)
                                    {"new_bytes", r.new_raw_bytes},
                                    {"stored_bytes", r.stored_bytes},
                                    {"packs", r.packs},
+                                   {"bundles", r.bundles},
+                                   {"bundled_files", r.bundled_files},
                                    {"puts", r.puts},
                                    {"heads", r.heads},
                                    {"gets", r.gets},

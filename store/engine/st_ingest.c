@@ -38,6 +38,18 @@
  * still covers their zeros. After a file's hole the chunker starts afresh,
  * as at a file's start.
  *
+ * Bundles (docs/FORMATS.md, version 3; docs/CHUNKING.md, "Small files in
+ * bundles"): a file of fewer than ST_INGEST_DEDUP_MIN bytes, read whole by
+ * read_head, is appended to the open bundle instead of being chunked. Its
+ * one extent is a slice whose location is filled in when the bundle is
+ * closed and stored (close_bundle) like any chunk: id, codec, dedup, pack.
+ * Until then the files waiting on it are known by index into files[],
+ * which may move as it grows. A bundle ends after a file once it holds
+ * ST_INGEST_BUNDLE_MIN bytes and that file's XXH3-64 has its low bits
+ * zero (a cut that depends on content, so a changed file changes its own
+ * bundle, and the next ones only if it moves a cut), before a file that
+ * would take it past ST_MANIFEST_MAX_BUNDLE, and at st_ingest_finish.
+ *
  * Streams and buffers: each stream (new, rehome) fills at most one buffer
  * at a time; upload threads are `parallel`, buffers (parallel + 2), of
  * which a stream uses at most (parallel + 1) plus the other stream's one
@@ -119,6 +131,15 @@ struct st_ingest {
     uint8_t *scratch;
     st_codec_plan plan; /* the codec choice of the file being read (docs/CODEC.md) */
 
+    /* The open bundle: its bytes, and the files whose slice it holds (by
+     * index into files[]: that array moves as it grows). */
+    uint8_t *bundle;
+    size_t bundle_len;
+    size_t *bundle_files;
+    size_t nbundle_files, bundle_files_cap;
+    st_codec_plan bundle_plan; /* bundles are one stream to the codec */
+    int has_slice;             /* a file is a slice: st_ingest_finish sorts */
+
     /* Pack buffers: one being filled per open stream, the rest free or with
      * the upload pool. */
     pack_buf bufs[MAX_PARALLEL + NSTREAMS];
@@ -175,8 +196,12 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     g->max_chunk = st_chunker_max_chunk(chunker ? chunker : &st_chunker_default_params);
     g->read_buf = malloc(READ_BUF_SIZE);
     g->chunk_buf = malloc(g->max_chunk);
-    g->scratch = malloc(st_codec_scratch_bound(g->max_chunk));
-    if (!g->read_buf || !g->chunk_buf || !g->scratch) {
+    /* The scratch serves chunks and bundles (the chunker's max may be
+     * smaller than a bundle). */
+    size_t largest = g->max_chunk > ST_MANIFEST_MAX_BUNDLE ? g->max_chunk : ST_MANIFEST_MAX_BUNDLE;
+    g->scratch = malloc(st_codec_scratch_bound(largest));
+    g->bundle = malloc(ST_MANIFEST_MAX_BUNDLE);
+    if (!g->read_buf || !g->chunk_buf || !g->scratch || !g->bundle) {
         e = st_seterr(ST_ERR_NOMEM, "out of memory allocating ingest buffers");
         goto fail;
     }
@@ -456,8 +481,10 @@ static st_err old_pack_retired(st_ingest *g, const st_id *pack, int *retired)
 }
 
 /* Encodes the chunk data[0..ref->raw_len) into the open pack of stream
- * (opening one if needed) and fills ref's location. */
-static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chunk_ref *ref)
+ * (opening one if needed), the codec chosen through plan, and fills ref's
+ * location. */
+static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chunk_ref *ref,
+                          st_codec_plan *plan)
 {
     const size_t len = ref->raw_len;
     st_err e = ST_OK;
@@ -468,8 +495,7 @@ static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chun
     uint8_t *dst = st_pack_append_begin(&b->w, bound);
     if (!dst)
         return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode_planned(data, len, &ref->id, dst, bound, &enc_len, g->scratch, &g->plan,
-                                NULL);
+    e = st_codec_encode_planned(data, len, &ref->id, dst, bound, &enc_len, g->scratch, plan, NULL);
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
     if (!e)
@@ -522,10 +548,10 @@ static int is_all_zero(const uint8_t *buf, size_t len)
     return buf[0] == 0 && memcmp(buf, buf + 1, len - 1) == 0;
 }
 
-/* f's last chunk that is not a hole, or NULL. */
+/* f's last chunk that is not a hole, or NULL (also for f NULL). */
 static const st_chunk_ref *last_data_ref(const st_file_entry *f)
 {
-    for (size_t i = f->nchunks; i > 0; i--)
+    for (size_t i = f ? f->nchunks : 0; i > 0; i--)
         if (!st_chunk_is_hole(&f->chunks[i - 1]))
             return &f->chunks[i - 1];
     return NULL;
@@ -552,15 +578,15 @@ static int loc_in_last_pack(const st_ingest *g, const st_file_entry *f, const st
     return !p || (st_idmap_get(&g->pack_slots, &loc->pack, &slot) && slot == p->pack);
 }
 
-/* Stores (or dedups) the chunk data[0..len) and appends its reference; an
- * all-zero chunk becomes a hole instead. data is chunk_buf or, for a chunk
- * that lies whole in one read, the read buffer itself (no copy). */
-static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const uint8_t *data,
-                         size_t len)
+/* Finds the chunk data[0..ref->raw_len), whose id ref->id is, in this
+ * ingest's packs or the index, or stores it (codec chosen through plan),
+ * and fills ref's location. f is the file the chunk continues, for the
+ * tiny-chunk rule below; NULL for a bundle, which continues no file (it is
+ * the first chunk of each of its files). */
+static st_err place_chunk(st_ingest *g, const st_file_entry *f, const uint8_t *data,
+                          st_chunk_ref *ref, st_codec_plan *plan)
 {
-    if (is_all_zero(data, len))
-        return add_hole(g, f, refs_cap, len);
-    st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
+    const size_t len = ref->raw_len;
 
     /* A tiny chunk is deduplicated only where it continues the file: as
      * its first, or, among this ingest's chunks, right after the file's
@@ -572,18 +598,18 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
      * stored, they sent each file's restore back to a far pack or far back
      * in its own, and a 4-rank 256 MiB step took ~3,500 GETs to restore.
      * Cost: their bytes, ~0.3% of a DCP shard (docs/BENCHMARKS.md). */
-    const int tiny = len < ST_INGEST_DEDUP_MIN;
+    const int tiny = f && len < ST_INGEST_DEDUP_MIN;
     uint32_t idx;
-    if (st_idmap_get(&g->new_ids, &ref.id, &idx) &&
+    if (st_idmap_get(&g->new_ids, &ref->id, &idx) &&
         (!tiny || follows_last(f, g->open_chunks[idx].slot, g->open_chunks[idx].offset))) {
-        ref.pack = g->open_chunks[idx].slot;
-        ref.offset = g->open_chunks[idx].offset;
-        ref.stored_len = g->open_chunks[idx].stored_len;
-        return add_ref(g, f, refs_cap, &ref);
+        ref->pack = g->open_chunks[idx].slot;
+        ref->offset = g->open_chunks[idx].offset;
+        ref->stored_len = g->open_chunks[idx].stored_len;
+        return ST_OK;
     }
     st_chunk_loc loc;
     int stream = STREAM_NEW, retired = 0, usable = 0;
-    st_err e = st_state_chunk_lookup(g->state, g->job, &ref.id, &loc);
+    st_err e = st_state_chunk_lookup(g->state, g->job, &ref->id, &loc);
     if (e == ST_OK && tiny && !loc_in_last_pack(g, f, &loc))
         e = ST_ERR_NOT_FOUND; /* not where the file goes on: stored again */
     if (e == ST_OK && (e = old_pack_retired(g, &loc.pack, &retired)))
@@ -591,10 +617,9 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
     if (e == ST_OK && !retired && (e = old_pack_usable(g, &loc.pack, &usable)))
         return e;
     if (e == ST_OK && usable) {
-        e = pack_slot(g, &loc.pack, &ref.pack);
-        ref.offset = loc.offset;
-        ref.stored_len = loc.stored_len;
-        return e ? e : add_ref(g, f, refs_cap, &ref);
+        ref->offset = loc.offset;
+        ref->stored_len = loc.stored_len;
+        return pack_slot(g, &loc.pack, &ref->pack);
     }
     if (e != ST_OK && e != ST_ERR_NOT_FOUND)
         return e;
@@ -602,11 +627,78 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
      * pack: store it (the last into the rehome stream). */
     if (retired)
         stream = STREAM_REHOME;
-    if ((e = store_chunk(g, stream, data, &ref)) || (e = add_ref(g, f, refs_cap, &ref)))
+    if ((e = store_chunk(g, stream, data, ref, plan)))
         return e;
     if (st_pack_writer_size(&g->bufs[g->streams[stream].cur].w) >= ST_PACK_TARGET_SIZE)
         e = flush_pack(g, stream);
     return e;
+}
+
+/* Stores (or dedups) the chunk data[0..len) and appends its reference; an
+ * all-zero chunk becomes a hole instead. data is chunk_buf or, for a chunk
+ * that lies whole in one read, the read buffer itself (no copy). */
+static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const uint8_t *data,
+                         size_t len)
+{
+    if (is_all_zero(data, len))
+        return add_hole(g, f, refs_cap, len);
+    st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
+    st_err e = place_chunk(g, f, data, &ref, &g->plan);
+    return e ? e : add_ref(g, f, refs_cap, &ref);
+}
+
+/* Stores the open bundle (if it holds anything) as one chunk and fills in
+ * the slice of every file waiting on it. The id rule, codec choice and
+ * dedup are any chunk's, so a bundle of the same files with the same bytes
+ * as in an earlier step is found by id and not stored again. */
+static st_err close_bundle(st_ingest *g)
+{
+    if (!g->bundle_len)
+        return ST_OK;
+    st_chunk_ref ref = {.id = st_id_of(g->bundle, g->bundle_len),
+                        .raw_len = (uint32_t)g->bundle_len};
+    st_err e = place_chunk(g, NULL, g->bundle, &ref, &g->bundle_plan);
+    if (e)
+        return e;
+    for (size_t i = 0; i < g->nbundle_files; i++) {
+        st_chunk_ref *slice = &g->files[g->bundle_files[i]].chunks[0];
+        slice->id = ref.id;
+        slice->pack = ref.pack;
+        slice->offset = ref.offset;
+        slice->stored_len = ref.stored_len;
+        slice->bundle_len = ref.raw_len;
+    }
+    g->stats.bundles++;
+    g->stats.bundled_files += g->nbundle_files;
+    g->bundle_len = 0;
+    g->nbundle_files = 0;
+    return ST_OK;
+}
+
+/* Makes f (the entry files[nfiles] being built) a slice of the open bundle
+ * holding data[0..len) (1 <= len < ST_INGEST_DEDUP_MIN), first closing the
+ * bundle if len would take it past ST_MANIFEST_MAX_BUNDLE. The slice's
+ * location is filled in by close_bundle. */
+static st_err add_to_bundle(st_ingest *g, st_file_entry *f, const uint8_t *data, size_t len)
+{
+    st_err e = ST_OK;
+    if (g->bundle_len + len > ST_MANIFEST_MAX_BUNDLE && (e = close_bundle(g)))
+        return e;
+    if ((e = st_array_grow((void **)&g->bundle_files, &g->bundle_files_cap, g->nbundle_files + 1,
+                           sizeof *g->bundle_files)))
+        return e;
+    if (!(f->chunks = malloc(sizeof *f->chunks)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    f->nchunks = 1;
+    f->chunks[0] = (st_chunk_ref){.raw_len = (uint32_t)len, .skip = (uint32_t)g->bundle_len};
+    f->size = len;
+    f->digest_absent = 1; /* the bundle's id authenticates its bytes */
+    memcpy(g->bundle + g->bundle_len, data, len);
+    g->bundle_len += len;
+    g->bundle_files[g->nbundle_files++] = g->nfiles;
+    g->stats.chunks++;
+    g->has_slice = 1;
+    return ST_OK;
 }
 
 /* Emits the chunk gathered in chunk_buf (the one that spans reads). */
@@ -645,16 +737,21 @@ static st_err find_data(int fd, uint64_t off, uint64_t *data, uint64_t *data_end
 /*
  * Reads fd from *off up to data_end (or its end: *eof = 1) through the
  * chunker into f, hashing what it reads into digest. A seekable fd is read
- * with pread (the hole search moves its offset), a pipe with read.
+ * with pread (the hole search moves its offset), a pipe with read. The
+ * first *prefilled bytes are in read_buf already (read_head's, from a
+ * pipe, which cannot read them again); *prefilled is then 0.
  */
 static st_err ingest_data(st_ingest *g, int fd, int seekable, uint64_t *off, uint64_t data_end,
-                          st_file_entry *f, size_t *refs_cap, st_hasher *digest, int *eof)
+                          st_file_entry *f, size_t *refs_cap, st_hasher *digest, int *eof,
+                          size_t *prefilled)
 {
     st_err e;
     while (*off < data_end) {
         size_t want = data_end - *off < READ_BUF_SIZE ? (size_t)(data_end - *off) : READ_BUF_SIZE;
-        ssize_t n =
-            seekable ? pread(fd, g->read_buf, want, (off_t)*off) : read(fd, g->read_buf, want);
+        ssize_t n = *prefilled ? (ssize_t)*prefilled
+                    : seekable ? pread(fd, g->read_buf, want, (off_t)*off)
+                               : read(fd, g->read_buf, want);
+        *prefilled = 0;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -692,6 +789,34 @@ static st_err ingest_data(st_ingest *g, int fd, int seekable, uint64_t *off, uin
     return ST_OK;
 }
 
+/*
+ * Reads the first bytes of fd (from off) into read_buf, up to
+ * ST_INGEST_DEDUP_MIN of them: *len, and *eof = 1 if the file ended there.
+ * A file is small, and goes into a bundle, by what this read finds, not by
+ * a size the caller passed (the mount's uploader had none to pass).
+ */
+static st_err read_head(st_ingest *g, int fd, int seekable, uint64_t off, size_t *len, int *eof,
+                        const char *relpath)
+{
+    *len = 0;
+    *eof = 0;
+    while (*len < ST_INGEST_DEDUP_MIN) {
+        size_t want = ST_INGEST_DEDUP_MIN - *len;
+        ssize_t n = seekable ? pread(fd, g->read_buf + *len, want, (off_t)(off + *len))
+                             : read(fd, g->read_buf + *len, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return st_seterr(ST_ERR_IO, "read %s: %s", relpath, strerror(errno));
+        if (n == 0) {
+            *eof = 1;
+            break;
+        }
+        *len += (size_t)n;
+    }
+    return ST_OK;
+}
+
 st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
                       int32_t rank)
 {
@@ -723,6 +848,35 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     off_t start = lseek(fd, 0, SEEK_CUR);
     const int seekable = start >= 0; /* a pipe has no holes to find */
     uint64_t off = seekable ? (uint64_t)start : 0;
+    size_t head = 0;
+    int head_eof = 0;
+    if ((e = read_head(g, fd, seekable, off, &head, &head_eof, relpath)))
+        goto fail;
+    /* A small file goes into the bundle; one of only zeros stays a hole
+     * extent, as the chunks of zeros of a larger file do: it costs no
+     * bundle bytes and nothing to fetch when read, and it leaves the
+     * bundle's bytes (and so their dedup) alone. Its digest, stored as for
+     * any file with a hole, is the same for every such file of one size,
+     * which the manifest's compression all but removes. */
+    if (head_eof && head && head < ST_INGEST_DEDUP_MIN && !is_all_zero(g->read_buf, head)) {
+        st_hasher_free(&digest);
+        const uint64_t cut_hash = st_hash64(g->read_buf, head);
+        if ((e = add_to_bundle(g, f, g->read_buf, head))) {
+            free(f->path);
+            free(f->chunks);
+            memset(f, 0, sizeof *f);
+            return e;
+        }
+        g->nfiles++;
+        g->stats.files++;
+        g->stats.logical_bytes += f->size;
+        if (g->bundle_len >= ST_INGEST_BUNDLE_MIN && !(cut_hash & ST_INGEST_BUNDLE_CUT_MASK))
+            return close_bundle(g);
+        return ST_OK;
+    }
+    /* A larger file is read again from its start with the hole search (from
+     * the page cache); a pipe's bytes cannot be, so they are passed on. */
+    size_t prefilled = seekable ? 0 : head;
     for (;;) {
         uint64_t data = off, data_end = UINT64_MAX;
         if (seekable && (e = find_data(fd, off, &data, &data_end, relpath)))
@@ -740,7 +894,8 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
         if (data == data_end)
             break; /* the file ends in (or is) a hole */
         int eof = 0;
-        if ((e = ingest_data(g, fd, seekable, &off, data_end, f, &refs_cap, &digest, &eof)))
+        if ((e = ingest_data(g, fd, seekable, &off, data_end, f, &refs_cap, &digest, &eof,
+                             &prefilled)))
             goto fail;
         if (eof)
             break;
@@ -779,9 +934,18 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < f->nchunks && !e; i++) {
-        dst->chunks[i] = f->chunks[i];
+        dst->chunks[i] = f->chunks[i];        /* a slice as it is: its bundle stays whole */
         if (!st_chunk_is_hole(&f->chunks[i])) /* a hole is in no pack */
             e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
+        g->has_slice |= st_chunk_is_slice(&f->chunks[i]);
+    }
+    /* Version 3 stores no digest for a file of one whole chunk: it is that
+     * chunk's id. Restored, it lets a manifest without slices (version 1 or
+     * 2, which store every digest) carry the file. */
+    if (f->digest_absent && f->nchunks == 1 && !st_chunk_is_hole(&f->chunks[0]) &&
+        !st_chunk_is_slice(&f->chunks[0]) && f->chunks[0].raw_len == f->size) {
+        dst->digest = f->chunks[0].id;
+        dst->digest_absent = 0;
     }
     if (e) {
         free(dst->path);
@@ -795,14 +959,26 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
     return ST_OK;
 }
 
+static int cmp_file_path(const void *a, const void *b)
+{
+    return st_path_cmp(((const st_file_entry *)a)->path, ((const st_file_entry *)b)->path);
+}
+
 st_err st_ingest_finish(st_ingest *g, st_manifest *m)
 {
-    st_err e = flush_pack(g, STREAM_NEW);
+    st_err e = close_bundle(g);
+    if (!e)
+        e = flush_pack(g, STREAM_NEW);
     if (!e)
         e = flush_pack(g, STREAM_REHOME);
     st_err e2 = drain_uploads(g);
     if (e || (e = e2))
         return e;
+    /* Version 3 (written when a file is a slice) lists files in tree order
+     * and refuses any other; its bundle table follows from the file order,
+     * so sorting after the bundles were made changes nothing stored. */
+    if (g->has_slice && g->nfiles > 1)
+        qsort(g->files, g->nfiles, sizeof *g->files, cmp_file_path);
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
@@ -856,6 +1032,8 @@ void st_ingest_free(st_ingest *g)
     free(g->read_buf);
     free(g->chunk_buf);
     free(g->scratch);
+    free(g->bundle);
+    free(g->bundle_files);
     pthread_mutex_lock(&g->lock);
     g->stopping = 1;
     pthread_cond_broadcast(&g->changed);

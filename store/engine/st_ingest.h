@@ -10,8 +10,15 @@
  * entries whose chunk references all name packs that are stored — once
  * st_ingest_finish() has returned, which PUTs the last partial pack.
  *
+ * A file of 1 byte to ST_INGEST_DEDUP_MIN - 1 that is not all zeros is not
+ * chunked on its own: its bytes go into the open bundle, one chunk of many
+ * small files stored like any chunk, and the file's one extent is a slice
+ * of it (docs/FORMATS.md, version 3; docs/CHUNKING.md, "Small files in
+ * bundles").
+ *
  * Memory is bounded whatever the input size: one read buffer, one chunk
- * buffer (the chunker's max size), one codec scratch, and the pack buffers
+ * buffer (the chunker's max size), one bundle buffer (64 KiB), one codec
+ * scratch, and the pack buffers
  * (one being filled per stream, up to `parallel` being PUT by upload
  * threads).
  *
@@ -38,6 +45,12 @@
  * docs/CHUNKING.md, "Tiny chunks and where they are stored"). */
 #define ST_INGEST_DEDUP_MIN 4096
 
+/* A bundle ends after a file once it holds at least this many bytes and the
+ * low bits ST_INGEST_BUNDLE_CUT_MASK of that file's XXH3-64 are zero, and
+ * before a file that would take it past ST_MANIFEST_MAX_BUNDLE. */
+#define ST_INGEST_BUNDLE_MIN      (16u << 10)
+#define ST_INGEST_BUNDLE_CUT_MASK 3u
+
 typedef struct st_ingest_stats {
     uint64_t files;
     uint64_t logical_bytes;     /* bytes of all files ingested */
@@ -50,6 +63,9 @@ typedef struct st_ingest_stats {
     uint64_t rehomed_raw_bytes; /* raw bytes of those */
     uint64_t hole_bytes;        /* bytes recorded as hole extents: the file's holes and
                                    all-zero chunks (no chunk stored) */
+    uint64_t bundles;           /* bundles closed (each one chunk reference of its files;
+                                   stored, and counted in new_chunks, unless deduplicated) */
+    uint64_t bundled_files;     /* files put in those bundles (one slice each) */
 } st_ingest_stats;
 
 typedef struct st_ingest st_ingest;
@@ -74,7 +90,11 @@ void st_ingest_set_parallel(st_ingest *g, unsigned n);
  * must not change while it is read: its size and digest are what was read.
  * The file's holes (SEEK_DATA/SEEK_HOLE) are not read, and they and chunks
  * of zeros become hole extents. A seekable fd is read with pread (its
- * offset stays where it was), a pipe with read.
+ * offset stays where it was), a pipe with read. Whether the file is small
+ * (bundled) is decided from the bytes read, never from st->st_size.
+ * Add files in tree order (st_path_cmp) where that is cheap: a bundle
+ * deduplicates against the previous step only if its small files come
+ * in the same order, and it spares st_ingest_finish a sort.
  */
 st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
                       int32_t rank);
@@ -83,14 +103,20 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
  * Appends a file entry that is already in the store — f of manifest src —
  * under relpath (its current name), without reading any data: its chunk
  * references are re-pointed into this manifest's pack table. Used when a
- * step is published again and some of its files did not change.
+ * step is published again and some of its files did not change. A slice
+ * is copied as it is (its bundle stays whole in the store); a file of one
+ * whole chunk whose digest src did not store gets that chunk's id, which
+ * is its digest, so that a manifest without slices can store it.
  */
 st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_entry *f,
                             const char *relpath);
 
 /*!
- * Stores the last open pack and moves the file entries and pack table into
- * m (whose other fields the caller fills: step, node, job, created_ns).
+ * Stores the open bundle and the last open pack and moves the file entries
+ * and pack table into m (whose other fields the caller fills: step, node,
+ * job, created_ns). When a file is a slice, the files are sorted in tree
+ * order (st_path_cmp), which version 3 requires; else they stay in the
+ * order they were added.
  * After ST_OK every chunk m references is in the store. The ingest can then
  * only give its last look and be freed; m must outlive the publish.
  */

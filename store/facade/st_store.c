@@ -180,7 +180,10 @@ static st_err read_dir_sorted(const char *path, char ***names, size_t *n)
     return e;
 }
 
-/* Stores everything under root/rel (rel "" for the root itself). */
+/* Stores everything under root/rel (rel "" for the root itself), in tree
+ * order (st_path_cmp): depth first, each directory's names sorted by byte,
+ * which puts "d/x" before "d-b" as tree order does (a name holds no '/').
+ * The ingest wants that order (st_ingest.h). */
 static st_err walk_put(walk_ctx *w, const char *root, const char *rel)
 {
     char path[PATH_MAX];
@@ -277,6 +280,8 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     r.new_raw_bytes = is->new_raw_bytes;
     r.stored_bytes = is->stored_bytes;
     r.packs = is->packs;
+    r.bundles = is->bundles;
+    r.bundled_files = is->bundled_files;
     r.puts += is->packs;
     r.heads = st_backend_counts_of(&s->requests, ST_REQ_STAT) - heads0;
     r.gets = st_backend_counts_of(&s->requests, ST_REQ_GET) - gets0;

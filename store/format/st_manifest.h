@@ -128,6 +128,12 @@ typedef struct st_manifest {
 /*! 1 if path is clean as defined above, else 0. */
 int st_path_is_clean(const char *path, size_t len);
 
+/*! Tree order of two paths, as a walk of their directory tree meets them
+ *  (each directory's names sorted by byte): '/' before every other byte,
+ *  else by byte. < 0, 0 or > 0 as strcmp. Version 3 keeps its files in
+ *  this order (st_manifest_encode). */
+int st_path_cmp(const char *a, const char *b);
+
 /*!
  * Appends the encoding of m to out: version 3 if a file is a slice, else
  * version 2 if a file has a hole, else version 1. ST_ERR_INVALID (out left

@@ -131,10 +131,10 @@ const char *st_manifest_check_file(const st_file_entry *f, size_t path_len, size
     return NULL;
 }
 
-/* Orders paths as a tree walk would: '/' before every other byte, so that
- * the paths beneath "d" ("d/...") come right after "d" itself, before
- * siblings such as "d-b" that strcmp would put between them. */
-static int cmp_path(const char *a, const char *b)
+/* '/' before every other byte, so that the paths beneath "d" ("d/...")
+ * come right after "d" itself, before siblings such as "d-b" that strcmp
+ * would put between them. */
+int st_path_cmp(const char *a, const char *b)
 {
     const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
     for (; *x && *x == *y; x++, y++)
@@ -145,7 +145,7 @@ static int cmp_path(const char *a, const char *b)
 
 static int cmp_path_ptr(const void *a, const void *b)
 {
-    return cmp_path(*(const char *const *)a, *(const char *const *)b);
+    return st_path_cmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* 1 if path b lies beneath path a ("d" and "d/x"). */
@@ -157,7 +157,7 @@ static int is_beneath(const char *a, const char *b)
 
 const char *st_manifest_check_path_order(const char *prev, const char *path)
 {
-    if (cmp_path(prev, path) >= 0)
+    if (st_path_cmp(prev, path) >= 0)
         return "paths not strictly ascending in tree order";
     if (is_beneath(prev, path))
         return "path beneath a file";

@@ -59,7 +59,9 @@ typedef struct st_put_result {
     uint64_t new_raw_bytes; /* bytes that did not dedup */
     uint64_t stored_bytes;  /* pack bytes uploaded */
     uint64_t packs;
-    uint64_t puts; /* object PUTs: packs + manifest + part record */
+    uint64_t bundles;       /* bundles of small files made (one chunk each, if stored) */
+    uint64_t bundled_files; /* files in them */
+    uint64_t puts;          /* object PUTs: packs + manifest + part record */
     /* Every request the put made, counted as they returned (retries not
      * counted again): HEADs, GETs and LISTs besides the PUTs above. */
     uint64_t heads;

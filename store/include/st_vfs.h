@@ -370,6 +370,8 @@ typedef struct st_vfs_stats {
     uint64_t new_raw_bytes;      /* of those: raw bytes of chunks dedup did not find */
     uint64_t stored_bytes;       /* bytes of packs PUT (after compression) */
     uint64_t chunks, new_chunks; /* chunk references uploaded / of those stored */
+    uint64_t bundles;            /* bundles of small files made by uploads (docs/CHUNKING.md) */
+    uint64_t bundled_files;      /* files put in those bundles */
     uint64_t uploads, upload_failures; /* step uploads published / failed (retried) */
     double upload_seconds;             /* time the published uploads took */
     uint64_t requests[ST_VFS_REQ_KINDS][ST_VFS_REQ_RESULTS]; /* store requests */

@@ -224,7 +224,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         st_default_node_name(v->node);
     }
     if ((e = st_steprules_new(opts->step_pattern, &v->rules)) ||
-        (e = st_bundlecache_new(ST_BUNDLECACHE_MOUNT, &v->bundles)))
+        (e = st_bundlecache_new(ST_BUNDLECACHE_MOUNT, &v->bundle_cache)))
         goto fail;
     /* First: nothing in staging is touched before the lock is held. */
     if ((e = vfs_staging_take(v)) || (e = vfs_spare_open(v)))
@@ -407,7 +407,7 @@ void st_vfs_close(st_vfs *v)
     free(v->jobs);
     free(v->queue);
     st_steprules_free(v->rules);
-    st_bundlecache_free(v->bundles);
+    st_bundlecache_free(v->bundle_cache);
     st_backend_close(v->backend); /* the count wrapper only */
     if (!v->opts.backend)
         st_backend_close(v->store_backend);

@@ -362,7 +362,7 @@ struct st_vfs {
      * fetch and warm-up (ST_BUNDLECACHE_MOUNT slots; docs/MOUNT_MODEL.md):
      * a step's small files are read one after another, a bundle's by
      * several readers at once. Thread-safe on its own. */
-    st_bundlecache *bundles;
+    st_bundlecache *bundle_cache;
     st_vfs_owner user;  /* the mount's user: owns the root and what has no owner */
     int control_public; /* control_access "all": control files for every user */
 
@@ -430,6 +430,7 @@ struct st_vfs {
     uint64_t stored_bytes;   /* pack bytes PUT */
     uint64_t new_raw_bytes;  /* raw bytes of the chunks dedup did not find */
     uint64_t chunks, new_chunks;
+    uint64_t bundles, bundled_files;   /* bundles of small files made, files in them */
     uint64_t uploads, upload_failures; /* step uploads that published / failed */
     uint64_t fence_waits; /* failed uploads that then waited for a compaction's fence */
     uint64_t fence_looks; /* LISTs of fences made by those waits */

@@ -635,7 +635,7 @@ static void *fetch_worker_main(void *arg)
     fetch_gate_enter(); /* before v->lock: a waiting worker holds no lock */
     st_err e = st_restorer_new(v->backend, fx->job, &rs);
     if (!e)
-        st_restorer_share_bundles(rs, v->bundles);
+        st_restorer_share_bundles(rs, v->bundle_cache);
     pthread_mutex_lock(&v->lock);
     size_t r;
     while (!e && !fx->err && !v->fetch_stop && (r = take_run(fx)) != SIZE_MAX) {

@@ -81,6 +81,8 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->stored_bytes = v->stored_bytes;
     out->chunks = v->chunks;
     out->new_chunks = v->new_chunks;
+    out->bundles = v->bundles;
+    out->bundled_files = v->bundled_files;
     out->uploads = v->uploads;
     out->upload_failures = v->upload_failures;
     out->upload_seconds = (double)v->upload_ns / 1e9;

@@ -300,14 +300,27 @@ static st_err ingest_staged(st_vfs *v, st_ingest *g, const snap_file *f)
     pthread_mutex_unlock(&v->lock);
     if (e)
         return st_seterr(e, "open staged %s: %s", f->path, st_errmsg());
-    struct stat st;
+    struct stat st, staged;
     memset(&st, 0, sizeof st);
     st.st_mode = f->mode;
     st.st_mtim.tv_sec = f->mtime_ns / 1000000000;
     st.st_mtim.tv_nsec = f->mtime_ns % 1000000000;
+    /* The size is the staged file's (what the ingest reads); mode and
+     * mtime are the file's as the mount shows it. */
+    if (fstat(fd, &staged) < 0) {
+        e = st_seterr(ST_ERR_IO, "stat staged %s: %s", f->path, strerror(errno));
+        close(fd);
+        return e;
+    }
+    st.st_size = staged.st_size;
     e = st_ingest_file(g, fd, f->path, &st, f->rank);
     close(fd);
     return e;
+}
+
+static int cmp_snap_path(const void *a, const void *b)
+{
+    return st_path_cmp(((const snap_file *)a)->path, ((const snap_file *)b)->path);
 }
 
 /* Carries an unchanged file over from our previous manifest of the step. */
@@ -397,6 +410,11 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         goto out;
     if (v->opts.upload_threads)
         st_ingest_set_parallel(g, v->opts.upload_threads);
+    /* In tree order, as the manifest lists them (st_ingest.h): small files
+     * then fill bundles in the same order at every upload of the step, so
+     * an unchanged bundle deduplicates; the snapshot's is the inode table's. */
+    if (s->n > 1)
+        qsort(s->files, s->n, sizeof *s->files, cmp_snap_path);
     for (size_t i = 0; !e && i < s->n; i++)
         e = s->files[i].carry ? carry_over(g, &prev, &s->files[i])
                               : ingest_staged(v, g, &s->files[i]);
@@ -643,6 +661,8 @@ void *vfs_uploader_main(void *arg)
             v->new_raw_bytes += got.new_raw_bytes;
             v->chunks += got.chunks;
             v->new_chunks += got.new_chunks;
+            v->bundles += got.bundles;
+            v->bundled_files += got.bundled_files;
             v->uploads++;
             v->upload_ns += took;
             merge_result(v, &snap, revision);

@@ -30,6 +30,8 @@ static void fixed_stats(st_vfs_stats *s, st_vfs_job_stats *jobs)
     s->stored_bytes = 1007;
     s->chunks = 8;
     s->new_chunks = 9;
+    s->bundles = 21;
+    s->bundled_files = 22;
     s->uploads = 10;
     s->upload_failures = 11;
     s->upload_seconds = 12.5;
