@@ -47,9 +47,12 @@
 
 /* A bundle ends after a file once it holds at least this many bytes and the
  * low bits ST_INGEST_BUNDLE_CUT_MASK of that file's XXH3-64 are zero, and
- * before a file that would take it past ST_MANIFEST_MAX_BUNDLE. */
+ * before a file that would take it past ST_MANIFEST_MAX_BUNDLE. Six bits:
+ * a cut candidate every ~64 files, sparse enough that a file added or
+ * changed moves no cut after its own bundle (denser candidates re-cut the
+ * bundles that follow; docs/CHUNKING.md, "Small files in bundles"). */
 #define ST_INGEST_BUNDLE_MIN      (16u << 10)
-#define ST_INGEST_BUNDLE_CUT_MASK 3u
+#define ST_INGEST_BUNDLE_CUT_MASK 63u
 
 typedef struct st_ingest_stats {
     uint64_t files;

@@ -259,7 +259,7 @@ static int same_bundle(const st_manifest *m, const st_chunk_ref *c, const st_chu
 
 /* Checks the cut rule over m's slices, which were made in file order: a
  * bundle ends after the first file that leaves it at >= 16 KiB with the
- * low 2 bits of its XXH3-64 zero, or before a file that does not fit, or
+ * low bits ST_INGEST_BUNDLE_CUT_MASK of its XXH3-64 zero, or before a file that does not fit, or
  * at the end. Counts the bundles. */
 static size_t check_cuts(engine *e, const st_manifest *m)
 {
