@@ -817,6 +817,14 @@ static st_err read_head(st_ingest *g, int fd, int seekable, uint64_t off, size_t
     return ST_OK;
 }
 
+/* Counts f, the entry files[nfiles] just completed, as part of the ingest. */
+static void file_added(st_ingest *g, const st_file_entry *f)
+{
+    g->nfiles++;
+    g->stats.files++;
+    g->stats.logical_bytes += f->size;
+}
+
 st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct stat *st,
                       int32_t rank)
 {
@@ -859,17 +867,11 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
      * any file with a hole, is the same for every such file of one size,
      * which the manifest's compression all but removes. */
     if (head_eof && head && head < ST_INGEST_DEDUP_MIN && !is_all_zero(g->read_buf, head)) {
-        st_hasher_free(&digest);
         const uint64_t cut_hash = st_hash64(g->read_buf, head);
-        if ((e = add_to_bundle(g, f, g->read_buf, head))) {
-            free(f->path);
-            free(f->chunks);
-            memset(f, 0, sizeof *f);
-            return e;
-        }
-        g->nfiles++;
-        g->stats.files++;
-        g->stats.logical_bytes += f->size;
+        if ((e = add_to_bundle(g, f, g->read_buf, head)))
+            goto fail;
+        st_hasher_free(&digest);
+        file_added(g, f);
         if (g->bundle_len >= ST_INGEST_BUNDLE_MIN && !(cut_hash & ST_INGEST_BUNDLE_CUT_MASK))
             return close_bundle(g);
         return ST_OK;
@@ -904,9 +906,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
         goto fail;
     f->digest = st_hasher_final(&digest);
     st_hasher_free(&digest);
-    g->nfiles++;
-    g->stats.files++;
-    g->stats.logical_bytes += f->size;
+    file_added(g, f);
     return ST_OK;
 fail:
     st_hasher_free(&digest);
@@ -952,9 +952,7 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
         free(dst->chunks);
         return e;
     }
-    g->nfiles++;
-    g->stats.files++;
-    g->stats.logical_bytes += f->size;
+    file_added(g, dst);
     g->stats.chunks += f->nchunks;
     return ST_OK;
 }
