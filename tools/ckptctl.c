@@ -210,6 +210,9 @@ static void usage(FILE *out)
         "  --s3-addressing path|virtual  (default: $CKPT_S3_ADDRESSING; virtual on AWS)\n"
         "  --s3-ca-file PEM   CA certificates for https (default: $CKPT_S3_CA_FILE, else\n"
         "                   the system store)\n"
+        "  --peer-secret-file FILE  the peers' cluster secret: ls, latest, restore and\n"
+        "                   verify also see steps replicated on peers and not yet\n"
+        "                   durable, and read their packs from the peers (docs/PEERS.md)\n"
         "  -q, --quiet      print only errors (latest still prints the step)\n"
         "  -h, --help       this help, or the verb's with a verb\n"
         "  --version        print the version\n\n"
@@ -288,6 +291,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_REGION,
         O_ADDRESSING,
         O_CA_FILE,
+        O_PEER_SECRET,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -296,6 +300,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"s3-region", required_argument, NULL, O_REGION},
         {"s3-addressing", required_argument, NULL, O_ADDRESSING},
         {"s3-ca-file", required_argument, NULL, O_CA_FILE},
+        {"peer-secret-file", required_argument, NULL, O_PEER_SECRET},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
         {"to", required_argument, NULL, O_TO},
@@ -333,6 +338,7 @@ static int parse_args(int argc, char **argv, cli *c)
         case O_REGION: c->open.s3_region = optarg; break;
         case O_ADDRESSING: c->open.s3_addressing = optarg; break;
         case O_CA_FILE: c->open.s3_ca_file = optarg; break;
+        case O_PEER_SECRET: c->open.peer_secret_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))

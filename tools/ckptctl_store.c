@@ -248,10 +248,21 @@ static int list_jobs(cli *c, st_store *s)
     return rc;
 }
 
-/* The STATE column of ls: consistent, partial, or unreadable. */
+/* The STATE column of ls: consistent (durable), replicated (restorable from
+ * peers, not yet durable: docs/PEERS.md), partial, or unreadable. */
 static const char *step_state(const st_step_info *si)
 {
-    return si->unreadable ? "unreadable" : si->consistent ? "consistent" : "partial";
+    return si->unreadable   ? "unreadable"
+           : !si->consistent ? "partial"
+           : si->replicated  ? "replicated"
+                             : "consistent";
+}
+
+/* How a consistent step can be restored, for --json: from the store, or
+ * from peers until it is durable. */
+static const char *restorable(int consistent, int replicated)
+{
+    return !consistent ? NULL : replicated ? "replicated" : "durable";
 }
 
 static int print_steps_json(const st_step_info *steps, size_t n)
@@ -265,6 +276,8 @@ static int print_steps_json(const st_step_info *steps, size_t n)
         bad |= json_set_str(o, "state", step_state(si));
         bad |= json_set(o, "consistent", json_object_new_boolean(si->consistent));
         bad |= json_set(o, "complete", json_object_new_boolean(si->complete));
+        const char *how = restorable(si->consistent, si->replicated);
+        bad |= how ? json_set_str(o, "restorable", how) : json_set_null(o, "restorable");
         bad |= json_set_str(o, "why", si->why);
         const json_u64 fields[] = {{"files", si->files},
                                    {"bytes", si->bytes},
@@ -351,9 +364,14 @@ int run_latest(cli *c, st_store *s)
         json_object *o = json_object_new_object();
         int bad = json_set_str(o, "job", c->job);
         bad |= json_set(o, "step", json_object_new_uint64(step));
+        bad |= json_set_str(o, "restorable",
+                            restorable(1, st_store_step_replicated(s, c->job, step)));
         return json_print(o, bad);
     }
     printf("%" PRIu64 "\n", step); /* even with -q: it is the answer */
+    if (!c->quiet && st_store_step_replicated(s, c->job, step))
+        fprintf(stderr, "ckptctl: step %" PRIu64 " is replicated on peers, not yet durable\n",
+                step);
     return EXIT_OK;
 }
 

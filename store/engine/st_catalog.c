@@ -551,6 +551,20 @@ st_err st_catalog_fence_live(st_backend *b, const char *job, const char *skip, i
     return e;
 }
 
+st_err st_catalog_seal_part(const st_manifest *m, st_part *part, st_bytes *manifest)
+{
+    st_err e = st_manifest_encode(m, manifest);
+    if (e)
+        return e;
+    part->step = m->step;
+    part->created_ns = m->created_ns;
+    snprintf(part->job, sizeof part->job, "%s", m->job);
+    snprintf(part->node, sizeof part->node, "%s", m->node);
+    part->manifest_len = manifest->len;
+    part->manifest_digest = st_id_of(manifest->data, manifest->len);
+    return ST_OK;
+}
+
 /* The first round of a publish: what its calls share. */
 typedef struct publish_round {
     st_backend *b;
@@ -622,18 +636,12 @@ static st_err publish(st_backend *b, const st_manifest *m, st_part *part, int fe
     if (e)
         goto out;
     ST_CRASHPOINT("manifest-put-before");
-    if ((e = st_manifest_encode(m, &buf)) ||
+    if ((e = st_catalog_seal_part(m, part, &buf)) ||
         (e = st_key_manifest(key, sizeof key, m->job, m->step, m->node, part->revision)) ||
         (e = st_put(b, key, buf.data, buf.len)))
         goto out;
     (*puts)++;
     ST_CRASHPOINT("manifest-put-after");
-    part->step = m->step;
-    part->created_ns = m->created_ns;
-    snprintf(part->job, sizeof part->job, "%s", m->job);
-    snprintf(part->node, sizeof part->node, "%s", m->node);
-    part->manifest_len = buf.len;
-    part->manifest_digest = st_id_of(buf.data, buf.len);
     st_bytes_clear(&buf);
     ST_CRASHPOINT("part-put-before");
     if ((e = st_part_encode(part, &buf)) ||

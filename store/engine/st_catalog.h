@@ -140,6 +140,14 @@ st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part,
                           const st_publish_check *checks, size_t nchecks, uint64_t *puts);
 
 /*!
+ * Encodes m into *manifest and fills in part's fields that describe it
+ * (step, created_ns, job, node, manifest length and digest), as the publish
+ * does before its PUTs: a replica record (docs/PEERS.md) carries the same
+ * pair before the store has it. part->revision is left as it is.
+ */
+st_err st_catalog_seal_part(const st_manifest *m, st_part *part, st_bytes *manifest);
+
+/*!
  * st_catalog_publish without the look at the compaction fence, for the
  * compactor that holds the fence (engine/st_compact.c) and only for it:
  * every other writer goes through st_catalog_publish, which refuses

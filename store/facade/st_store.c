@@ -28,6 +28,8 @@
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 #include "format/st_manifest.h"
+#include "peer/st_peer_auth.h"
+#include "peer/st_peer_read.h"
 #include "engine/st_restore.h"
 #include "engine/st_state.h"
 #include "format/st_part.h"
@@ -76,6 +78,35 @@ static char *default_state_dir(char *buf, size_t cap)
     return xdg_path(buf, cap, "XDG_CACHE_HOME", ".cache", "ckptfs");
 }
 
+/* The read view with replicated steps (docs/PEERS.md, "What a reader
+ * does"); its pack cache is a directory of this process under state_dir. */
+static st_err open_peer_view(st_store *s, const char *secret_file, const char *state_dir)
+{
+    st_backend *borrow = NULL;
+    if (!(s->peer_secret = calloc(1, sizeof *s->peer_secret)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    st_err e = st_peer_secret_load(secret_file, s->peer_secret);
+    if (e)
+        return e;
+    int n = snprintf(s->peer_cache, sizeof s->peer_cache, "%s/peer-read.%ld", state_dir,
+                     (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof s->peer_cache)
+        return st_seterr(ST_ERR_INVALID, "state directory path too long");
+    if ((e = st_backend_count_borrow(s->backend, &s->reader_requests, &borrow)))
+        return e;
+    st_peer_read_opts ro = {.self_node = s->node,
+                            .secret = s->peer_secret,
+                            .cache_dir = s->peer_cache,
+                            .log = s->warn,
+                            .log_arg = s->warn_arg};
+    if ((e = st_peer_read_wrap(&borrow, &ro))) {
+        st_backend_close(borrow);
+        return e;
+    }
+    s->reader = borrow;
+    return ST_OK;
+}
+
 st_err st_store_open(const st_store_options *opts, st_store **out)
 {
     *out = NULL;
@@ -121,6 +152,9 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
              st_hash64(opts->url, strlen(opts->url)));
     if ((e = st_state_open(db, &s->state)))
         goto fail;
+    s->reader = s->backend;
+    if (opts->peer_secret_file && (e = open_peer_view(s, opts->peer_secret_file, state_dir)))
+        goto fail;
     *out = s;
     return ST_OK;
 fail:
@@ -133,6 +167,14 @@ void st_store_close(st_store *s)
     if (!s)
         return;
     st_state_close(s->state);
+    if (s->reader && s->reader != s->backend) {
+        st_backend_close(s->reader); /* empties the cache directory */
+        rmdir(s->peer_cache);
+    }
+    if (s->peer_secret) {
+        st_peer_secret_wipe(s->peer_secret);
+        free(s->peer_secret);
+    }
     st_backend_close(s->backend);
     free(s);
 }
@@ -298,7 +340,7 @@ out:
 
 st_err st_store_list_jobs(st_store *s, char ***jobs, size_t *n)
 {
-    return st_catalog_list_jobs(s->backend, jobs, n);
+    return st_catalog_list_jobs(s->reader, jobs, n);
 }
 
 void st_store_free_names(char **names, size_t n)

@@ -16,6 +16,13 @@
 
 struct st_store {
     st_backend *backend; /* wrapped in the request counter */
+    /* What reads go through: backend, or with a peer secret the view that
+     * adds replicated steps (peer/st_peer_read.h) over a borrow of it.
+     * Puts and GC use backend: a replicated step is not durable. */
+    st_backend *reader;
+    st_backend_counts reader_requests; /* the borrow's own count (unused) */
+    struct st_peer_secret *peer_secret;
+    char peer_cache[4096]; /* the view's pack cache directory, removed at close */
     st_state *state;
     char node[ST_NODE_MAX + 1];
     st_chunker_params chunker;

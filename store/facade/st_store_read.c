@@ -29,6 +29,7 @@
  * worker that finishes a file's last task checks the digest and fsyncs it.
  */
 #include "facade/st_store_impl.h"
+#include "peer/st_peer_read.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,7 +82,7 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     st_bytes buf = {0};
     *steps = NULL;
     *n = 0;
-    st_err e = st_catalog_list_steps(s->backend, job, &keys, &nkeys);
+    st_err e = st_catalog_list_steps(s->reader, job, &keys, &nkeys);
     if (e)
         return e;
     st_step_info *out = calloc(nkeys ? nkeys : 1, sizeof *out);
@@ -89,7 +90,7 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
         e = st_seterr(ST_ERR_NOMEM, "out of memory");
     for (size_t i = 0; !e && i < nkeys; i++) {
         st_stepview v;
-        if (st_catalog_load_view(s->backend, job, &keys[i], &buf, &v)) {
+        if (st_catalog_load_view(s->reader, job, &keys[i], &buf, &v)) {
             /* A row all the same: a step nobody can read is news to whoever
              * lists the job, not something to leave out. */
             st_step_info *si = &out[count++];
@@ -101,7 +102,8 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
             st_store_warnf(s, "step %" PRIu64 ": %s", keys[i].step, st_errmsg());
             continue;
         }
-        info_of(&v, &out[count++]);
+        info_of(&v, &out[count]);
+        out[count++].replicated = st_store_step_replicated(s, job, keys[i].step);
         st_stepview_free(&v);
     }
     st_step_keys_free(keys, nkeys);
@@ -115,6 +117,11 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     return ST_OK;
 }
 
+int st_store_step_replicated(st_store *s, const char *job, uint64_t step)
+{
+    return st_peer_read_is_replicated(s->reader, job, step, NULL);
+}
+
 static void warn_unreadable(void *arg, uint64_t step, const char *msg)
 {
     st_store_warnf(arg, "step %" PRIu64 ": %s", step, msg);
@@ -124,7 +131,7 @@ static void warn_unreadable(void *arg, uint64_t step, const char *msg)
  * unreadable steps are warned about and skipped. */
 static st_err newest_consistent(st_store *s, const char *job, uint64_t below, st_stepview *v)
 {
-    st_err e = st_catalog_newest_consistent(s->backend, job, 0, below, warn_unreadable, s, v);
+    st_err e = st_catalog_newest_consistent(s->reader, job, 0, below, warn_unreadable, s, v);
     if (e == ST_ERR_NOT_FOUND)
         st_seterr(e, "job %s has no consistent step%s", job,
                   below == UINT64_MAX ? "" : " before that");
@@ -148,13 +155,13 @@ static st_err load_step(st_store *s, const char *job, uint64_t step, st_stepview
     st_step_keys *keys;
     size_t nkeys;
     st_bytes buf = {0};
-    st_err e = st_catalog_list_steps(s->backend, job, &keys, &nkeys);
+    st_err e = st_catalog_list_steps(s->reader, job, &keys, &nkeys);
     if (e)
         return e;
     e = st_seterr(ST_ERR_NOT_FOUND, "step %" PRIu64 " of job %s is not in the store", step, job);
     for (size_t i = 0; i < nkeys; i++)
         if (keys[i].step == step) {
-            e = st_catalog_load_view(s->backend, job, &keys[i], &buf, v);
+            e = st_catalog_load_view(s->reader, job, &keys[i], &buf, v);
             break;
         }
     st_step_keys_free(keys, nkeys);
@@ -502,7 +509,7 @@ static void remove_stage(rjob *j, int dest_fd, const char *name)
 static st_err restore_view(st_store *s, const char *job, const st_stepview *v, const char *dest,
                            const st_restore_opts *o, st_restore_result *res)
 {
-    rjob j = {.backend = s->backend,
+    rjob j = {.backend = s->reader,
               .job = job,
               .stage_fd = -1,
               .park = ST_PARK_BUDGET_INIT(ST_RESTORE_PARK_MAX),
@@ -610,7 +617,7 @@ st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_re
     if (!e && (devnull = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
         e = st_seterr(ST_ERR_IO, "open /dev/null: %s", strerror(errno));
     if (!e)
-        e = st_restorer_new(s->backend, job, &rs);
+        e = st_restorer_new(s->reader, job, &rs);
     char first_bad[300] = "";
     /* The versions restore would give back (v.entries), not the shadowed. */
     for (size_t i = 0; !e && i < v.nentries; i++) {

@@ -68,6 +68,26 @@ st_err st_key_pack(char *out, size_t cap, const char *job, const st_id *pack)
     return fit(snprintf(out, cap, "jobs/%s/packs/%.2s/%s.pack", job, hex, hex), cap);
 }
 
+int st_key_parse_pack(const char *key, char *job, st_id *pack)
+{
+    static const char dir[] = "/packs/";
+    const char *j = key + 5, *d = strstr(j, dir);
+    if (strncmp(key, "jobs/", 5) || !d || d == j || (size_t)(d - j) > ST_JOB_MAX)
+        return 0;
+    const char *hh = d + sizeof dir - 1, *hex = hh + 3;
+    char id[ST_ID_HEX_LEN + 1];
+    if (strlen(hh) != 3 + ST_ID_HEX_LEN + 5 || hh[2] != '/' || strncmp(hh, hex, 2) ||
+        strcmp(hex + ST_ID_HEX_LEN, ".pack"))
+        return 0;
+    memcpy(id, hex, ST_ID_HEX_LEN);
+    id[ST_ID_HEX_LEN] = '\0';
+    if (st_id_parse(id, pack))
+        return 0;
+    memcpy(job, j, (size_t)(d - j));
+    job[d - j] = '\0';
+    return st_name_is_valid(job, ST_JOB_MAX);
+}
+
 st_err st_key_steps_prefix(char *out, size_t cap, const char *job)
 {
     st_err e = check_job(job);
@@ -284,11 +304,11 @@ void st_part_free(st_part *p)
     memset(p, 0, sizeof *p);
 }
 
-int st_key_parse_manifest(const char *rest, char *node, uint32_t *rev)
+int st_key_parse_node_rev(const char *rest, const char *dir, const char *suffix, char *node,
+                          uint32_t *rev)
 {
-    static const char prefix[] = "nodes/", suffix[] = ".manifest";
-    size_t len = strlen(rest), pl = sizeof prefix - 1, sl = sizeof suffix - 1;
-    if (len <= pl + sl || strncmp(rest, prefix, pl) || strcmp(rest + len - sl, suffix))
+    size_t len = strlen(rest), pl = strlen(dir), sl = strlen(suffix);
+    if (len <= pl + sl || strncmp(rest, dir, pl) || strcmp(rest + len - sl, suffix))
         return 0;
     const char *end = rest + len - sl, *p = end;
     while (p > rest + pl && p[-1] >= '0' && p[-1] <= '9')
@@ -306,6 +326,11 @@ int st_key_parse_manifest(const char *rest, char *node, uint32_t *rev)
     node[n] = '\0';
     *rev = (uint32_t)v;
     return 1;
+}
+
+int st_key_parse_manifest(const char *rest, char *node, uint32_t *rev)
+{
+    return st_key_parse_node_rev(rest, "nodes/", ".manifest", node, rev);
 }
 
 int st_part_supersedes(const st_part *a, const st_part *b)

@@ -49,6 +49,10 @@ void st_default_node_name(char *out);
 /* Each key builder writes a NUL-terminated key into out (cap bytes) and
  * returns ST_OK, or ST_ERR_INVALID for a bad name or a too-small buffer. */
 st_err st_key_pack(char *out, size_t cap, const char *job, const st_id *pack);
+/*! For a key jobs/<job>/packs/<hh>/<packid>.pack (as st_key_pack makes
+ *  it) copies the job name into job (ST_JOB_MAX + 1 bytes), sets *pack and
+ *  returns 1, else 0. */
+int st_key_parse_pack(const char *key, char *job, st_id *pack);
 st_err st_key_steps_prefix(char *out, size_t cap, const char *job);
 st_err st_key_step_prefix(char *out, size_t cap, const char *job, uint64_t step);
 /* A node that stores a step again (files added or changed after its part
@@ -68,6 +72,12 @@ st_err st_key_parse_step(const char *key, const char *job, uint64_t *step, const
 /*! For a rest of "nodes/<node>.commit" (see st_key_parse_step) copies the
  *  node name into node (ST_NODE_MAX + 1 bytes) and returns 1, else 0. */
 int st_key_parse_part(const char *rest, char *node);
+
+/*! For a rest of "<dir><node>.r<revision><suffix>" (dir ends in '/')
+ *  copies the node name into node (ST_NODE_MAX + 1 bytes), sets *revision
+ *  and returns 1, else 0. */
+int st_key_parse_node_rev(const char *rest, const char *dir, const char *suffix, char *node,
+                          uint32_t *revision);
 
 /*! For a rest of "nodes/<node>.r<revision>.manifest" copies the node name
  *  into node (ST_NODE_MAX + 1 bytes), sets *revision and returns 1, else 0. */

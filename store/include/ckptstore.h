@@ -37,6 +37,11 @@ typedef struct st_store_options {
     const char *state_dir;     /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;          /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
+    /* The peers' cluster secret (docs/PEERS.md): when set, listings,
+     * latest, restore and verify also see steps that are replicated on
+     * peers but not yet durable, and read their packs from those peers.
+     * NULL: the store's durable steps only. */
+    const char *peer_secret_file;
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
@@ -85,7 +90,10 @@ typedef struct st_step_info {
     uint64_t files;
     uint64_t bytes;      /* logical bytes of its files */
     uint64_t nodes;      /* part records (one per node that wrote it) */
-    int consistent;      /* complete on every rank and durable: restorable */
+    int consistent;      /* complete on every rank, and durable or replicated: restorable */
+    /* Some of its parts are replicated on peers and not yet durable
+     * (docs/PEERS.md): seen only with st_store_options.peer_secret_file. */
+    int replicated;
     int complete;        /* some node saw its completion */
     uint32_t world_size; /* 0: unknown */
     uint32_t ranks;      /* distinct writer ranks among its files */
@@ -103,6 +111,10 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
 
 /*! The latest consistent step of job, or ST_ERR_NOT_FOUND (message says so). */
 st_err st_store_latest(st_store *s, const char *job, uint64_t *step);
+
+/*! 1 if a part of step, as last listed, is replicated on peers and not yet
+ *  durable (docs/PEERS.md); 0 if the step is durable or unknown. */
+int st_store_step_replicated(st_store *s, const char *job, uint64_t step);
 
 typedef struct st_restore_opts {
     int rank;         /* -1: every file; else only the files written by this rank */

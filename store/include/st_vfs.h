@@ -118,6 +118,22 @@ typedef struct st_vfs_options {
      * bytes, the fdatasync following at the file's release. */
     const char *close_sync;
     unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
+    /* Peers (docs/PEERS.md). peer_listen: "ADDR:PORT" where this mount
+     * keeps and serves replicas of other nodes' parts (NULL: it keeps
+     * none; a wildcard address is refused). peers: the other nodes'
+     * "HOST:PORT,..." (NULL: parts are not replicated and no pack is read
+     * from a peer). peer_secret_file: the cluster secret, required with
+     * either (mode 0600, >= 32 bytes). replicas: peers that must hold a
+     * part before it is replicated (0 with peers: 1; at most 16).
+     * peer_cache_cap: bytes of replicas kept for others (0: a fifth of the
+     * staging file system). peer_rate: bytes per second sent to one peer
+     * (0: no cap). */
+    const char *peer_listen;
+    const char *peers;
+    const char *peer_secret_file;
+    uint64_t replicas;
+    uint64_t peer_cache_cap;
+    uint64_t peer_rate;
     /* Background GC (docs/MOUNT.md): non-zero gc_enabled starts a thread that
      * runs st_gc_run over every job of the store with this policy. */
     int gc_enabled;

@@ -276,7 +276,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     pthread_mutex_unlock(&v->lock);
     if (e)
         goto fail;
-    if ((e = vfs_lease_open(v)) || (e = first_look(v)))
+    if ((e = vfs_peers_open(v)) || (e = vfs_lease_open(v)) || (e = first_look(v)))
         goto fail;
     *out = v;
     return ST_OK;
@@ -386,6 +386,7 @@ void st_vfs_close(st_vfs *v)
     stop_thread(v, v->gc, &v->gc_started);
     stop_thread(v, v->refresher, &v->refresher_started);
     stop_thread(v, v->uploader, &v->uploader_started);
+    vfs_peers_close(v);
     pthread_mutex_lock(&v->lock);
     vfs_journal_close(v);
     vfs_spare_close(v);

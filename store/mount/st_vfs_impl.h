@@ -357,6 +357,13 @@ struct st_vfs {
     st_backend *store_backend; /* what that wraps: owned unless opts.backend */
     st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
     st_backend_counts requests;
+    /* What the remote view reads through: backend, or with peers the view
+     * that adds replicated parts and reads their packs from peers
+     * (st_peer_read.h), over a count wrapper of its own. Writers, GC and
+     * deletes use backend: a replicated part is not durable. */
+    st_backend *read_backend;
+    struct vfs_peers *peers; /* NULL: no peer option given (st_vfs_peers.c) */
+    uint64_t takeovers;      /* (lock) replicas this node made durable for a lost writer */
     st_steprules *rules;
     /* Decoded bundles of small files (manifest version 3), shared by every
      * fetch and warm-up (ST_BUNDLECACHE_MOUNT slots; docs/MOUNT_MODEL.md):
@@ -495,6 +502,35 @@ struct st_vfs {
 /* One message to opts.log, its control bytes escaped ("\\n"): a name with a
  * newline stays on its line. No lock needed. */
 void vfs_log(st_vfs *v, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* st_vfs_peers.c: the peer tier (docs/PEERS.md). */
+struct st_replication;
+/*! At open, once v->backend is set: the secret, the peer server, the read
+ *  view and the spool, as the options ask; v->read_backend in any case. */
+st_err vfs_peers_open(st_vfs *v);
+/*! At close, after the uploader stopped. */
+void vfs_peers_close(st_vfs *v);
+/*! Before an upload of a part of job: the backend its ingest writes through
+ *  (v->backend, or the spool with this part's replication as its hook) and
+ *  *rep (NULL when no replication). */
+st_backend *vfs_replication_begin(st_vfs *v, const char *job, struct st_replication **rep);
+/*! After the ingest, before the publish: the manifest and part to the
+ *  peers and the replica record to the store, then every spooled pack to
+ *  the store. An error of the store (the spool's PUTs) is returned: the
+ *  part is not published then. *replicated_rev: the revision replicated, 0
+ *  if none. */
+st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_manifest *m,
+                              const st_part *part, uint32_t *replicated_rev);
+/*! The cache of replicas this node keeps for others, or NULL (no
+ *  --peer-listen). */
+struct st_peer_cache *vfs_peers_cache(st_vfs *v);
+/*! st_vfs_takeover.c: after a refresh, replicas whose writer is lost are
+ *  made durable by this node (docs/PEERS.md, "Takeover"). Refresher only. */
+void vfs_takeover_tick(st_vfs *v);
+/*! After the publish (ok: it succeeded): the peers told, the record
+ *  deleted; frees rep (NULL: nothing). */
+void vfs_replication_end(st_vfs *v, struct st_replication *rep, const char *job, uint64_t step,
+                         uint32_t replicated_rev, int ok);
 /* An error happened: counts it and stamps its time (the metrics' errors and
  * last error time). vfs_set_error also puts its text in v->last_error. */
 void vfs_error_seen(st_vfs *v);

@@ -123,7 +123,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_
                       st_bytes *buf)
 {
     st_stepview sv;
-    if (st_catalog_load_view(v->backend, job, k, buf, &sv)) {
+    if (st_catalog_load_view(v->read_backend, job, k, buf, &sv)) {
         vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", k->step, job, st_errmsg());
         return;
     }
@@ -242,12 +242,12 @@ st_err vfs_remote_refresh(st_vfs *v)
     char **jobs = NULL;
     size_t njobs = 0;
     st_bytes buf = {0};
-    st_err e = st_catalog_list_jobs(v->backend, &jobs, &njobs);
+    st_err e = st_catalog_list_jobs(v->read_backend, &jobs, &njobs);
     for (size_t i = 0; !e && i < njobs; i++) {
         st_step_keys *steps;
         size_t n;
         int64_t listed_ns = st_now_ns();
-        if ((e = st_catalog_list_steps(v->backend, jobs[i], &steps, &n)))
+        if ((e = st_catalog_list_steps(v->read_backend, jobs[i], &steps, &n)))
             break;
         forget_vanished(v, jobs[i], steps, n, listed_ns);
         for (size_t k = 0; k < n; k++) {
@@ -286,6 +286,7 @@ void *vfs_refresher_main(void *arg)
              * signature, an untrusted certificate) until a refresh works. */
             static const char what[] = "refreshing the store's steps: ";
             st_err e = vfs_remote_refresh(v);
+            vfs_takeover_tick(v);
             pthread_mutex_lock(&v->lock);
             v->refreshes++;
             if (e)
@@ -472,9 +473,9 @@ static st_err layout_get(st_vfs *v, const char *job, const vremote *r, vlayout *
     snprintf(l->job, sizeof l->job, "%s", job);
     l->step = r->step;
     l->refs = 1;
-    st_err e = st_catalog_load_part(v->backend, job, r->step, r->node, &l->buf, &l->part);
+    st_err e = st_catalog_load_part(v->read_backend, job, r->step, r->node, &l->buf, &l->part);
     if (!e)
-        e = st_catalog_load_manifest(v->backend, &l->part, &l->buf, &l->m);
+        e = st_catalog_load_manifest(v->read_backend, &l->part, &l->buf, &l->m);
     pthread_mutex_lock(&v->lock);
     if (!e && !v->fetch_stop) {
         vfs_layout_cache_drop(v);
@@ -633,7 +634,7 @@ static void *fetch_worker_main(void *arg)
     vfs_bound outer = vfs_bound_set(fx->bound);
     st_restorer *rs = NULL;
     fetch_gate_enter(); /* before v->lock: a waiting worker holds no lock */
-    st_err e = st_restorer_new(v->backend, fx->job, &rs);
+    st_err e = st_restorer_new(v->read_backend, fx->job, &rs);
     if (!e)
         st_restorer_share_bundles(rs, v->bundle_cache);
     pthread_mutex_lock(&v->lock);

@@ -368,6 +368,8 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     st_part mine = {0};
     st_manifest prev = {0}, m = {0};
     st_ingest *g = NULL;
+    struct st_replication *rep = NULL;
+    uint32_t replicated_rev = 0;
     int have_mine = 0, have_prev = 0;
     st_err e = st_catalog_sync_index(v->backend, index, s->job, NULL, NULL);
     if (e)
@@ -406,7 +408,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         have_prev = 1;
     }
     expect_dcp_shards(v, s);
-    if ((e = st_ingest_new(v->backend, index, s->job, NULL, &g)))
+    if ((e = st_ingest_new(vfs_replication_begin(v, s->job, &rep), index, s->job, NULL, &g)))
         goto out;
     if (v->opts.upload_threads)
         st_ingest_set_parallel(g, v->opts.upload_threads);
@@ -438,6 +440,10 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     m.job = s->job;
     uint64_t puts = 0;
     s->part.revision = base + 1; /* raised past the other nodes' by the publish */
+    /* With peers: replicated now, and every spooled pack in the store
+     * before the publish's last look lists them (docs/PEERS.md). */
+    if ((e = vfs_replication_finish(v, rep, &m, &s->part, &replicated_rev)))
+        goto out;
     /* Only the holder of the node name writes its part records
      * (docs/NODES.md); the step stays queued otherwise. The lease check and
      * the last look run in the publish's first round. */
@@ -449,6 +455,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         *got = *st_ingest_get_stats(g);
     }
 out:
+    vfs_replication_end(v, rep, s->job, s->step, replicated_rev, e == ST_OK);
     st_manifest_free(&m);
     st_manifest_free(&prev);
     st_ingest_free(g);

@@ -1,0 +1,211 @@
+/*
+ * st_vfs_peers — the mount's peer tier (docs/PEERS.md): the peer server
+ * that keeps other nodes' replicas, the read view that shows replicated
+ * parts, and the replication of this node's parts through the spool.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "mount/st_vfs_impl.h"
+#include "peer/st_peer_auth.h"
+#include "peer/st_peer_read.h"
+#include "peer/st_peer_server.h"
+#include "peer/st_replicate.h"
+#include "peer/st_spool.h"
+#include "engine/st_catalog.h"
+
+typedef struct vfs_peers {
+    st_peer_secret secret;
+    st_peer_server *server; /* NULL: no --peer-listen */
+    st_peer_set *set;       /* NULL: no --peers */
+    st_spool *spool;        /* with set: where packs go before the store */
+    unsigned replicas;
+    st_replication_result last; /* of the upload under way (one at a time) */
+} vfs_peers;
+
+static void read_log(void *arg, const char *msg)
+{
+    vfs_log(arg, 1, "%s", msg);
+}
+
+/* STAGING/<name> in out. */
+static st_err staging_path(st_vfs *v, const char *name, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/%s", v->staging, name);
+    return n > 0 && (size_t)n < cap ? ST_OK : st_seterr(ST_ERR_INVALID, "staging path too long");
+}
+
+static uint64_t default_cache_cap(st_vfs *v)
+{
+    struct statvfs sv;
+    if (statvfs(v->staging, &sv))
+        return 0;
+    return (uint64_t)sv.f_blocks * sv.f_frsize / 5;
+}
+
+static st_err start_server(st_vfs *v, vfs_peers *p)
+{
+    char dir[4096];
+    st_err e = staging_path(v, "peer", dir, sizeof dir);
+    if (e)
+        return e;
+    st_peer_server_opts so = {.listen = v->opts.peer_listen,
+                              .dir = dir,
+                              .node = v->node,
+                              .secret = &p->secret,
+                              .cache_cap = v->opts.peer_cache_cap ? v->opts.peer_cache_cap
+                                                                  : default_cache_cap(v)};
+    if ((e = st_peer_server_start(&so, &p->server)))
+        return st_seterr(e, "--peer-listen %s: %s", v->opts.peer_listen, st_errmsg());
+    vfs_log(v, 0, "keeping replicas for peers on %s (port %d)", v->opts.peer_listen,
+            st_peer_server_port(p->server));
+    return ST_OK;
+}
+
+/* The read view, over a count wrapper of its own (closing the view closes
+ * only that wrapper): with a secret, every mount sees replicated steps. */
+static st_err start_read_view(st_vfs *v, vfs_peers *p)
+{
+    char dir[4096];
+    st_backend *counted = NULL;
+    st_err e = staging_path(v, "peer-read", dir, sizeof dir);
+    if (!e)
+        e = st_backend_count_borrow(v->store_backend, &v->requests, &counted);
+    if (e)
+        return e;
+    st_peer_read_opts ro = {.self_node = v->node,
+                            .secret = &p->secret,
+                            .cache_dir = dir,
+                            .log = read_log,
+                            .log_arg = v};
+    if ((e = st_peer_read_wrap(&counted, &ro))) {
+        st_backend_close(counted);
+        return e;
+    }
+    v->read_backend = counted;
+    return ST_OK;
+}
+
+/* The peers this node replicates to, and the spool their packs go through. */
+static st_err start_replication(st_vfs *v, vfs_peers *p)
+{
+    char dir[4096];
+    st_err e = st_peer_set_new(v->opts.peers, v->node, &p->secret, v->opts.peer_rate, &p->set);
+    if (!e)
+        e = staging_path(v, "spool", dir, sizeof dir);
+    if (!e)
+        e = st_spool_open(dir, v->backend, v->opts.upload_threads ? v->opts.upload_threads : 4,
+                          &p->spool);
+    return e;
+}
+
+st_err vfs_peers_open(st_vfs *v)
+{
+    v->read_backend = v->backend;
+    const st_vfs_options *o = &v->opts;
+    if (!o->peer_listen && !o->peers && !o->peer_secret_file)
+        return ST_OK;
+    if (!o->peer_secret_file)
+        return st_seterr(ST_ERR_INVALID, "--peers and --peer-listen need --peer-secret-file");
+    if (o->replicas > ST_REPLICA_MAX_HOLDERS)
+        return st_seterr(ST_ERR_INVALID, "--replicas %" PRIu64 ": at most %d", o->replicas,
+                         ST_REPLICA_MAX_HOLDERS);
+    vfs_peers *p = calloc(1, sizeof *p);
+    if (!p)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    v->peers = p;
+    p->replicas = o->peers ? (o->replicas ? (unsigned)o->replicas : 1) : 0;
+    st_err e = st_peer_secret_load(o->peer_secret_file, &p->secret);
+    if (!e && o->peer_listen)
+        e = start_server(v, p);
+    if (!e)
+        e = start_read_view(v, p);
+    if (!e && o->peers)
+        e = start_replication(v, p);
+    return e;
+}
+
+void vfs_peers_close(st_vfs *v)
+{
+    vfs_peers *p = v->peers;
+    if (v->read_backend && v->read_backend != v->backend)
+        st_backend_close(v->read_backend);
+    v->read_backend = NULL;
+    if (!p)
+        return;
+    st_spool_close(p->spool);
+    st_peer_set_free(p->set);
+    st_peer_server_stop(p->server);
+    st_peer_secret_wipe(&p->secret);
+    free(p);
+    v->peers = NULL;
+}
+
+struct st_peer_cache *vfs_peers_cache(st_vfs *v)
+{
+    return v->peers && v->peers->server ? st_peer_server_cache(v->peers->server) : NULL;
+}
+
+st_backend *vfs_replication_begin(st_vfs *v, const char *job, struct st_replication **rep)
+{
+    vfs_peers *p = v->peers;
+    *rep = NULL;
+    if (!p || !p->set || !p->replicas)
+        return v->backend;
+    memset(&p->last, 0, sizeof p->last);
+    if (st_replication_begin(p->set, job, p->replicas, rep)) {
+        vfs_log(v, 1, "replication of job %s not started: %s", job, st_errmsg());
+        st_spool_set_hook(p->spool, NULL, NULL);
+    } else
+        st_spool_set_hook(p->spool, st_replication_pack, *rep);
+    return st_spool_backend(p->spool);
+}
+
+st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_manifest *m,
+                              const st_part *part, uint32_t *replicated_rev)
+{
+    vfs_peers *p = v->peers;
+    *replicated_rev = 0;
+    if (!p || !p->spool)
+        return ST_OK;
+    st_spool_set_hook(p->spool, NULL, NULL);
+    if (rep) {
+        st_part sealed = *part; /* its arrays borrowed: not freed here */
+        st_bytes man = {0}, rec = {0};
+        st_err e = st_catalog_seal_part(m, &sealed, &man);
+        if (!e)
+            e = st_part_encode(&sealed, &rec);
+        if (!e)
+            e = st_replication_finish(rep, v->backend, m->job, m->step, m->node,
+                                      sealed.revision, &man, &rec, &p->last);
+        st_bytes_free(&man);
+        st_bytes_free(&rec);
+        if (e)
+            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %s", m->step, m->job,
+                    st_errmsg());
+        else if (p->last.replicated) {
+            *replicated_rev = sealed.revision;
+            vfs_log(v, 0, "step %" PRIu64 " of %s replicated on %zu peer(s)", m->step, m->job,
+                    p->last.holders);
+        } else
+            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %zu of %u peers took it",
+                    m->step, m->job, p->last.holders, p->replicas);
+    }
+    return st_spool_flush(p->spool);
+}
+
+void vfs_replication_end(st_vfs *v, struct st_replication *rep, const char *job, uint64_t step,
+                         uint32_t replicated_rev, int ok)
+{
+    vfs_peers *p = v->peers;
+    if (p && p->spool)
+        st_spool_set_hook(p->spool, NULL, NULL); /* also when the upload failed before finish */
+    if (!rep)
+        return;
+    if (ok && replicated_rev)
+        st_replication_durable(rep, v->backend, job, step, v->node, replicated_rev, &p->last);
+    st_replication_free(rep);
+}

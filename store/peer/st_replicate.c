@@ -1,0 +1,250 @@
+/*
+ * st_replicate — a writer's replication of its part of a step to peers
+ * (st_replicate.h; docs/PEERS.md, "Write order").
+ */
+#include "peer/st_replicate.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer/st_peer_client.h"
+#include "util/st_array.h"
+#include "util/st_hash.h"
+
+typedef struct peer {
+    char addr[ST_PEER_ADDR_MAX + 1];
+    char node[ST_NODE_MAX + 1]; /* from its hello; "" until it answered */
+    st_peer_client *client;     /* one request at a time: under lock */
+    pthread_mutex_t lock;
+} peer;
+
+struct st_peer_set {
+    char self[ST_NODE_MAX + 1];
+    size_t n;
+    peer peers[ST_PEERS_MAX];
+};
+
+/* A peer chosen for one part. */
+typedef struct target {
+    peer *p;
+    int failed; /* a send failed: not asked for the rest of this part */
+    uint64_t rank;
+} target;
+
+struct st_replication {
+    st_peer_set *ps;
+    unsigned replicas;
+    pthread_mutex_t lock; /* targets' failed flags, packs, counters */
+    size_t ntargets;
+    target targets[ST_PEERS_MAX];
+    st_id *packs; /* the new packs sent, in order */
+    size_t npacks, packs_cap;
+    uint64_t packs_sent, bytes_sent;
+};
+
+st_err st_peer_set_new(const char *peers, const char *self_node, const st_peer_secret *secret,
+                       uint64_t rate, st_peer_set **out)
+{
+    st_peer_set *ps = calloc(1, sizeof *ps);
+    if (!ps)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    snprintf(ps->self, sizeof ps->self, "%s", self_node);
+    st_err e = ST_OK;
+    for (const char *s = peers; !e && *s;) {
+        size_t len = strcspn(s, ",");
+        if (!len || len > ST_PEER_ADDR_MAX)
+            e = st_seterr(ST_ERR_INVALID, "--peers: an empty or overlong address in '%.64s'", peers);
+        else if (ps->n == ST_PEERS_MAX)
+            e = st_seterr(ST_ERR_INVALID, "--peers: more than %d peers", ST_PEERS_MAX);
+        else {
+            peer *p = &ps->peers[ps->n];
+            memcpy(p->addr, s, len);
+            p->addr[len] = '\0';
+            e = st_peer_client_new(p->addr, self_node, secret, rate, &p->client);
+            if (!e) {
+                pthread_mutex_init(&p->lock, NULL);
+                ps->n++;
+            }
+        }
+        s += len + (s[len] == ',');
+    }
+    if (!e && !ps->n)
+        e = st_seterr(ST_ERR_INVALID, "--peers: no address given");
+    if (e) {
+        st_peer_set_free(ps);
+        return e;
+    }
+    *out = ps;
+    return ST_OK;
+}
+
+void st_peer_set_free(st_peer_set *ps)
+{
+    if (!ps)
+        return;
+    for (size_t i = 0; i < ps->n; i++) {
+        st_peer_client_free(ps->peers[i].client);
+        pthread_mutex_destroy(&ps->peers[i].lock);
+    }
+    free(ps);
+}
+
+/* The peer's node name, asked once (its lock held). */
+static st_err peer_node(peer *p)
+{
+    if (p->node[0])
+        return ST_OK;
+    return st_peer_client_node(p->client, p->node, sizeof p->node);
+}
+
+/* Rendezvous rank of peer node for (job, writer): higher first. */
+static uint64_t rank_of(const char *job, const char *writer, const char *node)
+{
+    char buf[ST_JOB_MAX + 2 * ST_NODE_MAX + 3];
+    int n = snprintf(buf, sizeof buf, "%s%c%s%c%s", job, 0, writer, 0, node);
+    return st_hash64(buf, (size_t)n);
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    uint64_t x = ((const target *)a)->rank, y = ((const target *)b)->rank;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,
+                            st_replication **out)
+{
+    st_replication *r = calloc(1, sizeof *r);
+    if (!r)
+        return st_seterr(ST_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&r->lock, NULL);
+    r->ps = ps;
+    r->replicas = replicas;
+    target all[ST_PEERS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < ps->n; i++) {
+        peer *p = &ps->peers[i];
+        pthread_mutex_lock(&p->lock);
+        st_err e = peer_node(p);
+        pthread_mutex_unlock(&p->lock);
+        if (!e && strcmp(p->node, ps->self)) /* a peer that does not answer is not chosen */
+            all[n++] = (target){.p = p, .rank = rank_of(job, ps->self, p->node)};
+    }
+    qsort(all, n, sizeof *all, by_rank);
+    r->ntargets = n < replicas ? n : replicas;
+    memcpy(r->targets, all, r->ntargets * sizeof *all);
+    *out = r;
+    return ST_OK;
+}
+
+void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t len)
+{
+    st_replication *r = arg;
+    char job[ST_JOB_MAX + 1];
+    st_id id;
+    if (!st_key_parse_pack(key, job, &id))
+        return;
+    pthread_mutex_lock(&r->lock);
+    if (st_array_grow((void **)&r->packs, &r->packs_cap, r->npacks + 1, sizeof *r->packs)) {
+        for (size_t i = 0; i < r->ntargets; i++) /* cannot say which packs: no replica */
+            r->targets[i].failed = 1;
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    r->packs[r->npacks++] = id;
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < r->ntargets; i++) {
+        target *t = &r->targets[i];
+        pthread_mutex_lock(&r->lock);
+        int failed = t->failed;
+        pthread_mutex_unlock(&r->lock);
+        if (failed)
+            continue;
+        pthread_mutex_lock(&t->p->lock);
+        st_err e = st_peer_put_pack(t->p->client, &id, data, len);
+        pthread_mutex_unlock(&t->p->lock);
+        pthread_mutex_lock(&r->lock);
+        if (e)
+            t->failed = 1;
+        else {
+            r->packs_sent++;
+            r->bytes_sent += len;
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+}
+
+st_err st_replication_finish(st_replication *r, st_backend *store, const char *job, uint64_t step,
+                             const char *node, uint32_t rev, const st_bytes *manifest,
+                             const st_bytes *part, st_replication_result *res)
+{
+    memset(res, 0, sizeof *res);
+    st_replica rec = {.revision = rev};
+    for (size_t i = 0; i < r->ntargets; i++) {
+        target *t = &r->targets[i];
+        if (t->failed)
+            continue;
+        pthread_mutex_lock(&t->p->lock);
+        st_err e = st_peer_put_part(t->p->client, job, step, node, rev, r->packs, r->npacks,
+                                    manifest->data, manifest->len);
+        pthread_mutex_unlock(&t->p->lock);
+        if (e) {
+            t->failed = 1;
+            continue;
+        }
+        st_replica_holder *h = &rec.holders[rec.nholders++];
+        snprintf(h->node, sizeof h->node, "%s", t->p->node);
+        snprintf(h->addr, sizeof h->addr, "%s", t->p->addr);
+    }
+    res->holders = rec.nholders;
+    res->packs_sent = r->packs_sent;
+    res->bytes_sent = r->bytes_sent;
+    if (!r->replicas || rec.nholders < r->replicas)
+        return ST_OK;
+    /* The record carries copies, not the caller's buffers: encode from views. */
+    rec.part = *part;
+    rec.manifest = *manifest;
+    st_bytes buf = {0};
+    char key[ST_KEY_MAX];
+    snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", job);
+    st_err e = st_replica_encode(&rec, &buf);
+    if (!e) /* the job must be listed before any of its steps can be found */
+        e = st_put(store, key, "", 0);
+    if (!e)
+        e = st_key_replica(key, sizeof key, job, step, node, rev);
+    if (!e)
+        e = st_put(store, key, buf.data, buf.len);
+    st_bytes_free(&buf);
+    if (!e) {
+        res->replicated = 1;
+        snprintf(res->key, sizeof res->key, "%s", key);
+    }
+    return e;
+}
+
+void st_replication_durable(st_replication *r, st_backend *store, const char *job, uint64_t step,
+                            const char *node, uint32_t rev, const st_replication_result *res)
+{
+    for (size_t i = 0; i < r->ntargets; i++) {
+        target *t = &r->targets[i];
+        if (t->failed)
+            continue;
+        pthread_mutex_lock(&t->p->lock);
+        st_peer_mark_durable(t->p->client, job, step, node, rev); /* a peer that misses it
+                                                                     finds out by itself */
+        pthread_mutex_unlock(&t->p->lock);
+    }
+    if (res->replicated)
+        st_del(store, res->key);
+}
+
+void st_replication_free(st_replication *r)
+{
+    if (!r)
+        return;
+    free(r->packs);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

@@ -1,0 +1,202 @@
+"""The peer tier (docs/PEERS.md), with real ckptfs daemons, real FUSE
+mounts and real PyTorch on one host, each node on its own loopback address
+(127.0.0.2 keeps replicas for 127.0.0.1's writer):
+
+* a step the writer replicated while its packs were still held from the
+  store (the fault hook `put_hold`) survives its writer: the writer is
+  killed with SIGKILL and its staging deleted, and a new node restores the
+  step bit-exact with `ckptctl restore`, and reads it through its own
+  mount, from the peer; without the secret the step is not seen; with a
+  wrong secret the peer refuses it by name;
+* a peer copy corrupted on the peer's disk is reported and never served:
+  the reader falls back to the store;
+* a step that becomes durable leaves no replica record behind.
+
+Environment: CKPTFS and CKPTCTL name the binaries (a -DCKPT_TEST_HOOKS=ON
+build: the hold is a test hook).
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import (Mount, file_store_keys, read_bytes, run_torch, tempdir,  # noqa: E402
+                      wait_durable, wait_for)
+
+CKPTCTL = os.environ.get("CKPTCTL")
+JOB = "job"
+PEER_ADDR = "127.0.0.2"
+SAVE = ("import torch,sys; g=torch.Generator().manual_seed(int(sys.argv[2])); "
+        "torch.save({'step': int(sys.argv[2]), 'w': torch.randn(1500000, generator=g), "
+        "'m': torch.randn(300000, generator=g)}, sys.argv[1])")
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+class Peers(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempdir("ckptfs-peers-")
+        self.store = "file://" + os.path.join(self.tmp, "store")
+        self.secret = self.secret_file("secret", os.urandom(48))
+        self.hold = os.path.join(self.tmp, "hold")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def secret_file(self, name, data):
+        path = os.path.join(self.tmp, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, data)
+        os.close(fd)
+        return path
+
+    def staging(self, name):
+        return os.path.join(self.tmp, "staging-" + name)
+
+    def mount(self, name, extra, env=None):
+        return Mount(os.path.join(self.tmp, "mnt-" + name), store=self.store,
+                     staging=self.staging(name), node=name, extra_args=extra, env=env)
+
+    def peer_mount(self):
+        """Node b, keeping replicas on 127.0.0.2 (a free port)."""
+        return self.mount("b", ["--peer-listen", PEER_ADDR + ":0",
+                                "--peer-secret-file", self.secret])
+
+    def peer_addr(self, b):
+        """The "addr:port" a started peer mount said it listens on."""
+        m = re.search(r"keeping replicas for peers on \S+ \(port (\d+)\)", b.log_text())
+        self.assertTrue(m, "the peer did not say its port")
+        return "%s:%s" % (PEER_ADDR, m.group(1))
+
+    def writer(self, peer, fault):
+        """Node a, replicating to peer; --drain 1: a writer whose store
+        refuses its part record does not hold the unmount for a minute."""
+        return self.mount("a", ["--peers", peer, "--peer-secret-file", self.secret,
+                                "--drain", "1"],
+                          env={"CKPT_FAULT": fault})
+
+    def save(self, mount, step):
+        """torch.save of step into the mount; returns the bytes saved."""
+        os.makedirs(os.path.join(mount.path, JOB), exist_ok=True)
+        path = os.path.join(mount.path, JOB, "ckpt-%06d.pt" % step)
+        run_torch(SAVE, path, str(step))
+        return read_bytes(path)
+
+    def keys(self, prefix):
+        return file_store_keys(self.store, "jobs/%s/%s" % (JOB, prefix))
+
+    def replica_records(self, step):
+        return [k for k in self.keys("steps/%020d/" % step) if "/replicas/" in k]
+
+    def ckptctl(self, *args, secret=None, check=True):
+        cmd = [CKPTCTL, "--store", self.store, "--job", JOB,
+               "--state-dir", os.path.join(self.tmp, "state")]
+        if secret:
+            cmd += ["--peer-secret-file", secret]
+        p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
+        if check and p.returncode != 0:
+            raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd + list(args)), p.returncode,
+                                                      p.stderr))
+        return p
+
+    def restore(self, step, secret, check=True):
+        out = os.path.join(self.tmp, "restored-%d" % step)
+        shutil.rmtree(out, ignore_errors=True)
+        p = self.ckptctl("restore", "--step", str(step), "--to", out, secret=secret, check=check)
+        path = os.path.join(out, "ckpt-%06d.pt" % step)
+        return p, (read_bytes(path) if p.returncode == 0 else None)
+
+    def test_replicated_step_survives_its_writer(self):
+        open(self.hold, "w").close()  # no pack reaches the store
+        with self.peer_mount() as b:
+            peer = self.peer_addr(b)
+            a = self.writer(peer, "put_hold=%s" % self.hold)
+            try:
+                a.start()
+                saved = self.save(a, 100)
+                wait_for(lambda: self.replica_records(100), 120, "the replica record")
+                self.assertEqual(self.keys("packs/"), {}, "a pack reached the store")
+                a.kill9()  # the writer's node is lost before its upload finished
+            finally:
+                a.stop()
+            shutil.rmtree(self.staging("a"))
+
+            # Without the secret only durable steps count: there is none.
+            p = self.ckptctl("latest", check=False)
+            self.assertNotEqual(p.returncode, 0, p.stdout)
+
+            p, restored = self.restore(100, self.secret)
+            self.assertEqual(sha256(restored), sha256(saved))
+            p = self.ckptctl("--json", "latest", secret=self.secret)
+            self.assertEqual(json.loads(p.stdout)["step"], 100)
+            self.assertEqual(json.loads(p.stdout)["restorable"], "replicated")
+            p = self.ckptctl("--json", "ls", secret=self.secret)
+            row, = json.loads(p.stdout)
+            self.assertEqual((row["step"], row["state"], row["restorable"]),
+                             (100, "replicated", "replicated"))
+
+            # A wrong secret: the peer refuses it by name, nothing is served.
+            wrong = self.secret_file("wrong", os.urandom(48))
+            p, restored = self.restore(100, wrong, check=False)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("cluster secret", p.stderr)
+
+            # A new node's mount reads the step from the peer.
+            with self.mount("c", ["--peer-secret-file", self.secret]) as c:
+                path = os.path.join(c.path, JOB, "ckpt-000100.pt")
+                wait_for(lambda: os.path.exists(path), 60, "the replicated step in the mount")
+                self.assertEqual(sha256(read_bytes(path)), sha256(saved))
+            self.assertEqual(self.keys("packs/"), {}, "the store got a pack from the reader")
+
+    def test_corrupt_peer_copy_is_not_served(self):
+        with self.peer_mount() as b:
+            peer = self.peer_addr(b)
+            # Packs reach the store, the part record never does: replicated,
+            # not durable, every pack in both places.
+            a = self.writer(peer, "fail_key=.commit")
+            with a:
+                saved = self.save(a, 200)
+                wait_for(lambda: self.replica_records(200), 120, "the replica record")
+                held = [os.path.join(d, f)
+                        for d, _, fs in os.walk(os.path.join(self.staging("b"), "peer", "packs"))
+                        for f in fs]
+                self.assertTrue(held, "the peer holds no pack")
+                wait_for(lambda: len(self.keys("packs/")) >= len(held), 120,
+                         "the packs in the store")
+                for path in held:  # the peer's disk goes bad
+                    with open(path, "r+b") as f:
+                        f.seek(os.path.getsize(path) // 2)
+                        byte = f.read(1)
+                        f.seek(-1, os.SEEK_CUR)
+                        f.write(bytes([byte[0] ^ 0xFF]))
+                p, restored = self.restore(200, self.secret)
+                self.assertEqual(sha256(restored), sha256(saved))
+                for path in held:  # found at the read and dropped, never served
+                    self.assertFalse(os.path.exists(path), path)
+
+    def test_durable_step_leaves_no_replica_record(self):
+        with self.peer_mount() as b:
+            peer = self.peer_addr(b)
+            with self.writer(peer, "put_delay_ms=0") as a:
+                saved = self.save(a, 300)
+                wait_durable(CKPTCTL, self.store, JOB, 300, timeout=120)
+                wait_for(lambda: not self.replica_records(300), 60,
+                         "the replica record to go")
+                self.assertIn("replicated on 1 peer", a.log_text())
+            p, restored = self.restore(300, None)
+            self.assertEqual(sha256(restored), sha256(saved))
+            p = self.ckptctl("--json", "ls", secret=self.secret)
+            row, = json.loads(p.stdout)
+            self.assertEqual((row["step"], row["state"], row["restorable"]),
+                             (300, "consistent", "durable"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
