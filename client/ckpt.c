@@ -75,7 +75,8 @@ static ckpt_code code_from_st(st_err e)
     case ST_ERR_NOMEM: return CKPT_ENOMEM;
     case ST_ERR_NOT_FOUND: return CKPT_ENOTFOUND;
     case ST_ERR_TRANSIENT: /* still failing after the retry wrapper gave up */
-    case ST_ERR_PERMANENT: return CKPT_ESTORE;
+    case ST_ERR_PERMANENT:
+    case ST_ERR_AUTH: return CKPT_ESTORE;
     case ST_ERR_CORRUPT: return CKPT_ECORRUPT;
     case ST_ERR_INVALID:
     case ST_ERR_NAME: return CKPT_EINVAL;

@@ -82,6 +82,7 @@ static int errmap(st_err e)
     case ST_ERR_IO:
     case ST_ERR_TRANSIENT:
     case ST_ERR_PERMANENT:
+    case ST_ERR_AUTH:
     case ST_ERR_CORRUPT: return EIO;
     }
     return EIO;

@@ -33,6 +33,8 @@ typedef enum st_err {
     ST_ERR_CROSS = 17,     /* rename of an entry that lives only in the store */
     ST_ERR_TOO_LONG = 18,  /* a path would exceed the manifest's path limit */
     ST_ERR_TOO_BIG = 19,   /* a file size past what the staging file system holds */
+    /* Peers (store/peer). */
+    ST_ERR_AUTH = 20, /* a peer refused this node's cluster secret */
 } st_err;
 
 /*! Short fixed description of a code ("object not found"). Never NULL. */

@@ -33,6 +33,7 @@ const char *st_strerror(st_err code)
     case ST_ERR_CROSS: return "entry lives only in the store";
     case ST_ERR_TOO_LONG: return "path too long";
     case ST_ERR_TOO_BIG: return "file too large";
+    case ST_ERR_AUTH: return "peer refused the cluster secret";
     }
     return "unknown error";
 }

@@ -1,0 +1,56 @@
+/*
+ * st_peer_server — a daemon's peer cache served over HTTP (docs/PEERS.md,
+ * "Transport"): other nodes put their packs and replicas' manifests here,
+ * read them back, and say when a replica became durable in the store.
+ *
+ * Every request but GET /v1/hello is authenticated with the cluster secret
+ * (st_peer_auth.h); what is stored is kept by st_peer_cache.h.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; the handlers
+ * share the channel table (under the server's lock) and the cache (under
+ * its own). start, port, get_stats and stop may be called from any thread;
+ * stop once.
+ */
+#ifndef ST_PEER_SERVER_H
+#define ST_PEER_SERVER_H
+
+#include <stdint.h>
+
+#include "peer/st_peer_auth.h"
+#include "st_error.h"
+
+typedef struct st_peer_server st_peer_server;
+
+typedef struct st_peer_server_opts {
+    const char *listen; /* "ADDR:PORT" (IPv4 dotted or [v6]); port 0 = ephemeral */
+    int listen_any;     /* required to bind 0.0.0.0 or :: ; otherwise ST_ERR_INVALID */
+    const char *dir; /* the peer directory (STAGING/peer): packs/, parts/, tmp/ made inside, 0700 */
+    const char *node;             /* this node's name */
+    const st_peer_secret *secret; /* copied: the caller may wipe its own after start */
+    uint64_t cache_cap;           /* bytes of packs+manifests held; 0 = unlimited */
+} st_peer_server_opts;
+
+typedef struct st_peer_server_stats {
+    uint64_t cache_bytes, cache_cap, replicas_held, packs_held, packs_received, bytes_received,
+        evictions, refusals_full, auth_refusals, corrupt_refused, packs_served, bytes_served;
+} st_peer_server_stats;
+
+/*!
+ * Opens the peer directory (rebuilding its tables, emptying tmp/), binds
+ * o->listen and starts serving. ST_ERR_INVALID: a malformed address, a
+ * wildcard address without listen_any, an invalid node name, no secret, a
+ * directory that is not private; ST_ERR_IO: cannot bind (the message has
+ * the errno); ST_ERR_NOMEM. *out is NULL on failure.
+ */
+st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out);
+
+/*! The bound port (the ephemeral one when o->listen asked for port 0). */
+int st_peer_server_port(const st_peer_server *s);
+
+/*! A snapshot of the counters. */
+void st_peer_server_get_stats(st_peer_server *s, st_peer_server_stats *out);
+
+/*! Stops serving (waits for the handlers), wipes the secret and frees. NULL ok. */
+void st_peer_server_stop(st_peer_server *s);
+
+#endif

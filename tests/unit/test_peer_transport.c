@@ -1,0 +1,685 @@
+/*
+ * test_peer_transport — the peer transport (store/peer/, docs/PEERS.md
+ * "Transport"): a server on 127.0.0.1, an ephemeral port, in a temp
+ * directory, and clients that put and get real packs and a real manifest.
+ * Authentication (wrong secret, replay, wrong MAC) and hostile paths are
+ * checked with raw libcurl requests signed here with st_peer_auth.h, so the
+ * server is tested without the client's own checks in front of it.
+ */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/st_codec.h"
+#include "format/st_manifest.h"
+#include "format/st_pack.h"
+#include "format/st_part.h"
+#include "peer/st_peer_auth.h"
+#include "peer/st_peer_client.h"
+#include "peer/st_peer_server.h"
+#include "ut.h"
+
+#define JOB       "job1"
+#define WRITER    "node-a"
+#define PEER_NODE "peer-b"
+
+static char tmp_root[] = "/tmp/test_peer_XXXXXX";
+static st_peer_secret secret;
+
+/* ---- fixtures ---- */
+
+/* A pack of three chunks of `raw` random bytes each (seed), encoded as the
+ * writer encodes them. Its first chunk is described in *first. */
+typedef struct test_pack {
+    st_bytes bytes;
+    st_id id;
+    st_chunk_ref first;
+    uint32_t raw_len;
+} test_pack;
+
+static void make_pack(test_pack *p, size_t raw, uint64_t seed)
+{
+    memset(p, 0, sizeof *p);
+    st_pack_writer w = {0};
+    uint8_t *data = malloc(raw), *scratch = malloc(st_codec_scratch_bound(raw));
+    for (int i = 0; i < 3; i++) {
+        ut_rand_fill(data, raw, seed * 10 + (uint64_t)i);
+        st_id id = st_id_of(data, raw);
+        uint8_t *dst = st_pack_append_begin(&w, st_codec_bound(raw));
+        size_t enc_len = 0;
+        uint64_t offset = 0;
+        CHECK_OK(
+            st_codec_encode(data, raw, &id, dst, st_codec_bound(raw), &enc_len, scratch, NULL));
+        CHECK_OK(st_pack_append_commit(&w, enc_len, &offset));
+        if (i == 0)
+            p->first = (st_chunk_ref){.id = id,
+                                      .offset = offset,
+                                      .stored_len = (uint32_t)enc_len,
+                                      .raw_len = (uint32_t)raw};
+    }
+    CHECK_OK(st_pack_finish(&w, &p->id));
+    CHECK_OK(st_bytes_append(&p->bytes, w.data.data, w.data.len));
+    p->raw_len = (uint32_t)raw;
+    st_pack_writer_free(&w);
+    free(data);
+    free(scratch);
+}
+
+/* The encoded manifest of WRITER's part of JOB at step: one file, whose
+ * first extent is each pack's first chunk. */
+static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, size_t n)
+{
+    st_manifest m = {.step = step, .created_ns = 1764460800000000000LL};
+    m.node = WRITER;
+    m.job = JOB;
+    st_id ids[8];
+    st_chunk_ref chunks[8];
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = packs[i].id;
+        chunks[i] = packs[i].first;
+        chunks[i].pack = (uint32_t)i;
+    }
+    st_file_entry f = {
+        .path = "model.pt", .mode = 0100644, .rank = 0, .nchunks = n, .chunks = chunks};
+    for (size_t i = 0; i < n; i++)
+        f.size += packs[i].raw_len;
+    f.digest = st_id_of("not checked here", 16);
+    m.npacks = n;
+    m.packs = ids;
+    m.nfiles = 1;
+    m.files = &f;
+    st_bytes_clear(out);
+    CHECK_OK(st_manifest_encode(&m, out));
+}
+
+static void write_secret(const char *path, const char *text, mode_t mode)
+{
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    CHECK(fd >= 0);
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    CHECK(fchmod(fd, mode) == 0);
+    close(fd);
+}
+
+static st_peer_server *start_server(const char *sub, uint64_t cap)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
+    st_peer_server_opts o = {.listen = "127.0.0.1:0",
+                             .dir = dir,
+                             .node = PEER_NODE,
+                             .secret = &secret,
+                             .cache_cap = cap};
+    st_peer_server *s = NULL;
+    CHECK_OK(st_peer_server_start(&o, &s));
+    return s;
+}
+
+static st_peer_client *connect_to(const st_peer_server *s, const st_peer_secret *sec)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(s));
+    st_peer_client *c = NULL;
+    CHECK_OK(st_peer_client_new(addr, WRITER, sec, 0, &c));
+    return c;
+}
+
+static st_peer_server_stats stats_of(st_peer_server *s)
+{
+    st_peer_server_stats st;
+    st_peer_server_get_stats(s, &st);
+    return st;
+}
+
+static int exists(const char *sub, const char *rel)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s/%s", tmp_root, sub, rel);
+    return lstat(path, &st) == 0;
+}
+
+static void pack_rel(const st_id *id, char *out, size_t cap)
+{
+    char hex[ST_ID_HEX_LEN + 1];
+    st_id_hex(id, hex);
+    snprintf(out, cap, "packs/%.2s/%s.pack", hex, hex);
+}
+
+/* ---- raw requests, signed here ---- */
+
+typedef struct raw_channel {
+    int port;
+    uint8_t key[ST_PEER_KEY_LEN], server_nonce[ST_PEER_NONCE_LEN], client_nonce[ST_PEER_NONCE_LEN];
+} raw_channel;
+
+typedef struct raw_answer {
+    long status;
+    char text[1024];
+    size_t len;
+} raw_answer;
+
+static size_t raw_take(char *buf, size_t size, size_t n, void *arg)
+{
+    raw_answer *a = arg;
+    size_t len = size * n, room = sizeof a->text - 1 - a->len;
+    memcpy(a->text + a->len, buf, len < room ? len : room);
+    a->len += len < room ? len : room;
+    a->text[a->len] = '\0';
+    return len;
+}
+
+/* One request; headers NULL for none. */
+static void raw_send(int port, const char *method, const char *path, struct curl_slist *headers,
+                     const void *body, size_t len, raw_answer *a)
+{
+    memset(a, 0, sizeof *a);
+    char url[2048];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    CURL *x = curl_easy_init();
+    curl_easy_setopt(x, CURLOPT_URL, url);
+    curl_easy_setopt(x, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(x, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(x, CURLOPT_WRITEFUNCTION, raw_take);
+    curl_easy_setopt(x, CURLOPT_WRITEDATA, a);
+    if (!strcmp(method, "HEAD")) {
+        curl_easy_setopt(x, CURLOPT_NOBODY, 1L);
+    } else if (strcmp(method, "GET")) {
+        curl_easy_setopt(x, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(x, CURLOPT_POSTFIELDS, len ? body : "");
+        curl_easy_setopt(x, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    CHECK(curl_easy_perform(x) == CURLE_OK);
+    curl_easy_getinfo(x, CURLINFO_RESPONSE_CODE, &a->status);
+    curl_easy_cleanup(x);
+}
+
+static void raw_hello(int port, const st_peer_secret *sec, raw_channel *ch)
+{
+    raw_answer a;
+    raw_send(port, "GET", "/v1/hello", NULL, NULL, 0, &a);
+    CHECK(a.status == 200);
+    const char *nonce = strstr(a.text, "\nnonce ");
+    CHECK(nonce != NULL);
+    char hex[65] = "";
+    if (nonce)
+        snprintf(hex, sizeof hex, "%.64s", nonce + 7);
+    CHECK(st_peer_unhex(hex, ch->server_nonce, ST_PEER_NONCE_LEN) == 0);
+    memset(ch->client_nonce, 0x5a, sizeof ch->client_nonce);
+    ch->port = port;
+    CHECK_OK(
+        st_peer_key_derive(sec, ch->server_nonce, ch->client_nonce, WRITER, PEER_NODE, ch->key));
+}
+
+static struct curl_slist *add_header(struct curl_slist *h, const char *name, const char *value)
+{
+    char line[256];
+    snprintf(line, sizeof line, "%s: %s", name, value);
+    return curl_slist_append(h, line);
+}
+
+/* A request signed on ch with counter; mac_flip: spoil the MAC. */
+static void raw_signed(raw_channel *ch, const char *method, const char *path, const void *body,
+                       size_t len, uint64_t counter, int mac_flip, raw_answer *a)
+{
+    st_id body_id = st_id_of(body, len);
+    uint8_t mac[ST_PEER_KEY_LEN];
+    if (st_peer_mac(ch->key, counter, method, path, &body_id, mac))
+        memset(mac, 0, sizeof mac); /* a path past what may be signed: the server's 400 */
+    mac[0] ^= (uint8_t)mac_flip;
+    char hex[65], num[32];
+    struct curl_slist *h = NULL;
+    st_peer_hex(ch->server_nonce, ST_PEER_NONCE_LEN, hex);
+    h = add_header(h, ST_PEER_HDR_SERVER_NONCE, hex);
+    st_peer_hex(ch->client_nonce, ST_PEER_NONCE_LEN, hex);
+    h = add_header(h, ST_PEER_HDR_CLIENT_NONCE, hex);
+    h = add_header(h, ST_PEER_HDR_NODE, WRITER);
+    snprintf(num, sizeof num, "%" PRIu64, counter);
+    h = add_header(h, ST_PEER_HDR_COUNTER, num);
+    h = add_header(h, ST_PEER_HDR_BODY, st_id_hex(&body_id, hex));
+    st_peer_hex(mac, sizeof mac, hex);
+    h = add_header(h, ST_PEER_HDR_MAC, hex);
+    h = curl_slist_append(h, "Expect:");
+    raw_send(ch->port, method, path, h, body, len, a);
+    curl_slist_free_all(h);
+}
+
+/* ---- cases ---- */
+
+static void test_secret_file_rules(void)
+{
+    char path[256], link[256];
+    snprintf(path, sizeof path, "%s/secret-case", tmp_root);
+    snprintf(link, sizeof link, "%s/secret-link", tmp_root);
+    const char *good = "0123456789abcdef0123456789abcdef-correct-horse\n";
+    st_peer_secret s;
+
+    write_secret(path, good, 0600);
+    CHECK_OK(st_peer_secret_load(path, &s));
+    CHECK(s.len == strlen(good) - 1 && !memcmp(s.bytes, good, s.len));
+
+    write_secret(path, good, 0644);
+    CHECK_ERR(st_peer_secret_load(path, &s), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), path) && strstr(st_errmsg(), "mode 0644"));
+    CHECK(!strstr(st_errmsg(), "correct-horse"));
+    CHECK(s.len == 0);
+
+    write_secret(path, "too-short-secret\n", 0600);
+    CHECK_ERR(st_peer_secret_load(path, &s), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), path) && strstr(st_errmsg(), "32"));
+    CHECK(!strstr(st_errmsg(), "too-short-secret"));
+
+    write_secret(path, good, 0600);
+    unlink(link);
+    CHECK(symlink(path, link) == 0);
+    CHECK_ERR(st_peer_secret_load(link, &s), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "secret-link") != NULL);
+
+    CHECK_ERR(st_peer_secret_load("/nonexistent/peer-secret", &s), ST_ERR_INVALID);
+    unlink(link);
+    unlink(path);
+    st_peer_secret_wipe(&s);
+}
+
+static void test_listen_rules(void)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/listen", tmp_root);
+    st_peer_server_opts o = {
+        .listen = "0.0.0.0:0", .dir = dir, .node = PEER_NODE, .secret = &secret};
+    st_peer_server *s = NULL;
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    CHECK(s == NULL && strstr(st_errmsg(), "every interface"));
+    o.listen = "[::]:0";
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    o.listen = "127.0.0.1";
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    o.listen = "localhost:0";
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    o.listen = "0.0.0.0:0";
+    o.listen_any = 1;
+    CHECK_OK(st_peer_server_start(&o, &s));
+    CHECK(s && st_peer_server_port(s) > 0);
+    st_peer_server_stop(s);
+}
+
+static void test_round_trip(void)
+{
+    st_peer_server *s = start_server("rt", 0);
+    st_peer_client *c = connect_to(s, &secret);
+    test_pack a, b;
+    make_pack(&a, 20000, 1);
+    make_pack(&b, 30000, 2);
+    char node[ST_NODE_MAX + 1], rel[128];
+    CHECK_OK(st_peer_client_node(c, node, sizeof node));
+    CHECK(!strcmp(node, PEER_NODE));
+
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    CHECK(has == 0);
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    CHECK_OK(st_peer_put_pack(c, &b.id, b.bytes.data, b.bytes.len));
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    CHECK(has == 1);
+    pack_rel(&a.id, rel, sizeof rel);
+    CHECK(exists("rt", rel));
+    /* Sent again: HEAD says held, no body crosses. */
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.packs_received == 2 && st.packs_held == 2);
+    CHECK(st.bytes_received == a.bytes.len + b.bytes.len);
+
+    st_bytes got = {0};
+    CHECK_OK(st_peer_get_pack(c, &b.id, &got));
+    CHECK(got.len == b.bytes.len && !memcmp(got.data, b.bytes.data, got.len));
+    st = stats_of(s);
+    CHECK(st.packs_served == 1 && st.bytes_served == b.bytes.len);
+
+    /* A pack whose bytes are not its id's: refused here, nothing sent. */
+    CHECK_ERR(st_peer_put_pack(c, &a.id, b.bytes.data, b.bytes.len), ST_ERR_INVALID);
+
+    st_bytes manifest = {0};
+    test_pack both[2] = {a, b};
+    make_manifest(&manifest, 7, both, 2);
+    st_id ids[2] = {a.id, b.id};
+    CHECK_OK(st_peer_put_part(c, JOB, 7, WRITER, 1, ids, 2, manifest.data, manifest.len));
+    CHECK(exists("rt", "parts/" JOB "/00000000000000000007/" WRITER ".r1.manifest"));
+    CHECK(exists("rt", "parts/" JOB "/00000000000000000007/" WRITER ".r1.state"));
+    CHECK_OK(st_peer_get_part(c, JOB, 7, WRITER, 1, &got));
+    CHECK(got.len == manifest.len && !memcmp(got.data, manifest.data, got.len));
+    CHECK_ERR(st_peer_get_part(c, JOB, 8, WRITER, 1, &got), ST_ERR_NOT_FOUND);
+    st = stats_of(s);
+    CHECK(st.replicas_held == 1 && st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len);
+
+    CHECK_OK(st_peer_mark_durable(c, JOB, 7, WRITER, 1));
+    CHECK_ERR(st_peer_mark_durable(c, JOB, 7, WRITER, 2), ST_ERR_NOT_FOUND);
+
+    /* A manifest of another step than the path's is refused. */
+    CHECK_ERR(st_peer_put_part(c, JOB, 9, WRITER, 1, ids, 2, manifest.data, manifest.len),
+              ST_ERR_CORRUPT);
+    CHECK_ERR(st_peer_put_part(c, JOB, 7, WRITER, 2, ids, 2, manifest.data, 10), ST_ERR_CORRUPT);
+
+    /* Restart on the same directory: the tables come back from the files,
+     * and tmp/ is emptied. */
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+    char leftover[512];
+    snprintf(leftover, sizeof leftover, "%s/rt/tmp/7.pack", tmp_root);
+    ut_write_text(leftover, "half a body");
+    s = start_server("rt", 0);
+    c = connect_to(s, &secret);
+    CHECK(!exists("rt", "tmp/7.pack"));
+    st = stats_of(s);
+    CHECK(st.packs_held == 2 && st.replicas_held == 1);
+    CHECK(st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len);
+    CHECK_OK(st_peer_get_part(c, JOB, 7, WRITER, 1, &got));
+    CHECK(got.len == manifest.len);
+
+    st_bytes_free(&got);
+    st_bytes_free(&manifest);
+    st_bytes_free(&a.bytes);
+    st_bytes_free(&b.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+static void test_wrong_secret(void)
+{
+    st_peer_server *s = start_server("auth", 0);
+    st_peer_secret other = secret;
+    other.bytes[3] ^= 1;
+    st_peer_client *c = connect_to(s, &other);
+    test_pack a;
+    make_pack(&a, 5000, 3);
+    int has = -1;
+    CHECK_ERR(st_peer_has_pack(c, &a.id, &has), ST_ERR_AUTH);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(s));
+    CHECK(strstr(st_errmsg(), "peer " PEER_NODE " at ") != NULL);
+    CHECK(strstr(st_errmsg(), addr) && strstr(st_errmsg(), "refused this node's cluster secret"));
+    CHECK_ERR(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len), ST_ERR_AUTH);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.auth_refusals >= 2 && st.packs_held == 0);
+    st_peer_client_free(c);
+
+    /* A connection refused is transient, and names the address. */
+    int port = st_peer_server_port(s);
+    st_peer_server_stop(s);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    CHECK_OK(st_peer_client_new(addr, WRITER, &secret, 0, &c));
+    CHECK_ERR(st_peer_has_pack(c, &a.id, &has), ST_ERR_TRANSIENT);
+    CHECK(strstr(st_errmsg(), addr) != NULL);
+    st_peer_client_free(c);
+    st_bytes_free(&a.bytes);
+}
+
+static void test_replay_and_mac(void)
+{
+    st_peer_server *s = start_server("replay", 0);
+    raw_channel ch;
+    raw_answer ans;
+    raw_hello(st_peer_server_port(s), &secret, &ch);
+    char path[80], hex[ST_ID_HEX_LEN + 1];
+    st_id id = st_id_of("no such pack", 12);
+    snprintf(path, sizeof path, "/v1/pack/%s", st_id_hex(&id, hex));
+
+    raw_signed(&ch, "HEAD", path, NULL, 0, 1, 0, &ans);
+    CHECK(ans.status == 404);
+    /* The same signed request again: its counter was seen. */
+    raw_signed(&ch, "HEAD", path, NULL, 0, 1, 0, &ans);
+    CHECK(ans.status == 401);
+    raw_signed(&ch, "GET", path, NULL, 0, 1, 0, &ans);
+    CHECK(ans.status == 401 && strstr(ans.text, "replayed"));
+    raw_signed(&ch, "GET", path, NULL, 0, 2, 1, &ans);
+    CHECK(ans.status == 401 && !strcmp(ans.text, ST_PEER_WRONG_SECRET));
+    raw_signed(&ch, "HEAD", path, NULL, 0, 2, 0, &ans);
+    CHECK(ans.status == 404);
+    /* No headers at all; an unknown server nonce. */
+    raw_send(ch.port, "HEAD", path, NULL, NULL, 0, &ans);
+    CHECK(ans.status == 401);
+    ch.server_nonce[0] ^= 1;
+    raw_signed(&ch, "GET", path, NULL, 0, 3, 0, &ans);
+    CHECK(ans.status == 401 && strstr(ans.text, "nonce"));
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.auth_refusals == 5);
+    st_peer_server_stop(s);
+}
+
+static void test_corrupt_packs(void)
+{
+    st_peer_server *s = start_server("corrupt", 0);
+    test_pack a, b;
+    make_pack(&a, 20000, 4);
+    make_pack(&b, 20000, 5);
+    char path[80], hex[ST_ID_HEX_LEN + 1], rel[128];
+
+    /* B's bytes under A's id: refused, counted, nothing kept. */
+    raw_channel ch;
+    raw_answer ans;
+    raw_hello(st_peer_server_port(s), &secret, &ch);
+    snprintf(path, sizeof path, "/v1/pack/%s", st_id_hex(&a.id, hex));
+    raw_signed(&ch, "PUT", path, b.bytes.data, b.bytes.len, 1, 0, &ans);
+    CHECK(ans.status == 422);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.corrupt_refused == 1 && st.packs_held == 0);
+    /* Bytes that hash to their id but are not a pack: the trailer. */
+    st_id junk_id = st_id_of("junk junk junk junk junk junk", 30);
+    snprintf(path, sizeof path, "/v1/pack/%s", st_id_hex(&junk_id, hex));
+    raw_signed(&ch, "PUT", path, "junk junk junk junk junk junk", 30, 2, 0, &ans);
+    CHECK(ans.status == 422);
+    CHECK(stats_of(s).corrupt_refused == 2);
+
+    /* Accepted, then a bit flips on the peer's disk: never served. */
+    st_peer_client *c = connect_to(s, &secret);
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    pack_rel(&a.id, rel, sizeof rel);
+    char file[512];
+    snprintf(file, sizeof file, "%s/corrupt/%s", tmp_root, rel);
+    FILE *f = fopen(file, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, 100, SEEK_SET);
+        int ch100 = fgetc(f);
+        fseek(f, 100, SEEK_SET);
+        fputc(ch100 ^ 0x40, f);
+        fclose(f);
+    }
+    st_bytes got = {0};
+    CHECK_ERR(st_peer_get_pack(c, &a.id, &got), ST_ERR_NOT_FOUND);
+    CHECK(got.len == 0);
+    CHECK(!exists("corrupt", rel));
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    CHECK(has == 0);
+    st = stats_of(s);
+    CHECK(st.corrupt_refused == 3 && st.packs_served == 0 && st.packs_held == 0);
+
+    /* A replica listing a pack the peer lacks is refused, naming it. */
+    st_bytes manifest = {0};
+    make_manifest(&manifest, 3, &a, 1);
+    CHECK_ERR(st_peer_put_part(c, JOB, 3, WRITER, 1, &a.id, 1, manifest.data, manifest.len),
+              ST_ERR_NOT_FOUND);
+    CHECK(strstr(st_errmsg(), st_id_hex(&a.id, hex)) != NULL);
+    CHECK(stats_of(s).replicas_held == 0);
+
+    st_bytes_free(&got);
+    st_bytes_free(&manifest);
+    st_bytes_free(&a.bytes);
+    st_bytes_free(&b.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+static void test_cache_cap(void)
+{
+    test_pack p[4];
+    st_bytes m[2] = {{0}, {0}};
+    for (int i = 0; i < 4; i++)
+        make_pack(&p[i], 20000, 10 + (uint64_t)i);
+    make_manifest(&m[0], 1, &p[0], 1);
+    make_manifest(&m[1], 2, &p[1], 1);
+    /* Room for two packs and their replicas, and half of a third. */
+    uint64_t cap = p[0].bytes.len + p[1].bytes.len + m[0].len + m[1].len + p[2].bytes.len / 2;
+    st_peer_server *s = start_server("cap", cap);
+    st_peer_client *c = connect_to(s, &secret);
+
+    CHECK_OK(st_peer_put_pack(c, &p[0].id, p[0].bytes.data, p[0].bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 1, WRITER, 1, &p[0].id, 1, m[0].data, m[0].len));
+    CHECK_OK(st_peer_put_pack(c, &p[1].id, p[1].bytes.data, p[1].bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 2, WRITER, 1, &p[1].id, 1, m[1].data, m[1].len));
+
+    /* Full, and nothing durable: refused, never a held replica evicted. */
+    CHECK_ERR(st_peer_put_pack(c, &p[2].id, p[2].bytes.data, p[2].bytes.len), ST_ERR_NOSPACE);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.refusals_full == 1 && st.evictions == 0 && st.replicas_held == 2);
+
+    /* Step 1 durable in the store: its replica and pack make room. */
+    CHECK_OK(st_peer_mark_durable(c, JOB, 1, WRITER, 1));
+    CHECK_OK(st_peer_put_pack(c, &p[2].id, p[2].bytes.data, p[2].bytes.len));
+    st = stats_of(s);
+    CHECK(st.evictions == 1 && st.replicas_held == 1 && st.packs_held == 2);
+    CHECK(st.cache_bytes <= cap);
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &p[0].id, &has));
+    CHECK(has == 0);
+    st_bytes got = {0};
+    CHECK_ERR(st_peer_get_part(c, JOB, 1, WRITER, 1, &got), ST_ERR_NOT_FOUND);
+    CHECK_OK(st_peer_get_part(c, JOB, 2, WRITER, 1, &got));
+
+    /* Full again with nothing evictable: 507, counted. */
+    CHECK_ERR(st_peer_put_pack(c, &p[3].id, p[3].bytes.data, p[3].bytes.len), ST_ERR_NOSPACE);
+    CHECK(strstr(st_errmsg(), "peer cache full") != NULL);
+    st = stats_of(s);
+    CHECK(st.refusals_full == 2 && st.cache_cap == cap);
+
+    st_bytes_free(&got);
+    for (int i = 0; i < 4; i++)
+        st_bytes_free(&p[i].bytes);
+    st_bytes_free(&m[0]);
+    st_bytes_free(&m[1]);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+/* Names every entry of dir (recursively) into a count; 1 if any is
+ * outside the allowed top-level names. */
+static int stray_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int stray = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.' && strcmp(de->d_name, "listen") && strcmp(de->d_name, "rt") &&
+            strcmp(de->d_name, "auth") && strcmp(de->d_name, "replay") &&
+            strcmp(de->d_name, "corrupt") && strcmp(de->d_name, "cap") &&
+            strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret")) {
+            fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
+            stray = 1;
+        }
+    if (d)
+        closedir(d);
+    return stray;
+}
+
+static void test_hostile_paths(void)
+{
+    st_peer_server *s = start_server("hostile", 0);
+    raw_channel ch;
+    raw_answer ans;
+    raw_hello(st_peer_server_port(s), &secret, &ch);
+    char long_name[300];
+    memset(long_name, 'j', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    char overlong[400], huge[2100];
+    snprintf(overlong, sizeof overlong, "/v1/part/%s/1/n/1", long_name);
+    memset(huge, 'a', sizeof huge - 1);
+    memcpy(huge, "/v1/part/", 9);
+    huge[sizeof huge - 1] = '\0';
+    const char *bad[] = {
+        "/v1/part/../1/" WRITER "/1",
+        "/v1/part/" JOB "/1/../1",
+        "/v1/part/" JOB "/1/..",
+        "/v1/part/.hidden/1/" WRITER "/1",
+        "/v1/part/" JOB "/-1/" WRITER "/1",
+        "/v1/part/" JOB "/1x/" WRITER "/1",
+        "/v1/part/" JOB "/99999999999999999999999/" WRITER "/1",
+        "/v1/part/" JOB "/1/" WRITER "/4294967296",
+        "/v1/part/" JOB "/1/" WRITER "/1/extra",
+        "/v1/part/" JOB "//" WRITER "/1",
+        "/v1/part/a%2f..%2f..%2fx/1/" WRITER "/1",
+        "/v1/pack/zz000000000000000000000000000000",
+        "/v1/pack/0123",
+        "/v1/pack/0123456789abcdef0123456789abcdef0",
+        "/v1/pack/../../../etc/passwd",
+        overlong,
+        huge,
+    };
+    const char *body = "\0\0\0\0 not a manifest";
+    uint64_t counter = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        raw_signed(&ch, "PUT", bad[i], body, 20, counter++, 0, &ans);
+        if (ans.status != 400)
+            fprintf(stderr, "PUT %.80s: HTTP %ld %s\n", bad[i], ans.status, ans.text);
+        CHECK(ans.status == 400);
+    }
+    raw_signed(&ch, "POST", "/v1/durable/" JOB "/1/" WRITER "/..", NULL, 0, counter++, 0, &ans);
+    CHECK(ans.status == 400);
+    raw_signed(&ch, "DELETE", "/v1/part/" JOB "/1/" WRITER "/1", NULL, 0, counter++, 0, &ans);
+    CHECK(ans.status == 405);
+    raw_signed(&ch, "GET", "/v1/nothing", NULL, 0, counter++, 0, &ans);
+    CHECK(ans.status == 404);
+    /* A part body too short to hold its pack count. */
+    raw_signed(&ch, "PUT", "/v1/part/" JOB "/1/" WRITER "/1", "\x05\0\0\0", 4, counter++, 0, &ans);
+    CHECK(ans.status == 400);
+
+    st_peer_client *c = connect_to(s, &secret);
+    CHECK_ERR(st_peer_put_part(c, "../x", 1, WRITER, 1, NULL, 0, (const uint8_t *)"m", 1),
+              ST_ERR_INVALID);
+    CHECK_ERR(st_peer_mark_durable(c, JOB, 1, "a/b", 1), ST_ERR_INVALID);
+    CHECK(stats_of(s).replicas_held == 0 && stats_of(s).packs_held == 0);
+    CHECK(!stray_entries(tmp_root));
+    char peer_dir[300];
+    snprintf(peer_dir, sizeof peer_dir, "%s/hostile/parts", tmp_root);
+    DIR *d = opendir(peer_dir);
+    int entries = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        entries += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    CHECK(entries == 0);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmp_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/secret", tmp_root);
+    write_secret(path, "a cluster secret of more than thirty-two bytes\n", 0600);
+    CHECK_OK(st_peer_secret_load(path, &secret));
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    RUN(test_secret_file_rules);
+    RUN(test_listen_rules);
+    RUN(test_round_trip);
+    RUN(test_wrong_secret);
+    RUN(test_replay_and_mac);
+    RUN(test_corrupt_packs);
+    RUN(test_cache_cap);
+    RUN(test_hostile_paths);
+    st_peer_secret_wipe(&secret);
+    curl_global_cleanup();
+    ut_rmtree(tmp_root);
+    return ut_finish();
+}
