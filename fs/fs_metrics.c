@@ -63,6 +63,51 @@ static void put_double(FILE *out, const char *name, const char *type, const char
     fprintf(out, "%s %.6f\n", name, value); /* %g would round a unix time to 10 s */
 }
 
+/* The peer tier (docs/PEERS.md), with a peer option only. */
+static void put_peers(FILE *out, const st_vfs_peer_stats *p)
+{
+    const u64_metric m[] = {
+        {"ckptfs_replicated_replicas", "gauge", "Peers each part must reach (--replicas).",
+         p->replicas},
+        {"ckptfs_replicated_parts_total", "counter",
+         "This node's parts replicated on peers before the store had them.", p->parts_replicated},
+        {"ckptfs_replicated_failed_parts_total", "counter",
+         "This node's parts fewer peers than --replicas took (durable later, not replicated).",
+         p->parts_unreplicated},
+        {"ckptfs_replicated_sent_bytes_total", "counter", "Pack bytes sent to peers.",
+         p->bytes_sent},
+        {"ckptfs_replicated_spool_bytes", "gauge",
+         "Bytes of spooled packs on peers or on their way, not yet in the store.", p->spool_bytes},
+        {"ckptfs_replicated_takeovers_total", "counter",
+         "Other nodes' replicated parts this node made durable after their writer was lost.",
+         p->takeovers},
+        {"ckptfs_replicated_cache_bytes", "gauge", "Bytes of other nodes' replicas kept here.",
+         p->cache_bytes},
+        {"ckptfs_replicated_cache_cap_bytes", "gauge", "The cap on them (--peer-cache-cap).",
+         p->cache_cap},
+        {"ckptfs_replicated_cache_replicas", "gauge", "Other nodes' replicas kept here.",
+         p->replicas_held},
+        {"ckptfs_replicated_cache_evictions_total", "counter",
+         "Replicas evicted from the cache (durable ones first).", p->evictions},
+        {"ckptfs_replicated_cache_refusals_total", "counter",
+         "Packs or replicas refused because the cache was full.", p->refusals_full},
+        {"ckptfs_replicated_auth_refusals_total", "counter",
+         "Requests refused for a wrong cluster secret, a replay or a stale session.",
+         p->auth_refusals},
+        {"ckptfs_replicated_corrupt_refused_total", "counter",
+         "Packs received or held whose bytes failed their id (dropped, never served).",
+         p->corrupt_refused},
+        {"ckptfs_replicated_read_bytes_total", "counter",
+         "Pack bytes of replicated steps read from peers.", p->bytes_read},
+        {"ckptfs_replicated_store_fallbacks_total", "counter",
+         "Packs a peer could not give, read from the store instead.", p->store_fallbacks},
+        {"ckptfs_replicated_peer_corrupt_total", "counter",
+         "Packs a peer gave whose bytes failed their id (that peer not asked again).",
+         p->peer_corrupt},
+    };
+    put_u64s(out, m, sizeof m / sizeof m[0]);
+}
+
 static void put_requests(FILE *out, const st_vfs_stats *s)
 {
     static const char name[] = "ckptfs_store_requests_total";
@@ -158,6 +203,8 @@ static void put_all(FILE *out, const st_vfs_stats *s, const char *version)
     put_requests(out, s);
     put_u64(out, "ckptfs_store_retries_total", "counter",
             "Store requests tried again after a transient failure.", s->retries);
+    if (s->peers.enabled)
+        put_peers(out, &s->peers);
     put_u64(out, "ckptfs_gc_runs_total", "counter", "Background GC runs finished.", s->gc_runs);
     put_u64(out, "ckptfs_gc_running", "gauge", "1 while a background GC run is under way.",
             (uint64_t)(s->gc_running != 0));

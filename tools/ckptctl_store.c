@@ -252,7 +252,7 @@ static int list_jobs(cli *c, st_store *s)
  * peers, not yet durable: docs/PEERS.md), partial, or unreadable. */
 static const char *step_state(const st_step_info *si)
 {
-    return si->unreadable   ? "unreadable"
+    return si->unreadable    ? "unreadable"
            : !si->consistent ? "partial"
            : si->replicated  ? "replicated"
                              : "consistent";
@@ -364,8 +364,8 @@ int run_latest(cli *c, st_store *s)
         json_object *o = json_object_new_object();
         int bad = json_set_str(o, "job", c->job);
         bad |= json_set(o, "step", json_object_new_uint64(step));
-        bad |= json_set_str(o, "restorable",
-                            restorable(1, st_store_step_replicated(s, c->job, step)));
+        bad |=
+            json_set_str(o, "restorable", restorable(1, st_store_step_replicated(s, c->job, step)));
         return json_print(o, bad);
     }
     printf("%" PRIu64 "\n", step); /* even with -q: it is the answer */

@@ -371,6 +371,22 @@ typedef struct st_vfs_job_stats {
 
 /*! One consistent snapshot of the mount's figures. Counters count since
  *  st_vfs_open (they restart with the daemon); gauges are the value now. */
+/*! The peer tier's figures (docs/PEERS.md); all 0 without peer options. */
+typedef struct st_vfs_peer_stats {
+    int enabled;                 /* a peer option is set */
+    uint64_t replicas;           /* gauge: peers each part must reach (--replicas), 0: none */
+    uint64_t parts_replicated;   /* this node's parts whose replica record was written */
+    uint64_t parts_unreplicated; /* parts fewer peers than --replicas took */
+    uint64_t bytes_sent;         /* pack bytes sent to peers (once per peer) */
+    uint64_t spool_bytes;        /* gauge: spooled packs not yet in the store */
+    uint64_t takeovers;          /* other nodes' replicas this node made durable */
+    /* This node's cache of other nodes' replicas (--peer-listen). */
+    uint64_t cache_bytes, cache_cap, replicas_held; /* gauges */
+    uint64_t evictions, refusals_full, auth_refusals, corrupt_refused;
+    /* Reading replicated steps: packs from peers, and what fell back. */
+    uint64_t packs_read, bytes_read, store_fallbacks, peer_corrupt;
+} st_vfs_peer_stats;
+
 typedef struct st_vfs_stats {
     uint64_t pending_bytes;            /* gauge: bytes of local files not yet durable */
     uint64_t staged_bytes;             /* gauge: bytes of staging files (pending + cached) */
@@ -403,6 +419,7 @@ typedef struct st_vfs_stats {
                                                  requests, and of those local */
     uint64_t errors;                          /* errors recorded (status last_error, gc) */
     int64_t last_error_unix_ns;               /* wall clock of the newest, 0: none */
+    st_vfs_peer_stats peers;
     st_vfs_job_stats *jobs;                   /* malloc'd, njobs entries, in no set order */
     size_t njobs;
 } st_vfs_stats;

@@ -97,6 +97,40 @@ static int add_eta_durable(json_object *root, const st_vfs *v, uint64_t pending)
     return vfs_json_add(root, key, vfs_json_fixed(eta, 1));
 }
 
+/* "peers" (docs/PEERS.md): present with a peer option. As vfs_json_add. */
+static int peers_status(st_vfs *v, json_object *root)
+{
+    st_vfs_peer_stats p;
+    vfs_peers_stats(v, &p);
+    if (!p.enabled)
+        return 0;
+    json_object *o = json_object_new_object();
+    const struct {
+        const char *key;
+        uint64_t value;
+    } fields[] = {{"replicas", p.replicas},
+                  {"parts_replicated", p.parts_replicated},
+                  {"parts_unreplicated", p.parts_unreplicated},
+                  {"bytes_sent", p.bytes_sent},
+                  {"spool_bytes", p.spool_bytes},
+                  {"takeovers", p.takeovers},
+                  {"peer_cache_bytes", p.cache_bytes},
+                  {"peer_cache_cap", p.cache_cap},
+                  {"replicas_held", p.replicas_held},
+                  {"evictions", p.evictions},
+                  {"refusals_full", p.refusals_full},
+                  {"auth_refusals", p.auth_refusals},
+                  {"corrupt_refused", p.corrupt_refused},
+                  {"packs_read", p.packs_read},
+                  {"bytes_read", p.bytes_read},
+                  {"store_fallbacks", p.store_fallbacks},
+                  {"peer_corrupt", p.peer_corrupt}};
+    int bad = !o;
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        bad |= vfs_json_add(o, fields[i].key, json_object_new_uint64(fields[i].value));
+    return bad | vfs_json_add(root, "peers", o);
+}
+
 /* The status file: one JSON object (docs/MOUNT.md describes the fields) on
  * one line, built with json-c: compact, '/' unescaped, keys in the order
  * added, step numbers as uint64. ST_ERR_NOMEM when json-c ran out of memory
@@ -164,6 +198,7 @@ static st_err build_status(st_vfs *v, st_bytes *b)
     bad |= vfs_deletions_status(v, root);
     bad |= vfs_gc_status(v, root);
     bad |= vfs_warmup_status(v, root);
+    bad |= peers_status(v, root);
     size_t len = 0;
     const char *text =
         bad ? NULL

@@ -363,7 +363,7 @@ struct st_vfs {
      * deletes use backend: a replicated part is not durable. */
     st_backend *read_backend;
     struct vfs_peers *peers; /* NULL: no peer option given (st_vfs_peers.c) */
-    uint64_t takeovers;      /* (lock) replicas this node made durable for a lost writer */
+    uint64_t takeovers;      /* (atomic) replicas this node made durable for a lost writer */
     st_steprules *rules;
     /* Decoded bundles of small files (manifest version 3), shared by every
      * fetch and warm-up (ST_BUNDLECACHE_MOUNT slots; docs/MOUNT_MODEL.md):
@@ -524,6 +524,9 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
 /*! The cache of replicas this node keeps for others, or NULL (no
  *  --peer-listen). */
 struct st_peer_cache *vfs_peers_cache(st_vfs *v);
+/*! The peer tier's figures into *out (zeros without peers). Any thread;
+ *  takes only the peer objects' own locks (v->lock may be held). */
+void vfs_peers_stats(st_vfs *v, st_vfs_peer_stats *out);
 /*! st_vfs_takeover.c: after a refresh, replicas whose writer is lost are
  *  made durable by this node (docs/PEERS.md, "Takeover"). Refresher only. */
 void vfs_takeover_tick(st_vfs *v);

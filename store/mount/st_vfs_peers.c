@@ -4,6 +4,7 @@
  * parts, and the replication of this node's parts through the spool.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct vfs_peers {
     st_spool *spool;        /* with set: where packs go before the store */
     unsigned replicas;
     st_replication_result last; /* of the upload under way (one at a time) */
+    pthread_mutex_t lock;       /* the counters below */
+    uint64_t parts_replicated, parts_unreplicated, bytes_sent;
 } vfs_peers;
 
 static void read_log(void *arg, const char *msg)
@@ -117,6 +120,7 @@ st_err vfs_peers_open(st_vfs *v)
     if (!p)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     v->peers = p;
+    pthread_mutex_init(&p->lock, NULL);
     p->replicas = o->peers ? (o->replicas ? (unsigned)o->replicas : 1) : 0;
     st_err e = st_peer_secret_load(o->peer_secret_file, &p->secret);
     if (!e && o->peer_listen)
@@ -140,6 +144,7 @@ void vfs_peers_close(st_vfs *v)
     st_peer_set_free(p->set);
     st_peer_server_stop(p->server);
     st_peer_secret_wipe(&p->secret);
+    pthread_mutex_destroy(&p->lock);
     free(p);
     v->peers = NULL;
 }
@@ -179,10 +184,15 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
         if (!e)
             e = st_part_encode(&sealed, &rec);
         if (!e)
-            e = st_replication_finish(rep, v->backend, m->job, m->step, m->node,
-                                      sealed.revision, &man, &rec, &p->last);
+            e = st_replication_finish(rep, v->backend, m->job, m->step, m->node, sealed.revision,
+                                      &man, &rec, &p->last);
         st_bytes_free(&man);
         st_bytes_free(&rec);
+        pthread_mutex_lock(&p->lock);
+        p->bytes_sent += p->last.bytes_sent;
+        p->parts_replicated += !e && p->last.replicated;
+        p->parts_unreplicated += e || !p->last.replicated;
+        pthread_mutex_unlock(&p->lock);
         if (e)
             vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %s", m->step, m->job,
                     st_errmsg());
@@ -191,8 +201,8 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
             vfs_log(v, 0, "step %" PRIu64 " of %s replicated on %zu peer(s)", m->step, m->job,
                     p->last.holders);
         } else
-            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %zu of %u peers took it",
-                    m->step, m->job, p->last.holders, p->replicas);
+            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %zu of %u peers took it", m->step,
+                    m->job, p->last.holders, p->replicas);
     }
     return st_spool_flush(p->spool);
 }
@@ -208,4 +218,44 @@ void vfs_replication_end(st_vfs *v, struct st_replication *rep, const char *job,
     if (ok && replicated_rev)
         st_replication_durable(rep, v->backend, job, step, v->node, replicated_rev, &p->last);
     st_replication_free(rep);
+}
+
+void vfs_peers_stats(st_vfs *v, st_vfs_peer_stats *out)
+{
+    vfs_peers *p = v->peers;
+    memset(out, 0, sizeof *out);
+    if (!p)
+        return;
+    out->enabled = 1;
+    out->replicas = p->replicas;
+    pthread_mutex_lock(&p->lock);
+    out->parts_replicated = p->parts_replicated;
+    out->parts_unreplicated = p->parts_unreplicated;
+    out->bytes_sent = p->bytes_sent;
+    pthread_mutex_unlock(&p->lock);
+    out->takeovers = __atomic_load_n(&v->takeovers, __ATOMIC_RELAXED);
+    if (p->spool) {
+        st_spool_stats ss;
+        st_spool_get_stats(p->spool, &ss);
+        out->spool_bytes = ss.queued_bytes;
+    }
+    if (p->server) {
+        st_peer_server_stats ss;
+        st_peer_server_get_stats(p->server, &ss);
+        out->cache_bytes = ss.cache_bytes;
+        out->cache_cap = ss.cache_cap;
+        out->replicas_held = ss.replicas_held;
+        out->evictions = ss.evictions;
+        out->refusals_full = ss.refusals_full;
+        out->auth_refusals = ss.auth_refusals;
+        out->corrupt_refused = ss.corrupt_refused;
+    }
+    if (v->read_backend && v->read_backend != v->backend) {
+        st_peer_read_stats rs;
+        st_peer_read_get_stats(v->read_backend, &rs);
+        out->packs_read = rs.peer_packs;
+        out->bytes_read = rs.peer_bytes;
+        out->store_fallbacks = rs.store_fallbacks;
+        out->peer_corrupt = rs.peer_corrupt;
+    }
 }

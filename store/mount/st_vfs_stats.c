@@ -82,6 +82,7 @@ st_err st_vfs_get_stats(st_vfs *v, st_vfs_stats *out)
     out->chunks = v->chunks;
     out->new_chunks = v->new_chunks;
     out->bundles = v->bundles;
+    vfs_peers_stats(v, &out->peers);
     out->bundled_files = v->bundled_files;
     out->uploads = v->uploads;
     out->upload_failures = v->upload_failures;

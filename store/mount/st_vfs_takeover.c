@@ -114,8 +114,7 @@ static st_err packs_usable(void *arg)
     gc_look *g = arg;
     int64_t deadline = INT64_MAX;
     size_t bad = 0;
-    return st_gc_packs_usable(g->v->backend, g->m->job, g->m->packs, g->m->npacks, &deadline,
-                              &bad);
+    return st_gc_packs_usable(g->v->backend, g->m->job, g->m->packs, g->m->npacks, &deadline, &bad);
 }
 
 /* Every pack of m the store lacks, PUT from this node's copy. */
@@ -145,7 +144,8 @@ static st_err put_missing_packs(st_vfs *v, st_peer_cache *cache, const st_manife
             e = st_read_full(fd, buf.data, (size_t)size, &got, "peer pack");
         close(fd);
         if (!e && got != size)
-            e = st_seterr(ST_ERR_CORRUPT, "pack %s changed while read", st_id_hex(&m->packs[i], hex));
+            e = st_seterr(ST_ERR_CORRUPT, "pack %s changed while read",
+                          st_id_hex(&m->packs[i], hex));
         st_id id = st_id_of(buf.data, got);
         if (!e && st_id_cmp(&id, &m->packs[i]))
             e = st_seterr(ST_ERR_CORRUPT, "pack %s: its bytes fail its id", hex);
@@ -221,9 +221,7 @@ static void look_at(st_vfs *v, st_peer_cache *cache, const held_part *h)
                 "took over step %" PRIu64 " of job %s from node %s (its lease is stale): "
                 "durable, %" PRIu64 " pack(s) uploaded from this node's copy",
                 h->step, h->job, h->node, packs_put);
-        pthread_mutex_lock(&v->lock);
-        v->takeovers++;
-        pthread_mutex_unlock(&v->lock);
+        __atomic_add_fetch(&v->takeovers, 1, __ATOMIC_RELAXED);
     } else if (mine)
         vfs_log(v, 1, "taking over step %" PRIu64 " of job %s from node %s: %s", h->step, h->job,
                 h->node, st_errmsg());

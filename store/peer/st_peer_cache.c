@@ -799,3 +799,15 @@ void st_peer_cache_get_stats(st_peer_cache *c, st_peer_cache_stats *out)
                                  .corrupt_refused = c->corrupt_refused};
     pthread_mutex_unlock(&c->lock);
 }
+
+st_err st_peer_cache_list_parts(st_peer_cache *c, st_peer_part_cb cb, void *arg)
+{
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nparts; i++) {
+        st_peer_part_name n = name_of(&c->parts[i]);
+        if (cb(arg, &n, c->parts[i].durable))
+            break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ST_OK;
+}

@@ -121,4 +121,10 @@ st_err st_peer_cache_mark_durable(st_peer_cache *c, const st_peer_part_name *p);
 
 void st_peer_cache_get_stats(st_peer_cache *c, st_peer_cache_stats *out);
 
+/*! Called for each replica held, with durable set for those the store has;
+ *  return non-zero to stop. It runs under the cache's lock: it must copy
+ *  what it keeps and must not call the cache. */
+typedef int (*st_peer_part_cb)(void *arg, const st_peer_part_name *p, int durable);
+st_err st_peer_cache_list_parts(st_peer_cache *c, st_peer_part_cb cb, void *arg);
+
 #endif

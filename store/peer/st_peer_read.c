@@ -224,8 +224,7 @@ static st_err add_replicated(read_ctx *x, listing *l)
         uint64_t step;
         uint32_t rev;
         const char *rest;
-        if (!key_job(l->keys[i].key, job) ||
-            st_key_parse_step(l->keys[i].key, job, &step, &rest) ||
+        if (!key_job(l->keys[i].key, job) || st_key_parse_step(l->keys[i].key, job, &step, &rest) ||
             !st_key_parse_replica(rest, node, &rev) || !strcmp(node, x->self_node))
             continue; /* this node's own parts: its staging has them, or takeover will */
         if (published_revision(l, job, step, node) >= rev) { /* durable: the store's own */
@@ -296,10 +295,10 @@ static int shown_object(read_ctx *x, const char *key, uint64_t off, uint64_t len
         return 0;
     pthread_mutex_lock(&x->lock);
     shown_part *p = shown_find(x, job, step, node);
-    const st_bytes *src = !p                              ? NULL
-                          : is_part                       ? &p->rec.part
+    const st_bytes *src = !p                       ? NULL
+                          : is_part                ? &p->rec.part
                           : rev == p->rec.revision ? &p->rec.manifest
-                                                          : NULL;
+                                                   : NULL;
     if (!src) {
         pthread_mutex_unlock(&x->lock);
         return 0;

@@ -766,3 +766,8 @@ void st_peer_server_stop(st_peer_server *s)
     OPENSSL_cleanse(s, sizeof *s);
     free(s);
 }
+
+st_peer_cache *st_peer_server_cache(st_peer_server *s)
+{
+    return s->cache;
+}

@@ -50,6 +50,10 @@ int st_peer_server_port(const st_peer_server *s);
 /*! A snapshot of the counters. */
 void st_peer_server_get_stats(st_peer_server *s, st_peer_server_stats *out);
 
+/*! The replicas this server keeps (for the takeover: docs/PEERS.md). Owned
+ *  by the server; thread-safe (st_peer_cache.h). */
+struct st_peer_cache *st_peer_server_cache(st_peer_server *s);
+
 /*! Stops serving (waits for the handlers), wipes the secret and frees. NULL ok. */
 void st_peer_server_stop(st_peer_server *s);
 

@@ -55,7 +55,8 @@ st_err st_peer_set_new(const char *peers, const char *self_node, const st_peer_s
     for (const char *s = peers; !e && *s;) {
         size_t len = strcspn(s, ",");
         if (!len || len > ST_PEER_ADDR_MAX)
-            e = st_seterr(ST_ERR_INVALID, "--peers: an empty or overlong address in '%.64s'", peers);
+            e = st_seterr(ST_ERR_INVALID, "--peers: an empty or overlong address in '%.64s'",
+                          peers);
         else if (ps->n == ST_PEERS_MAX)
             e = st_seterr(ST_ERR_INVALID, "--peers: more than %d peers", ST_PEERS_MAX);
         else {

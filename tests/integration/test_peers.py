@@ -25,8 +25,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (Mount, file_store_keys, read_bytes, run_torch, tempdir,  # noqa: E402
-                      wait_durable, wait_for)
+from mountlib import (Mount, file_store_keys, read_bytes, read_status, run_torch,  # noqa: E402
+                      tempdir, wait_durable, wait_for)
 
 CKPTCTL = os.environ.get("CKPTCTL")
 JOB = "job"
@@ -75,11 +75,11 @@ class Peers(unittest.TestCase):
         self.assertTrue(m, "the peer did not say its port")
         return "%s:%s" % (PEER_ADDR, m.group(1))
 
-    def writer(self, peer, fault):
+    def writer(self, peer, fault, *extra):
         """Node a, replicating to peer; --drain 1: a writer whose store
         refuses its part record does not hold the unmount for a minute."""
         return self.mount("a", ["--peers", peer, "--peer-secret-file", self.secret,
-                                "--drain", "1"],
+                                "--drain", "1", *extra],
                           env={"CKPT_FAULT": fault})
 
     def save(self, mount, step):
@@ -117,7 +117,8 @@ class Peers(unittest.TestCase):
         open(self.hold, "w").close()  # no pack reaches the store
         with self.peer_mount() as b:
             peer = self.peer_addr(b)
-            a = self.writer(peer, "put_hold=%s" % self.hold)
+            # A lease that outlives the test: b takes nothing over meanwhile.
+            a = self.writer(peer, "put_hold=%s" % self.hold, "--node-lease-ttl", "3600")
             try:
                 a.start()
                 saved = self.save(a, 100)
@@ -155,6 +156,28 @@ class Peers(unittest.TestCase):
                 self.assertEqual(sha256(read_bytes(path)), sha256(saved))
             self.assertEqual(self.keys("packs/"), {}, "the store got a pack from the reader")
 
+    def test_peer_takes_over_a_lost_writer(self):
+        open(self.hold, "w").close()  # the writer's packs never reach the store
+        with self.peer_mount() as b:
+            peer = self.peer_addr(b)
+            a = self.writer(peer, "put_hold=%s" % self.hold, "--node-lease-ttl", "2")
+            try:
+                a.start()
+                saved = self.save(a, 400)
+                wait_for(lambda: self.replica_records(400), 120, "the replica record")
+                a.kill9()
+            finally:
+                a.stop()
+            shutil.rmtree(self.staging("a"))
+            # Once a's lease is stale (2 s + 5 s), b publishes the step from
+            # its copy: durable for readers that know nothing of peers.
+            wait_durable(CKPTCTL, self.store, JOB, 400, timeout=120)
+            self.assertIn("took over step 400 of job %s from node a" % JOB, b.log_text())
+            self.assertEqual(read_status(b.path)["peers"]["takeovers"], 1)
+            wait_for(lambda: not self.replica_records(400), 30, "the replica record to go")
+        p, restored = self.restore(400, None)
+        self.assertEqual(sha256(restored), sha256(saved))
+
     def test_corrupt_peer_copy_is_not_served(self):
         with self.peer_mount() as b:
             peer = self.peer_addr(b)
@@ -190,6 +213,14 @@ class Peers(unittest.TestCase):
                 wait_for(lambda: not self.replica_records(300), 60,
                          "the replica record to go")
                 self.assertIn("replicated on 1 peer", a.log_text())
+                mine = read_status(a.path)["peers"]
+                self.assertEqual((mine["replicas"], mine["parts_replicated"]), (1, 1))
+                self.assertGreater(mine["bytes_sent"], 1 << 20)
+                with open(os.path.join(a.path, ".ckptfs", "metrics")) as f:
+                    self.assertIn("\nckptfs_replicated_parts_total 1\n", f.read())
+                held = read_status(b.path)["peers"]
+                self.assertEqual(held["replicas_held"], 1)
+                self.assertGreater(held["peer_cache_bytes"], 1 << 20)
             p, restored = self.restore(300, None)
             self.assertEqual(sha256(restored), sha256(saved))
             p = self.ckptctl("--json", "ls", secret=self.secret)

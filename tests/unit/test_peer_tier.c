@@ -254,8 +254,8 @@ static void test_write_order(void)
     /* The peer. */
     snprintf(path, sizeof path, "%s/peer", root);
     st_peer_server *server = NULL;
-    st_peer_server_opts so = {.listen = "127.0.0.1:0", .dir = path, .node = "peer",
-                              .secret = &secret};
+    st_peer_server_opts so = {
+        .listen = "127.0.0.1:0", .dir = path, .node = "peer", .secret = &secret};
     CHECK_OK(st_peer_server_start(&so, &server));
     if (!server)
         return;
