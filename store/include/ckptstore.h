@@ -88,9 +88,9 @@ typedef struct st_step_info {
     uint64_t step;
     int64_t created_ns; /* the newest part record's time */
     uint64_t files;
-    uint64_t bytes;      /* logical bytes of its files */
-    uint64_t nodes;      /* part records (one per node that wrote it) */
-    int consistent;      /* complete on every rank, and durable or replicated: restorable */
+    uint64_t bytes; /* logical bytes of its files */
+    uint64_t nodes; /* part records (one per node that wrote it) */
+    int consistent; /* complete on every rank, and durable or replicated: restorable */
     /* Some of its parts are replicated on peers and not yet durable
      * (docs/PEERS.md): seen only with st_store_options.peer_secret_file. */
     int replicated;

@@ -420,7 +420,7 @@ typedef struct st_vfs_stats {
     uint64_t errors;                          /* errors recorded (status last_error, gc) */
     int64_t last_error_unix_ns;               /* wall clock of the newest, 0: none */
     st_vfs_peer_stats peers;
-    st_vfs_job_stats *jobs;                   /* malloc'd, njobs entries, in no set order */
+    st_vfs_job_stats *jobs; /* malloc'd, njobs entries, in no set order */
     size_t njobs;
 } st_vfs_stats;
 
