@@ -81,12 +81,20 @@ static st_lease takeover_lease(st_vfs *v)
     return l;
 }
 
+/* Whether this daemon could hold node's lease: ST_OK (absent, stale, or
+ * already the one it took), ST_ERR_BUSY (another live instance holds it,
+ * the message names it), or a store error. Writes nothing. */
+static st_err check_lease(st_vfs *v, const char *node)
+{
+    st_lease mine = takeover_lease(v);
+    return st_nodelease_claim(v->backend, node, &mine, ST_CLAIM_CHECK, NULL, NULL);
+}
+
 /* 1 if node's lease is live and not ours (its daemon will act), 0 if it is
  * stale or absent; -1 on a store error. */
 static int lease_live(st_vfs *v, const char *node)
 {
-    st_lease probe = takeover_lease(v);
-    st_err e = st_nodelease_claim(v->backend, node, &probe, ST_CLAIM_CHECK, NULL, NULL);
+    st_err e = check_lease(v, node);
     return e == ST_OK ? 0 : e == ST_ERR_BUSY ? 1 : -1;
 }
 
@@ -99,8 +107,7 @@ typedef struct lease_look {
 static st_err still_ours(void *arg)
 {
     lease_look *l = arg;
-    st_lease mine = takeover_lease(l->v);
-    st_err e = st_nodelease_claim(l->v->backend, l->node, &mine, ST_CLAIM_CHECK, NULL, NULL);
+    st_err e = check_lease(l->v, l->node);
     return e == ST_ERR_BUSY ? st_seterr(ST_ERR_TRANSIENT, "takeover: %s", st_errmsg()) : e;
 }
 
