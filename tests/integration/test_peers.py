@@ -172,11 +172,46 @@ class Peers(unittest.TestCase):
             # Once a's lease is stale (2 s + 5 s), b publishes the step from
             # its copy: durable for readers that know nothing of peers.
             wait_durable(CKPTCTL, self.store, JOB, 400, timeout=120)
-            self.assertIn("took over step 400 of job %s from node a" % JOB, b.log_text())
+            said = "took over step 400 of job %s from node a" % JOB
+            wait_for(lambda: said in b.log_text(), 30, "the peer's word on the takeover")
             self.assertEqual(read_status(b.path)["peers"]["takeovers"], 1)
-            wait_for(lambda: not self.replica_records(400), 30, "the replica record to go")
+            self.assertEqual(self.replica_records(400), [])
         p, restored = self.restore(400, None)
         self.assertEqual(sha256(restored), sha256(saved))
+
+    def test_full_peer_cache_refuses_and_the_step_stays_safe(self):
+        # A peer that keeps 1 MiB cannot take an 8 MB step: it refuses, the
+        # writer says the step is not replicated, and the store path goes on.
+        b = self.mount("b", ["--peer-listen", PEER_ADDR + ":0", "--peer-secret-file",
+                             self.secret, "--peer-cache-cap", "1M"])
+        with b:
+            peer = self.peer_addr(b)
+            with self.writer(peer, "put_delay_ms=0") as a:
+                saved = self.save(a, 500)
+                wait_durable(CKPTCTL, self.store, JOB, 500, timeout=120)
+                mine = read_status(a.path)["peers"]
+                self.assertEqual((mine["parts_replicated"], mine["parts_unreplicated"]), (0, 1))
+                self.assertIn("not replicated: 0 of 1 peers took it", a.log_text())
+                self.assertGreaterEqual(read_status(b.path)["peers"]["refusals_full"], 1)
+            self.assertEqual(self.replica_records(500), [])
+        p, restored = self.restore(500, None)
+        self.assertEqual(sha256(restored), sha256(saved))
+
+    def test_dead_peer_is_passed_over(self):
+        # Two peers named, one copy wanted, one of them dead: the live one
+        # holds the replica whichever the ranking put first.
+        c = self.mount("c", ["--peer-listen", "127.0.0.3:0", "--peer-secret-file", self.secret])
+        with self.peer_mount() as b, c:
+            peers = [self.peer_addr(b), re.sub(r"^[^:]*", "127.0.0.3", self.peer_addr(c))]
+            b.kill9()
+            open(self.hold, "w").close()
+            with self.writer(",".join(peers), "put_hold=%s" % self.hold) as a:
+                self.save(a, 600)
+                wait_for(lambda: self.replica_records(600), 120, "the replica record")
+                self.assertEqual(read_status(c.path)["peers"]["replicas_held"], 1)
+                os.unlink(self.hold)
+                wait_durable(CKPTCTL, self.store, JOB, 600, timeout=120)
+            b.stop()
 
     def test_corrupt_peer_copy_is_not_served(self):
         with self.peer_mount() as b:
