@@ -22,6 +22,7 @@
 
 #include "format/st_pack.h"
 #include "format/st_part.h"
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 
 #define STATE_MAGIC   "ckptfs-peer-state v1"
@@ -165,14 +166,9 @@ static cached_pack *find_pack(st_peer_cache *c, const st_id *id)
 
 static st_err add_pack(st_peer_cache *c, const st_id *id, uint64_t size)
 {
-    if (c->npacks == c->packs_alloc) {
-        size_t n = c->packs_alloc ? 2 * c->packs_alloc : 64;
-        cached_pack *p = realloc(c->packs, n * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
-        c->packs = p;
-        c->packs_alloc = n;
-    }
+    st_err e = st_array_grow((void **)&c->packs, &c->packs_alloc, c->npacks + 1, sizeof *c->packs);
+    if (e)
+        return e;
     c->packs[c->npacks++] = (cached_pack){*id, size, 0, st_mono_ns()};
     c->bytes += size;
     return ST_OK;
@@ -227,14 +223,9 @@ static void drop_part(st_peer_cache *c, cached_part *r, int delete_files)
 
 static st_err add_part(st_peer_cache *c, const cached_part *r)
 {
-    if (c->nparts == c->parts_alloc) {
-        size_t n = c->parts_alloc ? 2 * c->parts_alloc : 16;
-        cached_part *p = realloc(c->parts, n * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
-        c->parts = p;
-        c->parts_alloc = n;
-    }
+    st_err e = st_array_grow((void **)&c->parts, &c->parts_alloc, c->nparts + 1, sizeof *c->parts);
+    if (e)
+        return e;
     c->parts[c->nparts++] = *r;
     c->bytes += r->manifest_size;
     return ST_OK;
@@ -322,6 +313,7 @@ static int parse_state(char *text, cached_part *r)
     if (!line || strcmp(line, STATE_MAGIC))
         return -1;
     int have_state = 0;
+    size_t packs_alloc = 0;
     while ((line = strtok_r(NULL, "\n", &save))) {
         if (!strcmp(line, "state held") || !strcmp(line, "state durable")) {
             r->durable = !strcmp(line, "state durable");
@@ -330,10 +322,9 @@ static int parse_state(char *text, cached_part *r)
             r->arrival = strtoull(line + 8, NULL, 10);
         } else if (!strncmp(line, "pack ", 5)) {
             st_id id;
-            st_id *grown = realloc(r->packs, (r->npacks + 1) * sizeof *grown);
-            if (st_id_parse(line + 5, &id) || !grown)
+            if (st_id_parse(line + 5, &id) ||
+                st_array_grow((void **)&r->packs, &packs_alloc, r->npacks + 1, sizeof id))
                 return -1;
-            r->packs = grown;
             r->packs[r->npacks++] = id;
         }
     }
@@ -397,7 +388,10 @@ static int load_state_file(st_peer_cache *c, int dirfd, const char *rel, const c
 {
     cached_part r = {0};
     const char *job = rel + 6, *slash = strchr(job, '/');
-    const char *dot_r = strstr(name, ".r");
+    /* The last ".r": a node name may hold one too ("gpu.rack1"). */
+    const char *dot_r = NULL;
+    for (const char *at = strstr(name, ".r"); at; at = strstr(at + 1, ".r"))
+        dot_r = at;
     size_t n = strlen(name);
     if (!slash || !dot_r || n < 6 || strcmp(name + n - 6, ".state"))
         return 0;
@@ -671,26 +665,30 @@ st_err st_peer_cache_open_pack(st_peer_cache *c, const st_id *pack, int *fd, uin
 {
     char dir[16], file[64], hex[ST_ID_HEX_LEN + 1];
     pack_path(pack, dir, file);
-    *fd = -1;
-    if (!st_peer_cache_has_pack(c, pack))
-        return st_seterr(ST_ERR_NOT_FOUND, "pack %s is not held here", st_id_hex(pack, hex));
+    st_id_hex(pack, hex);
+    pthread_mutex_lock(&c->lock);
+    *fd = find_pack(c, pack) ? openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    pthread_mutex_unlock(&c->lock);
+    if (*fd < 0)
+        return st_seterr(ST_ERR_NOT_FOUND, "pack %s is not held here", hex);
     struct stat st;
-    *fd = openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (*fd >= 0 && fstat(*fd, &st) == 0 && pack_bytes_match(*fd, (uint64_t)st.st_size, pack)) {
+    if (fstat(*fd, &st) == 0 && pack_bytes_match(*fd, (uint64_t)st.st_size, pack)) {
         *size = (uint64_t)st.st_size;
         return ST_OK;
     }
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
     /* Never served: dropped, so the writer sends it again or a reader asks
-     * another peer or the store. */
+     * another peer or the store. Only if the file is still the one read: an
+     * eviction and a new copy may have passed meanwhile. */
     pthread_mutex_lock(&c->lock);
     cached_pack *p = find_pack(c, pack);
-    if (p)
+    struct stat now;
+    if (p && fstatat(c->root_fd, file, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino &&
+        now.st_dev == st.st_dev)
         drop_pack(c, p);
     c->corrupt_refused++;
     pthread_mutex_unlock(&c->lock);
+    close(*fd);
+    *fd = -1;
     return st_seterr(ST_ERR_NOT_FOUND, "pack %s was corrupt on this peer's disk and is dropped",
                      hex);
 }

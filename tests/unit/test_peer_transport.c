@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,10 +74,11 @@ static void make_pack(test_pack *p, size_t raw, uint64_t seed)
 
 /* The encoded manifest of WRITER's part of JOB at step: one file, whose
  * first extent is each pack's first chunk. */
-static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, size_t n)
+static void make_manifest_of(st_bytes *out, const char *node, uint64_t step, const test_pack *packs,
+                             size_t n)
 {
     st_manifest m = {.step = step, .created_ns = 1764460800000000000LL};
-    m.node = WRITER;
+    m.node = (char *)node;
     m.job = JOB;
     st_id ids[8];
     st_chunk_ref chunks[8];
@@ -96,6 +98,11 @@ static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, 
     m.files = &f;
     st_bytes_clear(out);
     CHECK_OK(st_manifest_encode(&m, out));
+}
+
+static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, size_t n)
+{
+    make_manifest_of(out, WRITER, step, packs, n);
 }
 
 static void write_secret(const char *path, const char *text, mode_t mode)
@@ -151,6 +158,16 @@ static void pack_rel(const st_id *id, char *out, size_t cap)
     char hex[ST_ID_HEX_LEN + 1];
     st_id_hex(id, hex);
     snprintf(out, cap, "packs/%.2s/%s.pack", hex, hex);
+}
+
+/* st_bytes_free() of n buffers. */
+static void free_all(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        st_bytes_free(va_arg(ap, st_bytes *));
+    va_end(ap);
 }
 
 /* ---- raw requests, signed here ---- */
@@ -366,6 +383,11 @@ static void test_round_trip(void)
               ST_ERR_CORRUPT);
     CHECK_ERR(st_peer_put_part(c, JOB, 7, WRITER, 2, ids, 2, manifest.data, 10), ST_ERR_CORRUPT);
 
+    /* A node name with ".r" in it. */
+    st_bytes dotted = {0};
+    make_manifest_of(&dotted, "gpu.rack1", 7, &b, 1);
+    CHECK_OK(st_peer_put_part(c, JOB, 7, "gpu.rack1", 3, &b.id, 1, dotted.data, dotted.len));
+
     /* Restart on the same directory: the tables come back from the files,
      * and tmp/ is emptied. */
     st_peer_client_free(c);
@@ -377,15 +399,15 @@ static void test_round_trip(void)
     c = connect_to(s, &secret);
     CHECK(!exists("rt", "tmp/7.pack"));
     st = stats_of(s);
-    CHECK(st.packs_held == 2 && st.replicas_held == 1);
-    CHECK(st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len);
+    CHECK(st.packs_held == 2 && st.replicas_held == 2);
+    CHECK(st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len + dotted.len);
     CHECK_OK(st_peer_get_part(c, JOB, 7, WRITER, 1, &got));
     CHECK(got.len == manifest.len);
+    CHECK_OK(st_peer_get_part(c, JOB, 7, "gpu.rack1", 3, &got));
+    CHECK(got.len == dotted.len);
+    st_bytes_free(&dotted);
 
-    st_bytes_free(&got);
-    st_bytes_free(&manifest);
-    st_bytes_free(&a.bytes);
-    st_bytes_free(&b.bytes);
+    free_all(4, &got, &manifest, &a.bytes, &b.bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
@@ -509,10 +531,7 @@ static void test_corrupt_packs(void)
     CHECK(strstr(st_errmsg(), st_id_hex(&a.id, hex)) != NULL);
     CHECK(stats_of(s).replicas_held == 0);
 
-    st_bytes_free(&got);
-    st_bytes_free(&manifest);
-    st_bytes_free(&a.bytes);
-    st_bytes_free(&b.bytes);
+    free_all(4, &got, &manifest, &a.bytes, &b.bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
