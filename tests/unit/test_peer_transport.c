@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_client.h"
 #include "peer/st_peer_server.h"
+#include "util/st_fsutil.h"
 #include "ut.h"
 
 #define JOB       "job1"
@@ -587,6 +589,107 @@ static void test_cache_cap(void)
     st_peer_server_stop(s);
 }
 
+/* The server forgot the client's nonce (256 newer hellos pushed it out of
+ * its table): the client says hello again, once, and goes on. */
+static void test_forgotten_nonce(void)
+{
+    st_peer_server *s = start_server("rehello", 0);
+    st_peer_client *c = connect_to(s, &secret);
+    test_pack a;
+    make_pack(&a, 5000, 20);
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    raw_answer ans;
+    for (int i = 0; i < 300; i++) {
+        raw_send(st_peer_server_port(s), "GET", "/v1/hello", NULL, NULL, 0, &ans);
+        CHECK(ans.status == 200);
+    }
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    CHECK(has == 1);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.auth_refusals == 1 && st.packs_held == 1);
+    st_bytes_free(&a.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+typedef struct sender {
+    st_peer_server *s;
+    int index;
+    test_pack packs[3]; /* made before the thread starts (CHECK is not thread-safe) */
+    int failures;
+} sender;
+
+/* One of several nodes sending packs to one peer at once. */
+static void *send_packs(void *arg)
+{
+    sender *w = arg;
+    char addr[64], node[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(w->s));
+    snprintf(node, sizeof node, "node-%d", w->index);
+    st_peer_client *c = NULL;
+    if (st_peer_client_new(addr, node, &secret, 0, &c)) {
+        w->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        const test_pack *p = &w->packs[i];
+        st_bytes back = {0};
+        if (st_peer_put_pack(c, &p->id, p->bytes.data, p->bytes.len) ||
+            st_peer_get_pack(c, &p->id, &back) || back.len != p->bytes.len)
+            w->failures++;
+        st_bytes_free(&back);
+    }
+    st_peer_client_free(c);
+    return NULL;
+}
+
+static void test_concurrent_senders(void)
+{
+    st_peer_server *s = start_server("many", 0);
+    pthread_t t[4];
+    sender w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (sender){.s = s, .index = i};
+        for (int j = 0; j < 3; j++)
+            make_pack(&w[i].packs[j], 8000, 100 + (uint64_t)i * 10 + (uint64_t)j);
+        CHECK(pthread_create(&t[i], NULL, send_packs, &w[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(w[i].failures == 0);
+        for (int j = 0; j < 3; j++)
+            st_bytes_free(&w[i].packs[j].bytes);
+    }
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.packs_held == 12 && st.packs_received == 12 && st.packs_served == 12);
+    CHECK(st.auth_refusals == 0);
+    st_peer_server_stop(s);
+}
+
+/* A paced client takes at least its body's bytes over its rate: a lower
+ * bound, which a loaded machine can only make longer. */
+static void test_send_rate(void)
+{
+    st_peer_server *s = start_server("rate", 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(s));
+    st_peer_client *c = NULL;
+    CHECK_OK(st_peer_client_new(addr, WRITER, &secret, 1000000, &c));
+    test_pack p;
+    make_pack(&p, 200000, 30); /* 600 KB of random bytes: stored raw */
+    int64_t t0 = st_mono_ns();
+    CHECK_OK(st_peer_put_pack(c, &p.id, p.bytes.data, p.bytes.len));
+    int64_t took_ms = (st_mono_ns() - t0) / 1000000;
+    CHECK(took_ms >= 300);
+    if (took_ms < 300 || getenv("VERBOSE"))
+        fprintf(stderr, "%zu bytes at 1 MB/s took %" PRId64 " ms\n", p.bytes.len, took_ms);
+    st_bytes_free(&p.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
 /* Names every entry of dir (recursively) into a count; 1 if any is
  * outside the allowed top-level names. */
 static int stray_entries(const char *dir)
@@ -598,7 +701,9 @@ static int stray_entries(const char *dir)
         if (de->d_name[0] != '.' && strcmp(de->d_name, "listen") && strcmp(de->d_name, "rt") &&
             strcmp(de->d_name, "auth") && strcmp(de->d_name, "replay") &&
             strcmp(de->d_name, "corrupt") && strcmp(de->d_name, "cap") &&
-            strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret")) {
+            strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
+            strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
+            strcmp(de->d_name, "rate")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -696,6 +801,9 @@ int main(void)
     RUN(test_replay_and_mac);
     RUN(test_corrupt_packs);
     RUN(test_cache_cap);
+    RUN(test_forgotten_nonce);
+    RUN(test_concurrent_senders);
+    RUN(test_send_rate);
     RUN(test_hostile_paths);
     st_peer_secret_wipe(&secret);
     curl_global_cleanup();
