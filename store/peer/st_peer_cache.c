@@ -91,25 +91,6 @@ static st_peer_part_name name_of(const cached_part *r)
     return (st_peer_part_name){r->job, r->step, r->node, r->rev};
 }
 
-/* mkdir of every component of the relative path rel under the root, 0700. */
-static st_err mkdirs_at(st_peer_cache *c, const char *rel)
-{
-    char buf[PART_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", rel);
-    for (char *p = buf;; p++) {
-        if (*p != '/' && *p)
-            continue;
-        char was = *p;
-        *p = '\0';
-        if (mkdirat(c->root_fd, buf, 0700) < 0 && errno != EEXIST)
-            return st_seterr(st_err_of_write_errno(errno), "peer cache: mkdir %s: %s", buf,
-                             strerror(errno));
-        if (!was)
-            return ST_OK;
-        *p = was;
-    }
-}
-
 static st_err fsync_dir_at(st_peer_cache *c, const char *rel)
 {
     int fd = openat(c->root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -119,6 +100,36 @@ static st_err fsync_dir_at(st_peer_cache *c, const char *rel)
     if (fd >= 0)
         close(fd);
     return e;
+}
+
+/* mkdir of every component of the relative path rel under the root, 0700;
+ * the parent of a directory made here is fsynced, so the new entry lasts. */
+static st_err mkdirs_at(st_peer_cache *c, const char *rel)
+{
+    char buf[PART_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", rel);
+    char *parent_end = NULL; /* the '/' before the component at hand */
+    for (char *p = buf;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char was = *p;
+        *p = '\0';
+        st_err e = ST_OK;
+        if (mkdirat(c->root_fd, buf, 0700) == 0) {
+            if (parent_end)
+                *parent_end = '\0';
+            e = fsync_dir_at(c, parent_end ? buf : ".");
+            if (parent_end)
+                *parent_end = '/';
+        } else if (errno != EEXIST) {
+            e = st_seterr(st_err_of_write_errno(errno), "peer cache: mkdir %s: %s", buf,
+                          strerror(errno));
+        }
+        if (e || !was)
+            return e;
+        *p = was;
+        parent_end = p;
+    }
 }
 
 /* Publishes tmp/name (fd open on it) as the relative path file in dir:
@@ -619,6 +630,13 @@ st_err st_peer_cache_admit_pack(st_peer_cache *c, const st_id *pack, const char 
     }
     char dir[16], file[64];
     pack_path(pack, dir, file);
+    /* The long fsync outside the lock; the one in publish_tmp finds
+     * nothing left to write. */
+    if (fsync(fd) < 0) {
+        e = st_seterr(ST_ERR_IO, "peer cache: fsync of tmp/%s: %s", name, strerror(errno));
+        st_peer_cache_tmp_remove(c, name);
+        return e;
+    }
     pthread_mutex_lock(&c->lock);
     if (find_pack(c, pack)) {
         *was_held = 1;
