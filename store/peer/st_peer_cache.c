@@ -52,6 +52,7 @@ typedef struct cached_part {
 struct st_peer_cache {
     int root_fd, tmp_fd;
     uint64_t cap;
+    int64_t orphan_grace_ns;
     pthread_mutex_t lock;
     cached_pack *packs; /* lock */
     size_t npacks, packs_alloc;
@@ -252,14 +253,14 @@ static cached_part *oldest_durable(st_peer_cache *c)
     return best;
 }
 
-/* The oldest pack no replica references that arrived ST_PEER_ORPHAN_NS ago. */
+/* The oldest pack no replica references that arrived orphan_grace_ns ago. */
 static cached_pack *oldest_orphan(st_peer_cache *c)
 {
     int64_t now = st_mono_ns();
     cached_pack *best = NULL;
     for (size_t i = 0; i < c->npacks; i++) {
         cached_pack *p = &c->packs[i];
-        if (!p->refs && now - p->arrival_ns >= ST_PEER_ORPHAN_NS &&
+        if (!p->refs && now - p->arrival_ns >= c->orphan_grace_ns &&
             (!best || p->arrival_ns < best->arrival_ns))
             best = p;
     }
@@ -476,7 +477,8 @@ static int remove_tmp_entry(st_peer_cache *c, int dirfd, const char *rel, const 
     return 0;
 }
 
-st_err st_peer_cache_open(const char *dir, uint64_t cap, st_peer_cache **out)
+st_err st_peer_cache_open(const char *dir, uint64_t cap, int64_t orphan_grace_ns,
+                          st_peer_cache **out)
 {
     *out = NULL;
     st_err e = st_mkdir_p_mode(dir, 0700);
@@ -488,6 +490,7 @@ st_err st_peer_cache_open(const char *dir, uint64_t cap, st_peer_cache **out)
     if (!c)
         return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
     c->cap = cap;
+    c->orphan_grace_ns = orphan_grace_ns > 0 ? orphan_grace_ns : ST_PEER_ORPHAN_NS;
     c->tmp_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     c->root_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -554,7 +557,7 @@ st_err st_peer_cache_could_fit(st_peer_cache *c, uint64_t bytes)
         for (size_t j = 0; !held && j < c->nparts; j++)
             for (size_t k = 0; !held && !c->parts[j].durable && k < c->parts[j].npacks; k++)
                 held = !st_id_cmp(&c->parts[j].packs[k], &p->id);
-        if (!held && (p->refs || now - p->arrival_ns >= ST_PEER_ORPHAN_NS))
+        if (!held && (p->refs || now - p->arrival_ns >= c->orphan_grace_ns))
             evictable += p->size;
     }
     st_err e = ST_OK;

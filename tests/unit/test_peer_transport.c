@@ -117,7 +117,8 @@ static void write_secret(const char *path, const char *text, mode_t mode)
     close(fd);
 }
 
-static st_peer_server *start_server(const char *sub, uint64_t cap)
+/* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default). */
+static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
 {
     char dir[256];
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
@@ -125,10 +126,16 @@ static st_peer_server *start_server(const char *sub, uint64_t cap)
                              .dir = dir,
                              .node = PEER_NODE,
                              .secret = &secret,
-                             .cache_cap = cap};
+                             .cache_cap = cap,
+                             .orphan_grace_ns = grace_ns};
     st_peer_server *s = NULL;
     CHECK_OK(st_peer_server_start(&o, &s));
     return s;
+}
+
+static st_peer_server *start_server(const char *sub, uint64_t cap)
+{
+    return start_server_graced(sub, cap, 0);
 }
 
 static st_peer_client *connect_to(const st_peer_server *s, const st_peer_secret *sec)
@@ -574,7 +581,8 @@ static void test_cache_cap(void)
     CHECK_ERR(st_peer_get_part(c, JOB, 1, WRITER, 1, &got), ST_ERR_NOT_FOUND);
     CHECK_OK(st_peer_get_part(c, JOB, 2, WRITER, 1, &got));
 
-    /* Full again with nothing evictable: 507, counted. */
+    /* Full again with nothing evictable (p[2] is referenced by no replica
+     * but arrived just now): 507, counted. */
     CHECK_ERR(st_peer_put_pack(c, &p[3].id, p[3].bytes.data, p[3].bytes.len), ST_ERR_NOSPACE);
     CHECK(strstr(st_errmsg(), "peer cache full") != NULL);
     st = stats_of(s);
@@ -585,6 +593,36 @@ static void test_cache_cap(void)
         st_bytes_free(&p[i].bytes);
     st_bytes_free(&m[0]);
     st_bytes_free(&m[1]);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+/* Packs no replica references are evicted once older than the grace (1 ns
+ * here), oldest first; never one a held replica references. */
+static void test_orphan_eviction(void)
+{
+    test_pack p[4];
+    st_bytes m = {0};
+    for (int i = 0; i < 4; i++)
+        make_pack(&p[i], 20000, 40 + (uint64_t)i);
+    make_manifest(&m, 5, &p[0], 1);
+    uint64_t cap = p[0].bytes.len + m.len + p[1].bytes.len + p[2].bytes.len / 2;
+    st_peer_server *s = start_server_graced("orphans", cap, 1);
+    st_peer_client *c = connect_to(s, &secret);
+    CHECK_OK(st_peer_put_pack(c, &p[0].id, p[0].bytes.data, p[0].bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 5, WRITER, 1, &p[0].id, 1, m.data, m.len));
+    CHECK_OK(st_peer_put_pack(c, &p[1].id, p[1].bytes.data, p[1].bytes.len));
+    CHECK_OK(st_peer_put_pack(c, &p[2].id, p[2].bytes.data, p[2].bytes.len));
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &p[1].id, &has));
+    CHECK(has == 0);
+    CHECK_OK(st_peer_has_pack(c, &p[0].id, &has));
+    CHECK(has == 1);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.evictions == 1 && st.replicas_held == 1 && st.packs_held == 2);
+    st_bytes_free(&m);
+    for (int i = 0; i < 4; i++)
+        st_bytes_free(&p[i].bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
@@ -703,7 +741,7 @@ static int stray_entries(const char *dir)
             strcmp(de->d_name, "corrupt") && strcmp(de->d_name, "cap") &&
             strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
             strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
-            strcmp(de->d_name, "rate")) {
+            strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -801,6 +839,7 @@ int main(void)
     RUN(test_replay_and_mac);
     RUN(test_corrupt_packs);
     RUN(test_cache_cap);
+    RUN(test_orphan_eviction);
     RUN(test_forgotten_nonce);
     RUN(test_concurrent_senders);
     RUN(test_send_rate);
