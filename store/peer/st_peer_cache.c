@@ -22,6 +22,7 @@
 
 #include "format/st_pack.h"
 #include "format/st_part.h"
+#include "util/st_array.h"
 #include "util/st_fsutil.h"
 
 #define STATE_MAGIC   "ckptfs-peer-state v1"
@@ -51,6 +52,7 @@ typedef struct cached_part {
 struct st_peer_cache {
     int root_fd, tmp_fd;
     uint64_t cap;
+    int64_t orphan_grace_ns;
     pthread_mutex_t lock;
     cached_pack *packs; /* lock */
     size_t npacks, packs_alloc;
@@ -90,25 +92,6 @@ static st_peer_part_name name_of(const cached_part *r)
     return (st_peer_part_name){r->job, r->step, r->node, r->rev};
 }
 
-/* mkdir of every component of the relative path rel under the root, 0700. */
-static st_err mkdirs_at(st_peer_cache *c, const char *rel)
-{
-    char buf[PART_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", rel);
-    for (char *p = buf;; p++) {
-        if (*p != '/' && *p)
-            continue;
-        char was = *p;
-        *p = '\0';
-        if (mkdirat(c->root_fd, buf, 0700) < 0 && errno != EEXIST)
-            return st_seterr(st_err_of_write_errno(errno), "peer cache: mkdir %s: %s", buf,
-                             strerror(errno));
-        if (!was)
-            return ST_OK;
-        *p = was;
-    }
-}
-
 static st_err fsync_dir_at(st_peer_cache *c, const char *rel)
 {
     int fd = openat(c->root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -118,6 +101,36 @@ static st_err fsync_dir_at(st_peer_cache *c, const char *rel)
     if (fd >= 0)
         close(fd);
     return e;
+}
+
+/* mkdir of every component of the relative path rel under the root, 0700;
+ * the parent of a directory made here is fsynced, so the new entry lasts. */
+static st_err mkdirs_at(st_peer_cache *c, const char *rel)
+{
+    char buf[PART_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", rel);
+    char *parent_end = NULL; /* the '/' before the component at hand */
+    for (char *p = buf;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char was = *p;
+        *p = '\0';
+        st_err e = ST_OK;
+        if (mkdirat(c->root_fd, buf, 0700) == 0) {
+            if (parent_end)
+                *parent_end = '\0';
+            e = fsync_dir_at(c, parent_end ? buf : ".");
+            if (parent_end)
+                *parent_end = '/';
+        } else if (errno != EEXIST) {
+            e = st_seterr(st_err_of_write_errno(errno), "peer cache: mkdir %s: %s", buf,
+                          strerror(errno));
+        }
+        if (e || !was)
+            return e;
+        *p = was;
+        parent_end = p;
+    }
 }
 
 /* Publishes tmp/name (fd open on it) as the relative path file in dir:
@@ -165,14 +178,9 @@ static cached_pack *find_pack(st_peer_cache *c, const st_id *id)
 
 static st_err add_pack(st_peer_cache *c, const st_id *id, uint64_t size)
 {
-    if (c->npacks == c->packs_alloc) {
-        size_t n = c->packs_alloc ? 2 * c->packs_alloc : 64;
-        cached_pack *p = realloc(c->packs, n * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
-        c->packs = p;
-        c->packs_alloc = n;
-    }
+    st_err e = st_array_grow((void **)&c->packs, &c->packs_alloc, c->npacks + 1, sizeof *c->packs);
+    if (e)
+        return e;
     c->packs[c->npacks++] = (cached_pack){*id, size, 0, st_mono_ns()};
     c->bytes += size;
     return ST_OK;
@@ -227,14 +235,9 @@ static void drop_part(st_peer_cache *c, cached_part *r, int delete_files)
 
 static st_err add_part(st_peer_cache *c, const cached_part *r)
 {
-    if (c->nparts == c->parts_alloc) {
-        size_t n = c->parts_alloc ? 2 * c->parts_alloc : 16;
-        cached_part *p = realloc(c->parts, n * sizeof *p);
-        if (!p)
-            return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
-        c->parts = p;
-        c->parts_alloc = n;
-    }
+    st_err e = st_array_grow((void **)&c->parts, &c->parts_alloc, c->nparts + 1, sizeof *c->parts);
+    if (e)
+        return e;
     c->parts[c->nparts++] = *r;
     c->bytes += r->manifest_size;
     return ST_OK;
@@ -250,14 +253,14 @@ static cached_part *oldest_durable(st_peer_cache *c)
     return best;
 }
 
-/* The oldest pack no replica references that arrived ST_PEER_ORPHAN_NS ago. */
+/* The oldest pack no replica references that arrived orphan_grace_ns ago. */
 static cached_pack *oldest_orphan(st_peer_cache *c)
 {
     int64_t now = st_mono_ns();
     cached_pack *best = NULL;
     for (size_t i = 0; i < c->npacks; i++) {
         cached_pack *p = &c->packs[i];
-        if (!p->refs && now - p->arrival_ns >= ST_PEER_ORPHAN_NS &&
+        if (!p->refs && now - p->arrival_ns >= c->orphan_grace_ns &&
             (!best || p->arrival_ns < best->arrival_ns))
             best = p;
     }
@@ -322,6 +325,7 @@ static int parse_state(char *text, cached_part *r)
     if (!line || strcmp(line, STATE_MAGIC))
         return -1;
     int have_state = 0;
+    size_t packs_alloc = 0;
     while ((line = strtok_r(NULL, "\n", &save))) {
         if (!strcmp(line, "state held") || !strcmp(line, "state durable")) {
             r->durable = !strcmp(line, "state durable");
@@ -330,10 +334,9 @@ static int parse_state(char *text, cached_part *r)
             r->arrival = strtoull(line + 8, NULL, 10);
         } else if (!strncmp(line, "pack ", 5)) {
             st_id id;
-            st_id *grown = realloc(r->packs, (r->npacks + 1) * sizeof *grown);
-            if (st_id_parse(line + 5, &id) || !grown)
+            if (st_id_parse(line + 5, &id) ||
+                st_array_grow((void **)&r->packs, &packs_alloc, r->npacks + 1, sizeof id))
                 return -1;
-            r->packs = grown;
             r->packs[r->npacks++] = id;
         }
     }
@@ -397,7 +400,10 @@ static int load_state_file(st_peer_cache *c, int dirfd, const char *rel, const c
 {
     cached_part r = {0};
     const char *job = rel + 6, *slash = strchr(job, '/');
-    const char *dot_r = strstr(name, ".r");
+    /* The last ".r": a node name may hold one too ("gpu.rack1"). */
+    const char *dot_r = NULL;
+    for (const char *at = strstr(name, ".r"); at; at = strstr(at + 1, ".r"))
+        dot_r = at;
     size_t n = strlen(name);
     if (!slash || !dot_r || n < 6 || strcmp(name + n - 6, ".state"))
         return 0;
@@ -471,7 +477,8 @@ static int remove_tmp_entry(st_peer_cache *c, int dirfd, const char *rel, const 
     return 0;
 }
 
-st_err st_peer_cache_open(const char *dir, uint64_t cap, st_peer_cache **out)
+st_err st_peer_cache_open(const char *dir, uint64_t cap, int64_t orphan_grace_ns,
+                          st_peer_cache **out)
 {
     *out = NULL;
     st_err e = st_mkdir_p_mode(dir, 0700);
@@ -483,6 +490,7 @@ st_err st_peer_cache_open(const char *dir, uint64_t cap, st_peer_cache **out)
     if (!c)
         return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
     c->cap = cap;
+    c->orphan_grace_ns = orphan_grace_ns > 0 ? orphan_grace_ns : ST_PEER_ORPHAN_NS;
     c->tmp_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     c->root_fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -549,7 +557,7 @@ st_err st_peer_cache_could_fit(st_peer_cache *c, uint64_t bytes)
         for (size_t j = 0; !held && j < c->nparts; j++)
             for (size_t k = 0; !held && !c->parts[j].durable && k < c->parts[j].npacks; k++)
                 held = !st_id_cmp(&c->parts[j].packs[k], &p->id);
-        if (!held && (p->refs || now - p->arrival_ns >= ST_PEER_ORPHAN_NS))
+        if (!held && (p->refs || now - p->arrival_ns >= c->orphan_grace_ns))
             evictable += p->size;
     }
     st_err e = ST_OK;
@@ -625,6 +633,13 @@ st_err st_peer_cache_admit_pack(st_peer_cache *c, const st_id *pack, const char 
     }
     char dir[16], file[64];
     pack_path(pack, dir, file);
+    /* The long fsync outside the lock; the one in publish_tmp finds
+     * nothing left to write. */
+    if (fsync(fd) < 0) {
+        e = st_seterr(ST_ERR_IO, "peer cache: fsync of tmp/%s: %s", name, strerror(errno));
+        st_peer_cache_tmp_remove(c, name);
+        return e;
+    }
     pthread_mutex_lock(&c->lock);
     if (find_pack(c, pack)) {
         *was_held = 1;
@@ -671,26 +686,30 @@ st_err st_peer_cache_open_pack(st_peer_cache *c, const st_id *pack, int *fd, uin
 {
     char dir[16], file[64], hex[ST_ID_HEX_LEN + 1];
     pack_path(pack, dir, file);
-    *fd = -1;
-    if (!st_peer_cache_has_pack(c, pack))
-        return st_seterr(ST_ERR_NOT_FOUND, "pack %s is not held here", st_id_hex(pack, hex));
+    st_id_hex(pack, hex);
+    pthread_mutex_lock(&c->lock);
+    *fd = find_pack(c, pack) ? openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    pthread_mutex_unlock(&c->lock);
+    if (*fd < 0)
+        return st_seterr(ST_ERR_NOT_FOUND, "pack %s is not held here", hex);
     struct stat st;
-    *fd = openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (*fd >= 0 && fstat(*fd, &st) == 0 && pack_bytes_match(*fd, (uint64_t)st.st_size, pack)) {
+    if (fstat(*fd, &st) == 0 && pack_bytes_match(*fd, (uint64_t)st.st_size, pack)) {
         *size = (uint64_t)st.st_size;
         return ST_OK;
     }
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
     /* Never served: dropped, so the writer sends it again or a reader asks
-     * another peer or the store. */
+     * another peer or the store. Only if the file is still the one read: an
+     * eviction and a new copy may have passed meanwhile. */
     pthread_mutex_lock(&c->lock);
     cached_pack *p = find_pack(c, pack);
-    if (p)
+    struct stat now;
+    if (p && fstatat(c->root_fd, file, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino &&
+        now.st_dev == st.st_dev)
         drop_pack(c, p);
     c->corrupt_refused++;
     pthread_mutex_unlock(&c->lock);
+    close(*fd);
+    *fd = -1;
     return st_seterr(ST_ERR_NOT_FOUND, "pack %s was corrupt on this peer's disk and is dropped",
                      hex);
 }

@@ -20,7 +20,8 @@
  * A held replica's packs are never evicted: the cap bounds what the peer
  * accepts, not what it promised. Eviction order: durable replicas, oldest
  * arrival first, with the packs no other replica references; then packs no
- * replica references that arrived more than ST_PEER_ORPHAN_NS ago.
+ * replica references that arrived more than the orphan grace ago
+ * (ST_PEER_ORPHAN_NS unless the opener says otherwise).
  *
  * Threads: every function may be called from any thread; the tables are
  * under the cache's mutex. File I/O on a body being received (tmp/) is the
@@ -58,10 +59,13 @@ typedef struct st_peer_cache_stats {
 /*!
  * Opens (making it, mode 0700) the directory dir with its packs/, parts/ and
  * tmp/, empties tmp/, and rebuilds the tables from the files. cap: bytes of
- * packs and manifests held, 0 = unlimited. ST_ERR_INVALID if dir is not a
- * private directory of this user, ST_ERR_IO, ST_ERR_NOMEM.
+ * packs and manifests held, 0 = unlimited. orphan_grace_ns: how long a pack
+ * no replica references is kept from eviction, 0 = ST_PEER_ORPHAN_NS.
+ * ST_ERR_INVALID if dir is not a private directory of this user,
+ * ST_ERR_IO, ST_ERR_NOMEM.
  */
-st_err st_peer_cache_open(const char *dir, uint64_t cap, st_peer_cache **out);
+st_err st_peer_cache_open(const char *dir, uint64_t cap, int64_t orphan_grace_ns,
+                          st_peer_cache **out);
 
 /*! Closes and frees. NULL ok. The files stay. */
 void st_peer_cache_close(st_peer_cache *c);

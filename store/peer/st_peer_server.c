@@ -705,7 +705,7 @@ st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
         e = bind_listen(s, o);
     }
     if (!e)
-        e = st_peer_cache_open(o->dir, o->cache_cap, &s->cache);
+        e = st_peer_cache_open(o->dir, o->cache_cap, o->orphan_grace_ns, &s->cache);
     if (!e) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | (s->ipv6 ? MHD_USE_IPv6 : 0);

@@ -28,6 +28,9 @@ typedef struct st_peer_server_opts {
     const char *node;             /* this node's name */
     const st_peer_secret *secret; /* copied: the caller may wipe its own after start */
     uint64_t cache_cap;           /* bytes of packs+manifests held; 0 = unlimited */
+    /* How long a pack no replica references is kept from eviction (its
+     * manifest may be on its way); 0 = ten minutes (ST_PEER_ORPHAN_NS). */
+    int64_t orphan_grace_ns;
 } st_peer_server_opts;
 
 typedef struct st_peer_server_stats {

@@ -10,6 +10,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_client.h"
 #include "peer/st_peer_server.h"
+#include "util/st_fsutil.h"
 #include "ut.h"
 
 #define JOB       "job1"
@@ -73,10 +76,11 @@ static void make_pack(test_pack *p, size_t raw, uint64_t seed)
 
 /* The encoded manifest of WRITER's part of JOB at step: one file, whose
  * first extent is each pack's first chunk. */
-static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, size_t n)
+static void make_manifest_of(st_bytes *out, const char *node, uint64_t step, const test_pack *packs,
+                             size_t n)
 {
     st_manifest m = {.step = step, .created_ns = 1764460800000000000LL};
-    m.node = WRITER;
+    m.node = (char *)node;
     m.job = JOB;
     st_id ids[8];
     st_chunk_ref chunks[8];
@@ -98,6 +102,11 @@ static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, 
     CHECK_OK(st_manifest_encode(&m, out));
 }
 
+static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, size_t n)
+{
+    make_manifest_of(out, WRITER, step, packs, n);
+}
+
 static void write_secret(const char *path, const char *text, mode_t mode)
 {
     unlink(path);
@@ -108,7 +117,8 @@ static void write_secret(const char *path, const char *text, mode_t mode)
     close(fd);
 }
 
-static st_peer_server *start_server(const char *sub, uint64_t cap)
+/* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default). */
+static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
 {
     char dir[256];
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
@@ -116,10 +126,16 @@ static st_peer_server *start_server(const char *sub, uint64_t cap)
                              .dir = dir,
                              .node = PEER_NODE,
                              .secret = &secret,
-                             .cache_cap = cap};
+                             .cache_cap = cap,
+                             .orphan_grace_ns = grace_ns};
     st_peer_server *s = NULL;
     CHECK_OK(st_peer_server_start(&o, &s));
     return s;
+}
+
+static st_peer_server *start_server(const char *sub, uint64_t cap)
+{
+    return start_server_graced(sub, cap, 0);
 }
 
 static st_peer_client *connect_to(const st_peer_server *s, const st_peer_secret *sec)
@@ -151,6 +167,16 @@ static void pack_rel(const st_id *id, char *out, size_t cap)
     char hex[ST_ID_HEX_LEN + 1];
     st_id_hex(id, hex);
     snprintf(out, cap, "packs/%.2s/%s.pack", hex, hex);
+}
+
+/* st_bytes_free() of n buffers. */
+static void free_all(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        st_bytes_free(va_arg(ap, st_bytes *));
+    va_end(ap);
 }
 
 /* ---- raw requests, signed here ---- */
@@ -366,6 +392,11 @@ static void test_round_trip(void)
               ST_ERR_CORRUPT);
     CHECK_ERR(st_peer_put_part(c, JOB, 7, WRITER, 2, ids, 2, manifest.data, 10), ST_ERR_CORRUPT);
 
+    /* A node name with ".r" in it. */
+    st_bytes dotted = {0};
+    make_manifest_of(&dotted, "gpu.rack1", 7, &b, 1);
+    CHECK_OK(st_peer_put_part(c, JOB, 7, "gpu.rack1", 3, &b.id, 1, dotted.data, dotted.len));
+
     /* Restart on the same directory: the tables come back from the files,
      * and tmp/ is emptied. */
     st_peer_client_free(c);
@@ -377,15 +408,15 @@ static void test_round_trip(void)
     c = connect_to(s, &secret);
     CHECK(!exists("rt", "tmp/7.pack"));
     st = stats_of(s);
-    CHECK(st.packs_held == 2 && st.replicas_held == 1);
-    CHECK(st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len);
+    CHECK(st.packs_held == 2 && st.replicas_held == 2);
+    CHECK(st.cache_bytes == a.bytes.len + b.bytes.len + manifest.len + dotted.len);
     CHECK_OK(st_peer_get_part(c, JOB, 7, WRITER, 1, &got));
     CHECK(got.len == manifest.len);
+    CHECK_OK(st_peer_get_part(c, JOB, 7, "gpu.rack1", 3, &got));
+    CHECK(got.len == dotted.len);
+    st_bytes_free(&dotted);
 
-    st_bytes_free(&got);
-    st_bytes_free(&manifest);
-    st_bytes_free(&a.bytes);
-    st_bytes_free(&b.bytes);
+    free_all(4, &got, &manifest, &a.bytes, &b.bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
@@ -509,10 +540,7 @@ static void test_corrupt_packs(void)
     CHECK(strstr(st_errmsg(), st_id_hex(&a.id, hex)) != NULL);
     CHECK(stats_of(s).replicas_held == 0);
 
-    st_bytes_free(&got);
-    st_bytes_free(&manifest);
-    st_bytes_free(&a.bytes);
-    st_bytes_free(&b.bytes);
+    free_all(4, &got, &manifest, &a.bytes, &b.bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
@@ -553,7 +581,8 @@ static void test_cache_cap(void)
     CHECK_ERR(st_peer_get_part(c, JOB, 1, WRITER, 1, &got), ST_ERR_NOT_FOUND);
     CHECK_OK(st_peer_get_part(c, JOB, 2, WRITER, 1, &got));
 
-    /* Full again with nothing evictable: 507, counted. */
+    /* Full again with nothing evictable (p[2] is referenced by no replica
+     * but arrived just now): 507, counted. */
     CHECK_ERR(st_peer_put_pack(c, &p[3].id, p[3].bytes.data, p[3].bytes.len), ST_ERR_NOSPACE);
     CHECK(strstr(st_errmsg(), "peer cache full") != NULL);
     st = stats_of(s);
@@ -564,6 +593,137 @@ static void test_cache_cap(void)
         st_bytes_free(&p[i].bytes);
     st_bytes_free(&m[0]);
     st_bytes_free(&m[1]);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+/* Packs no replica references are evicted once older than the grace (1 ns
+ * here), oldest first; never one a held replica references. */
+static void test_orphan_eviction(void)
+{
+    test_pack p[4];
+    st_bytes m = {0};
+    for (int i = 0; i < 4; i++)
+        make_pack(&p[i], 20000, 40 + (uint64_t)i);
+    make_manifest(&m, 5, &p[0], 1);
+    uint64_t cap = p[0].bytes.len + m.len + p[1].bytes.len + p[2].bytes.len / 2;
+    st_peer_server *s = start_server_graced("orphans", cap, 1);
+    st_peer_client *c = connect_to(s, &secret);
+    CHECK_OK(st_peer_put_pack(c, &p[0].id, p[0].bytes.data, p[0].bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 5, WRITER, 1, &p[0].id, 1, m.data, m.len));
+    CHECK_OK(st_peer_put_pack(c, &p[1].id, p[1].bytes.data, p[1].bytes.len));
+    CHECK_OK(st_peer_put_pack(c, &p[2].id, p[2].bytes.data, p[2].bytes.len));
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &p[1].id, &has));
+    CHECK(has == 0);
+    CHECK_OK(st_peer_has_pack(c, &p[0].id, &has));
+    CHECK(has == 1);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.evictions == 1 && st.replicas_held == 1 && st.packs_held == 2);
+    st_bytes_free(&m);
+    for (int i = 0; i < 4; i++)
+        st_bytes_free(&p[i].bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+/* The server forgot the client's nonce (256 newer hellos pushed it out of
+ * its table): the client says hello again, once, and goes on. */
+static void test_forgotten_nonce(void)
+{
+    st_peer_server *s = start_server("rehello", 0);
+    st_peer_client *c = connect_to(s, &secret);
+    test_pack a;
+    make_pack(&a, 5000, 20);
+    int has = -1;
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    raw_answer ans;
+    for (int i = 0; i < 300; i++) {
+        raw_send(st_peer_server_port(s), "GET", "/v1/hello", NULL, NULL, 0, &ans);
+        CHECK(ans.status == 200);
+    }
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    CHECK_OK(st_peer_has_pack(c, &a.id, &has));
+    CHECK(has == 1);
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.auth_refusals == 1 && st.packs_held == 1);
+    st_bytes_free(&a.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
+typedef struct sender {
+    st_peer_server *s;
+    int index;
+    test_pack packs[3]; /* made before the thread starts (CHECK is not thread-safe) */
+    int failures;
+} sender;
+
+/* One of several nodes sending packs to one peer at once. */
+static void *send_packs(void *arg)
+{
+    sender *w = arg;
+    char addr[64], node[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(w->s));
+    snprintf(node, sizeof node, "node-%d", w->index);
+    st_peer_client *c = NULL;
+    if (st_peer_client_new(addr, node, &secret, 0, &c)) {
+        w->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        const test_pack *p = &w->packs[i];
+        st_bytes back = {0};
+        if (st_peer_put_pack(c, &p->id, p->bytes.data, p->bytes.len) ||
+            st_peer_get_pack(c, &p->id, &back) || back.len != p->bytes.len)
+            w->failures++;
+        st_bytes_free(&back);
+    }
+    st_peer_client_free(c);
+    return NULL;
+}
+
+static void test_concurrent_senders(void)
+{
+    st_peer_server *s = start_server("many", 0);
+    pthread_t t[4];
+    sender w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (sender){.s = s, .index = i};
+        for (int j = 0; j < 3; j++)
+            make_pack(&w[i].packs[j], 8000, 100 + (uint64_t)i * 10 + (uint64_t)j);
+        CHECK(pthread_create(&t[i], NULL, send_packs, &w[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(w[i].failures == 0);
+        for (int j = 0; j < 3; j++)
+            st_bytes_free(&w[i].packs[j].bytes);
+    }
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.packs_held == 12 && st.packs_received == 12 && st.packs_served == 12);
+    CHECK(st.auth_refusals == 0);
+    st_peer_server_stop(s);
+}
+
+/* A paced client takes at least its body's bytes over its rate: a lower
+ * bound, which a loaded machine can only make longer. */
+static void test_send_rate(void)
+{
+    st_peer_server *s = start_server("rate", 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", st_peer_server_port(s));
+    st_peer_client *c = NULL;
+    CHECK_OK(st_peer_client_new(addr, WRITER, &secret, 1000000, &c));
+    test_pack p;
+    make_pack(&p, 200000, 30); /* 600 KB of random bytes: stored raw */
+    int64_t t0 = st_mono_ns();
+    CHECK_OK(st_peer_put_pack(c, &p.id, p.bytes.data, p.bytes.len));
+    int64_t took_ms = (st_mono_ns() - t0) / 1000000;
+    CHECK(took_ms >= 300);
+    if (took_ms < 300 || getenv("VERBOSE"))
+        fprintf(stderr, "%zu bytes at 1 MB/s took %" PRId64 " ms\n", p.bytes.len, took_ms);
+    st_bytes_free(&p.bytes);
     st_peer_client_free(c);
     st_peer_server_stop(s);
 }
@@ -579,7 +739,9 @@ static int stray_entries(const char *dir)
         if (de->d_name[0] != '.' && strcmp(de->d_name, "listen") && strcmp(de->d_name, "rt") &&
             strcmp(de->d_name, "auth") && strcmp(de->d_name, "replay") &&
             strcmp(de->d_name, "corrupt") && strcmp(de->d_name, "cap") &&
-            strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret")) {
+            strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
+            strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
+            strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -677,6 +839,10 @@ int main(void)
     RUN(test_replay_and_mac);
     RUN(test_corrupt_packs);
     RUN(test_cache_cap);
+    RUN(test_orphan_eviction);
+    RUN(test_forgotten_nonce);
+    RUN(test_concurrent_senders);
+    RUN(test_send_rate);
     RUN(test_hostile_paths);
     st_peer_secret_wipe(&secret);
     curl_global_cleanup();
