@@ -130,6 +130,9 @@ typedef struct st_vfs_options {
      * (0: no cap). */
     const char *peer_listen;
     const char *peers;
+    /* This node's failure domain (NULL: its node name): its replicas go to
+     * peers of other domains, and it tells writers its own. */
+    const char *failure_domain;
     const char *peer_secret_file;
     uint64_t replicas;
     uint64_t peer_cache_cap;

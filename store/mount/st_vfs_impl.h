@@ -517,10 +517,12 @@ st_backend *vfs_replication_begin(st_vfs *v, const char *job, struct st_replicat
 /*! After the ingest, before the publish: the manifest and part to the
  *  peers and the replica record to the store, then every spooled pack to
  *  the store. An error of the store (the spool's PUTs) is returned: the
- *  part is not published then. *replicated_rev: the revision replicated, 0
- *  if none. */
+ *  part is not published then. */
 st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_manifest *m,
-                              const st_part *part, uint32_t *replicated_rev);
+                              const st_part *part);
+/*! After the upload (published: it succeeded): the peers told, the record
+ *  deleted; frees rep (NULL: nothing). */
+void vfs_replication_end(st_vfs *v, struct st_replication *rep, int published);
 /*! The cache of replicas this node keeps for others, or NULL (no
  *  --peer-listen). */
 struct st_peer_cache *vfs_peers_cache(st_vfs *v);
@@ -530,10 +532,6 @@ void vfs_peers_stats(st_vfs *v, st_vfs_peer_stats *out);
 /*! st_vfs_takeover.c: after a refresh, replicas whose writer is lost are
  *  made durable by this node (docs/PEERS.md, "Takeover"). Refresher only. */
 void vfs_takeover_tick(st_vfs *v);
-/*! After the publish (ok: it succeeded): the peers told, the record
- *  deleted; frees rep (NULL: nothing). */
-void vfs_replication_end(st_vfs *v, struct st_replication *rep, const char *job, uint64_t step,
-                         uint32_t replicated_rev, int ok);
 /* An error happened: counts it and stamps its time (the metrics' errors and
  * last error time). vfs_set_error also puts its text in v->last_error. */
 void vfs_error_seen(st_vfs *v);

@@ -58,6 +58,7 @@ static st_err start_server(st_vfs *v, vfs_peers *p)
     st_peer_server_opts so = {.listen = v->opts.peer_listen,
                               .dir = dir,
                               .node = v->node,
+                              .failure_domain = v->opts.failure_domain,
                               .secret = &p->secret,
                               .cache_cap = v->opts.peer_cache_cap ? v->opts.peer_cache_cap
                                                                   : default_cache_cap(v)};
@@ -96,7 +97,8 @@ static st_err start_read_view(st_vfs *v, vfs_peers *p)
 static st_err start_replication(st_vfs *v, vfs_peers *p)
 {
     char dir[4096];
-    st_err e = st_peer_set_new(v->opts.peers, v->node, &p->secret, v->opts.peer_rate, &p->set);
+    st_err e = st_peer_set_new(v->opts.peers, v->node, v->opts.failure_domain, &p->secret,
+                               v->opts.peer_rate, &p->set);
     if (!e)
         e = staging_path(v, "spool", dir, sizeof dir);
     if (!e)
@@ -113,6 +115,9 @@ st_err vfs_peers_open(st_vfs *v)
         return ST_OK;
     if (!o->peer_secret_file)
         return st_seterr(ST_ERR_INVALID, "--peers and --peer-listen need --peer-secret-file");
+    if (o->failure_domain && !st_name_is_valid(o->failure_domain, ST_NODE_MAX))
+        return st_seterr(ST_ERR_INVALID, "--failure-domain '%.64s': use A-Z a-z 0-9 . _ -",
+                         o->failure_domain);
     if (o->replicas > ST_REPLICA_MAX_HOLDERS)
         return st_seterr(ST_ERR_INVALID, "--replicas %" PRIu64 ": at most %d", o->replicas,
                          ST_REPLICA_MAX_HOLDERS);
@@ -170,10 +175,9 @@ st_backend *vfs_replication_begin(st_vfs *v, const char *job, struct st_replicat
 }
 
 st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_manifest *m,
-                              const st_part *part, uint32_t *replicated_rev)
+                              const st_part *part)
 {
     vfs_peers *p = v->peers;
-    *replicated_rev = 0;
     if (!p || !p->spool)
         return ST_OK;
     st_spool_set_hook(p->spool, NULL, NULL);
@@ -197,7 +201,6 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
             vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %s", m->step, m->job,
                     st_errmsg());
         else if (p->last.replicated) {
-            *replicated_rev = sealed.revision;
             vfs_log(v, 0, "step %" PRIu64 " of %s replicated on %zu peer(s)", m->step, m->job,
                     p->last.holders);
         } else
@@ -207,16 +210,15 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
     return st_spool_flush(p->spool);
 }
 
-void vfs_replication_end(st_vfs *v, struct st_replication *rep, const char *job, uint64_t step,
-                         uint32_t replicated_rev, int ok)
+void vfs_replication_end(st_vfs *v, struct st_replication *rep, int published)
 {
     vfs_peers *p = v->peers;
     if (p && p->spool)
         st_spool_set_hook(p->spool, NULL, NULL); /* also when the upload failed before finish */
     if (!rep)
         return;
-    if (ok && replicated_rev)
-        st_replication_durable(rep, v->backend, job, step, v->node, replicated_rev, &p->last);
+    if (published)
+        st_replication_durable(rep, v->backend, &p->last);
     st_replication_free(rep);
 }
 

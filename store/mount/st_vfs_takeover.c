@@ -9,8 +9,9 @@
  *      the replica is durable (evictable first); nothing else;
  *   2. the writer's node lease is live (by the store's clock, docs/NODES.md):
  *      the writer will publish; nothing;
- *   3. the replica record is gone: the part was never replicated (or was
- *      superseded); nothing: the cache evicts it in time;
+ *   3. the replica record is not in the store (the writer died before it,
+ *      or a newer revision superseded it): no reader counts on this copy;
+ *      it becomes evictable (marked as if durable);
  *   4. this node is not the first holder the record names whose own lease
  *      is live: that holder takes over; nothing;
  *   5. otherwise this node takes the writer's lease, PUTs the packs the
@@ -207,9 +208,14 @@ static void look_at(st_vfs *v, st_peer_cache *cache, const held_part *h)
         goto out;
     char key[ST_KEY_MAX];
     st_replica rec;
-    if (st_key_replica(key, sizeof key, h->job, h->step, h->node, h->rev) ||
-        st_get(v->backend, key, 0, ST_GET_TO_END, &buf) ||
-        st_replica_decode(buf.data, buf.len, &rec, &part))
+    if (st_key_replica(key, sizeof key, h->job, h->step, h->node, h->rev))
+        goto out;
+    e = st_get(v->backend, key, 0, ST_GET_TO_END, &buf);
+    if (e == ST_ERR_NOT_FOUND) { /* never recorded, and its writer is gone: nobody needs it */
+        st_peer_cache_mark_durable(cache, &name);
+        goto out;
+    }
+    if (e || st_replica_decode(buf.data, buf.len, &rec, &part))
         goto out;
     int mine = 0;
     for (size_t i = 0; i < rec.nholders; i++) {

@@ -369,7 +369,6 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     st_manifest prev = {0}, m = {0};
     st_ingest *g = NULL;
     struct st_replication *rep = NULL;
-    uint32_t replicated_rev = 0;
     int have_mine = 0, have_prev = 0;
     st_err e = st_catalog_sync_index(v->backend, index, s->job, NULL, NULL);
     if (e)
@@ -442,7 +441,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     s->part.revision = base + 1; /* raised past the other nodes' by the publish */
     /* With peers: replicated now, and every spooled pack in the store
      * before the publish's last look lists them (docs/PEERS.md). */
-    if ((e = vfs_replication_finish(v, rep, &m, &s->part, &replicated_rev)))
+    if ((e = vfs_replication_finish(v, rep, &m, &s->part)))
         goto out;
     /* Only the holder of the node name writes its part records
      * (docs/NODES.md); the step stays queued otherwise. The lease check and
@@ -455,7 +454,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
         *got = *st_ingest_get_stats(g);
     }
 out:
-    vfs_replication_end(v, rep, s->job, s->step, replicated_rev, e == ST_OK);
+    vfs_replication_end(v, rep, e == ST_OK);
     st_manifest_free(&m);
     st_manifest_free(&prev);
     st_ingest_free(g);

@@ -43,6 +43,7 @@ struct st_peer_client {
     uint64_t counter;                /* lock: of the last signed request */
     int64_t last_use_ns;             /* lock: monotonic */
     char peer_node[ST_NODE_MAX + 1]; /* lock: "" before the first hello */
+    char peer_domain[ST_NODE_MAX + 1]; /* lock: its failure domain (its node name if unsaid) */
 };
 
 /* One request and what came back. */
@@ -304,6 +305,11 @@ static st_err hello(st_peer_client *c)
         return st_seterr(ST_ERR_PERMANENT, "peer at %s: hello: not the answer of a %s peer",
                          c->addr, ST_PEER_PROTOCOL);
     snprintf(c->peer_node, sizeof c->peer_node, "%s", node);
+    char domain[ST_NODE_MAX + 1];
+    if (hello_field(text, "domain", domain, sizeof domain) ||
+        !st_name_is_valid(domain, ST_NODE_MAX))
+        snprintf(domain, sizeof domain, "%s", node); /* a peer that does not say */
+    snprintf(c->peer_domain, sizeof c->peer_domain, "%s", domain);
     if (RAND_bytes(c->client_nonce, ST_PEER_NONCE_LEN) != 1)
         return st_seterr(ST_ERR_IO, "peer client: no random bytes for a nonce");
     e = st_peer_key_derive(&c->secret, c->server_nonce, c->client_nonce, c->self, c->peer_node,
@@ -427,6 +433,18 @@ st_err st_peer_client_node(st_peer_client *c, char *out, size_t cap)
         e = st_seterr(ST_ERR_INVALID, "peer client: a buffer of %zu bytes is too small", cap);
     if (!e)
         snprintf(out, cap, "%s", c->peer_node);
+    pthread_mutex_unlock(&c->lock);
+    return e;
+}
+
+st_err st_peer_client_domain(st_peer_client *c, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    st_err e = c->peer_node[0] ? ST_OK : hello(c);
+    if (!e && strlen(c->peer_domain) >= cap)
+        e = st_seterr(ST_ERR_INVALID, "peer client: a buffer of %zu bytes is too small", cap);
+    if (!e)
+        snprintf(out, cap, "%s", c->peer_domain);
     pthread_mutex_unlock(&c->lock);
     return e;
 }

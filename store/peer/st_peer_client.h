@@ -50,6 +50,9 @@ void st_peer_client_free(st_peer_client *c);
 /*! The peer's node name into out (cap bytes; ST_ERR_INVALID if too small):
  *  the one its last hello gave, or from a GET /v1/hello now. */
 st_err st_peer_client_node(st_peer_client *c, char *out, size_t cap);
+/*! The peer's failure domain, as its hello said (its node name if it said
+ *  none); the same rules as st_peer_client_node. */
+st_err st_peer_client_domain(st_peer_client *c, char *out, size_t cap);
 
 /*! *has: 1 if the peer holds the pack, else 0. */
 st_err st_peer_has_pack(st_peer_client *c, const st_id *pack, int *has);

@@ -58,6 +58,7 @@ struct st_peer_server {
     int fd, port, ipv6;
     char node[ST_NODE_MAX + 1];
     char instance[33];
+    char domain[ST_NODE_MAX + 1]; /* its failure domain, for writers choosing peers */
     st_peer_secret secret;
     st_peer_cache *cache;
     pthread_mutex_t lock;
@@ -406,8 +407,8 @@ static enum MHD_Result reply_hello(st_peer_server *s, struct MHD_Connection *c, 
     char nonce[2 * ST_PEER_NONCE_LEN + 1], text[400];
     if (new_channel(s, nonce))
         return reply_err(c, q, ST_ERR_IO);
-    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\n", ST_PEER_PROTOCOL, s->node,
-             s->instance, nonce);
+    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\ndomain %s\n",
+             ST_PEER_PROTOCOL, s->node, s->instance, nonce, s->domain);
     return reply(c, q, MHD_HTTP_OK, text);
 }
 
@@ -685,6 +686,10 @@ st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
     if (!o->node || !st_name_is_valid(o->node, ST_NODE_MAX))
         return st_seterr(ST_ERR_INVALID, "peer server: invalid node name '%.64s'",
                          o->node ? o->node : "");
+    if (o->failure_domain && !st_name_is_valid(o->failure_domain, ST_NODE_MAX))
+        return st_seterr(ST_ERR_INVALID,
+                         "invalid failure domain '%.64s': use A-Z a-z 0-9 . _ -, at most %d",
+                         o->failure_domain, ST_NODE_MAX);
     if (!o->secret || o->secret->len < ST_PEER_SECRET_MIN || o->secret->len > ST_PEER_SECRET_MAX)
         return st_seterr(ST_ERR_INVALID, "peer server: no cluster secret");
     if (!o->dir)
@@ -695,6 +700,7 @@ st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
     s->fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     snprintf(s->node, sizeof s->node, "%s", o->node);
+    snprintf(s->domain, sizeof s->domain, "%s", o->failure_domain ? o->failure_domain : o->node);
     s->secret = *o->secret;
     uint8_t instance[16];
     st_err e = ST_OK;

@@ -26,6 +26,7 @@ typedef struct st_peer_server_opts {
     int listen_any;     /* required to bind 0.0.0.0 or :: ; otherwise ST_ERR_INVALID */
     const char *dir; /* the peer directory (STAGING/peer): packs/, parts/, tmp/ made inside, 0700 */
     const char *node;             /* this node's name */
+    const char *failure_domain;   /* told in the hello; NULL: the node name */
     const st_peer_secret *secret; /* copied: the caller may wipe its own after start */
     uint64_t cache_cap;           /* bytes of packs+manifests held; 0 = unlimited */
     /* How long a pack no replica references is kept from eviction (its

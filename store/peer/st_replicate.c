@@ -15,13 +15,15 @@
 
 typedef struct peer {
     char addr[ST_PEER_ADDR_MAX + 1];
-    char node[ST_NODE_MAX + 1]; /* from its hello; "" until it answered */
+    char node[ST_NODE_MAX + 1];   /* from its hello; "" until it answered */
+    char domain[ST_NODE_MAX + 1]; /* its failure domain, from the same hello */
     st_peer_client *client;     /* one request at a time: under lock */
     pthread_mutex_t lock;
 } peer;
 
 struct st_peer_set {
     char self[ST_NODE_MAX + 1];
+    char domain[ST_NODE_MAX + 1]; /* this node's failure domain: never chosen */
     size_t n;
     peer peers[ST_PEERS_MAX];
 };
@@ -39,18 +41,24 @@ struct st_replication {
     pthread_mutex_t lock; /* targets' failed flags, packs, counters */
     size_t ntargets;
     target targets[ST_PEERS_MAX];
+    char job[ST_JOB_MAX + 1]; /* the part finished: set by st_replication_finish */
+    char node[ST_NODE_MAX + 1];
+    uint64_t step;
+    uint32_t rev;
+    int finished;
     st_id *packs; /* the new packs sent, in order */
     size_t npacks, packs_cap;
     uint64_t packs_sent, bytes_sent;
 };
 
-st_err st_peer_set_new(const char *peers, const char *self_node, const st_peer_secret *secret,
-                       uint64_t rate, st_peer_set **out)
+st_err st_peer_set_new(const char *peers, const char *self_node, const char *self_domain,
+                       const st_peer_secret *secret, uint64_t rate, st_peer_set **out)
 {
     st_peer_set *ps = calloc(1, sizeof *ps);
     if (!ps)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     snprintf(ps->self, sizeof ps->self, "%s", self_node);
+    snprintf(ps->domain, sizeof ps->domain, "%s", self_domain ? self_domain : self_node);
     st_err e = ST_OK;
     for (const char *s = peers; !e && *s;) {
         size_t len = strcspn(s, ",");
@@ -92,12 +100,22 @@ void st_peer_set_free(st_peer_set *ps)
     free(ps);
 }
 
-/* The peer's node name, asked once (its lock held). */
+/* The peer's node name and failure domain, asked once (its lock held). */
 static st_err peer_node(peer *p)
 {
     if (p->node[0])
         return ST_OK;
-    return st_peer_client_node(p->client, p->node, sizeof p->node);
+    st_err e = st_peer_client_domain(p->client, p->domain, sizeof p->domain);
+    return e ? e : st_peer_client_node(p->client, p->node, sizeof p->node);
+}
+
+/* 1 if a peer of domain is among chosen[0..n). */
+static int domain_taken(const target *chosen, size_t n, const char *domain)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(chosen[i].p->domain, domain))
+            return 1;
+    return 0;
 }
 
 /* Rendezvous rank of peer node for (job, writer): higher first. */
@@ -130,12 +148,21 @@ st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,
         pthread_mutex_lock(&p->lock);
         st_err e = peer_node(p);
         pthread_mutex_unlock(&p->lock);
-        if (!e && strcmp(p->node, ps->self)) /* a peer that does not answer is not chosen */
+        /* Not chosen: a peer that does not answer, this node, its domain. */
+        if (!e && strcmp(p->node, ps->self) && strcmp(p->domain, ps->domain))
             all[n++] = (target){.p = p, .rank = rank_of(job, ps->self, p->node)};
     }
     qsort(all, n, sizeof *all, by_rank);
-    r->ntargets = n < replicas ? n : replicas;
-    memcpy(r->targets, all, r->ntargets * sizeof *all);
+    /* Down the ranking, a domain not chosen yet first; then any. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n && r->ntargets < replicas; i++) {
+            if (!all[i].p)
+                continue;
+            if (pass == 0 && domain_taken(r->targets, r->ntargets, all[i].p->domain))
+                continue;
+            r->targets[r->ntargets++] = all[i];
+            all[i].p = NULL;
+        }
     *out = r;
     return ST_OK;
 }
@@ -182,6 +209,11 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
                              const st_bytes *part, st_replication_result *res)
 {
     memset(res, 0, sizeof *res);
+    snprintf(r->job, sizeof r->job, "%s", job);
+    snprintf(r->node, sizeof r->node, "%s", node);
+    r->step = step;
+    r->rev = rev;
+    r->finished = 1;
     st_replica rec = {.revision = rev};
     for (size_t i = 0; i < r->ntargets; i++) {
         target *t = &r->targets[i];
@@ -225,16 +257,18 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     return e;
 }
 
-void st_replication_durable(st_replication *r, st_backend *store, const char *job, uint64_t step,
-                            const char *node, uint32_t rev, const st_replication_result *res)
+void st_replication_durable(st_replication *r, st_backend *store,
+                            const st_replication_result *res)
 {
+    if (!r->finished)
+        return;
     for (size_t i = 0; i < r->ntargets; i++) {
         target *t = &r->targets[i];
         if (t->failed)
             continue;
         pthread_mutex_lock(&t->p->lock);
-        st_peer_mark_durable(t->p->client, job, step, node, rev); /* a peer that misses it
-                                                                     finds out by itself */
+        /* Best effort: a peer that misses it finds out at its next look. */
+        st_peer_mark_durable(t->p->client, r->job, r->step, r->node, r->rev);
         pthread_mutex_unlock(&t->p->lock);
     }
     if (res->replicated)

@@ -14,7 +14,9 @@
  *
  * Peers are named by hand (`--peers`); they are ranked per job by
  * XXH3-64(job, writer, peer) (rendezvous hashing: a writer's replicas of a
- * job land on the same peers step after step).
+ * job land on the same peers step after step). A peer in the writer's own
+ * failure domain (each peer says its own in its hello) is never chosen;
+ * down the ranking, peers of domains not chosen yet come first.
  */
 #ifndef ST_REPLICATE_H
 #define ST_REPLICATE_H
@@ -33,10 +35,11 @@
 typedef struct st_peer_set st_peer_set;
 
 /*! peers: "host:port,host:port,..." (at most ST_PEERS_MAX). self_node:
- *  this node's name; secret borrowed (must outlive the set); rate: bytes
- *  per second this node sends to peers in all, 0 unlimited. */
-st_err st_peer_set_new(const char *peers, const char *self_node, const st_peer_secret *secret,
-                       uint64_t rate, st_peer_set **out);
+ *  this node's name; self_domain: its failure domain (NULL: the node name),
+ *  whose peers are never chosen; secret borrowed (must outlive the set);
+ *  rate: bytes per second sent to one peer, 0 unlimited. */
+st_err st_peer_set_new(const char *peers, const char *self_node, const char *self_domain,
+                       const st_peer_secret *secret, uint64_t rate, st_peer_set **out);
 void st_peer_set_free(st_peer_set *ps);
 
 typedef struct st_replication st_replication;
@@ -61,10 +64,12 @@ void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t
 st_err st_replication_finish(st_replication *r, st_backend *store, const char *job, uint64_t step,
                              const char *node, uint32_t rev, const st_bytes *manifest,
                              const st_bytes *part, st_replication_result *res);
-/*! Tells the holders the part is durable (best effort) and deletes the
- *  replica record. */
-void st_replication_durable(st_replication *r, st_backend *store, const char *job, uint64_t step,
-                            const char *node, uint32_t rev, const st_replication_result *res);
+/*! After the part was published: tells every peer that took its manifest
+ *  (replicated or not: a peer keeps a replica it was not told about until
+ *  its own look at the store) that it is durable, best effort, and deletes
+ *  the replica record. Nothing before st_replication_finish. */
+void st_replication_durable(st_replication *r, st_backend *store,
+                            const st_replication_result *res);
 void st_replication_free(st_replication *r);
 
 #endif

@@ -213,6 +213,23 @@ class Peers(unittest.TestCase):
                 wait_durable(CKPTCTL, self.store, JOB, 600, timeout=120)
             b.stop()
 
+    def test_failure_domains(self):
+        # The writer's rack holds b; c is in another: only c may take it.
+        b = self.mount("b", ["--peer-listen", PEER_ADDR + ":0", "--peer-secret-file",
+                             self.secret, "--failure-domain", "rack1"])
+        c = self.mount("c", ["--peer-listen", "127.0.0.3:0", "--peer-secret-file", self.secret,
+                             "--failure-domain", "rack2"])
+        with b, c:
+            peers = [self.peer_addr(b), re.sub(r"^[^:]*", "127.0.0.3", self.peer_addr(c))]
+            with self.writer(",".join(peers), "put_delay_ms=0", "--failure-domain", "rack1",
+                             "--replicas", "2") as a:
+                self.save(a, 700)
+                wait_durable(CKPTCTL, self.store, JOB, 700, timeout=120)
+                # Two wanted, one domain besides the writer's: one holder.
+                self.assertIn("not replicated: 1 of 2 peers took it", a.log_text())
+            self.assertEqual(read_status(b.path)["peers"]["replicas_held"], 0)
+            self.assertEqual(read_status(c.path)["peers"]["replicas_held"], 1)
+
     def test_corrupt_peer_copy_is_not_served(self):
         with self.peer_mount() as b:
             peer = self.peer_addr(b)

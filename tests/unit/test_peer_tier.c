@@ -274,7 +274,7 @@ static void test_write_order(void)
     st_peer_set *peers = NULL;
     st_replication *rep = NULL;
     CHECK_OK(st_spool_open(path, wstore, 2, &spool));
-    CHECK_OK(st_peer_set_new(addr, NODE, &secret, 0, &peers));
+    CHECK_OK(st_peer_set_new(addr, NODE, NULL, &secret, 0, &peers));
     CHECK_OK(st_replication_begin(peers, JOB, 1, &rep));
     st_spool_set_hook(spool, st_replication_pack, rep);
 
@@ -346,7 +346,7 @@ static void test_write_order(void)
     const st_publish_check look = st_ingest_last_look(g);
     uint64_t puts = 0;
     CHECK_OK(st_catalog_publish(wstore, &m, &part, &look, 1, &puts));
-    st_replication_durable(rep, wstore, JOB, STEP, NODE, 1, &res);
+    st_replication_durable(rep, wstore, &res);
     CHECK(count_keys(store, "jobs/j/steps/00000000000000000007/replicas/") == 0);
     view = reader_view(store, &secret, "read3");
     CHECK_OK(restore_all(view, data, len, 2));
