@@ -484,6 +484,8 @@ struct st_vfs {
  *   st_vfs_keep.c     naming markers' versions kept for their step
  *   st_vfs_lease.c    the node lease (docs/NODES.md)
  *   st_vfs_drop.c     files leaving the namespace or staging
+ *   st_vfs_peers.c    the peer tier: server, read view, spool, replication
+ *   st_vfs_takeover.c replicas made durable for a lost writer (docs/PEERS.md)
  *   st_vfs_remote.c   the remote view and fetch
  *   st_vfs_warmup.c   warm-up requests (docs/WARMUP.md)
  *   st_vfs_delete.c   steps deleted through the mount
