@@ -40,9 +40,9 @@ struct st_peer_client {
     int keyed;                    /* lock: key and nonces are a live channel */
     uint8_t key[ST_PEER_KEY_LEN]; /* lock */
     uint8_t server_nonce[ST_PEER_NONCE_LEN], client_nonce[ST_PEER_NONCE_LEN]; /* lock */
-    uint64_t counter;                /* lock: of the last signed request */
-    int64_t last_use_ns;             /* lock: monotonic */
-    char peer_node[ST_NODE_MAX + 1]; /* lock: "" before the first hello */
+    uint64_t counter;                  /* lock: of the last signed request */
+    int64_t last_use_ns;               /* lock: monotonic */
+    char peer_node[ST_NODE_MAX + 1];   /* lock: "" before the first hello */
     char peer_domain[ST_NODE_MAX + 1]; /* lock: its failure domain (its node name if unsaid) */
 };
 

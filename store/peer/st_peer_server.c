@@ -407,8 +407,8 @@ static enum MHD_Result reply_hello(st_peer_server *s, struct MHD_Connection *c, 
     char nonce[2 * ST_PEER_NONCE_LEN + 1], text[400];
     if (new_channel(s, nonce))
         return reply_err(c, q, ST_ERR_IO);
-    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\ndomain %s\n",
-             ST_PEER_PROTOCOL, s->node, s->instance, nonce, s->domain);
+    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\ndomain %s\n", ST_PEER_PROTOCOL,
+             s->node, s->instance, nonce, s->domain);
     return reply(c, q, MHD_HTTP_OK, text);
 }
 

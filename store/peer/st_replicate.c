@@ -17,7 +17,7 @@ typedef struct peer {
     char addr[ST_PEER_ADDR_MAX + 1];
     char node[ST_NODE_MAX + 1];   /* from its hello; "" until it answered */
     char domain[ST_NODE_MAX + 1]; /* its failure domain, from the same hello */
-    st_peer_client *client;     /* one request at a time: under lock */
+    st_peer_client *client;       /* one request at a time: under lock */
     pthread_mutex_t lock;
 } peer;
 
@@ -257,8 +257,7 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     return e;
 }
 
-void st_replication_durable(st_replication *r, st_backend *store,
-                            const st_replication_result *res)
+void st_replication_durable(st_replication *r, st_backend *store, const st_replication_result *res)
 {
     if (!r->finished)
         return;

@@ -68,8 +68,7 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
  *  (replicated or not: a peer keeps a replica it was not told about until
  *  its own look at the store) that it is durable, best effort, and deletes
  *  the replica record. Nothing before st_replication_finish. */
-void st_replication_durable(st_replication *r, st_backend *store,
-                            const st_replication_result *res);
+void st_replication_durable(st_replication *r, st_backend *store, const st_replication_result *res);
 void st_replication_free(st_replication *r);
 
 #endif
