@@ -28,12 +28,12 @@ static void store_reset(void)
 }
 
 /* The facade's reading side over the in-memory store: restore and verify
- * read only s->backend (st_store_read.c). */
+ * read only s->reader (st_store_read.c), here the store itself. */
 static st_store reader(void)
 {
     st_store s;
     memset(&s, 0, sizeof s);
-    s.backend = store;
+    s.backend = s.reader = store;
     return s;
 }
 
