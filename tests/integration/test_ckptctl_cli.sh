@@ -157,7 +157,7 @@ if [ "$(cat "$tmp/out")" = 20 ]; then passed=$((passed + 1)); else
 expect 0 "latest -q" -- "$ckptctl" $J -q latest
 contains "$tmp/out" "^20$" "latest -q still prints the step"
 expect 0 "latest --json" -- "$ckptctl" $J latest --json
-checkjson "latest --json" 'd=={"job":"j2","step":20}'
+checkjson "latest --json" 'd=={"job":"j2","step":20,"restorable":"durable"}'
 
 expect 0 "stats --json" -- "$ckptctl" $J stats --json
 npacks=$(cd "$tmp/store" && find . -path '*j2*' -name '*.pack' | wc -l)
