@@ -4,13 +4,17 @@
  *
  * Choosing the filter cheaply. Most checkpoint bytes are float weights and
  * optimizer state that LZ4 alone cannot shrink, while LZ4 over a byte-plane
- * shuffle saves 9-17% on them and hurts int8 data. Compressing the whole
+ * shuffle saves 9-17% on them and hurts int8 data, and zstd per plane
+ * (st_codec_planes.c) saves 16-32% at a higher CPU cost. Compressing the whole
  * chunk three ways would triple the CPU spent on every chunk, so the encoder
  * first trial-compresses a sample — ST_CODEC_SAMPLE_PIECES pieces of
  * ST_CODEC_SAMPLE_PIECE bytes spread evenly over the chunk — with each
  * candidate (LZ4, shuffle2+LZ4, shuffle4+LZ4), then compresses the whole
  * chunk once with the winner, or not at all when no candidate saved
- * ST_CODEC_MIN_GAIN_PCT on the sample. Chunks no larger than the sample are
+ * ST_CODEC_MIN_GAIN_PCT on the sample. When a shuffle wins, zstd per plane
+ * is tried on the gathered sample and replaces it if it saves
+ * ST_CODEC_ZSTD_GAIN_PCT more, so data that is not a float tensor never
+ * pays for a zstd trial. Chunks no larger than the sample are
  * tried whole. The final compression runs with its output capacity capped at
  * the largest payload that still counts as a gain, so LZ4 gives up early
  * instead of producing output we would throw away, and the encoding never
@@ -29,9 +33,10 @@
  *     input — truncated, bit-flipped, hostile — yields ST_ERR_CORRUPT or
  *     ST_ERR_UNSUPPORTED and never reads or writes outside the buffers.
  *
- * Memory: only the caller's out and scratch (raw_len bytes) buffers; no
- * allocation, no globals. LZ4_compress_default keeps its 16 KiB hash table on
- * the stack. Thread-safe given distinct buffers.
+ * Memory: the caller's out and scratch (raw_len bytes) buffers, no
+ * allocation here; LZ4_compress_default keeps its 16 KiB hash table on the
+ * stack; the zstd contexts are per thread (st_codec_planes.c).
+ * Thread-safe given distinct buffers.
  */
 #include "format/st_codec.h"
 
