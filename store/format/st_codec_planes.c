@@ -179,6 +179,10 @@ st_err st_planes_decode(const uint8_t *payload, size_t payload_len, size_t raw_l
             return st_seterr(ST_ERR_CORRUPT,
                              "chunk planes: zstd plane %zu of %zu bytes for a %zu-byte plane", p,
                              len, n);
+        /* A zstd frame proper: not a skippable frame, not a legacy format
+         * our encoder never wrote. */
+        if (len < 4 || st_le32_get(src) != ZSTD_MAGICNUMBER)
+            return st_seterr(ST_ERR_CORRUPT, "chunk planes: plane %zu is not a zstd frame", p);
         if (ZSTD_getFrameContentSize(src, len) != (unsigned long long)n)
             return st_seterr(ST_ERR_CORRUPT,
                              "chunk planes: zstd frame of plane %zu does not declare %zu bytes", p,

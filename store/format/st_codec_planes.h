@@ -9,8 +9,9 @@
  *   for each plane p = 0 .. es-1:
  *     4 bytes  word, LE: bit 31 set = stored raw, bits 0..30 = length L
  *     L bytes  raw: L == n, the plane as is;
- *              zstd: 0 < L < n, exactly one zstd frame whose content size
- *              field is present and equals n
+ *              zstd: 0 < L < n, exactly one zstd frame (magic 0xFD2FB528,
+ *              not skippable or legacy) whose content size field is
+ *              present and equals n
  *   t bytes    the tail, unchanged
  *
  * and the payload is exactly es * 4 + sum(L) + t bytes.

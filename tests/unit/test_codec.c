@@ -660,6 +660,7 @@ enum plane_lie {
     LIE_RAW_FLAG_ZSTD, /* stored-raw flag on a zstd frame's length */
     LIE_ZSTD_FLAG_RAW, /* no flag on a raw plane: a zstd "frame" of n bytes */
     LIE_HIGH_BITS,     /* length word with bits 26..30 set */
+    LIE_SKIPPABLE,     /* a skippable frame instead of the plane's frame */
     LIE_TAIL_SHORT,    /* one tail byte missing */
     LIE_TAIL_LONG,     /* one byte after the tail */
     LIE_COUNT
@@ -719,6 +720,11 @@ static size_t lie_payload(const uint8_t *raw, size_t raw_len, size_t es, size_t 
             len = zframe(dst + pos, src, l == LIE_SIZE_SHORT ? n - 1 : n + 1, 1);
         } else if (l == LIE_NO_SIZE) {
             len = zframe(dst + pos, src, n, 0);
+        } else if (l == LIE_SKIPPABLE) {
+            st_le32_put(dst + pos, 0x184D2A50u);
+            st_le32_put(dst + pos + 4, (uint32_t)(n / 2));
+            memcpy(dst + pos + 8, src, n / 2);
+            len = 8 + n / 2;
         } else if (l == LIE_TWO_FRAMES) {
             len = zframe(dst + pos, src, n / 2, 1);
             len += zframe(dst + pos + len, src + n / 2, n - n / 2, 1);
