@@ -26,8 +26,8 @@
  * unchanged, so chunks cut anywhere can be shuffled), keeps the smallest, and
  * stores raw unless the result saves at least ST_CODEC_MIN_GAIN_PCT percent.
  * When a shuffle wins, zstd per plane is tried too and replaces it if it
- * saves ST_CODEC_ZSTD_GAIN_PCT more of the sample (float weights: ~3% of raw
- * for fp32, ~14% for bf16); LZ4 stays the fast path for everything else.
+ * saves ST_CODEC_ZSTD_GAIN_PCT more of the sample (float weights: 3-7% of raw
+ * for fp32, ~15% for bf16); LZ4 stays the fast path for everything else.
  * Which filter is used is decided on a sample so the common incompressible
  * case costs a fraction of one LZ4 pass (docs/CODEC.md). An encoding is never
  * larger than ST_CODEC_HEADER_LEN + raw_len.
