@@ -4,13 +4,17 @@
  *
  * Choosing the filter cheaply. Most checkpoint bytes are float weights and
  * optimizer state that LZ4 alone cannot shrink, while LZ4 over a byte-plane
- * shuffle saves 9-17% on them and hurts int8 data. Compressing the whole
+ * shuffle saves 9-17% on them and hurts int8 data, and zstd per plane
+ * (st_codec_planes.c) saves 16-32% at a higher CPU cost. Compressing the whole
  * chunk three ways would triple the CPU spent on every chunk, so the encoder
  * first trial-compresses a sample — ST_CODEC_SAMPLE_PIECES pieces of
  * ST_CODEC_SAMPLE_PIECE bytes spread evenly over the chunk — with each
  * candidate (LZ4, shuffle2+LZ4, shuffle4+LZ4), then compresses the whole
  * chunk once with the winner, or not at all when no candidate saved
- * ST_CODEC_MIN_GAIN_PCT on the sample. Chunks no larger than the sample are
+ * ST_CODEC_MIN_GAIN_PCT on the sample. When a shuffle wins, zstd per plane
+ * is tried on the gathered sample and replaces it if it saves
+ * ST_CODEC_ZSTD_GAIN_PCT more, so data that is not a float tensor never
+ * pays for a zstd trial. Chunks no larger than the sample are
  * tried whole. The final compression runs with its output capacity capped at
  * the largest payload that still counts as a gain, so LZ4 gives up early
  * instead of producing output we would throw away, and the encoding never
@@ -29,15 +33,17 @@
  *     input — truncated, bit-flipped, hostile — yields ST_ERR_CORRUPT or
  *     ST_ERR_UNSUPPORTED and never reads or writes outside the buffers.
  *
- * Memory: only the caller's out and scratch (raw_len bytes) buffers; no
- * allocation, no globals. LZ4_compress_default keeps its 16 KiB hash table on
- * the stack. Thread-safe given distinct buffers.
+ * Memory: the caller's out and scratch (raw_len bytes) buffers, no
+ * allocation here; LZ4_compress_default keeps its 16 KiB hash table on the
+ * stack; the zstd contexts are per thread (st_codec_planes.c).
+ * Thread-safe given distinct buffers.
  */
 #include "format/st_codec.h"
 
 #include <lz4.h>
 #include <string.h>
 
+#include "format/st_codec_planes.h"
 #include "format/st_shuffle.h"
 #include "util/st_wire.h"
 
@@ -66,10 +72,17 @@ size_t st_codec_scratch_bound(size_t raw_len)
 static size_t codec_elem_size(st_codec_id codec)
 {
     switch (codec) {
-    case ST_CODEC_LZ4_SHUF2: return 2;
-    case ST_CODEC_LZ4_SHUF4: return 4;
+    case ST_CODEC_LZ4_SHUF2:
+    case ST_CODEC_ZSTD_SHUF2: return 2;
+    case ST_CODEC_LZ4_SHUF4:
+    case ST_CODEC_ZSTD_SHUF4: return 4;
     default: return 0;
     }
+}
+
+static int codec_is_zstd(st_codec_id codec)
+{
+    return codec == ST_CODEC_ZSTD_SHUF2 || codec == ST_CODEC_ZSTD_SHUF4;
 }
 
 /* Largest payload for raw_len bytes that still saves ST_CODEC_MIN_GAIN_PCT. */
@@ -105,14 +118,52 @@ static size_t trial_piece(st_codec_id codec, const uint8_t *piece, size_t len, u
     return n ? n : len;
 }
 
+/* Start of sample piece i of `pieces` (each piece_len bytes) in a chunk of
+ * raw_len bytes: centred at (2i+1)/(2*pieces) of the chunk, aligned to 4
+ * bytes so every piece sees the same byte phase. */
+static size_t sample_start(size_t raw_len, size_t pieces, size_t piece_len, size_t i)
+{
+    if (pieces == 1)
+        return 0;
+    size_t centre = raw_len / (2 * pieces) * (2 * i + 1);
+    return (centre - piece_len / 2) & ~(size_t)3;
+}
+
+/* A sampled choice: the codec and, for the zstd codecs, which planes to code. */
+typedef struct codec_choice {
+    st_codec_id codec;
+    unsigned planes;
+} codec_choice;
+
+/*
+ * Size of the zstd-planes payload of the sample with element size es. The
+ * pieces are gathered into shuf and shuffled together into comp, so each
+ * plane is one frame of sample_len / es bytes as in the whole chunk; the
+ * trial output then goes to shuf. Both hold raw_len >= sample_len bytes.
+ */
+static size_t trial_planes(const uint8_t *raw, size_t raw_len, size_t pieces, size_t piece_len,
+                           size_t es, uint8_t *shuf, uint8_t *comp, unsigned *planes)
+{
+    size_t sample_len = pieces * piece_len;
+    for (size_t i = 0; i < pieces; i++)
+        memcpy(shuf + i * piece_len, raw + sample_start(raw_len, pieces, piece_len, i), piece_len);
+    st_shuffle(comp, shuf, sample_len, es);
+    size_t total = st_planes_trial(comp, sample_len, es, shuf, raw_len, planes);
+    return total ? total : sample_len; /* no zstd context: not a candidate */
+}
+
 /*
  * Picks the codec for raw[0..raw_len) from trials on the sample. Returns
- * ST_CODEC_RAW when no candidate saves ST_CODEC_MIN_GAIN_PCT on it.
- * shuf holds raw_len bytes; comp holds raw_len bytes.
+ * ST_CODEC_RAW when no candidate saves ST_CODEC_MIN_GAIN_PCT on it. When a
+ * shuffle wins and zstd is allowed, zstd over the planes is tried with the
+ * shuffle's element size and wins if it saves ST_CODEC_ZSTD_GAIN_PCT more
+ * of the sample (docs/CODEC.md). shuf and comp hold raw_len bytes each.
  */
-static st_codec_id choose_codec(const uint8_t *raw, size_t raw_len, uint8_t *shuf, uint8_t *comp)
+static codec_choice choose_codec(const uint8_t *raw, size_t raw_len, int lz4_only, uint8_t *shuf,
+                                 uint8_t *comp)
 {
     static const st_codec_id candidates[] = {ST_CODEC_LZ4, ST_CODEC_LZ4_SHUF2, ST_CODEC_LZ4_SHUF4};
+    size_t sizes[ST_CODEC_LZ4_SHUF4 + 1] = {0};
     size_t pieces, piece_len;
     if (raw_len <= ST_CODEC_SAMPLE_TOTAL) {
         pieces = 1;
@@ -122,28 +173,38 @@ static st_codec_id choose_codec(const uint8_t *raw, size_t raw_len, uint8_t *shu
         piece_len = ST_CODEC_SAMPLE_PIECE;
     }
     size_t sample_len = pieces * piece_len;
-    st_codec_id best = ST_CODEC_RAW;
+    codec_choice best = {ST_CODEC_RAW, 0};
     size_t best_size = gain_limit(sample_len) + 1; /* must beat the gain threshold */
     for (size_t c = 0; c < sizeof candidates / sizeof candidates[0]; c++) {
         /* Shuffling fewer than two elements cannot help. */
         if (codec_elem_size(candidates[c]) * 2 > raw_len)
             continue;
         size_t total = 0;
-        for (size_t i = 0; i < pieces; i++) {
-            /* Centre piece i at (2i+1)/(2*pieces) of the chunk, start aligned
-             * to 4 bytes so every piece sees the same byte phase. */
-            size_t start = 0;
-            if (pieces > 1) {
-                size_t centre = raw_len / (2 * pieces) * (2 * i + 1);
-                start = (centre - piece_len / 2) & ~(size_t)3;
-            }
-            total += trial_piece(candidates[c], raw + start, piece_len, shuf, comp);
-        }
+        for (size_t i = 0; i < pieces; i++)
+            total += trial_piece(candidates[c], raw + sample_start(raw_len, pieces, piece_len, i),
+                                 piece_len, shuf, comp);
+        sizes[candidates[c]] = total;
         /* Strictly smaller wins, so a tie keeps the cheaper-to-decode codec. */
         if (total < best_size) {
-            best = candidates[c];
+            best.codec = candidates[c];
             best_size = total;
         }
+    }
+    if (lz4_only || codec_elem_size(best.codec) == 0)
+        return best;
+    /* bf16 gives 2- and 4-byte shuffles within a fraction of a percent under
+     * LZ4, and 4 byte planes then cost zstd twice the frames: 4 only when
+     * it clearly wins, as on fp32. */
+    size_t es = sizes[ST_CODEC_LZ4_SHUF4] &&
+                        sizes[ST_CODEC_LZ4_SHUF4] * 100 <
+                            sizes[ST_CODEC_LZ4_SHUF2] * (100 - ST_CODEC_SHUF4_MARGIN_PCT)
+                    ? 4
+                    : 2;
+    unsigned planes;
+    size_t zsize = trial_planes(raw, raw_len, pieces, piece_len, es, shuf, comp, &planes);
+    if (zsize + sample_len * ST_CODEC_ZSTD_GAIN_PCT / 100 <= best_size) {
+        best.codec = es == 4 ? ST_CODEC_ZSTD_SHUF4 : ST_CODEC_ZSTD_SHUF2;
+        best.planes = planes;
     }
     return best;
 }
@@ -163,21 +224,22 @@ static void put_header(uint8_t *out, st_codec_id codec, size_t raw_len, size_t p
 /* The codec for the next chunk of plan's stream: the stuck one untried,
  * or a sample trial's (whose result the plan remembers). *untried says
  * which. */
-static st_codec_id plan_codec(st_codec_plan *plan, const uint8_t *raw, size_t raw_len,
-                              uint8_t *shuf, uint8_t *comp, int *untried)
+static codec_choice plan_codec(st_codec_plan *plan, const uint8_t *raw, size_t raw_len,
+                               uint8_t *shuf, uint8_t *comp, int *untried)
 {
     *untried = plan && plan->streak >= ST_CODEC_PLAN_STREAK &&
                plan->since_trial + 1 < ST_CODEC_PLAN_RECHECK;
     if (*untried) {
         plan->since_trial++;
-        return plan->last;
+        return (codec_choice){plan->last, plan->planes};
     }
-    st_codec_id c = choose_codec(raw, raw_len, shuf, comp);
+    codec_choice c = choose_codec(raw, raw_len, plan && plan->lz4_only, shuf, comp);
     if (plan) {
         plan->trials++;
         plan->since_trial = 0;
-        plan->streak = c == plan->last && plan->streak ? plan->streak + 1 : 1;
-        plan->last = c;
+        plan->streak = c.codec == plan->last && plan->streak ? plan->streak + 1 : 1;
+        plan->last = c.codec;
+        plan->planes = c.planes;
     }
     return c;
 }
@@ -205,8 +267,10 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
 
     uint8_t *payload = out + ST_CODEC_HEADER_LEN;
     int untried = 0;
-    st_codec_id codec =
-        raw_len ? plan_codec(plan, raw, raw_len, scratch, payload, &untried) : ST_CODEC_RAW;
+    codec_choice choice = {ST_CODEC_RAW, 0};
+    if (raw_len)
+        choice = plan_codec(plan, raw, raw_len, scratch, payload, &untried);
+    st_codec_id codec = choice.codec;
     size_t payload_len = 0;
     if (codec != ST_CODEC_RAW) {
         size_t es = codec_elem_size(codec);
@@ -215,8 +279,12 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
             st_shuffle(scratch, raw, raw_len, es);
             src = scratch;
         }
-        /* The sample can mislead; a capped LZ4 returns 0 and we store raw. */
-        payload_len = lz4_into(src, raw_len, payload, gain_limit(raw_len));
+        /* The sample can mislead; a capped coder returns 0 and we store raw. */
+        if (codec_is_zstd(codec))
+            payload_len =
+                st_planes_encode(src, raw_len, es, choice.planes, payload, gain_limit(raw_len));
+        else
+            payload_len = lz4_into(src, raw_len, payload, gain_limit(raw_len));
         if (payload_len == 0 && untried)
             plan->streak = 0; /* the data changed: sample the next chunk */
         if (payload_len == 0)
@@ -251,7 +319,7 @@ st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h)
         return st_seterr(ST_ERR_CORRUPT, "chunk: bad format version byte 0x%02x", enc[3]);
     }
     uint8_t codec = enc[4];
-    if (codec > ST_CODEC_LZ4_SHUF4)
+    if (codec > ST_CODEC_ZSTD_SHUF4)
         return st_seterr(ST_ERR_UNSUPPORTED, "chunk: unknown codec %u", codec);
     if (enc[5] || enc[6] || enc[7])
         return st_seterr(ST_ERR_CORRUPT, "chunk: reserved header bytes are not zero");
@@ -270,8 +338,8 @@ st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h)
     if (codec == ST_CODEC_RAW && payload_len != raw_len)
         return st_seterr(ST_ERR_CORRUPT, "chunk: raw codec with payload %u != raw length %u",
                          payload_len, raw_len);
-    /* Our encoder never stores an LZ4 payload that did not shrink the chunk,
-     * and LZ4 cannot encode a non-empty input in 0 bytes. */
+    /* Our encoder never stores a compressed payload that did not shrink the
+     * chunk, and neither coder encodes a non-empty input in 0 bytes. */
     if (codec != ST_CODEC_RAW && (payload_len == 0 || payload_len >= raw_len))
         return st_seterr(ST_ERR_CORRUPT, "chunk: compressed payload %u for raw length %u",
                          payload_len, raw_len);
@@ -309,7 +377,12 @@ st_err st_codec_decode_view(const uint8_t *enc, size_t enc_len, const st_id *exp
     /* A raw chunk is verified where it lies: no copy (the caller's enc is
      * not changed under us, so what is checked is what it reads). */
     const uint8_t *raw = h.codec == ST_CODEC_RAW ? payload : out;
-    if (h.codec != ST_CODEC_RAW) {
+    if (codec_is_zstd(h.codec)) {
+        e = st_planes_decode(payload, h.payload_len, h.raw_len, es, scratch);
+        if (e != ST_OK)
+            return st_seterr(e, "chunk %s: %s", st_id_hex(&h.id, got_hex), st_errmsg());
+        st_unshuffle(out, scratch, h.raw_len, es);
+    } else if (h.codec != ST_CODEC_RAW) {
         /* Exact length: LZ4_decompress_safe never writes past raw_len, and a
          * short result means the payload or a length field is damaged. */
         uint8_t *dst = es ? scratch : out;

@@ -4,7 +4,8 @@
  *   offset size field
  *        0    4 magic "CKc1"  (the '1' is the format version)
  *        4    1 codec: 0 raw, 1 LZ4, 2 LZ4 over a 2-byte-plane shuffle,
- *                      3 LZ4 over a 4-byte-plane shuffle
+ *                      3 LZ4 over a 4-byte-plane shuffle, 4 / 5 zstd per
+ *                      plane over a 2- / 4-byte-plane shuffle
  *        5    3 reserved, zero
  *        8    4 raw length (LE)
  *       12    4 payload length (LE)
@@ -13,17 +14,28 @@
  * The id doubles as the raw checksum: every decode recomputes it and reports
  * ST_ERR_CORRUPT on a mismatch, so no chunk is ever returned unverified.
  *
+ * Payloads: raw bytes (0); one LZ4 block (1); one LZ4 block of the shuffled
+ * chunk (2, 3); for 4 and 5, per plane of the shuffled chunk a u32 LE word
+ * (bit 31: stored raw; bits 0..30: length) and that many bytes, raw or one
+ * zstd frame whose content size is the plane size, then the len % size tail
+ * bytes raw (st_codec_planes.h, docs/CODEC.md).
+ *
  * Encoding tries LZ4 and LZ4 over a 2- or 4-byte-plane shuffle (float
  * tensors compress only once their exponent bytes sit together; layout in
  * st_shuffle.h: whole elements by plane, the len % size tail bytes last and
  * unchanged, so chunks cut anywhere can be shuffled), keeps the smallest, and
  * stores raw unless the result saves at least ST_CODEC_MIN_GAIN_PCT percent.
+ * When a shuffle wins, zstd per plane is tried too and replaces it if it
+ * saves ST_CODEC_ZSTD_GAIN_PCT more of the sample (float weights: 3-7% of raw
+ * for fp32, ~15% for bf16); LZ4 stays the fast path for everything else.
  * Which filter is used is decided on a sample so the common incompressible
  * case costs a fraction of one LZ4 pass (docs/CODEC.md). An encoding is never
  * larger than ST_CODEC_HEADER_LEN + raw_len.
  *
  * Pure functions over caller-owned buffers; the scratch buffer is the only
- * working memory. Thread-safe given distinct buffers.
+ * working memory, plus one zstd compression and one decompression context
+ * per thread that uses codecs 4/5 (~0.7 MB, freed at thread exit; see
+ * docs/MEMORY.md). Thread-safe given distinct buffers.
  */
 #ifndef ST_CODEC_H
 #define ST_CODEC_H
@@ -36,13 +48,20 @@
 
 #define ST_CODEC_HEADER_LEN   32
 #define ST_CODEC_MIN_GAIN_PCT 3
-#define ST_CODEC_MAX_RAW      (64u << 20) /* largest chunk a header may describe */
+/* zstd per plane replaces an LZ4 shuffle when it stores this many percent
+ * of the sample fewer bytes (docs/CODEC.md, "zstd per plane")... */
+#define ST_CODEC_ZSTD_GAIN_PCT 2
+/* ...over 4-byte planes only when LZ4 found them this much better than 2. */
+#define ST_CODEC_SHUF4_MARGIN_PCT 2
+#define ST_CODEC_MAX_RAW          (64u << 20) /* largest chunk a header may describe */
 
 typedef enum st_codec_id {
     ST_CODEC_RAW = 0,
     ST_CODEC_LZ4 = 1,
     ST_CODEC_LZ4_SHUF2 = 2,
     ST_CODEC_LZ4_SHUF4 = 3,
+    ST_CODEC_ZSTD_SHUF2 = 4,
+    ST_CODEC_ZSTD_SHUF4 = 5,
 } st_codec_id;
 
 /*! Worst-case size of st_codec_encode() output for raw_len bytes. */
@@ -70,10 +89,13 @@ st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint
  * the codec its sample trials last chose and how many times in a row, so
  * that a run of chunks that all choose the same codec stops paying for the
  * trials (docs/CODEC.md, "A choice that sticks"). Caller-owned; zero it
- * (= {0}) at the start of each file. Not shared between threads.
+ * (= {0}) at the start of each file, then set lz4_only if wanted. Not
+ * shared between threads.
  */
 typedef struct st_codec_plan {
+    int lz4_only;         /* set by the caller: codecs 0-3 only (benchmarks) */
     st_codec_id last;     /* what the last sample trial chose */
+    unsigned planes;      /* zstd codecs: the planes that trial found worth coding */
     uint32_t streak;      /* sample trials in a row that chose `last` */
     uint32_t since_trial; /* chunks encoded since the last sample trial */
     uint64_t trials;      /* sample trials run (for tests and benchmarks) */

@@ -58,7 +58,7 @@ static st_err parse_chunk_header(const uint8_t *enc, size_t enc_len, st_pack_ent
     if (memcmp(enc, chunk_magic, sizeof chunk_magic) != 0)
         return st_seterr(ST_ERR_INVALID, "pack append: not a chunk encoding (bad magic)");
     uint8_t codec = enc[4];
-    if (codec > ST_CODEC_LZ4_SHUF4)
+    if (codec > ST_CODEC_ZSTD_SHUF4)
         return st_seterr(ST_ERR_INVALID, "pack append: unknown codec %u", codec);
     if (enc[5] || enc[6] || enc[7])
         return st_seterr(ST_ERR_INVALID, "pack append: chunk header reserved bytes not zero");
@@ -202,7 +202,7 @@ static st_err trailer_get_entry(st_reader *r, uint64_t chunk_area, uint64_t *nex
     st_get_u8(r, &codec);
     if (r->err)
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu truncated or malformed", index);
-    if (codec > ST_CODEC_LZ4_SHUF4)
+    if (codec > ST_CODEC_ZSTD_SHUF4)
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu has unknown codec %u", index,
                          codec);
     if (stored_len < ST_CODEC_HEADER_LEN || stored_len > UINT32_MAX)

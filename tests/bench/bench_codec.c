@@ -1,11 +1,11 @@
 /*
  * bench_codec — what each chunk-compression strategy costs and gains.
  *
- *   bench_codec [FILE] [--piece BYTES] [--min-time SECONDS]
+ *   bench_codec [FILE...] [--piece BYTES] [--min-time SECONDS]
  *
- * Splits FILE (or, without one, 32 MiB of synthetic fp32 weights) into
+ * Splits each FILE (or, without one, 32 MiB of synthetic fp32 weights) into
  * pieces (1 MiB by default) and reports, per strategy, encode and decode
- * MB/s (of raw bytes) and stored/original size:
+ * MB/s (of raw bytes, one thread: per core) and stored/original size:
  *
  *   lz4        LZ4 on the piece as is
  *   shuf2+lz4  LZ4 over a 2-byte-plane shuffle
@@ -15,8 +15,12 @@
  *              sampled choice replaces); decode runs the winner
  *   auto       st_codec_encode / st_codec_decode: sampled choice, headers,
  *              and decode's XXH3-128 verification included
+ *   today      st_codec_encode_planned with lz4_only (codecs 0-3, the codec
+ *              before zstd per plane) / st_codec_decode, as the ingest does
+ *   new        the same with every codec (zstd per plane when it wins)
  *
- * plus which codec auto picked how often and the shuffle's own speed. Each
+ * plus which codec auto, today and new picked how often, a summary line per
+ * file comparing today with new, and the shuffle's own speed. Each
  * figure is the best of repeated passes after a warm-up pass (first passes
  * pay page faults). Single-threaded; the ratio between rows is what counts
  * on a noisy machine (docs/CODEC.md).
@@ -72,7 +76,7 @@ typedef struct bench_ctx {
     uint8_t *out;      /* one piece */
     size_t slot_cap;
     st_id *ids;
-    size_t picks[4];
+    st_codec_plan plan; /* today / new: one plan per pass, as per file */
 } bench_ctx;
 
 static size_t es_of(int codec)
@@ -120,13 +124,14 @@ static void enc_best3(bench_ctx *b, size_t i)
     s->len += ST_CODEC_HEADER_LEN; /* same accounting as auto */
 }
 
-static int enc_auto(bench_ctx *b, size_t i)
+/* st_codec_encode, or st_codec_encode_planned when plan is not NULL. */
+static int enc_auto(bench_ctx *b, size_t i, st_codec_plan *plan)
 {
     size_t len = piece_len(b->in, i);
     const uint8_t *src = b->in->data + i * b->in->piece;
     st_codec_id used;
-    st_err e = st_codec_encode(src, len, &b->ids[i], b->slots[i].buf, b->slot_cap, &b->slots[i].len,
-                               b->scratch, &used);
+    st_err e = st_codec_encode_planned(src, len, &b->ids[i], b->slots[i].buf, b->slot_cap,
+                                       &b->slots[i].len, b->scratch, plan, &used);
     if (e != ST_OK) {
         fprintf(stderr, "bench_codec: encode: %s\n", st_errmsg());
         return -1;
@@ -167,11 +172,13 @@ static int dec_auto(bench_ctx *b, size_t i)
     return 0;
 }
 
-enum { S_LZ4, S_SHUF2, S_SHUF4, S_BEST3, S_AUTO, S_COUNT };
-static const char *strategy_names[S_COUNT] = {"lz4", "shuf2+lz4", "shuf4+lz4", "best-of-3", "auto"};
+enum { S_LZ4, S_SHUF2, S_SHUF4, S_BEST3, S_AUTO, S_TODAY, S_NEW, S_COUNT };
+static const char *strategy_names[S_COUNT] = {"lz4",  "shuf2+lz4", "shuf4+lz4", "best-of-3",
+                                              "auto", "today",     "new"};
 
 static int encode_all(bench_ctx *b, int s)
 {
+    b->plan = (st_codec_plan){.lz4_only = s == S_TODAY};
     for (size_t i = 0; i < b->in->count; i++) {
         switch (s) {
         case S_LZ4: enc_fixed(b, i, ST_CODEC_LZ4); break;
@@ -179,7 +186,7 @@ static int encode_all(bench_ctx *b, int s)
         case S_SHUF4: enc_fixed(b, i, ST_CODEC_LZ4_SHUF4); break;
         case S_BEST3: enc_best3(b, i); break;
         default:
-            if (enc_auto(b, i) != 0)
+            if (enc_auto(b, i, s == S_AUTO ? NULL : &b->plan) != 0)
                 return -1;
         }
     }
@@ -190,7 +197,7 @@ static int decode_all(bench_ctx *b, int s)
 {
     for (size_t i = 0; i < b->in->count; i++) {
         int rc;
-        if (s == S_AUTO)
+        if (s >= S_AUTO)
             rc = dec_auto(b, i);
         else
             rc = dec_plain(b, i, s == S_BEST3);
@@ -274,80 +281,112 @@ static void make_synthetic(bench_input *in)
     }
 }
 
-int main(int argc, char **argv)
+typedef struct bench_result {
+    double enc_mbs, dec_mbs, ratio;
+} bench_result;
+
+/* Runs every strategy on one input; fills res (per strategy). */
+static int bench_one(bench_input *in, const char *name, double min_time, bench_result *res)
 {
-    const char *path = NULL;
-    double min_time = 0.5;
-    bench_input in = {.piece = MIB};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--piece") && i + 1 < argc)
-            in.piece = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
-            min_time = strtod(argv[++i], NULL);
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [FILE] [--piece BYTES] [--min-time SECONDS]\n", argv[0]);
-            return 2;
-        } else
-            path = argv[i];
-    }
-    if (in.piece == 0 || in.piece > ST_CODEC_MAX_RAW) {
-        fprintf(stderr, "bench_codec: --piece must be 1..%u\n", (unsigned)ST_CODEC_MAX_RAW);
-        return 2;
-    }
-    if (path ? load_file(path, &in) != 0 : (make_synthetic(&in), 0))
-        return 1;
-    in.count = (in.len + in.piece - 1) / in.piece;
-
-    bench_ctx b = {.in = &in};
-    size_t lz4_cap = (size_t)LZ4_compressBound((int)in.piece);
-    b.slot_cap = lz4_cap > st_codec_bound(in.piece) ? lz4_cap : st_codec_bound(in.piece);
-    b.slots = xmalloc(in.count * sizeof *b.slots);
-    for (size_t i = 0; i < in.count; i++)
+    in->count = (in->len + in->piece - 1) / in->piece;
+    bench_ctx b = {.in = in};
+    size_t lz4_cap = (size_t)LZ4_compressBound((int)in->piece);
+    b.slot_cap = lz4_cap > st_codec_bound(in->piece) ? lz4_cap : st_codec_bound(in->piece);
+    b.slots = xmalloc(in->count * sizeof *b.slots);
+    for (size_t i = 0; i < in->count; i++)
         b.slots[i].buf = xmalloc(b.slot_cap);
-    b.scratch = xmalloc(st_codec_scratch_bound(in.piece));
+    b.scratch = xmalloc(st_codec_scratch_bound(in->piece));
     b.scratch2 = xmalloc(b.slot_cap);
-    b.out = xmalloc(in.piece);
-    b.ids = xmalloc(in.count * sizeof *b.ids);
-    for (size_t i = 0; i < in.count; i++)
-        b.ids[i] = st_id_of(in.data + i * in.piece, piece_len(&in, i));
+    b.out = xmalloc(in->piece);
+    b.ids = xmalloc(in->count * sizeof *b.ids);
+    for (size_t i = 0; i < in->count; i++)
+        b.ids[i] = st_id_of(in->data + i * in->piece, piece_len(in, i));
 
-    printf("input: %s, %.1f MB, %zu pieces of %zu bytes\n", path ? path : "synthetic fp32",
-           (double)in.len / 1e6, in.count, in.piece);
+    printf("input: %s, %.1f MB, %zu pieces of %zu bytes\n", name, (double)in->len / 1e6, in->count,
+           in->piece);
     printf("%-10s %12s %12s %8s\n", "strategy", "encode MB/s", "decode MB/s", "ratio");
     int rc = 0;
     for (int s = 0; s < S_COUNT; s++) {
         double te = time_best(&b, s, encode_all, min_time);
-        size_t stored = 0;
-        for (size_t i = 0; i < in.count; i++)
+        size_t stored = 0, picks[ST_CODEC_ZSTD_SHUF4 + 1] = {0};
+        for (size_t i = 0; i < in->count; i++) {
             stored += b.slots[i].len;
-        if (s == S_AUTO) {
-            memset(b.picks, 0, sizeof b.picks);
-            for (size_t i = 0; i < in.count; i++)
-                b.picks[b.slots[i].codec & 3]++;
+            picks[b.slots[i].codec % (ST_CODEC_ZSTD_SHUF4 + 1)]++;
         }
         double td = te < 0 ? -1 : time_best(&b, s, decode_all, min_time);
         if (te < 0 || td < 0) {
             rc = 1;
             continue;
         }
-        printf("%-10s %12.0f %12.0f %8.3f\n", strategy_names[s], (double)in.len / te / 1e6,
-               (double)in.len / td / 1e6, (double)stored / (double)in.len);
+        res[s] = (bench_result){(double)in->len / te / 1e6, (double)in->len / td / 1e6,
+                                (double)stored / (double)in->len};
+        printf("%-10s %12.0f %12.0f %8.3f", strategy_names[s], res[s].enc_mbs, res[s].dec_mbs,
+               res[s].ratio);
+        if (s >= S_AUTO)
+            printf("   picked raw %zu lz4 %zu shuf2 %zu shuf4 %zu zstd2 %zu zstd4 %zu", picks[0],
+                   picks[1], picks[2], picks[3], picks[4], picks[5]);
+        printf("\n");
     }
-    printf("auto picked: raw %zu, lz4 %zu, shuf2 %zu, shuf4 %zu\n", b.picks[0], b.picks[1],
-           b.picks[2], b.picks[3]);
-    uint8_t *dst = xmalloc(in.len < 64 * MIB ? in.len : 64 * MIB);
+    uint8_t *dst = xmalloc(in->len < 64 * MIB ? in->len : 64 * MIB);
     printf("shuffle MB/s: es2 %.0f / %.0f unshuffle, es4 %.0f / %.0f unshuffle\n",
-           shuffle_speed(&in, 2, 0, dst), shuffle_speed(&in, 2, 1, dst),
-           shuffle_speed(&in, 4, 0, dst), shuffle_speed(&in, 4, 1, dst));
+           shuffle_speed(in, 2, 0, dst), shuffle_speed(in, 2, 1, dst), shuffle_speed(in, 4, 0, dst),
+           shuffle_speed(in, 4, 1, dst));
     free(dst);
 
-    for (size_t i = 0; i < in.count; i++)
+    for (size_t i = 0; i < in->count; i++)
         free(b.slots[i].buf);
     free(b.slots);
     free(b.scratch);
     free(b.scratch2);
     free(b.out);
     free(b.ids);
-    free(in.data);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *paths[64];
+    size_t npaths = 0;
+    double min_time = 0.5;
+    size_t piece = MIB;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--piece") && i + 1 < argc)
+            piece = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
+            min_time = strtod(argv[++i], NULL);
+        else if (argv[i][0] == '-' || npaths == sizeof paths / sizeof paths[0]) {
+            fprintf(stderr, "usage: %s [FILE...] [--piece BYTES] [--min-time SECONDS]\n", argv[0]);
+            return 2;
+        } else
+            paths[npaths++] = argv[i];
+    }
+    if (piece == 0 || piece > ST_CODEC_MAX_RAW) {
+        fprintf(stderr, "bench_codec: --piece must be 1..%u\n", (unsigned)ST_CODEC_MAX_RAW);
+        return 2;
+    }
+    bench_result res[64][S_COUNT];
+    size_t runs = npaths ? npaths : 1;
+    int rc = 0;
+    memset(res, 0, sizeof res);
+    for (size_t f = 0; f < runs; f++) {
+        bench_input in = {.piece = piece};
+        const char *path = npaths ? paths[f] : NULL;
+        if (path ? load_file(path, &in) != 0 : (make_synthetic(&in), 0))
+            return 1;
+        rc |= bench_one(&in, path ? path : "synthetic fp32", min_time, res[f]);
+        free(in.data);
+        printf("\n");
+    }
+    printf("%-28s %23s %23s\n", "summary (ratio enc/dec MB/s)", "today (codecs 0-3)",
+           "new (zstd per plane)");
+    for (size_t f = 0; f < runs; f++) {
+        const bench_result *t = &res[f][S_TODAY], *n = &res[f][S_NEW];
+        const char *name = npaths ? strrchr(paths[f], '/') : NULL;
+        printf("%-28s %7.3f %7.0f %7.0f %7.3f %7.0f %7.0f\n",
+               name     ? name + 1
+               : npaths ? paths[f]
+                        : "synthetic fp32",
+               t->ratio, t->enc_mbs, t->dec_mbs, n->ratio, n->enc_mbs, n->dec_mbs);
+    }
     return rc;
 }

@@ -7,7 +7,9 @@ Writes into OUTDIR (default /tmp/codec-ckpt):
            exp_avg_sq), "step": n} — what a training loop saves (~50 MB);
   bf16.pt  the same weights after model.to(torch.bfloat16) (~8 MB);
   int8.pt  the same weights quantized per tensor to int8 (~4 MB), the case
-           where plain LZ4 should beat any shuffle.
+           where plain LZ4 should beat any shuffle;
+  mixed.pt what a mixed-precision loop saves: bf16 weights, then the fp32
+           master weights and AdamW state in the same file (~58 MB).
 
 The data is random tokens: the bytes still come from real training (Adam
 moments, updated weights), which is what the codec sees.
@@ -66,6 +68,10 @@ def main():
     bf16 = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
     paths["bf16"] = os.path.join(args.outdir, "bf16.pt")
     torch.save({"model": bf16}, paths["bf16"])
+
+    paths["mixed"] = os.path.join(args.outdir, "mixed.pt")
+    torch.save({"model": bf16, "master": model.state_dict(), "optimizer": opt.state_dict(),
+                "step": args.steps}, paths["mixed"])
 
     int8 = {}
     for k, v in model.state_dict().items():

@@ -8,6 +8,9 @@
  *         and re-encode to something that decodes to the same bytes.
  *   odd:  the rest is raw chunk data. encode → decode must give it back, the
  *         encoding must fit st_codec_bound().
+ * Seeds (seeds/fuzz_codec): a chunk of every codec, zstd per plane (4, 5)
+ * included, and fp32 / bf16 data that the encoder stores with them, so
+ * the plane decoder and encoder are reached from the first run.
  * Buffers are allocated at exactly the sizes the contract promises so ASan
  * sees any overrun. Output is capped at 1 MiB so a header claiming 64 MiB is
  * refused rather than making every run allocate 64 MiB.

@@ -42,7 +42,7 @@ static void check_decoder(const uint8_t *data, size_t len, uint64_t chunk_area, 
         uint64_t end = 0;
         for (size_t i = 0; i < n; i++) {
             if (e[i].offset < end || e[i].stored_len < ST_CODEC_HEADER_LEN ||
-                e[i].offset + e[i].stored_len > chunk_area || e[i].codec > ST_CODEC_LZ4_SHUF4)
+                e[i].offset + e[i].stored_len > chunk_area || e[i].codec > ST_CODEC_ZSTD_SHUF4)
                 abort();
             end = e[i].offset + e[i].stored_len;
             st_bytes_append(&re, e[i].id.b, ST_ID_LEN);

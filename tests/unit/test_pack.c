@@ -212,7 +212,7 @@ static void test_commit_rejects(void)
     } cases[] = {
         {"bad magic", 0, 'X', 0},
         {"magic version", 3, '2', 0},
-        {"codec 4", 4, 4, 0},
+        {"codec 6", 4, 6, 0},
         {"reserved", 6, 1, 0},
         {"payload too long", 12, 101, 0},
         {"enc_len short", 0, 'C', -1},
@@ -320,7 +320,7 @@ static void test_hostile_valid_checksum(void)
         {"stored < header", 100, 31, 1, 0, 0, 0},
         {"stored > u32", 100, (uint64_t)UINT32_MAX + 1, 1, 0, 0, 0},
         {"raw > max", 100, 200, (uint64_t)ST_CODEC_MAX_RAW + 1, 0, 0, 0},
-        {"unknown codec", 100, 200, 1, 4, 0, 0},
+        {"unknown codec", 100, 200, 1, 6, 0, 0},
         {"count too high", 100, 200, 1, 0, 1, 0},
         {"count too low", 100, 200, 1, 0, (uint32_t)-1, 0},
         {"trailing byte", 100, 200, 1, 0, 0, 1},
@@ -436,7 +436,7 @@ static void test_mutation_fuzz(void)
             uint64_t end = 0;
             for (size_t i = 0; i < n; i++) {
                 if (e[i].offset < end || e[i].stored_len < ST_CODEC_HEADER_LEN ||
-                    e[i].offset + e[i].stored_len > chunk_area || e[i].codec > 3)
+                    e[i].offset + e[i].stored_len > chunk_area || e[i].codec > ST_CODEC_ZSTD_SHUF4)
                     bad++;
                 end = e[i].offset + e[i].stored_len;
             }
