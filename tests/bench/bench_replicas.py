@@ -4,7 +4,7 @@ checkpoint is replicated than durable, and what replication costs
 (docs/BENCHMARKS.md, "Peers: replicated before durable").
 
     bench_replicas.py --build DIR [--size-mib 1024] [--reps 3] [--rate-mbps 100]
-                      [--out DIR] [--workdir /var/tmp] [--smoke]
+                      [--out DIR] [--workdir /var/tmp] [--store-dir DIR] [--smoke]
 
 One run starts s3rver (tests/s3/s3rver.sh) behind the counting proxy
 (tests/s3/faultproxy.py) capped at --rate-mbps MB/s per direction: the
@@ -18,7 +18,10 @@ dedup between phases) and a fresh writer mount:
   copy      the file sent over TCP to the sink, which writes and fsyncs it
   on        a writer replicating to b: close -> replicated (status
             peers.parts_replicated), close -> durable (`ckptctl ls`:
-            restorable "durable"); its daemon's CPU seconds and VmHWM
+            restorable "durable"); its daemon's CPU seconds and VmHWM; and
+            where replicated's time goes: the last growth of what b holds
+            (b's status) and the replica record's PUT (the proxy's
+            --request-log)
   off       the same without peers: close -> durable, CPU, VmHWM
   resume    a writer replicating to b with its pack PUTs held (test hook
             CKPT_FAULT=put_hold): once replicated, a new node c (empty
@@ -27,9 +30,12 @@ dedup between phases) and a fresh writer mount:
             durable, and a new node d without the secret reads it through
             the capped link
 
-Ratios (medians over the repetitions): replicated vs the plain copy, vs
-durable; the resume from the peer vs from the store; durable with
-replication on vs off; CPU and peak RSS on vs off. Writes OUT/replicas.json
+Each finished phase's objects are removed from s3rver's directory, so the
+store stays one phase big (--store-dir /dev/shm: in RAM, off the node's
+disk, as a remote store's writes are). Ratios (medians over the
+repetitions): replicated vs the plain copy, vs durable; the resume from the
+peer vs from the store; durable with replication on vs off; CPU and peak
+RSS on vs off. Writes OUT/replicas.json
 and OUT/replicas.md. --smoke: 8 MiB, 1 repetition; fails only when a phase
 does not complete or read bytes differ from those written, never on a
 timing. Every wait is bounded; every process is stopped by PID; mounts are
@@ -135,7 +141,7 @@ class Bench:
         self.work = tempfile.mkdtemp(prefix="ckpt-replicas.", dir=args.workdir)
         self.procs = []    # Popen objects started here, stopped by PID
         self.mounts = []   # live Mount objects
-        self.s3dir = os.path.join(self.work, "s3rver")
+        self.s3dir = tempfile.mkdtemp(prefix="ckpt-replicas-s3.", dir=args.store_dir or self.work)
         self.s3_started = False
         self.secret = os.path.join(self.work, "secret")
         fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -157,10 +163,12 @@ class Bench:
         os.environ.pop("CKPT_JOB", None)
         pf = os.path.join(self.work, "proxy.port")
         self.proxy_stats = os.path.join(self.work, "proxy.stats")
+        self.request_log = os.path.join(self.work, "requests.log")
         self.procs.append(subprocess.Popen(
             [sys.executable, os.path.join(SRC, "tests/s3/faultproxy.py"), "--target-port", port,
              "--port-file", pf, "--stats-file", self.proxy_stats, "--stats-interval", "0.2",
-             "--rate-mbps", str(self.a.rate_mbps), "--owner-pid", str(os.getpid())],
+             "--rate-mbps", str(self.a.rate_mbps), "--owner-pid", str(os.getpid()),
+             "--request-log", self.request_log],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.work, "proxy.log"), "w")))
         wait_for(lambda: os.path.exists(pf) and open(pf).read().strip(), 30, "the proxy's port")
         self.proxied = "http://127.0.0.1:%s" % open(pf).read().strip()
@@ -176,6 +184,7 @@ class Bench:
         m = wait_for(lambda: re.search(r"keeping replicas for peers on \S+ \(port (\d+)\)",
                                        b.log_text()), 30, "the peer's port")
         self.peer = "%s:%s" % (PEER_ADDR, m.group(1))
+        self.b = b
 
     def mount(self, node, endpoint, extra, env=None, job=None):
         """A node's mount; it warms up only `job` (none for b): a new node
@@ -224,6 +233,9 @@ class Bench:
                  interval=0.05)
         return time.monotonic()
 
+    def cache_bytes(self):
+        return read_status(self.b.path)["peers"]["peer_cache_bytes"]
+
     def replicated(self, m):
         return read_status(m.path)["peers"]["parts_replicated"] >= 1
 
@@ -255,6 +267,26 @@ class Bench:
         except (OSError, ValueError):
             return 0
 
+    def drop_job(self, job):
+        """Removes a finished phase's objects from s3rver's directory (its
+        files are the objects): a run's store stays one phase big, which
+        lets it live in RAM (--store-dir /dev/shm)."""
+        for dirpath, dirs, _ in os.walk(self.s3dir):
+            if os.path.basename(dirpath) == "jobs" and job in dirs:
+                shutil.rmtree(os.path.join(dirpath, job), ignore_errors=True)
+                dirs.remove(job)
+
+    def record_put(self, job, t_close):
+        """(start, end) of the replica record's PUT at the store's door
+        (the proxy's request log, CLOCK_MONOTONIC), from the close: where
+        close -> replicated goes when it is late."""
+        with open(self.request_log) as f:
+            for line in f:
+                t0, t1, method, target = line.split()[:4]
+                if method == "PUT" and "/jobs/%s/" % job in target and "/replicas/" in target:
+                    return float(t0) - t_close, float(t1) - t_close
+        return None, None
+
     # ------------------------------------------------------------- phases
     def phase_copy(self):
         size = os.path.getsize(self.data)
@@ -276,9 +308,18 @@ class Bench:
             t_close = self.save(m, job, step)
             r = {}
             if peers:
-                wait_for(lambda: self.replicated(m), WAIT_S, "step %d replicated" % step,
-                         interval=0.02)
+                held = []  # (time, bytes node b holds for peers), until replicated
+
+                def replicated():
+                    held.append((time.monotonic(), self.cache_bytes()))
+                    return self.replicated(m)
+                wait_for(replicated, WAIT_S, "step %d replicated" % step, interval=0.02)
                 r["replicated_s"] = time.monotonic() - t_close
+                # The last growth of what the peer holds (it may evict
+                # durable replicas of earlier phases meanwhile: not monotonic).
+                grew = [t for (_, n0), (t, n) in zip(held, held[1:]) if n > n0]
+                r["peer_has_packs_s"] = (grew[-1] if grew else held[0][0]) - t_close
+                r["record_put_start_s"], r["record_put_end_s"] = self.record_put(job, t_close)
             r["durable_s"] = self.wait_durable(job, step) - t_close
             r["cpu_s"], r["rss_kib"] = proc_stats(m.pid)
         finally:
@@ -327,9 +368,11 @@ class Bench:
             for ph in order:
                 log("repetition %d/%d: %s" % (rep + 1, a.reps, ph))
                 got = self.phase_writer("r%d%s" % (rep, ph), 100 + rep, ph == "on")
+                self.drop_job("r%d%s" % (rep, ph))
                 r.update({"%s_%s" % (k, ph): v for k, v in got.items()})
             log("repetition %d/%d: resume" % (rep + 1, a.reps))
             r.update(self.phase_resume("r%dresume" % rep, 200 + rep))
+            self.drop_job("r%dresume" % rep)
             runs.append(r)
             log("repetition %d: %s" % (rep + 1, json.dumps(r, sort_keys=True)))
         return runs
@@ -338,7 +381,7 @@ class Bench:
 def summarize(runs):
     def med(key):
         return statistics.median(r[key] for r in runs)
-    s = {k: med(k) for k in runs[0] if k != "rep"}
+    s = {k: med(k) for k in runs[0] if k != "rep" and all(r.get(k) is not None for r in runs)}
     s["ratio_copy_over_replicated"] = s["copy_s"] / s["replicated_s_on"]
     s["ratio_durable_over_replicated"] = s["durable_s_on"] / s["replicated_s_on"]
     s["ratio_store_over_peer_resume"] = s["store_resume_s"] / s["peer_resume_s"]
@@ -350,12 +393,19 @@ def summarize(runs):
 
 def table(args, runs, s):
     def rng(key, fmt="%.2f"):
-        vals = [r[key] for r in runs]
+        vals = [r.get(key) for r in runs]
+        if None in vals:
+            return "n/a"
         return (fmt % statistics.median(vals)) + (
             " (%s-%s)" % (fmt % min(vals), fmt % max(vals)) if len(vals) > 1 else "")
     rows = [
         ("close -> replicated (s)", rng("replicated_s_on"), ""),
+        ("  of which: the replica record's PUT at the store, from the close (s)",
+         "%s - %s" % (rng("record_put_start_s_on"), rng("record_put_end_s_on")), ""),
+        ("  of which: the peer holds every pack, from the close (s)",
+         rng("peer_has_packs_s_on"), ""),
         ("plain TCP copy to the peer, write + fsync (s)", rng("copy_s"), ""),
+        ("close -> replicated, pack PUTs held (s)", rng("held_replicated_s"), ""),
         ("replicated vs the copy (copy / replicated)",
          "%.2f" % s["ratio_copy_over_replicated"], ">= 0.8"),
         ("close -> durable, replication on (s)", rng("durable_s_on"), ""),
@@ -386,6 +436,7 @@ def main():
     ap.add_argument("--rate-mbps", type=float, default=100.0)
     ap.add_argument("--out")
     ap.add_argument("--workdir", default="/var/tmp")
+    ap.add_argument("--store-dir", help="where s3rver keeps its objects (default: in --workdir)")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     if args.smoke:
@@ -412,6 +463,7 @@ def main():
         b.cleanup()
         if ok:  # without --out the results were printed, and go with it
             shutil.rmtree(b.work, ignore_errors=True)
+            shutil.rmtree(b.s3dir, ignore_errors=True)
         else:
             log("failed; logs kept in %s" % b.work)
 

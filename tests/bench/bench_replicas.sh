@@ -8,6 +8,8 @@
 #   tests/bench/bench_replicas.sh BUILD_DIR [--smoke] [bench_replicas.py options]
 #       --size-mib N (1024)  --reps N (3)  --rate-mbps N (100: the store's link)
 #       --out DIR (results: replicas.json, replicas.md)  --workdir DIR (/var/tmp)
+#       --store-dir DIR (s3rver's objects; default in --workdir; /dev/shm keeps
+#       the store's writes off the node's disk, as a remote store's are)
 #
 # bench_replicas.py does the work (its docstring says what each phase
 # measures); this wrapper runs it with Debian's python3 (torch). It starts
@@ -17,7 +19,8 @@
 # --smoke (CI, label bench): 8 MiB, 1 repetition; fails when a phase does
 # not complete or a read differs from what was written, never on a timing.
 # The full run in docs/BENCHMARKS.md:
-#   nice -n 10 tests/bench/bench_replicas.sh build --size-mib 1024 --reps 3 --out DIR
+#   nice -n 10 tests/bench/bench_replicas.sh build --size-mib 1024 --reps 3 \
+#       --store-dir /dev/shm --out DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 1 ] || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
