@@ -4,7 +4,7 @@ S3 client and an S3 server (s3rver), one decision per request.
 
     faultproxy.py --target-port P [--listen-port 0] --port-file F --pid-file F
                   [--stats-file F] [--stats-interval S] [--request-log F] [--seed N]
-                  [--stall-s S] [--owner-pid PID]
+                  [--stall-s S] [--owner-pid PID] [--rate-mbps N]
                   [--faults e500=0.03,e503=0.03,drop_req=0.03,drop_resp=0.03,cut_body=0.03,stall=0.003]
 
 It parses request and response framing (Content-Length, chunked, HEAD/1xx/
@@ -29,7 +29,12 @@ benchmark waits for a dump after each run, so it asks for 0.05): requests, fault
 bytes_down). With no --faults it is a counting proxy; a response with a
 body over 1 MiB that no fault hits is streamed, not held. The proxy listens on 127.0.0.1 only and is
 stopped by PID (the caller's trap). The seed makes a run reproducible up to
-thread timing. --request-log appends one line per answered request: the
+thread timing. --rate-mbps N (default 0: no limit) caps the bytes forwarded
+per second at N MB/s (10^6 bytes) in each direction, shared by every
+connection (one token bucket per direction, a burst of 50 ms): the store
+stands behind a slow link, as a cloud link shared by a node. It paces the
+request and response bodies and the heads of answers; fault decisions are
+unchanged. --request-log appends one line per answered request: the
 monotonic clock (CLOCK_MONOTONIC, s) at the request and at the end of its answer, the
 method, the path and query (never a header: no credentials), the status.
 """
@@ -70,6 +75,23 @@ class Stats:
         os.replace(tmp, path)
 
 
+class Bucket:
+    """A token bucket of `rate` bytes/s for one direction, shared by all
+    connections: each take(n) books n bytes on a virtual clock and sleeps
+    until that clock is due (at most 50 ms of unused time is credited)."""
+    BURST_S = 0.05
+
+    def __init__(self, rate):
+        self.rate = float(rate)
+        self.due = time.monotonic()
+
+    async def take(self, n):
+        now = time.monotonic()
+        self.due = max(self.due, now - self.BURST_S) + n / self.rate
+        if self.due > now:
+            await asyncio.sleep(self.due - now)
+
+
 class Closed(Exception):
     pass
 
@@ -98,11 +120,12 @@ def parse_headers(head):
     return first, headers
 
 
-async def copy_exact(reader, writer, n, limit=None):
-    """Copies n bytes; with limit, stops after that many and returns False."""
+async def copy_exact(reader, writer, n, limit=None, bucket=None):
+    """Copies n bytes; with limit, stops after that many and returns False;
+    with a bucket (--rate-mbps), paced by it in 256 KiB pieces."""
     sent = 0
     while sent < n:
-        want = min(1 << 20, n - sent)
+        want = min(1 << 18 if bucket else 1 << 20, n - sent)
         if limit is not None:
             want = min(want, limit - sent)
             if want <= 0:
@@ -110,6 +133,8 @@ async def copy_exact(reader, writer, n, limit=None):
         chunk = await reader.read(want)
         if not chunk:
             raise Closed()
+        if bucket:
+            await bucket.take(len(chunk))
         writer.write(chunk)
         await writer.drain()
         sent += len(chunk)
@@ -176,6 +201,9 @@ class Proxy:
                 sys.exit("faultproxy: unknown fault %r (known: %s)" % (name, ", ".join(FAULTS)))
             self.rates[name] = float(value)
         self.stats = Stats()
+        rate = args.rate_mbps * 1e6
+        self.up = Bucket(rate) if rate > 0 else None
+        self.down = Bucket(rate) if rate > 0 else None
 
     def pick(self, has_body):
         r = self.rng.random()
@@ -252,7 +280,7 @@ class Proxy:
                     return
 
                 async def send_body():
-                    await copy_exact(creader, uwriter, body_len)
+                    await copy_exact(creader, uwriter, body_len, bucket=self.up)
 
                 body_task = asyncio.ensure_future(send_body())
                 # Its failure (the client or server went away) is handled
@@ -273,7 +301,7 @@ class Proxy:
                             await body_task
                             n = int(rheaders["content-length"])
                             cwriter.write(rhead)
-                            await copy_exact(ureader, cwriter, n)
+                            await copy_exact(ureader, cwriter, n, bucket=self.down)
                             self.stats.counts["passed"] += 1
                             self.stats.counts["bytes_down"] += n
                             self.log_request(first, status, started)
@@ -295,6 +323,8 @@ class Proxy:
                     body_task.cancel()
                     return
                 if whole_ready:
+                    if self.down:
+                        await self.down.take(len(whole))
                     cwriter.write(whole)
                     await cwriter.drain()
                     self.stats.counts["passed"] += 1
@@ -362,6 +392,8 @@ def main():
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--stall-s", type=float, default=5.0)
     ap.add_argument("--faults", default="")
+    ap.add_argument("--rate-mbps", type=float, default=0.0,
+                    help="cap each direction at N MB/s, shared by all connections (0: no cap)")
     ap.add_argument("--owner-pid", type=int, default=0,
                     help="exit when this process is gone (a killed test leaves no proxy)")
     args = ap.parse_args()
