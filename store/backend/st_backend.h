@@ -280,6 +280,12 @@ st_err st_del_items_result(const st_del_item *items, size_t n);
 /* The file:// backend (st_backend_file.c). root must be an absolute path;
  * it is created (mkdir -p) if missing. */
 st_err st_backend_file_open(const char *root, st_backend **out);
+/* As st_backend_file_open, for local scratch objects whose loss a reader
+ * detects by their content (a pack checked against its id before it is
+ * used): a put is still atomic (temp file, rename) but not durable, with
+ * no fsync, and keeps its pages in the page cache for the read that
+ * follows. A crash can leave an object empty or short. */
+st_err st_backend_file_open_scratch(const char *root, st_backend **out);
 /* As st_backend_file_open; existing_only: a missing root is ST_ERR_NOT_FOUND. */
 st_err st_backend_file_open_existing(const char *root, int existing_only, st_backend **out);
 

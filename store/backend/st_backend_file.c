@@ -61,6 +61,7 @@ typedef struct file_ctx {
     int rootfd;                       /* O_RDONLY|O_DIRECTORY on the root; immutable after open */
     char *root;                       /* for messages only */
     atomic_uint_fast64_t tmp_counter; /* makes temp names unique within this process */
+    int scratch; /* st_backend_file_open_scratch: no fsync, pages kept cached */
 } file_ctx;
 
 /* ---- errors ---- */
@@ -166,7 +167,7 @@ static int walk_dirs(const file_ctx *c, const char *key, size_t dir_len, int cre
             if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
                 goto fail; /* ENOENT here: cur itself was removed; caller restarts */
             /* Also after EEXIST: the racing creator may not have synced yet. */
-            if (fsync_fd(cur) < 0)
+            if (!c->scratch && fsync_fd(cur) < 0)
                 goto fail;
         }
         if (next < 0)
@@ -236,9 +237,10 @@ static st_err put_in_dir(file_ctx *c, int dfd, const char *key, const char *leaf
     if (write_all(fd, data, len) != ST_OK)
         goto fail;
     what = "fsync temp file";
-    if (fsync_fd(fd) < 0)
+    if (!c->scratch && fsync_fd(fd) < 0)
         goto fail;
-    drop_cached_pages(fd);
+    if (!c->scratch) /* a scratch object is read again soon: keep its pages */
+        drop_cached_pages(fd);
     what = "close temp file";
     int r = close(fd);
     fd = -1;
@@ -248,7 +250,7 @@ static st_err put_in_dir(file_ctx *c, int dfd, const char *key, const char *leaf
     if (renameat(dfd, tmp, dfd, leaf) < 0)
         goto fail;
     /* The object is in place; without this fsync a crash could lose the name. */
-    if (fsync_fd(dfd) < 0)
+    if (!c->scratch && fsync_fd(dfd) < 0)
         return file_err(c, errno, "put", key, "fsync directory");
     return ST_OK;
 
@@ -821,6 +823,14 @@ static st_err mkdir_p(const char *root)
 st_err st_backend_file_open(const char *root, st_backend **out)
 {
     return st_backend_file_open_existing(root, 0, out);
+}
+
+st_err st_backend_file_open_scratch(const char *root, st_backend **out)
+{
+    st_err e = st_backend_file_open_existing(root, 0, out);
+    if (!e)
+        ((file_ctx *)(*out)->ctx)->scratch = 1;
+    return e;
 }
 
 st_err st_backend_file_open_existing(const char *root, int existing_only, st_backend **out)

@@ -5,6 +5,7 @@
 #include "peer/st_replicate.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,18 @@
 #include "util/st_array.h"
 #include "util/st_hash.h"
 
+/* Connections to one peer: a client serves one request at a time, so the
+ * upload threads' packs go out on several, and the peer verifies and
+ * fsyncs them side by side. */
+#define PEER_CONNS 4
+
 typedef struct peer {
     char addr[ST_PEER_ADDR_MAX + 1];
     char node[ST_NODE_MAX + 1];   /* from its hello; "" until it answered */
     char domain[ST_NODE_MAX + 1]; /* its failure domain, from the same hello */
-    st_peer_client *client;       /* one request at a time: under lock */
-    pthread_mutex_t lock;
-} peer;
+    st_peer_client *conns[PEER_CONNS]; /* each serialises its own requests */
+    atomic_uint next;                  /* round robin over conns */
+    pthread_mutex_t lock;              /* node, domain */} peer;
 
 struct st_peer_set {
     char self[ST_NODE_MAX + 1];
@@ -71,11 +77,12 @@ st_err st_peer_set_new(const char *peers, const char *self_node, const char *sel
             peer *p = &ps->peers[ps->n];
             memcpy(p->addr, s, len);
             p->addr[len] = '\0';
-            e = st_peer_client_new(p->addr, self_node, secret, rate, &p->client);
-            if (!e) {
-                pthread_mutex_init(&p->lock, NULL);
-                ps->n++;
-            }
+            /* The rate is per peer: each connection gets its share. */
+            uint64_t share = rate ? (rate + PEER_CONNS - 1) / PEER_CONNS : 0;
+            for (int k = 0; !e && k < PEER_CONNS; k++)
+                e = st_peer_client_new(p->addr, self_node, secret, share, &p->conns[k]);
+            pthread_mutex_init(&p->lock, NULL);
+            ps->n++; /* freed whole, failed or not */
         }
         s += len + (s[len] == ',');
     }
@@ -94,10 +101,17 @@ void st_peer_set_free(st_peer_set *ps)
     if (!ps)
         return;
     for (size_t i = 0; i < ps->n; i++) {
-        st_peer_client_free(ps->peers[i].client);
+        for (int k = 0; k < PEER_CONNS; k++)
+            st_peer_client_free(ps->peers[i].conns[k]);
         pthread_mutex_destroy(&ps->peers[i].lock);
     }
     free(ps);
+}
+
+/* The next of p's connections, round robin. */
+static st_peer_client *conn_of(peer *p)
+{
+    return p->conns[atomic_fetch_add(&p->next, 1) % PEER_CONNS];
 }
 
 /* The peer's node name and failure domain, asked once (its lock held). */
@@ -105,8 +119,8 @@ static st_err peer_node(peer *p)
 {
     if (p->node[0])
         return ST_OK;
-    st_err e = st_peer_client_domain(p->client, p->domain, sizeof p->domain);
-    return e ? e : st_peer_client_node(p->client, p->node, sizeof p->node);
+    st_err e = st_peer_client_domain(p->conns[0], p->domain, sizeof p->domain);
+    return e ? e : st_peer_client_node(p->conns[0], p->node, sizeof p->node);
 }
 
 /* 1 if a peer of domain is among chosen[0..n). */
@@ -190,9 +204,7 @@ void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t
         pthread_mutex_unlock(&r->lock);
         if (failed)
             continue;
-        pthread_mutex_lock(&t->p->lock);
-        st_err e = st_peer_put_pack(t->p->client, &id, data, len);
-        pthread_mutex_unlock(&t->p->lock);
+        st_err e = st_peer_put_pack(conn_of(t->p), &id, data, len);
         pthread_mutex_lock(&r->lock);
         if (e)
             t->failed = 1;
@@ -219,10 +231,8 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
         target *t = &r->targets[i];
         if (t->failed)
             continue;
-        pthread_mutex_lock(&t->p->lock);
-        st_err e = st_peer_put_part(t->p->client, job, step, node, rev, r->packs, r->npacks,
+        st_err e = st_peer_put_part(conn_of(t->p), job, step, node, rev, r->packs, r->npacks,
                                     manifest->data, manifest->len);
-        pthread_mutex_unlock(&t->p->lock);
         if (e) {
             t->failed = 1;
             continue;
@@ -265,10 +275,8 @@ void st_replication_durable(st_replication *r, st_backend *store, const st_repli
         target *t = &r->targets[i];
         if (t->failed)
             continue;
-        pthread_mutex_lock(&t->p->lock);
         /* Best effort: a peer that misses it finds out at its next look. */
-        st_peer_mark_durable(t->p->client, r->job, r->step, r->node, r->rev);
-        pthread_mutex_unlock(&t->p->lock);
+        st_peer_mark_durable(conn_of(t->p), r->job, r->step, r->node, r->rev);
     }
     if (res->replicated)
         st_del(store, res->key);

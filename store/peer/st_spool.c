@@ -90,10 +90,31 @@ static st_err enqueue(st_spool *s, const char *key, uint64_t len)
     return ST_OK;
 }
 
-/* One spooled pack to the store, then out of the spool. */
-static st_err store_one(st_spool *s, const char *key, st_bytes *buf)
+/* One spooled pack to the store, then out of the spool. The spool does not
+ * fsync (a scratch backend: the seal must not wait on the disk), so a crash
+ * can leave a spooled pack short or empty: its bytes are checked against
+ * its id before the PUT, and one that fails is dropped, never stored. The
+ * dedup index may still name it: the ingest's look at the store finds the
+ * pack gone and stores its chunks again (docs/PROTOCOL.md, "The local
+ * dedup index"). */
+static st_err store_one(st_spool *s, const char *key, st_bytes *buf, int *dropped)
 {
+    *dropped = 0;
+    char job[ST_JOB_MAX + 1];
+    st_id want, got;
     st_err e = st_get(s->disk, key, 0, ST_GET_TO_END, buf);
+    if (e == ST_ERR_NOT_FOUND) { /* gone from the spool: nothing to PUT, ever */
+        *dropped = 1;
+        return st_seterr(e, "spooled pack %s is gone from the spool", key);
+    }
+    if (!e && st_key_parse_pack(key, job, &want) &&
+        (got = st_id_of(buf->data, buf->len), st_id_cmp(&got, &want))) {
+        st_del(s->disk, key);
+        *dropped = 1;
+        return st_seterr(ST_ERR_CORRUPT, "spooled pack %s: its bytes fail its id (a crash cut it?); "
+                                         "dropped, its chunks are stored again",
+                         key);
+    }
     if (!e)
         e = st_put(s->store, key, buf->data, buf->len);
     if (!e)
@@ -114,7 +135,8 @@ static void *spool_thread(void *arg)
         spool_key *k = list_pop(&s->queue);
         s->in_flight++;
         pthread_mutex_unlock(&s->lock);
-        st_err e = store_one(s, k->key, &buf);
+        int dropped = 0;
+        st_err e = store_one(s, k->key, &buf, &dropped);
         st_bytes_free(&buf); /* a pack is up to ST_PACK_MAX_SIZE: not kept between PUTs */
         pthread_mutex_lock(&s->lock);
         s->in_flight--;
@@ -124,7 +146,11 @@ static void *spool_thread(void *arg)
                 s->first_err = e;
                 snprintf(s->first_msg, sizeof s->first_msg, "%s", st_errmsg());
             }
-            list_push(&s->failed, k); /* queued again by the next flush */
+            if (dropped) { /* the flush still fails: the step must not be published */
+                s->stats.queued_bytes -= k->len;
+                free(k);
+            } else
+                list_push(&s->failed, k); /* queued again by the next flush */
         } else {
             s->stats.stored_packs++;
             s->stats.queued_bytes -= k->len;
@@ -245,7 +271,7 @@ st_err st_spool_open(const char *dir, st_backend *store, unsigned threads, st_sp
     pthread_cond_init(&s->settled, NULL);
     st_err e = st_mkdir_p_mode(dir, 0700);
     if (!e)
-        e = st_backend_file_open(dir, &s->disk);
+        e = st_backend_file_open_scratch(dir, &s->disk);
     if (!e) {
         pthread_mutex_lock(&s->lock);
         e = st_list(s->disk, "jobs/", requeue_cb, s);

@@ -6,8 +6,10 @@
  * through the spool's backend (st_spool_backend), and a PUT of a pack key
  * (jobs/<job>/packs/...) there:
  *
- *   1. stores the pack durably in the spool directory (a file:// backend:
- *      temp file, fsync, rename, as every local object);
+ *   1. stores the pack in the spool directory (a scratch file:// backend:
+ *      temp file and rename, no fsync: the seal must not wait on the disk;
+ *      a pack a crash cut short fails its id before the PUT and is dropped,
+ *      and its chunks are stored again);
  *   2. hands it to the replication hook, if one is set (st_spool_set_hook),
  *      which sends it to the peers;
  *   3. queues it for the spool's own threads, which PUT it to the store and
