@@ -2,7 +2,8 @@
  * The peer tier over the in-memory store and a real peer server on
  * 127.0.0.1 (docs/PEERS.md): the replica record's codec and keys; the
  * spool (a pack put through it reaches the store by the flush, a pack left
- * by a crash is queued again at open, other keys pass through); and the
+ * by a crash is queued again at open, one a crash cut short is dropped and
+ * never stored, other keys pass through); and the
  * whole write order with the store's pack PUTs held: the part becomes
  * replicated while no pack is in the store, a reader's view lists the step
  * and restores it byte-identical from the peer, a reader with a wrong
@@ -163,6 +164,18 @@ static void test_spool(void)
     CHECK_OK(st_put(w, key, "no hook", 7)); /* no replication: the store at once */
     CHECK_OK(st_stat(store, key, &size));
     st_bytes_free(&got);
+    st_spool_close(s);
+
+    /* A pack a crash cut short in the spool (no fsync there): its bytes fail
+     * its id, so it is dropped, never stored, and the flush says so once. */
+    id = st_id_of("a whole pack", 12);
+    CHECK_OK(st_key_pack(key, sizeof key, JOB, &id));
+    CHECK_OK(st_put(disk, key, "a who", 5));
+    CHECK_OK(st_spool_open(dir, store, 1, &s));
+    CHECK_ERR(st_spool_flush(s), ST_ERR_CORRUPT);
+    CHECK_ERR(st_stat(store, key, &size), ST_ERR_NOT_FOUND);
+    CHECK_ERR(st_stat(disk, key, &size), ST_ERR_NOT_FOUND);
+    CHECK_OK(st_spool_flush(s)); /* not queued again */
     st_spool_close(s);
     st_backend_close(disk);
     st_backend_close(store);
