@@ -171,8 +171,16 @@ void st_pack_writer_free(st_pack_writer *w)
 
 st_err st_pack_footer_decode(const uint8_t *footer, uint32_t *trailer_len, uint32_t *count)
 {
-    if (memcmp(footer + 20, pack_magic, sizeof pack_magic) != 0)
+    if (memcmp(footer + 20, pack_magic, sizeof pack_magic) != 0) {
+        /* A later digit is a format a newer release wrote: said as such,
+         * so that a reader too old for a pack does not call it damaged. */
+        if (!memcmp(footer + 20, pack_magic, 3) && footer[23] > pack_magic[3] && footer[23] <= '9')
+            return st_seterr(ST_ERR_UNSUPPORTED,
+                             "pack footer: format version %c is newer than %c: a newer release "
+                             "wrote this pack",
+                             footer[23], pack_magic[3]);
         return st_seterr(ST_ERR_CORRUPT, "pack footer: bad magic");
+    }
     if (st_le32_get(footer + 16) != 0)
         return st_seterr(ST_ERR_CORRUPT, "pack footer: reserved field not zero");
     uint32_t tlen = st_le32_get(footer);
@@ -202,9 +210,10 @@ static st_err trailer_get_entry(st_reader *r, uint64_t chunk_area, uint64_t *nex
     st_get_u8(r, &codec);
     if (r->err)
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu truncated or malformed", index);
-    if (codec > ST_CODEC_ZSTD_SHUF4)
-        return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu has unknown codec %u", index,
-                         codec);
+    if (codec > ST_CODEC_ZSTD_SHUF4) /* a codec of a newer release, as in st_codec_decode */
+        return st_seterr(ST_ERR_UNSUPPORTED,
+                         "pack trailer: entry %zu has codec %u, newer than this release knows",
+                         index, codec);
     if (stored_len < ST_CODEC_HEADER_LEN || stored_len > UINT32_MAX)
         return st_seterr(ST_ERR_CORRUPT, "pack trailer: entry %zu stored length %llu invalid",
                          index, (unsigned long long)stored_len);
