@@ -54,7 +54,8 @@ st_err st_replica_encode(const st_replica *r, st_bytes *out)
     return e;
 }
 
-/* A string of at most max bytes, copied NUL-terminated; valid is the rule it must pass. */
+/* A string of 1..max bytes, copied NUL-terminated into out: with name, a
+ * node name (st_name_is_valid); else an address, printable without spaces. */
 static int get_text(st_reader *rd, char *out, size_t max, int name)
 {
     const uint8_t *s;
