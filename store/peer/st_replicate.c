@@ -21,11 +21,12 @@
 
 typedef struct peer {
     char addr[ST_PEER_ADDR_MAX + 1];
-    char node[ST_NODE_MAX + 1];   /* from its hello; "" until it answered */
-    char domain[ST_NODE_MAX + 1]; /* its failure domain, from the same hello */
+    char node[ST_NODE_MAX + 1];        /* from its hello; "" until it answered */
+    char domain[ST_NODE_MAX + 1];      /* its failure domain, from the same hello */
     st_peer_client *conns[PEER_CONNS]; /* each serialises its own requests */
     atomic_uint next;                  /* round robin over conns */
-    pthread_mutex_t lock;              /* node, domain */} peer;
+    pthread_mutex_t lock;              /* node, domain */
+} peer;
 
 struct st_peer_set {
     char self[ST_NODE_MAX + 1];

@@ -111,8 +111,9 @@ static st_err store_one(st_spool *s, const char *key, st_bytes *buf, int *droppe
         (got = st_id_of(buf->data, buf->len), st_id_cmp(&got, &want))) {
         st_del(s->disk, key);
         *dropped = 1;
-        return st_seterr(ST_ERR_CORRUPT, "spooled pack %s: its bytes fail its id (a crash cut it?); "
-                                         "dropped, its chunks are stored again",
+        return st_seterr(ST_ERR_CORRUPT,
+                         "spooled pack %s: its bytes fail its id (a crash cut it?); "
+                         "dropped, its chunks are stored again",
                          key);
     }
     if (!e)
