@@ -18,11 +18,12 @@
  * sends the hash of the empty body. curl 7.88 signs the value we send but
  * does not add the header itself.
  *
- * Content-MD5: sent with every body (PUT, DeleteObjects), so that a store
- * which checks MD5 but not the payload hash refuses a corrupted body too.
- * A refusal of a body that arrived other than sent (XAmzContentSHA256-
- * Mismatch, BadDigest, InvalidDigest) is transient: the retry sends it
- * again.
+ * Content-MD5: only on DeleteObjects, where S3 requires it. RGW and AWS
+ * check it on a PUT too, but they check the signed SHA-256 already, and
+ * MD5 would more than double the hashing of a pack (docs/S3.md, "Checksums
+ * the server verifies"). A refusal of a body that arrived other than sent
+ * (XAmzContentSHA256Mismatch, BadDigest, InvalidDigest) is transient: the
+ * retry sends it again.
  *
  * Server-side encryption (--s3-sse, docs/S3.md): SSE-S3 and SSE-KMS
  * headers on every PUT; SSE-C's three headers (algorithm, key, key MD5) on
@@ -553,7 +554,7 @@ static st_err req_error(const v4_req *r)
 }
 
 /* e (a refused request's error, message set) with what to do about SSE
- * appended, when the refusal is about SSE: a plain-http request with SSE
+ * appended, as ST_ERR_PERMANENT, when the refusal is about SSE: a plain-http request with SSE
  * headers (RGW: "rgw crypt require ssl"), a read of an SSE-C object
  * without the key, an SSE-C read with another key than the object's. */
 static st_err sse_hint(const v4_ctx *c, const v4_req *r, st_err e)
@@ -570,7 +571,9 @@ static st_err sse_hint(const v4_ctx *c, const v4_req *r, st_err e)
                "c:KEY-FILE";
     else if (sent && c->cfg.sse == ST_S3_SSE_C && strcmp(r->op, "put") != 0)
         hint = "is the --s3-sse c:KEY-FILE key the one the object was written with?";
-    return hint ? st_seterr(e, "%s; %s", st_errmsg(), hint) : e;
+    /* Permanent, as a refused signature is, whether the store said 400
+     * (RGW) or 403 (AWS): the same exit code for the same mistake. */
+    return hint ? st_seterr(ST_ERR_PERMANENT, "%s; %s", st_errmsg(), hint) : e;
 }
 
 /*
@@ -589,9 +592,7 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     snprintf(url, sizeof url, "%.*s%s%s%s", (int)base_len, c->base, name, query ? "?" : "",
              query ? query : "");
 
-    char sha_hdr[96] = "x-amz-content-sha256: " EMPTY_SHA256, md5_hdr[64];
-    if (body && content_md5_line(body, body_len, md5_hdr))
-        return st_seterr(ST_ERR_NOMEM, "s3 %s: MD5 failed", r->op);
+    char sha_hdr[96] = "x-amz-content-sha256: " EMPTY_SHA256;
     if (body) {
         unsigned char md[SHA256_DIGEST_LENGTH];
         SHA256(body, body_len, md);
@@ -604,8 +605,6 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     char *tok_line = NULL;
     st_err e = ST_OK;
     int nomem = !(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h);
-    if (body && !nomem)
-        nomem = !(h = curl_slist_append(hdr, md5_hdr)) || !(hdr = h);
     for (size_t i = 0; extra && extra[i] && !nomem; i++)
         nomem = !(h = curl_slist_append(hdr, extra[i])) || !(hdr = h);
     for (size_t i = 0; r->sse && r->sse[i] && !nomem; i++)
@@ -998,8 +997,8 @@ static int batch_unsupported(const v4_req *r)
 /*
  * POST ?delete with up to ST_DEL_BATCH_MAX keys. S3 requires an integrity
  * header on this request: Content-MD5 (base64 of the body's MD5), the one
- * every S3-compatible store knows, sent by request() with every body along
- * with the signed SHA-256. A failure of the whole request (transport,
+ * every S3-compatible store knows; the body's SHA-256 is signed along as
+ * on every request with a body. A failure of the whole request (transport,
  * 5xx, auth) is every sent item's result.
  */
 static st_err v4_del_many(void *ctx, st_del_item *items, size_t n)
@@ -1017,8 +1016,10 @@ static st_err v4_del_many(void *ctx, st_del_item *items, size_t n)
     st_err e = ST_OK;
     if (!sendable || (e = delete_xml(c, items, n, &xml, &len)))
         goto out; /* nothing to send (every name too long), or no memory */
-    /* Content-MD5, which S3 requires here, comes with every body (request). */
-    const char *const hdrs[] = {"Content-Type: application/xml", NULL};
+    char md5_hdr[64];
+    if ((e = content_md5_line(xml, (size_t)len, md5_hdr)))
+        goto out;
+    const char *const hdrs[] = {md5_hdr, "Content-Type: application/xml", NULL};
     v4_req r;
     req_init(&r, c, "del_many", "");
     r.out = &answer;
