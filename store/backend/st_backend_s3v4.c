@@ -442,10 +442,11 @@ static void headers_free(struct curl_slist *hdr)
 }
 
 /*
- * Signs a request carrying SSE-C headers with st_s3_sigv4 (curl 7.x signs
- * them in the wrong order: st_s3_sigv4.h): Host, the payload hash, the
- * session token and the SSE headers are signed; x-amz-date and
- * Authorization are appended to *hdr. The other headers go unsigned.
+ * Signs a request carrying SSE headers with st_s3_sigv4 (curl 7.x signs
+ * SSE-C's and SSE-KMS's headers in the wrong order: st_s3_sigv4.h): Host,
+ * the payload hash, the session token and the SSE headers are signed;
+ * Host, x-amz-date and Authorization are appended to *hdr. The other
+ * headers (Content-Type, Range, Content-MD5) go unsigned.
  */
 static st_err sign_self(v4_ctx *c, v4_req *r, const char *url, const char *query,
                         const char *sha_hdr, const char *tok_line, struct curl_slist **hdr)
@@ -553,10 +554,11 @@ static st_err req_error(const v4_req *r)
                      r->code, r->msg[0] ? ": " : "", r->msg);
 }
 
-/* e (a refused request's error, message set) with what to do about SSE
- * appended, as ST_ERR_PERMANENT, when the refusal is about SSE: a plain-http request with SSE
- * headers (RGW: "rgw crypt require ssl"), a read of an SSE-C object
- * without the key, an SSE-C read with another key than the object's. */
+/* e (a refused request's error, message set), or ST_ERR_PERMANENT with
+ * what to do appended when the refusal is about SSE: a plain-http request
+ * with SSE headers (RGW: "rgw crypt require ssl"), a read of an SSE-C
+ * object without the key, an SSE-C read with another key than the
+ * object's. */
 static st_err sse_hint(const v4_ctx *c, const v4_req *r, st_err e)
 {
     const char *hint = NULL;
@@ -1263,8 +1265,8 @@ static st_err header_line(char **slot, const char *name, const char *value)
     return ST_OK;
 }
 
-/* c->put_sse and c->read_sse from cfg.sse. x-amz-* headers are signed
- * (curl's SigV4 signs every x-amz-* header it sends). */
+/* c->put_sse and c->read_sse from cfg.sse; a request that sends them is
+ * signed by sign_self, headers included. */
 static st_err sse_headers(v4_ctx *c)
 {
     const st_s3_config *g = &c->cfg;

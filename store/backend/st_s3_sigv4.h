@@ -3,9 +3,9 @@
  * the requests that libcurl's own signer (CURLOPT_AWS_SIGV4) gets wrong.
  * curl before 8.10 sorts the canonical headers as whole "name:value"
  * lines, so a header whose name is a prefix of another's
- * (x-amz-server-side-encryption-customer-key and its -MD5) lands in the
- * wrong place and the server refuses the signature; SSE-C needs exactly
- * those two headers on every request.
+ * (x-amz-server-side-encryption-customer-key and its -MD5, or
+ * x-amz-server-side-encryption and its -aws-kms-key-id) lands in the
+ * wrong place and the server refuses the signature (fixed in curl 8.10).
  *
  * No I/O, no state; the caller gives the time.
  */
