@@ -14,6 +14,9 @@
 #     the message says to use https;
 #   * SSE-KMS with testkey-1: put and restore bit-exact, and RGW's HEAD
 #     answer names aws:kms and the key id;
+#   * a bucket whose policy denies PUTs without x-amz-server-side-encryption:
+#     a put without --s3-sse fails with exit 3 and "give --s3-sse", one with
+#     aws:kms:testkey-1 succeeds;
 #   * AES256 (SSE-S3): the put succeeds only if RGW confirms the encryption
 #     (RGW 16 does not: it ignores the header, and ckptctl refuses);
 #   * the V2 backend refuses --s3-sse, exit 2;
@@ -76,12 +79,14 @@ ctl() { # OUT-FILE ckptctl-args...: runs ckptctl, output into OUT-FILE; returns 
 same_tree() { diff -r "$tmp/src" "$1" >/dev/null 2>&1; }
 
 # A signed request made by curl (the keys reach it on stdin, never argv):
-# prints the HTTP status; the answer's head into $tmp/head, body into $tmp/body.
-curl_signed() { # METHOD URL
+# prints the HTTP status; the answer's head into $tmp/head, body into
+# $tmp/body. With FILE, it is the request's body.
+curl_signed() { # METHOD URL [FILE]
+    local body=(-H 'x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855')
+    [ -z "${3:-}" ] || body=(-T "$3" -H "x-amz-content-sha256: $(sha256sum "$3" | cut -d' ' -f1)")
     printf 'user = "%s:%s"\n' "$RGW_ACCESS_KEY" "$RGW_SECRET_KEY" |
         curl -K - -s --max-time 20 --aws-sigv4 aws:amz:us-east-1:s3 --cacert "$RGW_CA_FILE" \
-            -H 'x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855' \
-            -X "$1" -D "$tmp/head" -o "$tmp/body" -w '%{http_code}' "$2"
+            "${body[@]}" -X "$1" -D "$tmp/head" -o "$tmp/body" -w '%{http_code}' "$2"
 }
 
 # The object names under a store prefix (ListObjectsV2 over https; the
@@ -170,6 +175,29 @@ if [ "$code" = 200 ] && grep -qi '^x-amz-server-side-encryption: aws:kms' "$tmp/
 else
     cp "$tmp/head" "$tmp/out"
     bad "HEAD of the SSE-KMS pack (HTTP $code) does not name aws:kms/testkey-1"
+fi
+
+# ---- a bucket whose policy denies PUTs without x-amz-server-side-encryption ----
+bucket=ckpt-enc-only-$RANDOM
+cat >"$tmp/policy.json" <<EOF
+{"Version": "2012-10-17", "Statement": [{"Sid": "DenyUnencrypted", "Effect": "Deny",
+ "Principal": "*", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::$bucket/*",
+ "Condition": {"Null": {"s3:x-amz-server-side-encryption": "true"}}}]}
+EOF
+if [ "$(curl_signed PUT "$RGW_HTTPS_ENDPOINT/$bucket")" != 200 ] ||
+    [ "$(curl_signed PUT "$RGW_HTTPS_ENDPOINT/$bucket?policy=" "$tmp/policy.json")" != 204 ]; then
+    cp "$tmp/body" "$tmp/out"
+    bad "cannot make bucket $bucket with a policy that demands encryption"
+else
+    expect_refusal "an unencrypted PUT into a bucket that demands encryption" 3 \
+        "the bucket refused an unencrypted PUT: give --s3-sse" -- "${https[@]}" \
+        --store "s3://$bucket/$run" --job j put --step 1 "$tmp/src"
+    if ctl "$tmp/out" "${https[@]}" --s3-sse aws:kms:testkey-1 --store "s3://$bucket/$run" \
+        --job j put --step 1 "$tmp/src"; then
+        ok "the same bucket takes the step with --s3-sse aws:kms:testkey-1"
+    else
+        bad "an SSE-KMS put into the bucket that demands encryption"
+    fi
 fi
 
 # ---- SSE-S3 (AES256): only with RGW's confirmation ----
