@@ -210,6 +210,9 @@ static void usage(FILE *out)
         "  --s3-addressing path|virtual  (default: $CKPT_S3_ADDRESSING; virtual on AWS)\n"
         "  --s3-ca-file PEM   CA certificates for https (default: $CKPT_S3_CA_FILE, else\n"
         "                   the system store)\n"
+        "  --s3-sse AES256|aws:kms[:KEY-ID]|c:FILE  server-side encryption of what is\n"
+        "                   written; c:FILE: SSE-C, the 32 raw bytes of FILE (mode 0600)\n"
+        "                   are the key, needed for reads too (default: $CKPT_S3_SSE)\n"
         "  --peer-secret-file FILE  the peers' cluster secret: ls, latest, restore and\n"
         "                   verify also see steps replicated on peers and not yet\n"
         "                   durable, and read their packs from the peers (docs/PEERS.md)\n"
@@ -291,6 +294,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_REGION,
         O_ADDRESSING,
         O_CA_FILE,
+        O_SSE,
         O_PEER_SECRET,
     };
     static const struct option opts[] = {
@@ -300,6 +304,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"s3-region", required_argument, NULL, O_REGION},
         {"s3-addressing", required_argument, NULL, O_ADDRESSING},
         {"s3-ca-file", required_argument, NULL, O_CA_FILE},
+        {"s3-sse", required_argument, NULL, O_SSE},
         {"peer-secret-file", required_argument, NULL, O_PEER_SECRET},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
@@ -338,6 +343,7 @@ static int parse_args(int argc, char **argv, cli *c)
         case O_REGION: c->open.s3_region = optarg; break;
         case O_ADDRESSING: c->open.s3_addressing = optarg; break;
         case O_CA_FILE: c->open.s3_ca_file = optarg; break;
+        case O_SSE: c->open.s3_sse = optarg; break;
         case O_PEER_SECRET: c->open.peer_secret_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:

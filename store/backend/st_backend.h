@@ -192,6 +192,12 @@ typedef struct st_backend_opts {
     /* PEM file of the CA(s) to trust for https endpoints instead of the
      * system store. NULL: $CKPT_S3_CA_FILE, else the system store. */
     const char *s3_ca_file;
+    /* s3:// server-side encryption of every object written (docs/S3.md,
+     * "Encryption at rest in the store"): "AES256" (SSE-S3), "aws:kms" or
+     * "aws:kms:KEY-ID" (SSE-KMS), "c:FILE" (SSE-C: the 32-byte key in FILE,
+     * mode 0600, sent with every request, reads too). NULL: $CKPT_S3_SSE,
+     * else none (the bucket's default). V4 signing only. */
+    const char *s3_sse;
     /* file://: a root that does not exist is ST_ERR_NOT_FOUND ("no store
      * at ...") instead of being made: a reader given a mistyped path must
      * not see an empty store. */

@@ -868,6 +868,16 @@ st_err st_backend_s3_open(const char *url, const st_backend_opts *opts, st_backe
                       c->cfg.endpoint);
         goto out;
     }
+    /* libs3 2.0 has no SSE-C and no SSE-KMS, and its SSE-S3 flag alone
+     * would leave reads and writes of one store asking different things:
+     * refused, whichever mode. */
+    if (c->cfg.sse != ST_S3_SSE_NONE) {
+        e = st_seterr(ST_ERR_INVALID,
+                      "--s3-sse %s is refused with --s3-signature v2: libs3 cannot send the "
+                      "server-side encryption headers; use --s3-signature v4",
+                      st_s3_sse_name(&c->cfg));
+        goto out;
+    }
     /* libs3 2.0 cannot send x-amz-security-token: temporary credentials
      * would fail on every request, so say so now. */
     if (c->cfg.session_token) {

@@ -18,6 +18,19 @@
  * sends the hash of the empty body. curl 7.88 signs the value we send but
  * does not add the header itself.
  *
+ * Content-MD5: only on DeleteObjects, where S3 requires it. RGW and AWS
+ * check it on a PUT too, but they check the signed SHA-256 already, and
+ * MD5 would more than double the hashing of a pack (docs/S3.md, "Checksums
+ * the server verifies"). A refusal of a body that arrived other than sent
+ * (XAmzContentSHA256Mismatch, BadDigest, InvalidDigest) is transient: the
+ * retry sends it again.
+ *
+ * Server-side encryption (--s3-sse, docs/S3.md): SSE-S3 and SSE-KMS
+ * headers on every PUT; SSE-C's three headers (algorithm, key, key MD5) on
+ * every PUT, GET (ranged or streamed) and HEAD of an object. The key is in
+ * cfg and in ctx's header lines only, both wiped on close, and each
+ * request's curl header list is wiped before it is freed.
+ *
  * Requests. Every op is one blocking request on the caller's thread,
  * driven through a curl multi handle so that this file checks its clocks
  * every 100 ms: stall (no byte moved for stall_ms; CURLOPT_LOW_SPEED_TIME
@@ -49,6 +62,7 @@
 #include <inttypes.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -60,6 +74,7 @@
 
 #include "backend/st_backend.h"
 #include "backend/st_s3_common.h"
+#include "backend/st_s3_sigv4.h"
 
 #define POOL_MAX       64
 #define LIST_PAGE_KEYS 1000
@@ -86,6 +101,12 @@ typedef struct v4_ctx {
     v4_conn *pool[POOL_MAX]; /* guarded by pool_lock */
     int pool_n;              /* guarded by pool_lock */
 
+    /* Server-side encryption headers (--s3-sse), built at open: put_sse
+     * on every PUT, read_sse (SSE-C only) on every GET and HEAD of an
+     * object. NULL-terminated; the SSE-C key line is wiped on close. */
+    char *put_sse[4];
+    char *read_sse[4];
+
     /* Set once an answer proved the bucket exists; until then a HEAD 404
      * (no body) is checked with a GET that can say NoSuchBucket. */
     atomic_int bucket_seen;
@@ -97,8 +118,11 @@ typedef struct v4_ctx {
 /* One request: what it sends and what came back. On the caller's stack. */
 typedef struct v4_req {
     v4_ctx *c;
-    const char *op; /* for messages: "put", "get", ... */
+    const char *op;          /* for messages: "put", "get", ... */
+    const char *self_method; /* the HTTP method, for sign_self */
     const char *key;
+    char *const *sse; /* SSE headers to send (ctx put_sse/read_sse), or NULL */
+    int self_signed;  /* signed by st_s3_sigv4, not by curl (request()) */
 
     st_bytes *out;           /* 2xx body goes here (NULL: dropped, unless sink) */
     const st_get_sink *sink; /* or is handed here as it arrives (get_stream) */
@@ -116,6 +140,7 @@ typedef struct v4_req {
     int64_t content_length;   /* of the answer, -1 if unknown */
     int64_t date_ns;          /* its Date header (the store's clock), 0 if none */
     int64_t last_modified_ns; /* its Last-Modified header, 0 if none */
+    int sse_confirmed;        /* the answer names the SSE asked for (sse_confirms) */
     int timed_out;            /* 1: stall, 2: deadline, 3: the observer stopped it */
     CURLcode cc;
     long status;
@@ -246,6 +271,30 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* 1 if the answer header line buf says the object is stored with the
+ * encryption cfg asks for: AWS and RGW name it in every answer to a PUT
+ * (x-amz-server-side-encryption: AES256 | aws:kms, or ...-customer-
+ * algorithm: AES256 for SSE-C). A store that ignores the request header
+ * (RGW 16 with AES256) names nothing. */
+static int sse_confirms(const st_s3_config *g, const char *buf, size_t len)
+{
+    const char *colon = memchr(buf, ':', len);
+    if (!colon)
+        return 0;
+    size_t name_len = (size_t)(colon - buf);
+    const char *v = colon + 1;
+    while (*v == ' ')
+        v++;
+    size_t vlen = (size_t)(buf + len - v);
+    while (vlen && (v[vlen - 1] == '\r' || v[vlen - 1] == '\n' || v[vlen - 1] == ' '))
+        vlen--;
+    const char *want = g->sse == ST_S3_SSE_KMS ? "aws:kms" : "AES256";
+    const char *name = g->sse == ST_S3_SSE_C ? "x-amz-server-side-encryption-customer-algorithm"
+                                             : "x-amz-server-side-encryption";
+    return name_len == strlen(name) && strncasecmp(buf, name, name_len) == 0 &&
+           vlen == strlen(want) && strncmp(v, want, vlen) == 0;
+}
+
 /* Learns the status from the status line before any body byte, and
  * reserves the whole body once from Content-Length. */
 static size_t on_header(char *buf, size_t size, size_t n, void *arg)
@@ -260,6 +309,8 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
         r->date_ns = st_s3_http_date_ns(buf + 5);
     else if (len > 14 && strncasecmp(buf, "Last-Modified:", 14) == 0)
         r->last_modified_ns = st_s3_http_date_ns(buf + 14);
+    else if (r->sse && len > 28 && strncasecmp(buf, "x-amz-server-side-encryption", 28) == 0)
+        r->sse_confirmed |= sse_confirms(&r->c->cfg, buf, len);
     else if (r->out && r->status / 100 == 2 && len > 15 &&
              strncasecmp(buf, "Content-Length:", 15) == 0) {
         unsigned long long cl = strtoull(buf + 15, NULL, 10);
@@ -293,9 +344,11 @@ static void setup_easy(v4_ctx *c, CURL *e, v4_req *r, const char *url, struct cu
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_SHARE, c->share);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, c->sigv4);
-    curl_easy_setopt(e, CURLOPT_USERNAME, c->cfg.access_key_id);
-    curl_easy_setopt(e, CURLOPT_PASSWORD, c->cfg.secret);
+    if (!r->self_signed) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, c->sigv4);
+        curl_easy_setopt(e, CURLOPT_USERNAME, c->cfg.access_key_id);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, c->cfg.secret);
+    }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
@@ -366,6 +419,75 @@ static void run(v4_ctx *c, v4_conn *k, v4_req *r, uint64_t bytes)
     }
 }
 
+/* "Content-MD5: " and the base64 of the MD5 of body into line (64 bytes). */
+static st_err content_md5_line(const void *body, size_t len, char line[64])
+{
+    unsigned char md5[EVP_MAX_MD_SIZE];
+    unsigned md5_len = 0;
+    static const char name[] = "Content-MD5: ";
+    if (!EVP_Digest(body, len, md5, &md5_len, EVP_md5(), NULL))
+        return st_seterr(ST_ERR_NOMEM, "s3: MD5 failed");
+    memcpy(line, name, sizeof name);
+    EVP_EncodeBlock((unsigned char *)line + sizeof name - 1, md5, (int)md5_len);
+    return ST_OK;
+}
+
+/* Overwrites every line of a request's header list (it may hold the SSE-C
+ * key or the session token), then frees it. */
+static void headers_free(struct curl_slist *hdr)
+{
+    for (struct curl_slist *h = hdr; h; h = h->next)
+        OPENSSL_cleanse(h->data, strlen(h->data));
+    curl_slist_free_all(hdr);
+}
+
+/*
+ * Signs a request carrying SSE headers with st_s3_sigv4 (curl 7.x signs
+ * SSE-C's and SSE-KMS's headers in the wrong order: st_s3_sigv4.h): Host,
+ * the payload hash, the session token and the SSE headers are signed;
+ * Host, x-amz-date and Authorization are appended to *hdr. The other
+ * headers (Content-Type, Range, Content-MD5) go unsigned.
+ */
+static st_err sign_self(v4_ctx *c, v4_req *r, const char *url, const char *query,
+                        const char *sha_hdr, const char *tok_line, struct curl_slist **hdr)
+{
+    char host_line[ST_S3_HOST_MAX + ST_S3_BUCKET_MAX + 16], date_line[ST_S3_SIGV4_AMZDATE_LINE_MAX];
+    char auth_line[1024], path[ST_S3_BUCKET_MAX + ST_S3_KEY_MAX + 8];
+    const char *signed_lines[8];
+    size_t n = 0;
+    if (c->cfg.virtual_host)
+        snprintf(host_line, sizeof host_line, "Host: %s.%s", c->cfg.bucket, c->cfg.host);
+    else
+        snprintf(host_line, sizeof host_line, "Host: %s", c->cfg.host);
+    const char *p = strchr(strstr(url, "://") + 3, '/');
+    snprintf(path, sizeof path, "%.*s", (int)strcspn(p, "?"), p);
+    signed_lines[n++] = host_line;
+    signed_lines[n++] = sha_hdr;
+    if (tok_line)
+        signed_lines[n++] = tok_line;
+    for (size_t i = 0; r->sse[i] && n + 1 < sizeof signed_lines / sizeof signed_lines[0]; i++)
+        signed_lines[n++] = r->sse[i];
+    signed_lines[n] = NULL;
+    st_s3_sigv4_req sr = {.method = r->self_method,
+                          .path = path,
+                          .query = query,
+                          .headers = signed_lines,
+                          .access_key_id = c->cfg.access_key_id,
+                          .secret = c->cfg.secret,
+                          .region = c->cfg.region,
+                          .now = time(NULL)};
+    st_err e = st_s3_sigv4_sign(&sr, date_line, auth_line, sizeof auth_line);
+    struct curl_slist *h;
+    const char *add[] = {host_line, date_line, auth_line};
+    for (size_t i = 0; !e && i < 3; i++)
+        if (!(h = curl_slist_append(*hdr, add[i])))
+            e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
+        else
+            *hdr = h;
+    OPENSSL_cleanse(auth_line, sizeof auth_line);
+    return e;
+}
+
 /* The S3 error body <Error><Code/><Message/></Error> into r->code/msg. */
 static void parse_error_body(v4_req *r)
 {
@@ -432,6 +554,30 @@ static st_err req_error(const v4_req *r)
                      r->code, r->msg[0] ? ": " : "", r->msg);
 }
 
+/* e (a refused request's error, message set), or ST_ERR_PERMANENT with
+ * what to do appended when the refusal is about SSE: a plain-http request
+ * with SSE headers (RGW: "rgw crypt require ssl"), a read of an SSE-C
+ * object without the key, an SSE-C read with another key than the
+ * object's. */
+static st_err sse_hint(const v4_ctx *c, const v4_req *r, st_err e)
+{
+    const char *hint = NULL;
+    int sent = r->sse && r->sse[0];
+    if (r->status != 400 && r->status != 403)
+        return e;
+    if (sent && !c->cfg.https && strcmp(r->code, "InvalidRequest") == 0)
+        hint = "the store refuses server-side encryption over plain http (Ceph RGW: rgw crypt "
+               "require ssl): use an https endpoint";
+    else if (!sent && strstr(r->msg, "Server Side Encryption"))
+        hint = "the object is encrypted with a key of the client's (SSE-C): give --s3-sse "
+               "c:KEY-FILE";
+    else if (sent && c->cfg.sse == ST_S3_SSE_C && strcmp(r->op, "put") != 0)
+        hint = "is the --s3-sse c:KEY-FILE key the one the object was written with?";
+    /* Permanent, as a refused signature is, whether the store said 400
+     * (RGW) or 403 (AWS): the same exit code for the same mistake. */
+    return hint ? st_seterr(ST_ERR_PERMANENT, "%s; %s", st_errmsg(), hint) : e;
+}
+
 /*
  * One request: method on the object name `name` ("" for the bucket) with
  * an optional query (already canonical), body (PUT, POST) and extra
@@ -463,6 +609,8 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     int nomem = !(h = curl_slist_append(hdr, sha_hdr)) || !(hdr = h);
     for (size_t i = 0; extra && extra[i] && !nomem; i++)
         nomem = !(h = curl_slist_append(hdr, extra[i])) || !(hdr = h);
+    for (size_t i = 0; r->sse && r->sse[i] && !nomem; i++)
+        nomem = !(h = curl_slist_append(hdr, r->sse[i])) || !(hdr = h);
     if (nomem) {
         e = st_seterr(ST_ERR_NOMEM, "s3 %s: out of memory", r->op);
         goto out;
@@ -477,6 +625,10 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
             goto out;
         }
     }
+    r->self_signed = r->sse && r->sse[0];
+    r->self_method = method;
+    if (r->self_signed && (e = sign_self(c, r, url, query, sha_hdr, tok_line, &hdr)))
+        goto out;
     /* No "Expect:" line to suppress curl's 100-continue: curl would sign
      * that empty header and then not send it, which RGW (rightly) refuses
      * as SignatureDoesNotMatch. The 100-continue round trip costs little
@@ -516,11 +668,11 @@ static st_err request(v4_ctx *c, v4_req *r, const char *method, const char *name
     parse_error_body(r);
     if (strcmp(r->code, "NoSuchKey") == 0)
         atomic_store(&c->bucket_seen, 1); /* the bucket answered for its keys */
-    e = req_error(r);
+    e = sse_hint(c, r, req_error(r));
 out:
     if (e == ST_OK)
         atomic_store(&c->bucket_seen, 1);
-    curl_slist_free_all(hdr);
+    headers_free(hdr);
     if (tok_line) {
         explicit_bzero(tok_line, strlen(tok_line));
         free(tok_line);
@@ -556,7 +708,24 @@ static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
     if (e)
         return e;
     static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
-    return request(c, &r, "PUT", r.full_key, NULL, data ? data : "", len, hdrs);
+    r.sse = c->put_sse;
+    e = request(c, &r, "PUT", r.full_key, NULL, data ? data : "", len, hdrs);
+    if (!e && c->cfg.sse != ST_S3_SSE_NONE && !r.sse_confirmed)
+        return st_seterr(ST_ERR_PERMANENT,
+                         "s3 put s3://%s/%s%s at %s: the store took the object but its answer "
+                         "does not confirm --s3-sse %s (it ignored the request and may keep the "
+                         "object unencrypted): use a mode the store supports (docs/S3.md)",
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint,
+                         st_s3_sse_name(&c->cfg));
+    /* A bucket policy that demands encryption answers a PUT without it
+     * with a plain AccessDenied: the one refusal a PUT meets alone. */
+    if (e == ST_ERR_PERMANENT && c->cfg.sse == ST_S3_SSE_NONE && r.status == 403 &&
+        strcmp(r.code, "AccessDenied") == 0)
+        e = st_seterr(e,
+                      "%s; the bucket refused an unencrypted PUT: give --s3-sse if its policy "
+                      "demands encryption",
+                      st_errmsg());
+    return e;
 }
 
 /* HEAD: the size. A 404 is not told apart from a missing bucket here. */
@@ -564,6 +733,7 @@ static st_err head(v4_ctx *c, const char *key, const char *fk, uint64_t *size)
 {
     v4_req r;
     req_init(&r, c, "stat", key);
+    r.sse = c->read_sse;
     st_err e = request(c, &r, "HEAD", fk, NULL, NULL, 0, NULL);
     if (e)
         return e;
@@ -588,6 +758,7 @@ static st_err v4_stat_time(void *ctx, const char *key, st_store_time *t)
     st_err e = object_req_init(&r, c, "stat", key ? key : ST_S3_CLOCK_KEY);
     if (e)
         return e;
+    r.sse = c->read_sse;
     e = request(c, &r, "HEAD", r.full_key, NULL, NULL, 0, NULL);
     if (!key && e == ST_ERR_NOT_FOUND && r.date_ns)
         e = ST_OK;
@@ -646,6 +817,7 @@ static st_err get_range(v4_ctx *c, const char *key, const char *fk, uint64_t off
         snprintf(range, sizeof range, "Range: bytes=%" PRIu64 "-", off);
     v4_req r;
     req_init(&r, c, "get", key);
+    r.sse = c->read_sse;
     r.out = out;
     r.sink = sink;
     r.partial_only = off != 0;
@@ -846,14 +1018,9 @@ static st_err v4_del_many(void *ctx, st_del_item *items, size_t n)
     st_err e = ST_OK;
     if (!sendable || (e = delete_xml(c, items, n, &xml, &len)))
         goto out; /* nothing to send (every name too long), or no memory */
-    unsigned char md5[EVP_MAX_MD_SIZE];
-    unsigned md5_len = 0;
-    char md5_hdr[64] = "Content-MD5: ";
-    if (!EVP_Digest(xml, (size_t)len, md5, &md5_len, EVP_md5(), NULL)) {
-        e = st_seterr(ST_ERR_NOMEM, "s3 del_many: MD5 failed");
+    char md5_hdr[64];
+    if ((e = content_md5_line(xml, (size_t)len, md5_hdr)))
         goto out;
-    }
-    EVP_EncodeBlock((unsigned char *)md5_hdr + strlen(md5_hdr), md5, (int)md5_len);
     const char *const hdrs[] = {md5_hdr, "Content-Type: application/xml", NULL};
     v4_req r;
     req_init(&r, c, "del_many", "");
@@ -1076,8 +1243,58 @@ static void v4_close(void *ctx)
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&c->share_locks[i]);
     pthread_mutex_destroy(&c->pool_lock);
+    for (int i = 0; i < 4; i++) {
+        if (c->put_sse[i])
+            OPENSSL_cleanse(c->put_sse[i], strlen(c->put_sse[i]));
+        if (c->read_sse[i])
+            OPENSSL_cleanse(c->read_sse[i], strlen(c->read_sse[i]));
+        free(c->put_sse[i]);
+        free(c->read_sse[i]);
+    }
     st_s3_config_free(&c->cfg);
     free(c);
+}
+
+/* One header line "name: value" (malloc) into *slot; ST_ERR_NOMEM. */
+static st_err header_line(char **slot, const char *name, const char *value)
+{
+    size_t n = strlen(name) + strlen(value) + 3;
+    if (!(*slot = malloc(n)))
+        return st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
+    snprintf(*slot, n, "%s: %s", name, value);
+    return ST_OK;
+}
+
+/* c->put_sse and c->read_sse from cfg.sse; a request that sends them is
+ * signed by sign_self, headers included. */
+static st_err sse_headers(v4_ctx *c)
+{
+    const st_s3_config *g = &c->cfg;
+    st_err e = ST_OK;
+    switch (g->sse) {
+    case ST_S3_SSE_NONE: break;
+    case ST_S3_SSE_AES256:
+        e = header_line(&c->put_sse[0], "x-amz-server-side-encryption", "AES256");
+        break;
+    case ST_S3_SSE_KMS:
+        if (!(e = header_line(&c->put_sse[0], "x-amz-server-side-encryption", "aws:kms")) &&
+            g->sse_kms_key_id[0])
+            e = header_line(&c->put_sse[1], "x-amz-server-side-encryption-aws-kms-key-id",
+                            g->sse_kms_key_id);
+        break;
+    case ST_S3_SSE_C:
+        for (int i = 0; i < 2 && !e; i++) {
+            char **set = i ? c->read_sse : c->put_sse;
+            if (!(e = header_line(&set[0], "x-amz-server-side-encryption-customer-algorithm",
+                                  "AES256")) &&
+                !(e = header_line(&set[1], "x-amz-server-side-encryption-customer-key",
+                                  g->sse_c_key_b64)))
+                e = header_line(&set[2], "x-amz-server-side-encryption-customer-key-MD5",
+                                g->sse_c_key_md5_b64);
+        }
+        break;
+    }
+    return e;
 }
 
 static const st_backend_ops v4_ops = {
@@ -1114,6 +1331,8 @@ st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_bac
                       curl_easy_strerror(v4_init_status));
         goto out;
     }
+    if ((e = sse_headers(c)))
+        goto out;
     snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", c->cfg.region);
     if (c->cfg.virtual_host)
         snprintf(c->base, sizeof c->base, "%s://%s.%s/", c->cfg.https ? "https" : "http",

@@ -14,12 +14,16 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "util/st_fsutil.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_STALL_MS   20000u
@@ -401,6 +405,76 @@ static st_err load_ca_file(st_s3_config *cfg, const st_backend_opts *opts)
     return ST_OK;
 }
 
+/* SSE-C: the key file is exactly the 32 raw bytes of the AES-256 key, a
+ * private file (st_read_private_file). Only its base64 and that of its
+ * MD5 are kept: the headers every request carries. */
+static st_err load_sse_c_key(st_s3_config *cfg, const char *path, const char *source)
+{
+    unsigned char key[ST_S3_SSE_C_KEY_LEN], md5[EVP_MAX_MD_SIZE];
+    unsigned md5_len = 0;
+    size_t got = 0;
+    char what[64];
+    snprintf(what, sizeof what, "SSE-C key file (%s)", source);
+    st_err e = st_read_private_file(path, what, key, sizeof key, &got);
+    if (!e && got != ST_S3_SSE_C_KEY_LEN)
+        e = st_seterr(ST_ERR_INVALID,
+                      "%s %s: %zu bytes; the key must be exactly %d raw bytes (e.g. head -c 32 "
+                      "/dev/urandom)",
+                      what, path, got, ST_S3_SSE_C_KEY_LEN);
+    if (!e && !EVP_Digest(key, got, md5, &md5_len, EVP_md5(), NULL))
+        e = st_seterr(ST_ERR_NOMEM, "%s: MD5 failed", what);
+    if (!e && !(cfg->sse_c_key_b64 = malloc(4 * ((ST_S3_SSE_C_KEY_LEN + 2) / 3) + 1)))
+        e = st_seterr(ST_ERR_NOMEM, "s3: out of memory");
+    if (!e) {
+        EVP_EncodeBlock((unsigned char *)cfg->sse_c_key_b64, key, ST_S3_SSE_C_KEY_LEN);
+        EVP_EncodeBlock((unsigned char *)cfg->sse_c_key_md5_b64, md5, (int)md5_len);
+    }
+    OPENSSL_cleanse(key, sizeof key);
+    return e;
+}
+
+/* --s3-sse (or CKPT_S3_SSE): AES256 | aws:kms[:KEY-ID] | c:FILE. */
+static st_err load_sse(st_s3_config *cfg, const st_backend_opts *opts)
+{
+    const char *source;
+    const char *v = setting(opts ? opts->s3_sse : NULL, "--s3-sse", "CKPT_S3_SSE", &source);
+    if (!v)
+        return ST_OK;
+    if (strcmp(v, "AES256") == 0) {
+        cfg->sse = ST_S3_SSE_AES256;
+        return ST_OK;
+    }
+    if (strcmp(v, "aws:kms") == 0 || strncmp(v, "aws:kms:", 8) == 0) {
+        const char *id = v[7] ? v + 8 : "";
+        if (v[7] && (!*id || strlen(id) >= sizeof cfg->sse_kms_key_id || strpbrk(id, "\r\n")))
+            return st_seterr(ST_ERR_INVALID,
+                             "%s aws:kms:KEY-ID: the key id is empty, has a line break or is "
+                             "longer than %zu bytes",
+                             source, sizeof cfg->sse_kms_key_id - 1);
+        cfg->sse = ST_S3_SSE_KMS;
+        snprintf(cfg->sse_kms_key_id, sizeof cfg->sse_kms_key_id, "%s", id);
+        return ST_OK;
+    }
+    if (strncmp(v, "c:", 2) == 0 && v[2]) {
+        cfg->sse = ST_S3_SSE_C;
+        return load_sse_c_key(cfg, v + 2, source);
+    }
+    return st_seterr(ST_ERR_INVALID,
+                     "%s \"%.40s\": expected AES256, aws:kms, aws:kms:KEY-ID or c:KEY-FILE", source,
+                     v);
+}
+
+const char *st_s3_sse_name(const st_s3_config *cfg)
+{
+    switch (cfg->sse) {
+    case ST_S3_SSE_AES256: return "AES256";
+    case ST_S3_SSE_KMS: return "aws:kms";
+    case ST_S3_SSE_C: return "c (SSE-C)";
+    case ST_S3_SSE_NONE: break;
+    }
+    return "none";
+}
+
 st_err st_s3_config_load(st_s3_config *cfg, const char *url, const st_backend_opts *opts)
 {
     if (!url || strncasecmp(url, "s3://", 5) != 0)
@@ -408,7 +482,7 @@ st_err st_s3_config_load(st_s3_config *cfg, const char *url, const st_backend_op
     st_err e;
     if ((e = parse_url(cfg, url)) || (e = st_s3_signature_choice(opts, &cfg->signature)) ||
         (e = load_region(cfg, opts)) || (e = load_endpoint(cfg, opts)) ||
-        (e = load_ca_file(cfg, opts)) || (e = load_credentials(cfg)))
+        (e = load_ca_file(cfg, opts)) || (e = load_sse(cfg, opts)) || (e = load_credentials(cfg)))
         return e;
     cfg->timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
     cfg->stall_ms = opts && opts->stall_timeout_ms ? opts->stall_timeout_ms : DEFAULT_STALL_MS;
@@ -422,6 +496,8 @@ void st_s3_config_free(st_s3_config *cfg)
         return;
     free_secret(&cfg->secret);
     free_secret(&cfg->session_token);
+    free_secret(&cfg->sse_c_key_b64);
+    OPENSSL_cleanse(cfg->sse_c_key_md5_b64, sizeof cfg->sse_c_key_md5_b64);
     free(cfg->access_key_id);
     free(cfg->ca_file);
     cfg->access_key_id = cfg->ca_file = NULL;
@@ -558,6 +634,8 @@ static const struct {
     {"XAmzContentSHA256Mismatch", ST_ERR_TRANSIENT,
      "the server got other bytes than were sent (XAmzContentSHA256Mismatch)"},
     {"BadDigest", ST_ERR_TRANSIENT, "the server got other bytes than were sent (BadDigest)"},
+    {"InvalidDigest", ST_ERR_TRANSIENT,
+     "the server got other bytes than were sent (InvalidDigest)"},
 };
 
 st_err st_s3_classify(st_s3_transport net, int http_status, const char *code, const char **cause)

@@ -6,7 +6,8 @@
  *   - configuration: the store URL (bucket, prefix), the endpoint (given,
  *     $CKPT_S3_ENDPOINT, or derived from the region), addressing, region,
  *     credentials (environment, AWS_PROFILE in ~/.aws/credentials and
- *     ~/.aws/config), the session token, the CA file, the timeouts;
+ *     ~/.aws/config), the session token, the CA file, the timeouts, the
+ *     server-side encryption asked for (--s3-sse; an SSE-C key file);
  *   - error classification: an HTTP status and S3 error code, or a
  *     transport failure, to an st_err and a sentence naming the cause and
  *     what to check;
@@ -14,8 +15,9 @@
  *   - the get contract (empty and huge ranges, a refused range), over
  *     each backend's own HEAD and ranged GET (st_s3_get).
  *
- * Secrets: the secret key and session token live only in st_s3_config
- * (zeroed by st_s3_config_free); no message built here contains them.
+ * Secrets: the secret key, the session token and the SSE-C key live only
+ * in st_s3_config (zeroed by st_s3_config_free); no message built here
+ * contains them.
  *
  * Threads: st_s3_config_load runs on the opening thread and reads the
  * environment; a loaded config is read-only and may be shared. st_s3_get
@@ -39,6 +41,17 @@ typedef enum st_s3_signature {
     ST_S3_SIG_V2 = 1,
 } st_s3_signature;
 
+/* Server-side encryption asked of the store (--s3-sse; docs/S3.md, "Encryption
+ * at rest in the store"). */
+typedef enum st_s3_sse {
+    ST_S3_SSE_NONE = 0, /* no header: the bucket's default */
+    ST_S3_SSE_AES256,   /* SSE-S3: keys the store manages */
+    ST_S3_SSE_KMS,      /* SSE-KMS: a key of the store's KMS */
+    ST_S3_SSE_C,        /* SSE-C: the caller's key, sent with every request */
+} st_s3_sse;
+
+#define ST_S3_SSE_C_KEY_LEN 32 /* AES-256 */
+
 typedef struct st_s3_config {
     char bucket[ST_S3_BUCKET_MAX + 1];
     char prefix[ST_KEY_MAX + 2]; /* "" or "a/b/" */
@@ -54,6 +67,10 @@ typedef struct st_s3_config {
     char *session_token; /* NULL or AWS_SESSION_TOKEN; never printed; zeroed on free */
     char *ca_file;       /* NULL: the system CA store */
     unsigned timeout_ms, stall_ms;
+    st_s3_sse sse;
+    char sse_kms_key_id[256];   /* ST_S3_SSE_KMS: the key's id or ARN, "" for the default key */
+    char *sse_c_key_b64;        /* ST_S3_SSE_C: base64 of the key; never printed; zeroed on free */
+    char sse_c_key_md5_b64[32]; /* ST_S3_SSE_C: base64 of the key's MD5 */
     /* opts->observer (borrowed): its should_stop aborts a request in flight. */
     const st_backend_observer *observer;
 } st_s3_config;
@@ -66,6 +83,10 @@ typedef struct st_s3_config {
  * a secret. On error cfg may hold allocations: st_s3_config_free it anyway.
  */
 st_err st_s3_config_load(st_s3_config *cfg, const char *url, const st_backend_opts *opts);
+
+/*! The name of cfg's SSE mode for messages: "AES256", "aws:kms", "c" (SSE-C),
+ *  or "none". Never the key. */
+const char *st_s3_sse_name(const st_s3_config *cfg);
 
 /*! Frees and zeroes what cfg holds. NULL is a no-op. */
 void st_s3_config_free(st_s3_config *cfg);

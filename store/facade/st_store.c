@@ -133,6 +133,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
                           .s3_region = opts->s3_region,
                           .s3_addressing = opts->s3_addressing,
                           .s3_ca_file = opts->s3_ca_file,
+                          .s3_sse = opts->s3_sse,
                           .existing_only = opts->existing_only};
     st_err e = st_backend_open_opts(opts->url, &bo, &s->backend);
     if (!e)

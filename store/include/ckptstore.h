@@ -33,9 +33,10 @@ typedef struct st_store_options {
     const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
-    int existing_only;         /* file://: a missing directory is ST_ERR_NOT_FOUND, not made */
-    const char *state_dir;     /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
-    const char *node;          /* this writer's name; NULL: derived from the host name */
+    const char *s3_sse; /* AES256, aws:kms[:KEY-ID] or c:KEY-FILE; NULL: $CKPT_S3_SSE, else none */
+    int existing_only;  /* file://: a missing directory is ST_ERR_NOT_FOUND, not made */
+    const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
+    const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
     /* The peers' cluster secret (docs/PEERS.md): when set, listings,
      * latest, restore and verify also see steps that are replicated on

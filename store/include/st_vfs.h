@@ -90,10 +90,11 @@ typedef struct st_vfs_options {
     const char *s3_region;     /* e.g. "eu-west-1"; default: AWS_REGION, profile, us-east-1 */
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
-    const char *staging_dir;   /* created if missing (0700); one mount at a time */
-    const char *node;          /* NULL: from the host name */
-    const char *step_pattern;  /* NULL: built-in step rule */
-    uint64_t staging_cap;      /* bytes of staging data; 0: no cap but the disk */
+    const char *s3_sse; /* AES256, aws:kms[:KEY-ID] or c:KEY-FILE; NULL: $CKPT_S3_SSE, else none */
+    const char *staging_dir;  /* created if missing (0700); one mount at a time */
+    const char *node;         /* NULL: from the host name */
+    const char *step_pattern; /* NULL: built-in step rule */
+    uint64_t staging_cap;     /* bytes of staging data; 0: no cap but the disk */
     /* The bytes warm-up may fetch over the mount's life (docs/WARMUP.md,
      * "Warm-up"); a file past it is skipped. 0: half the staging file
      * system's free space at open. */

@@ -236,6 +236,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
                           .s3_region = opts->s3_region,
                           .s3_addressing = opts->s3_addressing,
                           .s3_ca_file = opts->s3_ca_file,
+                          .s3_sse = opts->s3_sse,
                           .observer = &v->health.observer};
 #ifdef CKPT_TEST_HOOKS
     const char *fault = getenv("CKPT_FAULT"); /* test builds only: st_backend_fault.h */

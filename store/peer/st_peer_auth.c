@@ -5,14 +5,10 @@
  */
 #include "peer/st_peer_auth.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "format/st_part.h"
 #include "util/st_fsutil.h"
@@ -24,47 +20,12 @@ void st_peer_secret_wipe(st_peer_secret *s)
         OPENSSL_cleanse(s, sizeof *s);
 }
 
-/* The secret file's rules on its open descriptor; ST_OK or ST_ERR_INVALID. */
-static st_err check_secret_file(const char *path, int fd, off_t *size)
-{
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return st_seterr(ST_ERR_INVALID, "peer secret file %s: cannot stat: %s", path,
-                         strerror(errno));
-    if (st.st_uid != geteuid())
-        return st_seterr(ST_ERR_INVALID,
-                         "peer secret file %s: owned by uid %u, must be owned by this daemon's "
-                         "user (uid %u)",
-                         path, (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & 077)
-        return st_seterr(ST_ERR_INVALID,
-                         "peer secret file %s: mode %04o lets group or others read it; "
-                         "chmod 600 it",
-                         path, (unsigned)(st.st_mode & 07777));
-    *size = st.st_size;
-    return ST_OK;
-}
-
 st_err st_peer_secret_load(const char *path, st_peer_secret *out)
 {
     st_peer_secret_wipe(out);
-    int fd = -1;
-    /* O_NOFOLLOW, no FIFO or device: a symlink is refused, not followed. */
-    st_err e = st_open_regular(path, O_RDONLY, 0, &fd);
-    if (e)
-        return st_seterr(ST_ERR_INVALID,
-                         "peer secret file: must be a regular file, not a "
-                         "symlink: %s",
-                         st_errmsg());
-    off_t size = 0;
-    e = check_secret_file(path, fd, &size);
-    if (!e && size > ST_PEER_SECRET_MAX + 2)
-        e = st_seterr(ST_ERR_INVALID, "peer secret file %s: %lld bytes, at most %d allowed", path,
-                      (long long)size, ST_PEER_SECRET_MAX);
     size_t got = 0;
     uint8_t buf[ST_PEER_SECRET_MAX + 2];
-    if (!e && st_read_full(fd, buf, sizeof buf, &got, "peer secret file"))
-        e = st_seterr(ST_ERR_INVALID, "peer secret file %s: %s", path, st_errmsg());
+    st_err e = st_read_private_file(path, "peer secret file", buf, sizeof buf, &got);
     if (!e && got && buf[got - 1] == '\n')
         got--;
     if (!e && got && buf[got - 1] == '\r')
@@ -78,7 +39,6 @@ st_err st_peer_secret_load(const char *path, st_peer_secret *out)
         out->len = got;
     }
     OPENSSL_cleanse(buf, sizeof buf);
-    close(fd);
     if (e)
         st_peer_secret_wipe(out);
     return e;

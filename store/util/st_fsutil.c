@@ -162,6 +162,37 @@ st_err st_open_regular(const char *path, int flags, mode_t mode, int *fd)
     return e;
 }
 
+st_err st_read_private_file(const char *path, const char *what, void *buf, size_t cap, size_t *got)
+{
+    int fd = -1;
+    struct stat st;
+    *got = 0;
+    st_err e = st_open_regular(path, O_RDONLY, 0, &fd);
+    if (e)
+        return st_seterr(ST_ERR_INVALID, "%s: must be a regular file, not a symlink: %s", what,
+                         st_errmsg());
+    if (fstat(fd, &st) < 0)
+        e = st_seterr(ST_ERR_INVALID, "%s %s: cannot stat: %s", what, path, strerror(errno));
+    else if (st.st_uid != geteuid())
+        e = st_seterr(ST_ERR_INVALID,
+                      "%s %s: owned by uid %u, must be owned by this process's user (uid %u)", what,
+                      path, (unsigned)st.st_uid, (unsigned)geteuid());
+    else if (st.st_mode & 077)
+        e = st_seterr(ST_ERR_INVALID, "%s %s: mode %04o lets group or others read it; chmod 600 it",
+                      what, path, (unsigned)(st.st_mode & 07777));
+    else if ((uint64_t)st.st_size > cap)
+        e = st_seterr(ST_ERR_INVALID, "%s %s: %lld bytes, at most %zu allowed", what, path,
+                      (long long)st.st_size, cap);
+    else if (st_read_full(fd, buf, cap, got, what))
+        e = st_seterr(ST_ERR_INVALID, "%s %s: %s", what, path, st_errmsg());
+    close(fd);
+    if (e) {
+        memset(buf, 0, cap);
+        *got = 0;
+    }
+    return e;
+}
+
 st_err st_create_new(const char *path, int flags, mode_t mode, int *fd)
 {
     const int how = flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;

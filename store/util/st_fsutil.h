@@ -55,6 +55,16 @@ st_err st_dir_check_private(const char *path, int follow, const char *what);
 st_err st_open_regular(const char *path, int flags, mode_t mode, int *fd);
 
 /*!
+ * Reads a secret file: a regular file (not a symlink: st_open_regular),
+ * owned by this process's effective user and readable by no group or other
+ * (mode 0600 or stricter), of at most cap bytes, into buf; *got is its
+ * length. `what` names it in messages ("peer secret file"), which never
+ * quote its content. ST_OK, or ST_ERR_INVALID with a message naming path
+ * and the rule broken. On error buf holds nothing of the file.
+ */
+st_err st_read_private_file(const char *path, const char *what, void *buf, size_t cap, size_t *got);
+
+/*!
  * Creates path as a new regular file: flags | O_CREAT|O_EXCL|O_NOFOLLOW|
  * O_CLOEXEC, so nothing already there is ever opened. A leftover of the
  * same name is unlinked first only if it is a regular file owned by this

@@ -21,6 +21,12 @@ a connection, can be hit. Faults, each with its probability per request:
                connections (an upload cut mid-way; requests with a body only)
     stall      hold the request for --stall-s seconds, answering nothing,
                then close: a hung server as the client sees it
+    flip_body  forward the request with one bit of its body flipped (the byte
+               in the middle, XOR 0x01; requests with a body only) and pass
+               the server's answer on: a body corrupted in transit, which a
+               server that checks the signed payload hash or Content-MD5
+               refuses. Its answers are counted by what they say:
+               flip_body_answer_<S3 error code>, or _<HTTP status> without one
 
 Every fault closes the connection it hit. Counts go to --stats-file (JSON) on
 SIGTERM/SIGINT and every --stats-interval seconds (default 1; the peer
@@ -49,7 +55,7 @@ import struct
 import sys
 import time
 
-FAULTS = ("e500", "e503", "drop_req", "drop_resp", "cut_body", "stall")
+FAULTS = ("e500", "e503", "drop_req", "drop_resp", "cut_body", "stall", "flip_body")
 
 
 class Stats:
@@ -209,7 +215,7 @@ class Proxy:
         r = self.rng.random()
         for f in FAULTS:
             rate = self.rates[f]
-            if f == "cut_body" and not has_body:
+            if f in ("cut_body", "flip_body") and not has_body:
                 continue
             if r < rate:
                 return f
@@ -280,7 +286,14 @@ class Proxy:
                     return
 
                 async def send_body():
-                    await copy_exact(creader, uwriter, body_len, bucket=self.up)
+                    if fault != "flip_body":
+                        await copy_exact(creader, uwriter, body_len, bucket=self.up)
+                        return
+                    half = body_len // 2
+                    await copy_exact(creader, uwriter, half, bucket=self.up)
+                    byte = await creader.readexactly(1)
+                    uwriter.write(bytes([byte[0] ^ 0x01]))
+                    await copy_exact(creader, uwriter, body_len - half - 1, bucket=self.up)
 
                 body_task = asyncio.ensure_future(send_body())
                 # Its failure (the client or server went away) is handled
@@ -322,6 +335,11 @@ class Proxy:
                 except Closed:
                     body_task.cancel()
                     return
+                if whole_ready and fault == "flip_body":
+                    code = rbody.split(b"<Code>", 1)[-1].split(b"</Code>", 1)[0] \
+                        if b"<Code>" in rbody else str(status).encode()
+                    key = "flip_body_answer_" + code.decode("latin-1")[:64]
+                    self.stats.counts[key] = self.stats.counts.get(key, 0) + 1
                 if whole_ready:
                     if self.down:
                         await self.down.take(len(whole))

@@ -8,6 +8,10 @@
  *     default; the AWS endpoint derived from it; addressing; credentials
  *     and session token from an AWS_PROFILE; CA file and option errors;
  *   - the error classes and named causes of S3 codes and transports;
+ *   - --s3-sse: the modes, the SSE-C key file's rules, the V2 refusal;
+ *   - the backend's own SigV4 signer: AWS's documented example, and a
+ *     request with the SSE-C headers (whose order curl 7.x gets wrong),
+ *     as botocore 1.43 signs it;
  *   - against a strict s3rver that verifies V4 signatures: virtual-hosted
  *     addressing (BUCKET.s3.localhost, which curl resolves itself), a
  *     session token signed along, and a wrong secret refused there too.
@@ -26,6 +30,7 @@
 #include "backend/st_backend.h"
 #include "backend/st_backend_open.h"
 #include "backend/st_s3_common.h"
+#include "backend/st_s3_sigv4.h"
 #include "ut.h"
 
 #define BUCKET "ckpt-test"
@@ -36,10 +41,12 @@ static char dir[] = "/tmp/ckpt-s3v4-XXXXXX";
 
 static void clean_env(void)
 {
-    static const char *vars[] = {
-        "AWS_REGION",        "AWS_DEFAULT_REGION",         "AWS_PROFILE",        "AWS_CONFIG_FILE",
-        "AWS_SESSION_TOKEN", "CKPT_S3_ENDPOINT",           "CKPT_S3_ADDRESSING", "CKPT_S3_CA_FILE",
-        "CKPT_S3_SIGNATURE", "AWS_SHARED_CREDENTIALS_FILE"};
+    static const char *vars[] = {"AWS_REGION",         "AWS_DEFAULT_REGION",
+                                 "AWS_PROFILE",        "AWS_CONFIG_FILE",
+                                 "AWS_SESSION_TOKEN",  "CKPT_S3_ENDPOINT",
+                                 "CKPT_S3_ADDRESSING", "CKPT_S3_CA_FILE",
+                                 "CKPT_S3_SIGNATURE",  "AWS_SHARED_CREDENTIALS_FILE",
+                                 "CKPT_S3_SSE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
@@ -169,6 +176,143 @@ static void test_region_and_endpoint(void)
     clean_env();
 }
 
+/* A key file of n bytes with mode m under dir; its path into path. */
+static void key_file(char *path, size_t cap, const char *name, size_t n, mode_t m)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    for (size_t i = 0; f && i < n; i++)
+        fputc((int)i, f);
+    if (f)
+        fclose(f);
+    CHECK(chmod(path, m) == 0);
+}
+
+static void test_sse_options(void)
+{
+    st_s3_config cfg = {0};
+    st_backend_opts o = {.s3_endpoint = "http://127.0.0.1:9"};
+    char key[512], opt[600];
+    clean_env();
+
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o));
+    CHECK(cfg.sse == ST_S3_SSE_NONE);
+    o.s3_sse = "AES256";
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o));
+    CHECK(cfg.sse == ST_S3_SSE_AES256);
+    o.s3_sse = "aws:kms";
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o));
+    CHECK(cfg.sse == ST_S3_SSE_KMS && cfg.sse_kms_key_id[0] == '\0');
+    o.s3_sse = "aws:kms:arn:aws:kms:eu-west-1:111122223333:key/abc";
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o));
+    CHECK(strcmp(cfg.sse_kms_key_id, "arn:aws:kms:eu-west-1:111122223333:key/abc") == 0);
+    o.s3_sse = "aws:kms:";
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    o.s3_sse = "aes256";
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "--s3-sse") != NULL);
+    o.s3_sse = NULL;
+    setenv("CKPT_S3_SSE", "bogus", 1);
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "CKPT_S3_SSE") != NULL);
+    unsetenv("CKPT_S3_SSE");
+
+    /* SSE-C: 32 raw bytes 00 01 .. 1f, whose base64 and MD5 are known. */
+    key_file(key, sizeof key, "sse.key", 32, 0600);
+    snprintf(opt, sizeof opt, "c:%s", key);
+    o.s3_sse = opt;
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o));
+    CHECK(cfg.sse == ST_S3_SSE_C);
+    CHECK(cfg.sse_c_key_b64 &&
+          strcmp(cfg.sse_c_key_b64, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=") == 0);
+    CHECK(strcmp(cfg.sse_c_key_md5_b64, "tP/LI3N87DFaSk0aoqYgzg==") == 0);
+    st_s3_config_free(&cfg);
+    CHECK(cfg.sse_c_key_b64 == NULL && cfg.sse_c_key_md5_b64[0] == '\0');
+    CHECK_OK(load(&cfg, "s3://" BUCKET, &o)); /* loads again after free */
+
+    key_file(key, sizeof key, "open.key", 32, 0640);
+    snprintf(opt, sizeof opt, "c:%s", key);
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "chmod 600") != NULL);
+    key_file(key, sizeof key, "long.key", 33, 0600);
+    snprintf(opt, sizeof opt, "c:%s", key);
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    key_file(key, sizeof key, "short.key", 31, 0600);
+    snprintf(opt, sizeof opt, "c:%s", key);
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "exactly 32 raw bytes") != NULL);
+    char link[400];
+    snprintf(link, sizeof link, "%s/link.key", dir);
+    snprintf(key, sizeof key, "%s/sse.key", dir);
+    CHECK(symlink(key, link) == 0);
+    snprintf(opt, sizeof opt, "c:%s", link);
+    CHECK_ERR(load(&cfg, "s3://" BUCKET, &o), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "symlink") != NULL);
+
+    /* V2 refuses every mode; V4 opens. */
+    st_backend *b = NULL;
+    o.s3_sse = "AES256";
+    o.s3_signature = "v2";
+    CHECK_ERR(st_backend_open_opts("s3://" BUCKET, &o, &b), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "--s3-sse AES256") != NULL);
+    o.s3_signature = NULL;
+    CHECK_OK(st_backend_open_opts("s3://" BUCKET, &o, &b));
+    st_backend_close(b);
+    st_s3_config_free(&cfg);
+    clean_env();
+}
+
+/* AWS's example key pair, at 20130524T000000Z. */
+static void sign_check(const char *method, const char *path, const char *query,
+                       const char *const *headers, const char *want_names, const char *want_sig)
+{
+    st_s3_sigv4_req r = {.method = method,
+                         .path = path,
+                         .query = query,
+                         .headers = headers,
+                         .access_key_id = "AKIAIOSFODNN7EXAMPLE",
+                         .secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                         .region = "us-east-1",
+                         .now = 1369353600}; /* 2013-05-24 00:00:00 UTC */
+    char date[ST_S3_SIGV4_AMZDATE_LINE_MAX], auth[1024], want[1024];
+    CHECK_OK(st_s3_sigv4_sign(&r, date, auth, sizeof auth));
+    CHECK(strcmp(date, "x-amz-date: 20130524T000000Z") == 0);
+    snprintf(want, sizeof want,
+             "Authorization: AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/"
+             "s3/aws4_request, SignedHeaders=%s, Signature=%s",
+             want_names, want_sig);
+    CHECK(strcmp(auth, want) == 0);
+    if (strcmp(auth, want) != 0)
+        fprintf(stderr, "  got  %s\n  want %s\n", auth, want);
+}
+
+static void test_sigv4(void)
+{
+    /* "GET Bucket Lifecycle", AWS S3 API reference, "Examples: Signature
+     * Calculations in AWS Signature Version 4". */
+    const char *const lifecycle[] = {
+        "Host: examplebucket.s3.amazonaws.com",
+        "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        NULL};
+    sign_check("GET", "/", "lifecycle=", lifecycle, "host;x-amz-content-sha256;x-amz-date",
+               "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543");
+    /* SSE-C headers, given out of order, one unsigned header among them. */
+    const char *const ssec[] = {
+        "x-amz-server-side-encryption-customer-key-MD5: Bl1HBZ/s96d9rA5wqGPZEg==",
+        "Range: bytes=0-9",
+        "x-amz-server-side-encryption-customer-key: AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        "Host: 127.0.0.1:9000",
+        "x-amz-server-side-encryption-customer-algorithm: AES256",
+        "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        NULL};
+    sign_check("GET", "/ckpt-test/jobs/j/packs/ab.pack", NULL, ssec,
+               "host;x-amz-content-sha256;x-amz-date;x-amz-server-side-encryption-customer-"
+               "algorithm;x-amz-server-side-encryption-customer-key;x-amz-server-side-encryption-"
+               "customer-key-md5",
+               "3d247dd40508497da4a2eadf77f0b61f8671bb2b3e1573ee763f137049136465");
+}
+
 static void test_classify(void)
 {
     static const struct {
@@ -193,6 +337,9 @@ static void test_classify(void)
         {ST_S3_NET_OK, 503, "SlowDown", ST_ERR_TRANSIENT, "SlowDown"},
         {ST_S3_NET_OK, 400, "RequestTimeout", ST_ERR_TRANSIENT, "RequestTimeout"},
         {ST_S3_NET_OK, 500, "InternalError", ST_ERR_TRANSIENT, "InternalError"},
+        {ST_S3_NET_OK, 400, "XAmzContentSHA256Mismatch", ST_ERR_TRANSIENT, "other bytes"},
+        {ST_S3_NET_OK, 400, "BadDigest", ST_ERR_TRANSIENT, "other bytes"},
+        {ST_S3_NET_OK, 400, "InvalidDigest", ST_ERR_TRANSIENT, "other bytes"},
         {ST_S3_NET_OK, 502, "", ST_ERR_TRANSIENT, "temporary"},
         {ST_S3_NET_OK, 408, "", ST_ERR_TRANSIENT, "temporary"},
         {ST_S3_NET_OK, 429, "", ST_ERR_TRANSIENT, "temporary"},
@@ -293,6 +440,8 @@ int main(void)
     }
     RUN(test_region_and_endpoint);
     RUN(test_classify);
+    RUN(test_sse_options);
+    RUN(test_sigv4);
     if (s3h_start(&vhost, "--strict --vhost-domain localhost --bucket " BUCKET) != 0) {
         fprintf(stderr, "FAIL: cannot start s3rver (needs node and npm; see above)\n");
         return 1;
