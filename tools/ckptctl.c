@@ -77,8 +77,8 @@ static const verb verbs[] = {
      "deduplicated against everything the job already stored, compressed and packed;\n"
      "the step becomes visible only once all of it is in the store. Files stored this\n"
      "way carry no rank (-1). Files under 4 KiB are stored together, in bundles.\n"
-     "New chunks are compressed by --seal-threads threads (default: the online CPUs,\n"
-     "at most 8); the stored bytes are the same for any number.\n"
+     "New chunks are compressed by --seal-threads threads (default 1; more help only\n"
+     "where cores are idle); the stored bytes are the same for any number.\n"
      "--json: files, skipped, bytes, chunks, new_chunks, new_bytes, stored_bytes,\n"
      "packs, bundles, bundled_files, puts.\n"},
     {"verify", run_verify, STORE_EXISTING, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",

@@ -298,8 +298,10 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     pthread_cond_init(&g->changed, NULL);
     pthread_mutex_init(&g->seal_lock, NULL);
     pthread_cond_init(&g->seal_changed, NULL);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    st_ingest_set_seal_threads(g, cpus > 0 ? (unsigned)cpus : 1);
+    /* One by default: measured on 2 busy cores, a second seal thread cost
+     * CPU and time (docs/BENCHMARKS.md, "Seal threads"); more pay off only
+     * where cores are idle, which the operator knows and we do not. */
+    st_ingest_set_seal_threads(g, 1);
     st_err e = st_chunker_new(chunker, &g->chunker);
     if (e)
         goto fail;
