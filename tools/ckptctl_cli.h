@@ -44,6 +44,7 @@ enum opt_bit {
     OPT_TIMEOUT = 1 << 9,
     OPT_GC = 1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --compact
                          --progress */
+    OPT_SEAL = 1 << 11, /* --seal-threads */
 };
 
 typedef struct cli {

@@ -54,6 +54,43 @@
  * at a time; upload threads are `parallel`, buffers (parallel + 2), of
  * which a stream uses at most (parallel + 1) plus the other stream's one
  * being filled: with one stream, memory is what it was before.
+ *
+ * Seal threads (st_ingest_set_seal_threads): the encode of a new chunk, the
+ * costly step, runs on one of `seal_threads` workers; everything else stays
+ * on the ingest thread in chunk order: chunking, ids, dedup, the codec
+ * plan, pack assembly, offsets, file entries. Each new chunk is a seal job
+ * numbered by its index in open_chunks (its sequence number). A job is
+ * dispatched with a copy of its bytes and a guessed codec hint, encoded by
+ * a worker into its own buffer, and committed on the ingest thread in
+ * sequence order: its bytes appended to its stream's open pack (opening and
+ * flushing packs as before), its location written to open_chunks.
+ *
+ * Determinism: the packs, their boundaries and ids, the manifest and every
+ * reference are the same for any number of seal threads and any timing,
+ * and the same as one thread's:
+ *   - The codec plan decides at commit, in chunk order, exactly as a single
+ *     thread does: the hint of chunk s is drawn from the plan as it stands
+ *     after chunk s - 1's outcome (docs/CODEC.md, "A choice that sticks").
+ *     An encode is a pure function of the chunk's bytes and its hint, so a
+ *     worker's encoding, made by a guessed hint (predict_hint), is taken
+ *     only when it is what the plan's hint gives (st_codec_outcome_serves);
+ *     else the chunk is encoded again, here, by the plan's hint. A guess
+ *     changes the CPU spent, never a byte.
+ *   - *When* a job is committed is a function of the input alone. Job s is
+ *     committed right before job s + SEAL_LAG is dispatched, or at a drain
+ *     (st_ingest_finish; a tiny chunk whose dedup rule needs a location
+ *     still in flight, see place_chunk), never earlier because a worker
+ *     happened to be fast. So the slots of new packs (reserved at commit)
+ *     interleave with the slots of old packs (reserved at dedup) in an
+ *     order fixed by the input. With one seal thread nothing is guessed:
+ *     each chunk is encoded at its commit, with the same lag.
+ *
+ * A reference to a chunk still in flight (its own, or a dedup of it) says
+ * pack SLOT_PENDING and offset = its sequence number; st_ingest_finish,
+ * after the drain, fills in its slot, offset and stored length. At most
+ * SEAL_LAG jobs are in flight, each with a raw copy and (with more than one
+ * seal thread) an encode buffer (docs/MEMORY.md), plus a codec scratch per
+ * worker.
  */
 #define _GNU_SOURCE /* SEEK_DATA, SEEK_HOLE */
 #include "util/st_array.h"
@@ -88,6 +125,30 @@
 #define DEFAULT_PARALLEL 4
 #define MAX_PARALLEL     32
 
+#ifdef CKPT_TEST_HOOKS
+long st_ingest_test_seal_fail_at = -1;
+/* The test hook: the encode of chunk seq st_ingest_test_seal_fail_at fails. */
+#define ST_TEST_HOOK_SEAL_ENCODED(e, seq)                                                          \
+    do {                                                                                           \
+        if (!(e) && (long)(seq) == st_ingest_test_seal_fail_at)                                    \
+            (e) = st_seterr(ST_ERR_IO, "test hook: seal of chunk %zu failed", (size_t)(seq));      \
+    } while (0)
+#else
+#define ST_TEST_HOOK_SEAL_ENCODED(e, seq) ((void)0)
+#endif
+
+/* Seal jobs in flight at most, and the fixed commit lag (see above). Also
+ * the most seal threads that can be kept busy. */
+#define SEAL_LAG 8
+
+/* st_chunk_ref.pack of a reference to a chunk still being sealed: its
+ * offset is then the chunk's index into open_chunks. */
+#define SLOT_PENDING (ST_CHUNK_HOLE - 1)
+
+/* The codec plans: of the file being read (reset at each file), and of the
+ * bundles (one stream to the codec for the whole ingest). */
+enum { PLAN_FILE, PLAN_BUNDLE, NPLANS };
+
 /* The pack streams of an ingest: the step's new chunks, and chunks stored
  * again because their pack was retired. */
 enum { STREAM_NEW, STREAM_REHOME, NSTREAMS };
@@ -100,6 +161,31 @@ typedef struct open_chunk {
     uint32_t stored_len;
     uint32_t raw_len;
 } open_chunk;
+
+/* A seal job: the encode of one new chunk (open_chunks[seq]). FREE → QUEUED
+ * (dispatched to the workers) → RUNNING → DONE → committed and FREE again;
+ * with one seal thread FREE → DONE inline. state is guarded by seal_lock;
+ * the rest belongs to the ingest thread while FREE or DONE, to the worker
+ * while RUNNING. */
+typedef enum { JOB_FREE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct seal_job {
+    job_state state;
+    size_t seq;
+    int stream;
+    int plan;          /* PLAN_FILE or PLAN_BUNDLE */
+    uint64_t plan_gen; /* that plan's generation at dispatch (its file) */
+    st_id id;
+    st_codec_hint hint; /* the predicted hint the worker encodes by */
+    uint8_t *raw;       /* a copy of the chunk (the largest chunk's size) */
+    size_t raw_len;
+    int encoded;  /* a worker encoded it (not with one seal thread) */
+    uint8_t *enc; /* st_codec_bound of the largest chunk (seal threads > 1) */
+    size_t enc_len;
+    st_codec_outcome outcome;
+    st_err err;
+    char msg[512];
+} seal_job;
 
 /* One pack buffer: being filled, waiting, being PUT, or PUT and not yet
  * indexed. Guarded by st_ingest.lock once handed to the pool. */
@@ -129,7 +215,16 @@ struct st_ingest {
     uint8_t *chunk_buf;
     size_t chunk_len;
     uint8_t *scratch;
-    st_codec_plan plan; /* the codec choice of the file being read (docs/CODEC.md) */
+    size_t largest; /* the largest chunk: the chunker's max or a bundle */
+    /* The codec choice of the file being read and of the bundles
+     * (docs/CODEC.md). p is the plan as of the last committed chunk, the
+     * one that decides; gen counts the files begun (dispatch side),
+     * committed_gen the file p belongs to: p restarts at the first chunk
+     * committed of a later file. */
+    struct {
+        st_codec_plan p;
+        uint64_t gen, committed_gen;
+    } plans[NPLANS];
 
     /* The open bundle: its bytes, and the files whose slice it holds (by
      * index into files[]: that array moves as it grows). */
@@ -137,8 +232,7 @@ struct st_ingest {
     size_t bundle_len;
     size_t *bundle_files;
     size_t nbundle_files, bundle_files_cap;
-    st_codec_plan bundle_plan; /* bundles are one stream to the codec */
-    int has_slice;             /* a file is a slice: st_ingest_finish sorts */
+    int has_slice; /* a file is a slice: st_ingest_finish sorts */
 
     /* Pack buffers: one being filled per open stream, the rest free or with
      * the upload pool. */
@@ -172,6 +266,18 @@ struct st_ingest {
     size_t nfiles, files_cap;
     const st_manifest *finished; /* st_ingest_finish's, for the last look */
 
+    /* Seal jobs: open_chunks[seq] is sealed by jobs[seq % SEAL_LAG]; those
+     * of [ncommitted, nopen) are in flight. */
+    seal_job jobs[SEAL_LAG];
+    size_t ncommitted;
+    int seal_threads;
+    pthread_mutex_t seal_lock;
+    pthread_cond_t seal_changed;
+    pthread_t seal_workers[SEAL_LAG];
+    int nseal_workers, seal_stopping;
+    st_err seal_err; /* sticky: the first commit that failed */
+    char seal_msg[512];
+
     st_ingest_stats stats;
 };
 
@@ -190,6 +296,12 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     g->nbufs = DEFAULT_PARALLEL + NSTREAMS;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
+    pthread_mutex_init(&g->seal_lock, NULL);
+    pthread_cond_init(&g->seal_changed, NULL);
+    /* One by default: measured on 2 busy cores, a second seal thread cost
+     * CPU and time (docs/BENCHMARKS.md, "Seal threads"); more pay off only
+     * where cores are idle, which the operator knows and we do not. */
+    st_ingest_set_seal_threads(g, 1);
     st_err e = st_chunker_new(chunker, &g->chunker);
     if (e)
         goto fail;
@@ -199,6 +311,7 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     /* The scratch serves chunks and bundles (the chunker's max may be
      * smaller than a bundle). */
     size_t largest = g->max_chunk > ST_MANIFEST_MAX_BUNDLE ? g->max_chunk : ST_MANIFEST_MAX_BUNDLE;
+    g->largest = largest;
     g->scratch = malloc(st_codec_scratch_bound(largest));
     g->bundle = malloc(ST_MANIFEST_MAX_BUNDLE);
     if (!g->read_buf || !g->chunk_buf || !g->scratch || !g->bundle) {
@@ -340,7 +453,7 @@ static st_err flush_pack(st_ingest *g, int stream)
     g->packs[b->slot] = b->id;
     if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))
         return e;
-    b->end_chunk = g->nopen;
+    b->end_chunk = g->ncommitted; /* in flight after it: later packs */
     if (!g->nworkers && (e = start_workers(g)))
         return e;
     pthread_mutex_lock(&g->lock);
@@ -403,7 +516,7 @@ static st_err open_pack(st_ingest *g, int stream)
     pack_buf *b = &g->bufs[free_buf];
     st_pack_writer_reset(&b->w);
     b->stream = stream;
-    b->first_chunk = g->nopen;
+    b->first_chunk = g->ncommitted;
     b->slot = (uint32_t)g->npacks;
     memset(&g->packs[g->npacks++], 0, sizeof(st_id));
     g->streams[stream].cur = free_buf;
@@ -480,36 +593,230 @@ static st_err old_pack_retired(st_ingest *g, const st_id *pack, int *retired)
     return ST_OK;
 }
 
-/* Encodes the chunk data[0..ref->raw_len) into the open pack of stream
- * (opening one if needed), the codec chosen through plan, and fills ref's
- * location. */
+/* A seal worker: encodes queued jobs, lowest sequence first, until told to
+ * stop. Its scratch is its own. */
+static void *seal_main(void *arg)
+{
+    st_ingest *g = arg;
+    uint8_t *scratch = malloc(st_codec_scratch_bound(g->largest));
+    pthread_mutex_lock(&g->seal_lock);
+    for (;;) {
+        seal_job *job = NULL;
+        for (int i = 0; i < SEAL_LAG; i++)
+            if (g->jobs[i].state == JOB_QUEUED && (!job || g->jobs[i].seq < job->seq))
+                job = &g->jobs[i];
+        if (g->seal_stopping)
+            break;
+        if (!job) {
+            pthread_cond_wait(&g->seal_changed, &g->seal_lock);
+            continue;
+        }
+        job->state = JOB_RUNNING;
+        job->encoded = 1;
+        pthread_mutex_unlock(&g->seal_lock);
+        st_err e = scratch ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory for a seal scratch");
+        if (!e)
+            e = st_codec_encode_hinted(job->raw, job->raw_len, &job->id, job->enc,
+                                       st_codec_bound(g->largest), &job->enc_len, scratch,
+                                       &job->hint, &job->outcome);
+        ST_TEST_HOOK_SEAL_ENCODED(e, job->seq);
+        pthread_mutex_lock(&g->seal_lock);
+        job->err = e;
+        if (e)
+            snprintf(job->msg, sizeof job->msg, "%s", st_errmsg());
+        job->state = JOB_DONE;
+        pthread_cond_broadcast(&g->seal_changed);
+    }
+    pthread_mutex_unlock(&g->seal_lock);
+    free(scratch);
+    return NULL;
+}
+
+void st_ingest_set_seal_threads(st_ingest *g, unsigned n)
+{
+    if (g->nopen)
+        return; /* only before the first new chunk */
+    g->seal_threads = n < 1 ? 1 : n > SEAL_LAG ? SEAL_LAG : (int)n;
+}
+
+/* Commits the oldest job in flight (ingest thread): draws its hint from
+ * its plan, as of the chunk before it; takes the worker's encoding if it is
+ * the one that hint gives, else encodes the chunk by it here, straight into
+ * its stream's open pack; teaches the plan and records where the chunk
+ * sits; flushes the pack once full. A failed commit fails every later one
+ * (the ingest is then only freed). */
+static st_err seal_commit_one(st_ingest *g)
+{
+    if (g->seal_err)
+        return st_seterr(g->seal_err, "%s", g->seal_msg);
+    const size_t seq = g->ncommitted;
+    seal_job *job = &g->jobs[seq % SEAL_LAG];
+    pthread_mutex_lock(&g->seal_lock);
+    while (job->state != JOB_DONE)
+        pthread_cond_wait(&g->seal_changed, &g->seal_lock);
+    pthread_mutex_unlock(&g->seal_lock);
+    st_err e = job->err ? st_seterr(job->err, "%s", job->msg) : ST_OK;
+    if (!e && !g->streams[job->stream].open)
+        e = open_pack(g, job->stream);
+    pack_buf *b = e ? NULL : &g->bufs[g->streams[job->stream].cur];
+    open_chunk *c = &g->open_chunks[seq];
+    size_t enc_len = 0;
+    if (!e) {
+        if (g->plans[job->plan].committed_gen != job->plan_gen) { /* a file's first */
+            g->plans[job->plan].p = (st_codec_plan){0};
+            g->plans[job->plan].committed_gen = job->plan_gen;
+        }
+        st_codec_plan *plan = &g->plans[job->plan].p;
+        st_codec_hint hint;
+        st_codec_outcome outcome;
+        st_codec_plan_next(plan, &hint);
+        if (job->encoded && st_codec_outcome_serves(&job->outcome, &hint, &outcome)) {
+            enc_len = job->enc_len;
+            uint8_t *dst = st_pack_append_begin(&b->w, enc_len);
+            if (!dst)
+                e = st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
+            else
+                memcpy(dst, job->enc, enc_len);
+        } else {
+            const size_t bound = st_codec_bound(job->raw_len);
+            uint8_t *dst = st_pack_append_begin(&b->w, bound);
+            if (!dst)
+                e = st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
+            else
+                e = st_codec_encode_hinted(job->raw, job->raw_len, &job->id, dst, bound, &enc_len,
+                                           g->scratch, &hint, &outcome);
+            ST_TEST_HOOK_SEAL_ENCODED(e, seq);
+            g->stats.seal_encodes_here += job->encoded;
+        }
+        if (!e)
+            st_codec_plan_learn(plan, &outcome);
+    }
+    if (!e)
+        e = st_pack_append_commit(&b->w, enc_len, &c->offset);
+    pthread_mutex_lock(&g->seal_lock); /* the workers scan job states */
+    job->state = JOB_FREE;
+    pthread_mutex_unlock(&g->seal_lock);
+    if (!e) {
+        c->slot = b->slot;
+        c->stored_len = (uint32_t)enc_len;
+        g->ncommitted++;
+        if (st_pack_writer_size(&b->w) >= ST_PACK_TARGET_SIZE)
+            e = flush_pack(g, job->stream);
+    }
+    if (e && !g->seal_err) {
+        g->seal_err = e;
+        snprintf(g->seal_msg, sizeof g->seal_msg, "%s", st_errmsg());
+    }
+    return e;
+}
+
+/* The hint a worker encodes the next chunk of plan by: a guess at the one
+ * its commit will draw. The plan as last committed, carried over the jobs
+ * of the same file in flight as if their outcomes taught it nothing: a
+ * stuck codec stays stuck, its rechecks fall where they fall, and chunks
+ * whose plan is still sampling are sampled (a sample that chooses the codec
+ * the plan then sticks to serves as well). A wrong guess costs an encode on
+ * the ingest thread, never a byte of output. */
+static void predict_hint(const st_ingest *g, int plan, st_codec_hint *hint)
+{
+    const uint64_t gen = g->plans[plan].gen;
+    st_codec_plan p = g->plans[plan].committed_gen == gen ? g->plans[plan].p : (st_codec_plan){0};
+    for (size_t s = g->ncommitted; s < g->nopen; s++) {
+        const seal_job *job = &g->jobs[s % SEAL_LAG];
+        st_codec_hint h;
+        if (job->plan == plan && job->plan_gen == gen)
+            st_codec_plan_next(&p, &h);
+    }
+    st_codec_plan_next(&p, hint);
+}
+
+/* Commits every job in flight. */
+static st_err seal_drain(st_ingest *g)
+{
+    st_err e = ST_OK;
+    while (!e && g->ncommitted < g->nopen)
+        e = seal_commit_one(g);
+    return e;
+}
+
+static st_err start_seal_workers(st_ingest *g)
+{
+    for (int i = g->nseal_workers; i < g->seal_threads; i++) {
+        if (pthread_create(&g->seal_workers[i], NULL, seal_main, g) != 0)
+            break;
+        g->nseal_workers++;
+    }
+    return g->nseal_workers ? ST_OK : st_seterr(ST_ERR_NOMEM, "cannot start seal threads");
+}
+
+/* Points ref at open_chunks[idx]: its location once committed, else
+ * SLOT_PENDING (filled in by st_ingest_finish). */
+static void ref_open_chunk(const st_ingest *g, st_chunk_ref *ref, size_t idx)
+{
+    if (idx < g->ncommitted) {
+        ref->pack = g->open_chunks[idx].slot;
+        ref->offset = g->open_chunks[idx].offset;
+        ref->stored_len = g->open_chunks[idx].stored_len;
+    } else {
+        ref->pack = SLOT_PENDING;
+        ref->offset = idx;
+        ref->stored_len = 0;
+    }
+}
+
+/* Fills in ref's location if it was pending and its chunk is committed. */
+static void resolve_ref(const st_ingest *g, st_chunk_ref *ref)
+{
+    if (ref->pack == SLOT_PENDING && ref->offset < g->ncommitted)
+        ref_open_chunk(g, ref, (size_t)ref->offset);
+}
+
+/* Stores the chunk data[0..ref->raw_len) into stream: copies it into a
+ * seal job, handed to a worker (with more than one seal thread) to encode
+ * by a predicted hint, and points ref at it. The jobs up to SEAL_LAG before
+ * it are committed first (see the top of the file). */
 static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chunk_ref *ref,
-                          st_codec_plan *plan)
+                          int plan)
 {
     const size_t len = ref->raw_len;
+    const size_t seq = g->nopen;
+    const int workers = g->seal_threads > 1;
     st_err e = ST_OK;
-    if (!g->streams[stream].open && (e = open_pack(g, stream)))
-        return e;
-    pack_buf *b = &g->bufs[g->streams[stream].cur];
-    size_t bound = st_codec_bound(len), enc_len;
-    uint8_t *dst = st_pack_append_begin(&b->w, bound);
-    if (!dst)
-        return st_seterr(ST_ERR_NOMEM, "out of memory growing a pack");
-    e = st_codec_encode_planned(data, len, &ref->id, dst, bound, &enc_len, g->scratch, plan, NULL);
+    while (!e && g->ncommitted + SEAL_LAG <= seq)
+        e = seal_commit_one(g);
+    if (!e && g->seal_err)
+        e = st_seterr(g->seal_err, "%s", g->seal_msg);
     if (!e)
-        e = st_pack_append_commit(&b->w, enc_len, &ref->offset);
-    if (!e)
-        e = st_array_grow((void **)&g->open_chunks, &g->open_cap, g->nopen + 1,
-                          sizeof *g->open_chunks);
+        e = st_array_grow((void **)&g->open_chunks, &g->open_cap, seq + 1, sizeof *g->open_chunks);
     if (e)
         return e;
-    ref->pack = b->slot;
-    ref->stored_len = (uint32_t)enc_len;
-    g->open_chunks[g->nopen] =
-        (open_chunk){ref->id, b->slot, ref->offset, ref->stored_len, ref->raw_len};
-    if ((e = st_idmap_put(&g->new_ids, &ref->id, (uint32_t)g->nopen)))
+    seal_job *job = &g->jobs[seq % SEAL_LAG];
+    if (!job->raw && !(job->raw = malloc(g->largest)))
+        return st_seterr(ST_ERR_NOMEM, "out of memory for a seal buffer");
+    if (workers && !job->enc && !(job->enc = malloc(st_codec_bound(g->largest))))
+        return st_seterr(ST_ERR_NOMEM, "out of memory for a seal buffer");
+    if (workers && !g->nseal_workers && (e = start_seal_workers(g)))
         return e;
+    g->open_chunks[seq] = (open_chunk){ref->id, SLOT_PENDING, 0, 0, ref->raw_len};
+    if ((e = st_idmap_put(&g->new_ids, &ref->id, (uint32_t)seq)))
+        return e;
+    memcpy(job->raw, data, len);
+    job->seq = seq;
+    job->stream = stream;
+    job->plan = plan;
+    job->plan_gen = g->plans[plan].gen;
+    job->id = ref->id;
+    job->raw_len = len;
+    job->err = ST_OK;
+    job->encoded = 0;
+    if (workers)
+        predict_hint(g, plan, &job->hint);
     g->nopen++;
+    pthread_mutex_lock(&g->seal_lock);
+    job->state = workers ? JOB_QUEUED : JOB_DONE; /* one thread: encoded at its commit */
+    pthread_cond_broadcast(&g->seal_changed);
+    pthread_mutex_unlock(&g->seal_lock);
+    ref_open_chunk(g, ref, seq);
     g->stats.new_chunks++;
     g->stats.new_raw_bytes += len;
     if (stream == STREAM_REHOME) {
@@ -549,7 +856,7 @@ static int is_all_zero(const uint8_t *buf, size_t len)
 }
 
 /* f's last chunk that is not a hole, or NULL (also for f NULL). */
-static const st_chunk_ref *last_data_ref(const st_file_entry *f)
+static st_chunk_ref *last_data_ref(const st_file_entry *f)
 {
     for (size_t i = f ? f->nchunks : 0; i > 0; i--)
         if (!st_chunk_is_hole(&f->chunks[i - 1]))
@@ -584,7 +891,7 @@ static int loc_in_last_pack(const st_ingest *g, const st_file_entry *f, const st
  * tiny-chunk rule below; NULL for a bundle, which continues no file (it is
  * the first chunk of each of its files). */
 static st_err place_chunk(st_ingest *g, const st_file_entry *f, const uint8_t *data,
-                          st_chunk_ref *ref, st_codec_plan *plan)
+                          st_chunk_ref *ref, int plan)
 {
     const size_t len = ref->raw_len;
 
@@ -600,16 +907,27 @@ static st_err place_chunk(st_ingest *g, const st_file_entry *f, const uint8_t *d
      * Cost: their bytes, ~0.3% of a DCP shard (docs/BENCHMARKS.md). */
     const int tiny = f && len < ST_INGEST_DEDUP_MIN;
     uint32_t idx;
-    if (st_idmap_get(&g->new_ids, &ref->id, &idx) &&
+    const int stored_here = st_idmap_get(&g->new_ids, &ref->id, &idx);
+    st_err e = ST_OK;
+    /* The rule needs locations: the file's last chunk's and the earlier
+     * copy's. One still being sealed is committed first, at a point that
+     * depends on the input alone (the top of the file). */
+    st_chunk_ref *last = tiny ? last_data_ref(f) : NULL;
+    if (tiny &&
+        ((last && last->pack == SLOT_PENDING && last->offset >= g->ncommitted) ||
+         (stored_here && idx >= g->ncommitted)) &&
+        (e = seal_drain(g)))
+        return e;
+    if (last)
+        resolve_ref(g, last);
+    if (stored_here &&
         (!tiny || follows_last(f, g->open_chunks[idx].slot, g->open_chunks[idx].offset))) {
-        ref->pack = g->open_chunks[idx].slot;
-        ref->offset = g->open_chunks[idx].offset;
-        ref->stored_len = g->open_chunks[idx].stored_len;
+        ref_open_chunk(g, ref, idx);
         return ST_OK;
     }
     st_chunk_loc loc;
     int stream = STREAM_NEW, retired = 0, usable = 0;
-    st_err e = st_state_chunk_lookup(g->state, g->job, &ref->id, &loc);
+    e = st_state_chunk_lookup(g->state, g->job, &ref->id, &loc);
     if (e == ST_OK && tiny && !loc_in_last_pack(g, f, &loc))
         e = ST_ERR_NOT_FOUND; /* not where the file goes on: stored again */
     if (e == ST_OK && (e = old_pack_retired(g, &loc.pack, &retired)))
@@ -627,11 +945,7 @@ static st_err place_chunk(st_ingest *g, const st_file_entry *f, const uint8_t *d
      * pack: store it (the last into the rehome stream). */
     if (retired)
         stream = STREAM_REHOME;
-    if ((e = store_chunk(g, stream, data, ref, plan)))
-        return e;
-    if (st_pack_writer_size(&g->bufs[g->streams[stream].cur].w) >= ST_PACK_TARGET_SIZE)
-        e = flush_pack(g, stream);
-    return e;
+    return store_chunk(g, stream, data, ref, plan);
 }
 
 /* Stores (or dedups) the chunk data[0..len) and appends its reference; an
@@ -643,7 +957,7 @@ static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const
     if (is_all_zero(data, len))
         return add_hole(g, f, refs_cap, len);
     st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
-    st_err e = place_chunk(g, f, data, &ref, &g->plan);
+    st_err e = place_chunk(g, f, data, &ref, PLAN_FILE);
     return e ? e : add_ref(g, f, refs_cap, &ref);
 }
 
@@ -657,7 +971,7 @@ static st_err close_bundle(st_ingest *g)
         return ST_OK;
     st_chunk_ref ref = {.id = st_id_of(g->bundle, g->bundle_len),
                         .raw_len = (uint32_t)g->bundle_len};
-    st_err e = place_chunk(g, NULL, g->bundle, &ref, &g->bundle_plan);
+    st_err e = place_chunk(g, NULL, g->bundle, &ref, PLAN_BUNDLE);
     if (e)
         return e;
     for (size_t i = 0; i < g->nbundle_files; i++) {
@@ -852,7 +1166,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     size_t refs_cap = 0;
     st_chunker_reset(g->chunker);
     g->chunk_len = 0;
-    g->plan = (st_codec_plan){0};
+    g->plans[PLAN_FILE].gen++; /* a new plan from its first chunk's commit */
     off_t start = lseek(fd, 0, SEEK_CUR);
     const int seekable = start >= 0; /* a pipe has no holes to find */
     uint64_t off = seekable ? (uint64_t)start : 0;
@@ -966,12 +1280,17 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
 {
     st_err e = close_bundle(g);
     if (!e)
+        e = seal_drain(g);
+    if (!e)
         e = flush_pack(g, STREAM_NEW);
     if (!e)
         e = flush_pack(g, STREAM_REHOME);
     st_err e2 = drain_uploads(g);
     if (e || (e = e2))
         return e;
+    for (size_t i = 0; i < g->nfiles; i++)
+        for (size_t k = 0; k < g->files[i].nchunks; k++)
+            resolve_ref(g, &g->files[i].chunks[k]);
     /* Version 3 (written when a file is a slice) lists files in tree order
      * and refuses any other; its bundle table follows from the file order,
      * so sorting after the bundles were made changes nothing stored. */
@@ -1032,6 +1351,18 @@ void st_ingest_free(st_ingest *g)
     free(g->scratch);
     free(g->bundle);
     free(g->bundle_files);
+    pthread_mutex_lock(&g->seal_lock);
+    g->seal_stopping = 1;
+    pthread_cond_broadcast(&g->seal_changed);
+    pthread_mutex_unlock(&g->seal_lock);
+    for (int i = 0; i < g->nseal_workers; i++)
+        pthread_join(g->seal_workers[i], NULL);
+    for (int i = 0; i < SEAL_LAG; i++) {
+        free(g->jobs[i].raw);
+        free(g->jobs[i].enc);
+    }
+    pthread_cond_destroy(&g->seal_changed);
+    pthread_mutex_destroy(&g->seal_lock);
     pthread_mutex_lock(&g->lock);
     g->stopping = 1;
     pthread_cond_broadcast(&g->changed);

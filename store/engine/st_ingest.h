@@ -20,10 +20,12 @@
  * buffer (the chunker's max size), one bundle buffer (64 KiB), one codec
  * scratch, and the pack buffers
  * (one being filled per stream, up to `parallel` being PUT by upload
- * threads).
+ * threads), and the seal jobs: at most 8 chunks in flight, each with a raw
+ * copy and an encode buffer, and a codec scratch per seal thread.
  *
  * Threads: an st_ingest belongs to one thread; it runs its own upload
- * threads, which only PUT finished packs.
+ * threads, which only PUT finished packs, and its own seal threads, which
+ * only encode new chunks (st_ingest_set_seal_threads).
  */
 #ifndef ST_INGEST_H
 #define ST_INGEST_H
@@ -69,6 +71,8 @@ typedef struct st_ingest_stats {
     uint64_t bundles;           /* bundles closed (each one chunk reference of its files;
                                    stored, and counted in new_chunks, unless deduplicated) */
     uint64_t bundled_files;     /* files put in those bundles (one slice each) */
+    uint64_t seal_encodes_here; /* chunks a seal thread encoded by a hint that was not the
+                                   plan's, encoded again on the ingest thread */
 } st_ingest_stats;
 
 typedef struct st_ingest st_ingest;
@@ -86,6 +90,21 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
  * pack GC retired. Only before the first file is ingested.
  */
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
+
+/*!
+ * How many threads encode new chunks (1..8; default 1: more help only where cores
+ * are idle, docs/BENCHMARKS.md "Seal threads"). 1 encodes on the ingest thread. Whatever n, the packs, the manifest and
+ * every reference are byte for byte the same (st_ingest.c, "Seal threads").
+ * The threads inherit the calling thread's priority. Only before the first
+ * new chunk.
+ */
+void st_ingest_set_seal_threads(st_ingest *g, unsigned n);
+
+#ifdef CKPT_TEST_HOOKS
+/* Test hook: the encode of the ingest's new chunk number n (from 0) fails
+ * with ST_ERR_IO; -1 (the default) for none. */
+extern long st_ingest_test_seal_fail_at;
+#endif
 
 /*!
  * Reads fd from its offset to its end and appends a file entry for relpath

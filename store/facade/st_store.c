@@ -116,6 +116,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     s->warn = opts->warn;
     s->warn_arg = opts->warn_arg;
     s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
+    s->seal_threads = opts->seal_threads;
     if (opts->node) {
         if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
             free(s);
@@ -298,6 +299,8 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
     walk_ctx w = {.s = s};
     if ((e = st_ingest_new(s->backend, s->state, job, &s->chunker, &ingest)))
         goto out;
+    if (s->seal_threads)
+        st_ingest_set_seal_threads(ingest, s->seal_threads);
     w.ingest = ingest;
     if ((e = walk_put(&w, dir, "")))
         goto out;

@@ -26,6 +26,7 @@ struct st_store {
     st_state *state;
     char node[ST_NODE_MAX + 1];
     st_chunker_params chunker;
+    unsigned seal_threads; /* 0: the ingest's default */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
     st_backend_counts requests;

@@ -221,27 +221,30 @@ static void put_header(uint8_t *out, st_codec_id codec, size_t raw_len, size_t p
     memcpy(out + 16, id->b, ST_ID_LEN);
 }
 
-/* The codec for the next chunk of plan's stream: the stuck one untried,
- * or a sample trial's (whose result the plan remembers). *untried says
- * which. */
-static codec_choice plan_codec(st_codec_plan *plan, const uint8_t *raw, size_t raw_len,
-                               uint8_t *shuf, uint8_t *comp, int *untried)
+void st_codec_plan_next(st_codec_plan *plan, st_codec_hint *hint)
 {
-    *untried = plan && plan->streak >= ST_CODEC_PLAN_STREAK &&
-               plan->since_trial + 1 < ST_CODEC_PLAN_RECHECK;
-    if (*untried) {
+    hint->lz4_only = plan->lz4_only;
+    hint->untried =
+        plan->streak >= ST_CODEC_PLAN_STREAK && plan->since_trial + 1 < ST_CODEC_PLAN_RECHECK;
+    hint->codec = plan->last;
+    hint->planes = plan->planes;
+    if (hint->untried) {
         plan->since_trial++;
-        return (codec_choice){plan->last, plan->planes};
+        return;
     }
-    codec_choice c = choose_codec(raw, raw_len, plan && plan->lz4_only, shuf, comp);
-    if (plan) {
-        plan->trials++;
-        plan->since_trial = 0;
-        plan->streak = c.codec == plan->last && plan->streak ? plan->streak + 1 : 1;
-        plan->last = c.codec;
-        plan->planes = c.planes;
+    plan->trials++;
+    plan->since_trial = 0;
+}
+
+void st_codec_plan_learn(st_codec_plan *plan, const st_codec_outcome *out)
+{
+    if (out->trial) {
+        plan->streak = out->codec == plan->last && plan->streak ? plan->streak + 1 : 1;
+        plan->last = out->codec;
+        plan->planes = out->planes;
+    } else if (out->failed) {
+        plan->streak = 0; /* the data changed: sample the next chunk */
     }
-    return c;
 }
 
 st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
@@ -255,7 +258,25 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
                                size_t out_cap, size_t *out_len, uint8_t *scratch,
                                st_codec_plan *plan, st_codec_id *codec_used)
 {
-    if (!id || !out || !out_len || (raw_len && (!raw || !scratch)))
+    st_codec_hint hint = {0};
+    st_codec_outcome outcome;
+    if (plan)
+        st_codec_plan_next(plan, &hint);
+    st_err e =
+        st_codec_encode_hinted(raw, raw_len, id, out, out_cap, out_len, scratch, &hint, &outcome);
+    if (!e && plan)
+        st_codec_plan_learn(plan, &outcome);
+    if (!e && codec_used)
+        *codec_used = outcome.used;
+    return e;
+}
+
+st_err st_codec_encode_hinted(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
+                              size_t out_cap, size_t *out_len, uint8_t *scratch,
+                              const st_codec_hint *hint, st_codec_outcome *outcome)
+{
+    memset(outcome, 0, sizeof *outcome);
+    if (!id || !out || !out_len || !hint || (raw_len && (!raw || !scratch)))
         return st_seterr(ST_ERR_INVALID, "codec encode: NULL argument");
     if (raw_len > ST_CODEC_MAX_RAW)
         return st_seterr(ST_ERR_INVALID, "codec encode: chunk of %zu bytes exceeds the %u limit",
@@ -266,10 +287,16 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
                          out_cap, raw_len, st_codec_bound(raw_len));
 
     uint8_t *payload = out + ST_CODEC_HEADER_LEN;
-    int untried = 0;
     codec_choice choice = {ST_CODEC_RAW, 0};
-    if (raw_len)
-        choice = plan_codec(plan, raw, raw_len, scratch, payload, &untried);
+    if (raw_len && hint->untried) {
+        choice = (codec_choice){hint->codec, hint->planes};
+    } else if (raw_len) {
+        choice = choose_codec(raw, raw_len, hint->lz4_only, scratch, payload);
+        outcome->trial = 1;
+    }
+    outcome->lz4_only = hint->lz4_only;
+    outcome->codec = choice.codec;
+    outcome->planes = choice.planes;
     st_codec_id codec = choice.codec;
     size_t payload_len = 0;
     if (codec != ST_CODEC_RAW) {
@@ -285,10 +312,10 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
                 st_planes_encode(src, raw_len, es, choice.planes, payload, gain_limit(raw_len));
         else
             payload_len = lz4_into(src, raw_len, payload, gain_limit(raw_len));
-        if (payload_len == 0 && untried)
-            plan->streak = 0; /* the data changed: sample the next chunk */
-        if (payload_len == 0)
+        if (payload_len == 0) {
+            outcome->failed = 1;
             codec = ST_CODEC_RAW;
+        }
     }
     if (codec == ST_CODEC_RAW) {
         if (raw_len)
@@ -297,9 +324,26 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
     }
     put_header(out, codec, raw_len, payload_len, id);
     *out_len = ST_CODEC_HEADER_LEN + payload_len;
-    if (codec_used)
-        *codec_used = codec;
+    outcome->used = codec;
     return ST_OK;
+}
+
+int st_codec_outcome_serves(const st_codec_outcome *out, const st_codec_hint *hint,
+                            st_codec_outcome *as)
+{
+    if (out->lz4_only != hint->lz4_only)
+        return 0;
+    if (!hint->untried) {
+        if (!out->trial)
+            return 0; /* a trial would have chosen by the sample: unknown */
+    } else if (out->codec != hint->codec ||
+               (codec_is_zstd(out->codec) && out->planes != hint->planes)) {
+        return 0;
+    }
+    /* The same codec (and planes) on the same bytes: the same encoding. */
+    *as = *out;
+    as->trial = !hint->untried;
+    return 1;
 }
 
 st_err st_codec_header(const uint8_t *enc, size_t enc_len, st_chunk_header *h)

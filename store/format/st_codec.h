@@ -114,6 +114,56 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
                                size_t out_cap, size_t *out_len, uint8_t *scratch,
                                st_codec_plan *plan, st_codec_id *codec_used);
 
+/*
+ * The plan split in three, so that the encode can run on another thread
+ * (st_ingest.c, "Seal threads"): st_codec_plan_next decides, from the plan
+ * alone, whether the next chunk is sampled or uses the stuck codec untried
+ * (the hint); st_codec_encode_hinted encodes one chunk by a hint and touches
+ * no plan (its output is a pure function of the bytes and the hint); and
+ * st_codec_plan_learn feeds the outcome back. st_codec_encode_planned is
+ * the three in a row.
+ */
+typedef struct st_codec_hint {
+    int lz4_only;      /* codecs 0-3 only, from the plan */
+    int untried;       /* 1: use codec/planes without a sample trial */
+    st_codec_id codec; /* the stuck codec (untried) */
+    unsigned planes;   /* its planes (zstd codecs) */
+} st_codec_hint;
+
+typedef struct st_codec_outcome {
+    int lz4_only;      /* the hint's */
+    int trial;         /* a sample trial ran and chose codec/planes */
+    st_codec_id codec; /* the codec tried on the whole chunk (the trial's or the hint's) */
+    unsigned planes;   /* its planes (zstd codecs) */
+    int failed;        /* it did not gain: the chunk is stored raw */
+    st_codec_id used;  /* the codec the chunk was stored with */
+} st_codec_outcome;
+
+/*! The hint for the next chunk of plan's stream; counts it in the plan. */
+void st_codec_plan_next(st_codec_plan *plan, st_codec_hint *hint);
+
+/*!
+ * st_codec_encode, the codec chosen by hint (a sample trial unless
+ * hint->untried). Reads no plan; *outcome says what happened, for
+ * st_codec_plan_learn. Safe on any thread with its own scratch and out.
+ */
+st_err st_codec_encode_hinted(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
+                              size_t out_cap, size_t *out_len, uint8_t *scratch,
+                              const st_codec_hint *hint, st_codec_outcome *outcome);
+
+/*!
+ * 1 if a chunk encoded with the outcome out is byte for byte what encoding
+ * it by hint gives (a sample trial serves a sample; a trial or an untried
+ * encode that tried the hint's codec and planes serves an untried hint);
+ * *as is then the outcome to learn as if it had been encoded by hint. 0:
+ * encode it again by hint.
+ */
+int st_codec_outcome_serves(const st_codec_outcome *out, const st_codec_hint *hint,
+                            st_codec_outcome *as);
+
+/*! Feeds the outcome of a chunk encoded by a hint of plan back into plan. */
+void st_codec_plan_learn(st_codec_plan *plan, const st_codec_outcome *out);
+
 /*! Parsed header of a stored chunk. */
 typedef struct st_chunk_header {
     st_codec_id codec;

@@ -38,6 +38,9 @@ typedef struct st_store_options {
     const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
+    /* Threads that encode new chunks on a put (1..8; 0: one);
+     * the stored bytes are the same whatever the number. */
+    unsigned seal_threads;
     /* The peers' cluster secret (docs/PEERS.md): when set, listings,
      * latest, restore and verify also see steps that are replicated on
      * peers but not yet durable, and read their packs from those peers.

@@ -119,6 +119,7 @@ typedef struct st_vfs_options {
      * bytes, the fdatasync following at the file's release. */
     const char *close_sync;
     unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
+    unsigned seal_threads;   /* threads encoding new chunks per upload (0: one) */
     /* Peers (docs/PEERS.md). peer_listen: "ADDR:PORT" where this mount
      * keeps and serves replicas of other nodes' parts (NULL: it keeps
      * none; a wildcard address is refused). peers: the other nodes'

@@ -85,6 +85,9 @@ expect 2 "option that does not apply" -- "$ckptctl" ls --to "$tmp/x"
 contains "$tmp/err" "ckptctl ls: --to does not apply" "does-not-apply message"
 expect 2 "--json on commit" -- "$ckptctl" commit --json --mount "$tmp" --step 1 --rank 0 --world-size 1
 expect 2 "bad --threads" -- "$ckptctl" restore --latest --threads 0 --to "$tmp/x"
+expect 2 "bad --seal-threads" -- "$ckptctl" put --step 2 --seal-threads 0 "$tmp/src"
+expect 2 "--seal-threads on restore" -- "$ckptctl" restore --latest --seal-threads 2 --to "$tmp/x"
+contains "$tmp/err" "ckptctl restore: --seal-threads does not apply" "seal-threads does-not-apply message"
 expect 2 "bad --timeout" -- "$ckptctl" wait --mount "$tmp" --step 1 --timeout soon
 expect 2 "bad --rank" -- "$ckptctl" restore --step 1 --rank -1 --to "$tmp/x"
 expect 2 "commit without mount" -- "$ckptctl" commit --step 1 --rank 0 --world-size 2
@@ -132,7 +135,7 @@ head -c 2000000 /dev/urandom >"$tmp/s10/common.bin"
 cp "$tmp/s10/common.bin" "$tmp/s20/common.bin"
 head -c 1000000 /dev/urandom >"$tmp/s10/a.bin"
 head -c 1000000 /dev/urandom >"$tmp/s20/b.bin"
-expect 0 "put j2 step 10" -- "$ckptctl" $J put --step 10 "$tmp/s10"
+expect 0 "put j2 step 10" -- "$ckptctl" $J put --step 10 --seal-threads 2 "$tmp/s10"
 find "$tmp/store" -name '*.pack' | sort >"$tmp/packs10"
 expect 0 "put j2 step 20 --json" -- "$ckptctl" $J --json put --step 20 "$tmp/s20"
 checkjson "put --json values" 'd["job"]=="j2" and d["step"]==20 and d["files"]==2 and d["bytes"]==3000000 and 0 < d["new_bytes"] < 1100000 and d["packs"]>=1'
