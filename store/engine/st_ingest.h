@@ -93,8 +93,8 @@ void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
  * How many threads encode new chunks (1..8; default 1: more help only where cores
- * are idle, docs/BENCHMARKS.md "Seal threads"). 1 encodes on the ingest thread. Whatever n, the packs, the manifest and
- * every reference are byte for byte the same (st_ingest.c, "Seal threads").
+ * are idle, docs/BENCHMARKS.md "Seal threads"). 1 encodes on the ingest thread. Whatever n, the
+ * packs, the manifest and every reference are byte for byte the same (st_ingest.c, "Seal threads").
  * The threads inherit the calling thread's priority. Only before the first
  * new chunk.
  */
