@@ -97,6 +97,7 @@
 #include "util/st_crashpoint.h"
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
+#include "engine/st_ingest_impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,9 +123,6 @@
 #define FIRST_USE_MAX_AGE_NS (60 * 1000000000LL)
 #define FIRST_USE_MAX_KEYS   (16 * 1000)
 
-#define DEFAULT_PARALLEL 4
-#define MAX_PARALLEL     32
-
 #ifdef CKPT_TEST_HOOKS
 long st_ingest_test_seal_fail_at = -1;
 /* The test hook: the encode of chunk seq st_ingest_test_seal_fail_at fails. */
@@ -136,150 +134,6 @@ long st_ingest_test_seal_fail_at = -1;
 #else
 #define ST_TEST_HOOK_SEAL_ENCODED(e, seq) ((void)0)
 #endif
-
-/* Seal jobs in flight at most, and the fixed commit lag (see above). Also
- * the most seal threads that can be kept busy. */
-#define SEAL_LAG 8
-
-/* st_chunk_ref.pack of a reference to a chunk still being sealed: its
- * offset is then the chunk's index into open_chunks. */
-#define SLOT_PENDING (ST_CHUNK_HOLE - 1)
-
-/* The codec plans: of the file being read (reset at each file), and of the
- * bundles (one stream to the codec for the whole ingest). */
-enum { PLAN_FILE, PLAN_BUNDLE, NPLANS };
-
-/* The pack streams of an ingest: the step's new chunks, and chunks stored
- * again because their pack was retired. */
-enum { STREAM_NEW, STREAM_REHOME, NSTREAMS };
-
-/* A chunk this ingest stored: its id, its pack's slot and where it sits. */
-typedef struct open_chunk {
-    st_id id;
-    uint32_t slot;
-    uint64_t offset;
-    uint32_t stored_len;
-    uint32_t raw_len;
-} open_chunk;
-
-/* A seal job: the encode of one new chunk (open_chunks[seq]). FREE → QUEUED
- * (dispatched to the workers) → RUNNING → DONE → committed and FREE again;
- * with one seal thread FREE → DONE inline. state is guarded by seal_lock;
- * the rest belongs to the ingest thread while FREE or DONE, to the worker
- * while RUNNING. */
-typedef enum { JOB_FREE, JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
-
-typedef struct seal_job {
-    job_state state;
-    size_t seq;
-    int stream;
-    int plan;          /* PLAN_FILE or PLAN_BUNDLE */
-    uint64_t plan_gen; /* that plan's generation at dispatch (its file) */
-    st_id id;
-    st_codec_hint hint; /* the predicted hint the worker encodes by */
-    uint8_t *raw;       /* a copy of the chunk (the largest chunk's size) */
-    size_t raw_len;
-    int encoded;  /* a worker encoded it (not with one seal thread) */
-    uint8_t *enc; /* st_codec_bound of the largest chunk (seal threads > 1) */
-    size_t enc_len;
-    st_codec_outcome outcome;
-    st_err err;
-    char msg[512];
-} seal_job;
-
-/* One pack buffer: being filled, waiting, being PUT, or PUT and not yet
- * indexed. Guarded by st_ingest.lock once handed to the pool. */
-typedef enum { BUF_FREE, BUF_FILLING, BUF_QUEUED, BUF_RUNNING, BUF_DONE } buf_state;
-
-typedef struct pack_buf {
-    st_pack_writer w;
-    buf_state state;
-    int stream; /* STREAM_NEW or STREAM_REHOME */
-    st_id id;
-    uint32_t slot;
-    /* Its chunks are those of open_chunks[first_chunk, end_chunk) whose slot
-     * is its own (the other stream's chunks interleave). */
-    size_t first_chunk, end_chunk;
-    st_err err;
-    char msg[512];
-} pack_buf;
-
-struct st_ingest {
-    st_backend *backend;
-    st_state *state;
-    char job[ST_JOB_MAX + 1];
-    st_chunker *chunker;
-    size_t max_chunk;
-
-    uint8_t *read_buf;
-    uint8_t *chunk_buf;
-    size_t chunk_len;
-    uint8_t *scratch;
-    size_t largest; /* the largest chunk: the chunker's max or a bundle */
-    /* The codec choice of the file being read and of the bundles
-     * (docs/CODEC.md). p is the plan as of the last committed chunk, the
-     * one that decides; gen counts the files begun (dispatch side),
-     * committed_gen the file p belongs to: p restarts at the first chunk
-     * committed of a later file. */
-    struct {
-        st_codec_plan p;
-        uint64_t gen, committed_gen;
-    } plans[NPLANS];
-
-    /* The open bundle: its bytes, and the files whose slice it holds (by
-     * index into files[]: that array moves as it grows). */
-    uint8_t *bundle;
-    size_t bundle_len;
-    size_t *bundle_files;
-    size_t nbundle_files, bundle_files_cap;
-    int has_slice; /* a file is a slice: st_ingest_finish sorts */
-
-    /* Pack buffers: one being filled per open stream, the rest free or with
-     * the upload pool. */
-    pack_buf bufs[MAX_PARALLEL + NSTREAMS];
-    int nbufs;
-    struct {
-        int open;
-        int cur; /* the buffer being filled, when open */
-    } streams[NSTREAMS];
-    st_idmap new_ids; /* id -> index into open_chunks: every chunk stored here */
-    open_chunk *open_chunks;
-    size_t nopen, open_cap;
-
-    /* The upload pool. */
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    pthread_t workers[MAX_PARALLEL];
-    int nworkers, stopping;
-    st_err upload_err;
-    char upload_msg[512];
-
-    /* The manifest under construction. */
-    st_id *packs;
-    size_t npacks, packs_cap;
-    st_idmap pack_slots;
-    st_idmap gc_checked;   /* old pack id -> 1 usable, 2 pending GC or gone (once per ingest) */
-    st_gc_listing listing; /* markers and packs listed for first use (docs/GC.md) */
-    int retired_listed;    /* the retire markers were listed (once per ingest); -1 while failing */
-    st_idmap retired;      /* retired pack id -> 1 */
-    st_file_entry *files;
-    size_t nfiles, files_cap;
-    const st_manifest *finished; /* st_ingest_finish's, for the last look */
-
-    /* Seal jobs: open_chunks[seq] is sealed by jobs[seq % SEAL_LAG]; those
-     * of [ncommitted, nopen) are in flight. */
-    seal_job jobs[SEAL_LAG];
-    size_t ncommitted;
-    int seal_threads;
-    pthread_mutex_t seal_lock;
-    pthread_cond_t seal_changed;
-    pthread_t seal_workers[SEAL_LAG];
-    int nseal_workers, seal_stopping;
-    st_err seal_err; /* sticky: the first commit that failed */
-    char seal_msg[512];
-
-    st_ingest_stats stats;
-};
 
 st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
                      const st_chunker_params *chunker, st_ingest **out)
@@ -336,192 +190,6 @@ static st_err pack_slot(st_ingest *g, const st_id *pack, uint32_t *slot)
     *slot = (uint32_t)g->npacks;
     g->packs[g->npacks++] = *pack;
     return st_idmap_put(&g->pack_slots, pack, *slot);
-}
-
-void st_ingest_set_parallel(st_ingest *g, unsigned n)
-{
-    if (g->nworkers || g->streams[STREAM_NEW].open || g->streams[STREAM_REHOME].open)
-        return; /* only before the first pack */
-    if (n < 1)
-        n = 1;
-    if (n > MAX_PARALLEL)
-        n = MAX_PARALLEL;
-    g->nbufs = (int)n + NSTREAMS;
-}
-
-/* An upload thread: PUTs queued pack buffers until told to stop. */
-static void *upload_main(void *arg)
-{
-    st_ingest *g = arg;
-    pthread_mutex_lock(&g->lock);
-    for (;;) {
-        pack_buf *b = NULL;
-        for (int i = 0; i < g->nbufs && !b; i++)
-            if (g->bufs[i].state == BUF_QUEUED)
-                b = &g->bufs[i];
-        if (!b) {
-            if (g->stopping)
-                break;
-            pthread_cond_wait(&g->changed, &g->lock);
-            continue;
-        }
-        b->state = BUF_RUNNING;
-        pthread_mutex_unlock(&g->lock);
-        char key[ST_KEY_MAX];
-        st_err e = st_key_pack(key, sizeof key, g->job, &b->id);
-        ST_CRASHPOINT("pack-put-before");
-        if (!e)
-            e = st_put(g->backend, key, b->w.data.data, b->w.data.len);
-        ST_CRASHPOINT_IF(!e, "pack-put-after");
-        pthread_mutex_lock(&g->lock);
-        b->err = e;
-        if (e)
-            snprintf(b->msg, sizeof b->msg, "%s", st_errmsg());
-        b->state = BUF_DONE;
-        pthread_cond_broadcast(&g->changed);
-    }
-    pthread_mutex_unlock(&g->lock);
-    return NULL;
-}
-
-static st_err start_workers(st_ingest *g)
-{
-    for (int i = g->nworkers; i < g->nbufs - NSTREAMS; i++) {
-        if (pthread_create(&g->workers[i], NULL, upload_main, g) != 0)
-            break;
-        g->nworkers++;
-    }
-    return g->nworkers ? ST_OK : st_seterr(ST_ERR_NOMEM, "cannot start upload threads");
-}
-
-/* Indexes the chunks of PUT packs and frees their buffers (ingest thread,
- * lock held). The first upload error is kept in upload_err. */
-static st_err collect_done(st_ingest *g)
-{
-    st_err e = ST_OK;
-    for (int i = 0; i < g->nbufs; i++) {
-        pack_buf *b = &g->bufs[i];
-        if (b->state != BUF_DONE)
-            continue;
-        b->state = BUF_FREE;
-        if (b->err) {
-            if (!g->upload_err) {
-                g->upload_err = b->err;
-                snprintf(g->upload_msg, sizeof g->upload_msg, "%s", b->msg);
-            }
-            continue;
-        }
-        g->stats.packs++;
-        g->stats.stored_bytes += b->w.data.len;
-        if (!e)
-            e = st_state_begin(g->state);
-        uint32_t nchunks = 0;
-        for (size_t k = b->first_chunk; !e && k < b->end_chunk; k++) {
-            const open_chunk *c = &g->open_chunks[k];
-            st_chunk_loc loc = {b->id, c->offset, c->stored_len, c->raw_len};
-            if (c->slot != b->slot)
-                continue;
-            nchunks++;
-            /* A re-homed chunk's old location is in a retired pack. */
-            e = b->stream == STREAM_REHOME ? st_state_chunk_move(g->state, g->job, &c->id, &loc)
-                                           : st_state_chunk_add(g->state, g->job, &c->id, &loc);
-        }
-        if (!e)
-            e = st_state_pack_add(g->state, g->job, &b->id, b->w.data.len, nchunks);
-        if (e)
-            st_state_rollback(g->state);
-        else
-            e = st_state_commit(g->state);
-        ST_CRASHPOINT_IF(!e, "chunks-indexed");
-    }
-    if (!e && g->upload_err)
-        e = st_seterr(g->upload_err, "%s", g->upload_msg);
-    return e;
-}
-
-/* Hands the open pack of stream to the upload pool. */
-static st_err flush_pack(st_ingest *g, int stream)
-{
-    if (!g->streams[stream].open)
-        return ST_OK;
-    pack_buf *b = &g->bufs[g->streams[stream].cur];
-    st_err e = st_pack_finish(&b->w, &b->id);
-    if (e)
-        return e;
-    ST_CRASHPOINT("pack-sealed");
-    /* The slot was reserved when the pack opened; now it has its name. */
-    g->packs[b->slot] = b->id;
-    if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))
-        return e;
-    b->end_chunk = g->ncommitted; /* in flight after it: later packs */
-    if (!g->nworkers && (e = start_workers(g)))
-        return e;
-    pthread_mutex_lock(&g->lock);
-    b->state = BUF_QUEUED;
-    pthread_cond_broadcast(&g->changed);
-    e = collect_done(g);
-    pthread_mutex_unlock(&g->lock);
-    g->streams[stream].open = 0;
-    return e;
-}
-
-/* Waits until every queued pack is PUT and indexed. */
-static st_err drain_uploads(st_ingest *g)
-{
-    pthread_mutex_lock(&g->lock);
-    for (;;) {
-        int busy = 0;
-        for (int i = 0; i < g->nbufs; i++)
-            busy |= g->bufs[i].state == BUF_QUEUED || g->bufs[i].state == BUF_RUNNING;
-        if (!busy)
-            break;
-        pthread_cond_wait(&g->changed, &g->lock);
-    }
-    st_err e = collect_done(g);
-    pthread_mutex_unlock(&g->lock);
-    return e;
-}
-
-/* Opens a new pack of stream in a free buffer (waiting for one if all are
- * in flight) and reserves its slot in the pack table. */
-static st_err open_pack(st_ingest *g, int stream)
-{
-    st_err e = st_array_grow((void **)&g->packs, &g->packs_cap, g->npacks + 1, sizeof *g->packs);
-    if (e)
-        return e;
-    /* One buffer of the nbufs is the other stream's: without it, this
-     * stream has (parallel + 1) buffers, as with a single stream. */
-    const int mine = g->nbufs - 1 + g->streams[!stream].open;
-    pthread_mutex_lock(&g->lock);
-    int free_buf = -1;
-    while (free_buf < 0) {
-        int busy = 0;
-        e = collect_done(g);
-        for (int i = 0; i < g->nbufs; i++) {
-            busy += g->bufs[i].state != BUF_FREE;
-            if (g->bufs[i].state == BUF_FREE && free_buf < 0)
-                free_buf = i;
-        }
-        if (busy >= mine)
-            free_buf = -1; /* wait for one of this stream's uploads */
-        if (e || free_buf >= 0)
-            break;
-        pthread_cond_wait(&g->changed, &g->lock);
-    }
-    if (!e) /* under the lock: the upload threads read every buffer's state */
-        g->bufs[free_buf].state = BUF_FILLING;
-    pthread_mutex_unlock(&g->lock);
-    if (e)
-        return e;
-    pack_buf *b = &g->bufs[free_buf];
-    st_pack_writer_reset(&b->w);
-    b->stream = stream;
-    b->first_chunk = g->ncommitted;
-    b->slot = (uint32_t)g->npacks;
-    memset(&g->packs[g->npacks++], 0, sizeof(st_id));
-    g->streams[stream].cur = free_buf;
-    g->streams[stream].open = 1;
-    return ST_OK;
 }
 
 /* Appends a reference to the current file entry. */
@@ -657,7 +325,7 @@ static st_err seal_commit_one(st_ingest *g)
     pthread_mutex_unlock(&g->seal_lock);
     st_err e = job->err ? st_seterr(job->err, "%s", job->msg) : ST_OK;
     if (!e && !g->streams[job->stream].open)
-        e = open_pack(g, job->stream);
+        e = ingest_open_pack(g, job->stream);
     pack_buf *b = e ? NULL : &g->bufs[g->streams[job->stream].cur];
     open_chunk *c = &g->open_chunks[seq];
     size_t enc_len = 0;
@@ -701,7 +369,7 @@ static st_err seal_commit_one(st_ingest *g)
         c->stored_len = (uint32_t)enc_len;
         g->ncommitted++;
         if (st_pack_writer_size(&b->w) >= ST_PACK_TARGET_SIZE)
-            e = flush_pack(g, job->stream);
+            e = ingest_flush_pack(g, job->stream);
     }
     if (e && !g->seal_err) {
         g->seal_err = e;
@@ -1282,10 +950,10 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     if (!e)
         e = seal_drain(g);
     if (!e)
-        e = flush_pack(g, STREAM_NEW);
+        e = ingest_flush_pack(g, STREAM_NEW);
     if (!e)
-        e = flush_pack(g, STREAM_REHOME);
-    st_err e2 = drain_uploads(g);
+        e = ingest_flush_pack(g, STREAM_REHOME);
+    st_err e2 = ingest_drain_uploads(g);
     if (e || (e = e2))
         return e;
     for (size_t i = 0; i < g->nfiles; i++)
