@@ -71,14 +71,16 @@ static const verb verbs[] = {
      "failure.\n"},
     {"get", run_get, STORE_EXISTING, OPT_STEP | OPT_TO | OPT_JSON, "get --step N --to DIR [--json]",
      "Same as restore --step N --to DIR (kept for scripts).\n"},
-    {"put", run_put, STORE_CREATE, OPT_STEP | OPT_SEAL | OPT_JSON,
-     "put --step N [--seal-threads N] DIR [--json]",
+    {"put", run_put, STORE_CREATE, OPT_STEP | OPT_SEAL | OPT_COMPRESS | OPT_JSON,
+     "put --step N [--seal-threads N] [--compression auto|lz4] DIR [--json]",
      "Store every regular file under DIR as step N of the job. Files are chunked,\n"
      "deduplicated against everything the job already stored, compressed and packed;\n"
      "the step becomes visible only once all of it is in the store. Files stored this\n"
      "way carry no rank (-1). Files under 4 KiB are stored together, in bundles.\n"
      "New chunks are compressed by --seal-threads threads (default 1; more help only\n"
      "where cores are idle); the stored bytes are the same for any number.\n"
+     "--compression auto (default) picks per chunk, zstd per byte plane where it\n"
+     "stores fewer bytes; lz4 keeps to the LZ4 codecs (less CPU, more bytes).\n"
      "--json: files, skipped, bytes, chunks, new_chunks, new_bytes, stored_bytes,\n"
      "packs, bundles, bundled_files, puts.\n"},
     {"verify", run_verify, STORE_EXISTING, OPT_STEP | OPT_JSON, "verify [--step N] [--json]",
@@ -178,6 +180,7 @@ static const struct {
     {OPT_NO_FALLBACK, "--no-fallback"},
     {OPT_THREADS, "--threads"},
     {OPT_SEAL, "--seal-threads"},
+    {OPT_COMPRESS, "--compression"},
     {OPT_MOUNT, "--mount"},
     {OPT_WORLD, "--world-size"},
     {OPT_TIMEOUT, "--timeout"},
@@ -229,7 +232,8 @@ static void usage(FILE *out)
         "  --rank R         only the files of rank R (restore); the rank (commit)\n"
         "  --no-fallback    restore --latest fails instead of taking an older step\n"
         "  --threads N      parallel downloads (restore; default 4)\n"
-        "  --seal-threads N threads compressing new chunks (put; default: the CPUs)\n"
+        "  --seal-threads N threads compressing new chunks (put; default 1)\n"
+        "  --compression auto|lz4  codecs for new chunks (put; default auto)\n"
         "  --to DIR         target directory (restore, get)\n"
         "  --mount M        a ckptfs mount point (commit, wait, status)\n"
         "  --world-size W   number of ranks (commit)\n"
@@ -284,6 +288,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_NO_FALLBACK,
         O_THREADS,
         O_SEAL_THREADS,
+        O_COMPRESSION,
         O_MOUNT,
         O_WORLD,
         O_TIMEOUT,
@@ -323,6 +328,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"no-fallback", no_argument, NULL, O_NO_FALLBACK},
         {"threads", required_argument, NULL, O_THREADS},
         {"seal-threads", required_argument, NULL, O_SEAL_THREADS},
+        {"compression", required_argument, NULL, O_COMPRESSION},
         {"mount", required_argument, NULL, O_MOUNT},
         {"world-size", required_argument, NULL, O_WORLD},
         {"timeout", required_argument, NULL, O_TIMEOUT},
@@ -395,6 +401,12 @@ static int parse_args(int argc, char **argv, cli *c)
                 return bad_value("--seal-threads", "a number 1..8", optarg);
             c->open.seal_threads = (unsigned)v;
             c->given |= OPT_SEAL;
+            break;
+        case O_COMPRESSION:
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "lz4") != 0)
+                return bad_value("--compression", "auto or lz4", optarg);
+            c->open.compression = optarg;
+            c->given |= OPT_COMPRESS;
             break;
         case O_MOUNT:
             c->mount = optarg;

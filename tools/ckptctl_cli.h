@@ -44,7 +44,8 @@ enum opt_bit {
     OPT_TIMEOUT = 1 << 9,
     OPT_GC = 1 << 10, /* --keep-last --keep-every --grace --dry-run --repack-dead --batch --compact
                          --progress */
-    OPT_SEAL = 1 << 11, /* --seal-threads */
+    OPT_SEAL = 1 << 11,     /* --seal-threads */
+    OPT_COMPRESS = 1 << 12, /* --compression */
 };
 
 typedef struct cli {

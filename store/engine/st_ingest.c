@@ -307,6 +307,21 @@ void st_ingest_set_seal_threads(st_ingest *g, unsigned n)
     g->seal_threads = n < 1 ? 1 : n > SEAL_LAG ? SEAL_LAG : (int)n;
 }
 
+/* A plan before its first chunk. */
+static st_codec_plan fresh_plan(const st_ingest *g)
+{
+    return (st_codec_plan){.lz4_only = g->lz4_only};
+}
+
+void st_ingest_set_lz4_only(st_ingest *g, int lz4_only)
+{
+    if (g->nopen)
+        return; /* only before the first new chunk */
+    g->lz4_only = lz4_only != 0;
+    for (int i = 0; i < NPLANS; i++) /* the bundles' plan never restarts */
+        g->plans[i].p = fresh_plan(g);
+}
+
 /* Commits the oldest job in flight (ingest thread): draws its hint from
  * its plan, as of the chunk before it; takes the worker's encoding if it is
  * the one that hint gives, else encodes the chunk by it here, straight into
@@ -331,7 +346,7 @@ static st_err seal_commit_one(st_ingest *g)
     size_t enc_len = 0;
     if (!e) {
         if (g->plans[job->plan].committed_gen != job->plan_gen) { /* a file's first */
-            g->plans[job->plan].p = (st_codec_plan){0};
+            g->plans[job->plan].p = fresh_plan(g);
             g->plans[job->plan].committed_gen = job->plan_gen;
         }
         st_codec_plan *plan = &g->plans[job->plan].p;
@@ -388,7 +403,7 @@ static st_err seal_commit_one(st_ingest *g)
 static void predict_hint(const st_ingest *g, int plan, st_codec_hint *hint)
 {
     const uint64_t gen = g->plans[plan].gen;
-    st_codec_plan p = g->plans[plan].committed_gen == gen ? g->plans[plan].p : (st_codec_plan){0};
+    st_codec_plan p = g->plans[plan].committed_gen == gen ? g->plans[plan].p : fresh_plan(g);
     for (size_t s = g->ncommitted; s < g->nopen; s++) {
         const seal_job *job = &g->jobs[s % SEAL_LAG];
         st_codec_hint h;

@@ -100,6 +100,14 @@ void st_ingest_set_parallel(st_ingest *g, unsigned n);
  */
 void st_ingest_set_seal_threads(st_ingest *g, unsigned n);
 
+/*!
+ * 1: new chunks are stored with the LZ4 codecs only (0-3, docs/CODEC.md:
+ * less CPU per byte to encode and to decode, more bytes stored); 0, the
+ * default: every codec, zstd per byte plane where it wins. Only before the
+ * first new chunk. What was stored before reads the same either way.
+ */
+void st_ingest_set_lz4_only(st_ingest *g, int lz4_only);
+
 #ifdef CKPT_TEST_HOOKS
 /* Test hook: the encode of the ingest's new chunk number n (from 0) fails
  * with ST_ERR_IO; -1 (the default) for none. */

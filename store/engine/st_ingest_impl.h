@@ -108,6 +108,7 @@ struct st_ingest {
         st_codec_plan p;
         uint64_t gen, committed_gen;
     } plans[NPLANS];
+    int lz4_only; /* every plan starts with it (st_ingest_set_lz4_only) */
 
     /* The open bundle: its bytes, and the files whose slice it holds (by
      * index into files[]: that array moves as it grows). */

@@ -117,6 +117,14 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     s->warn_arg = opts->warn_arg;
     s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
     s->seal_threads = opts->seal_threads;
+    if (opts->compression && strcmp(opts->compression, "auto") != 0) {
+        if (strcmp(opts->compression, "lz4") != 0) {
+            free(s);
+            return st_seterr(ST_ERR_INVALID, "compression '%.32s': use auto or lz4",
+                             opts->compression);
+        }
+        s->compression_lz4 = 1;
+    }
     if (opts->node) {
         if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {
             free(s);
@@ -301,6 +309,7 @@ st_err st_store_put_dir(st_store *s, const char *job, uint64_t step, const char 
         goto out;
     if (s->seal_threads)
         st_ingest_set_seal_threads(ingest, s->seal_threads);
+    st_ingest_set_lz4_only(ingest, s->compression_lz4);
     w.ingest = ingest;
     if ((e = walk_put(&w, dir, "")))
         goto out;

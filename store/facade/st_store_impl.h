@@ -27,6 +27,7 @@ struct st_store {
     char node[ST_NODE_MAX + 1];
     st_chunker_params chunker;
     unsigned seal_threads; /* 0: the ingest's default */
+    int compression_lz4;   /* opts->compression is "lz4" */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
     st_backend_counts requests;

@@ -41,6 +41,10 @@ typedef struct st_store_options {
     /* Threads that encode new chunks on a put (1..8; 0: one);
      * the stored bytes are the same whatever the number. */
     unsigned seal_threads;
+    /* The codecs a put stores new chunks with (docs/CODEC.md, "zstd per
+     * plane: when it is picked"): "auto" (NULL, the default: zstd per byte plane where it
+     * wins) or "lz4" (the LZ4 codecs only: less CPU, more bytes). */
+    const char *compression;
     /* The peers' cluster secret (docs/PEERS.md): when set, listings,
      * latest, restore and verify also see steps that are replicated on
      * peers but not yet durable, and read their packs from those peers.

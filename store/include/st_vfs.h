@@ -120,6 +120,10 @@ typedef struct st_vfs_options {
     const char *close_sync;
     unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
     unsigned seal_threads;   /* threads encoding new chunks per upload (0: one) */
+    /* The codecs new chunks may use (docs/CODEC.md, "zstd per plane: when it is picked"): "auto"
+     * (NULL, the default: zstd per byte plane where it wins) or "lz4" (the
+     * LZ4 codecs only: less CPU, more bytes). */
+    const char *compression;
     /* Peers (docs/PEERS.md). peer_listen: "ADDR:PORT" where this mount
      * keeps and serves replicas of other nodes' parts (NULL: it keeps
      * none; a wildcard address is refused). peers: the other nodes'

@@ -197,6 +197,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     if (!bad)
         bad = option_choice("control access", opts->control_access, "owner", "all",
                             &v->control_public);
+    if (!bad)
+        bad = option_choice("compression", opts->compression, "auto", "lz4", &v->compression_lz4);
     if (bad) {
         free(v);
         return bad;

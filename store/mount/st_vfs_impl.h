@@ -405,6 +405,7 @@ struct st_vfs {
     size_t nkept, kept_cap;
     uint64_t nfailed;        /* files in the tree with write_failed set */
     int close_in_background; /* opts.close_sync is "background" */
+    int compression_lz4;     /* opts.compression is "lz4" */
     /* The journal's rows were written in another boot of the machine (or the
      * boot is unknown): unsynced rows may hold torn bytes. Set by
      * vfs_journal_open, used by the recovery. */

@@ -182,9 +182,14 @@ class Run:
 
     def requests_between(self, t0, t1):
         """Requests the proxy logged as begun between t0 and t1 (its log's
-        times are time.monotonic's)."""
+        times are time.monotonic's), and the MB their answers carried."""
+        count, size = 0, 0
         with open(self.log) as f:
-            return sum(1 for line in f if t0 <= float(line.split()[0]) <= t1)
+            for line in f:
+                fields = line.split()
+                if t0 <= float(fields[0]) <= t1:
+                    count, size = count + 1, size + int(fields[5])
+        return count, size / 1e6
 
     def resume(self, use_s3fs, extra, perf):
         import torch
@@ -220,9 +225,9 @@ class Run:
             rec.wait(timeout=120)
         cpu = [b - a for a, b in zip(before, after)]
         print("%-6s spawn->mounted %.3f  ->listed %.3f  ->loaded %.3f  total %.3f s | CPU s "
-              "during the load: loader %.2f daemon %.2f server %.2f proxy %.2f | requests %d%s" % (
+              "during the load: loader %.2f daemon %.2f server %.2f proxy %.2f | requests %d, %.0f MB%s" % (
                   "s3fs" if use_s3fs else "ckptfs", t_up - t0, t_ls - t_up, t_done - t_ls,
-                  t_done - t0, cpu[3], cpu[0], cpu[1], cpu[2], self.requests_between(t0, t_done),
+                  t_done - t0, cpu[3], cpu[0], cpu[1], cpu[2], *self.requests_between(t0, t_done),
                   " | warm at %.3f s" % warm["warm"] if "warm" in warm else ""),
               flush=True)
         self.unmount(d)

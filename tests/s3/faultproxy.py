@@ -42,7 +42,8 @@ stands behind a slow link, as a cloud link shared by a node. It paces the
 request and response bodies and the heads of answers; fault decisions are
 unchanged. --request-log appends one line per answered request: the
 monotonic clock (CLOCK_MONOTONIC, s) at the request and at the end of its answer, the
-method, the path and query (never a header: no credentials), the status.
+method, the path and query (never a header: no credentials), the status,
+and the bytes of the answer's body.
 """
 import argparse
 import asyncio
@@ -222,16 +223,16 @@ class Proxy:
             r -= rate
         return None
 
-    def log_request(self, first, status, started):
+    def log_request(self, first, status, started, body_bytes):
         """One line per answered request (--request-log): when it came and
         when its answer ended (CLOCK_MONOTONIC, comparable with other
-        processes' clocks)."""
+        processes' clocks), and its body's size."""
         if not self.args.request_log:
             return
         method, target = (first.split(" ") + ["", ""])[:2]
         with open(self.args.request_log, "a") as f:
-            f.write("%.4f %.4f %s %s %d\n" % (started, time.monotonic(),
-                                               method, target, status))
+            f.write("%.4f %.4f %s %s %d %d\n" % (started, time.monotonic(),
+                                                  method, target, status, body_bytes))
 
     async def handle(self, creader, cwriter):
         self.stats.counts["connections"] += 1
@@ -317,7 +318,7 @@ class Proxy:
                             await copy_exact(ureader, cwriter, n, bucket=self.down)
                             self.stats.counts["passed"] += 1
                             self.stats.counts["bytes_down"] += n
-                            self.log_request(first, status, started)
+                            self.log_request(first, status, started, n)
                             break
                         rbody = await read_body(ureader, rheaders, method, status)
                         whole = rhead + rbody
@@ -347,7 +348,7 @@ class Proxy:
                     await cwriter.drain()
                     self.stats.counts["passed"] += 1
                     self.stats.counts["bytes_down"] += len(rbody)
-                    self.log_request(first, status, started)
+                    self.log_request(first, status, started, len(rbody))
                 if rheaders.get("connection", "").lower() == "close":
                     return
         except (Closed, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,

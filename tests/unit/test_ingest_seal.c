@@ -236,8 +236,8 @@ static int same_store(const store_dump *a, const store_dump *b)
 }
 
 /* Reads every file of m back from b (chunks, holes, slices) and compares it
- * with the file in the temp tree. */
-static int read_back(st_backend *b, const st_manifest *m)
+ * with the file in the temp tree; counts the chunks' codecs into codecs[]. */
+static int read_back(st_backend *b, const st_manifest *m, uint64_t codecs[ST_CODEC_ZSTD_SHUF4 + 1])
 {
     uint8_t *scratch = malloc(st_codec_scratch_bound(ST_CODEC_MAX_RAW));
     uint8_t *raw = malloc(ST_CODEC_MAX_RAW);
@@ -261,11 +261,15 @@ static int read_back(st_backend *b, const st_manifest *m)
             char key[ST_KEY_MAX];
             st_bytes enc = {0};
             size_t len = 0;
+            st_chunk_header h;
             ok =
                 c->pack < m->npacks && !st_key_pack(key, sizeof key, JOB, &m->packs[c->pack]) &&
                 !st_get(b, key, c->offset, c->stored_len, &enc) &&
                 !st_codec_decode(enc.data, enc.len, &c->id, raw, ST_CODEC_MAX_RAW, &len, scratch) &&
-                memcmp(raw + c->skip, want + at, c->raw_len) == 0;
+                memcmp(raw + c->skip, want + at, c->raw_len) == 0 &&
+                !st_codec_header(enc.data, enc.len, &h);
+            if (ok)
+                codecs[h.codec]++;
             st_bytes_free(&enc);
             at += c->raw_len;
         }
@@ -285,10 +289,12 @@ typedef struct run_result {
     store_dump store;
     st_bytes manifest[2];
     st_ingest_stats stats[2];
+    uint64_t codecs[ST_CODEC_ZSTD_SHUF4 + 1]; /* chunks read back, by codec */
 } run_result;
 
-/* Both steps with n seal threads into a new store. */
-static void run(unsigned n, run_result *r, int check_read_back)
+/* Both steps with n seal threads into a new store; lz4_only as
+ * st_ingest_set_lz4_only. */
+static void run(unsigned n, int lz4_only, run_result *r, int check_read_back)
 {
     char path[512];
     st_backend *b = NULL;
@@ -303,6 +309,7 @@ static void run(unsigned n, run_result *r, int check_read_back)
         st_ingest *g = NULL;
         CHECK_OK(st_ingest_new(b, state, JOB, NULL, &g));
         st_ingest_set_seal_threads(g, n);
+        st_ingest_set_lz4_only(g, lz4_only);
         CHECK_OK(ingest_files(g));
         st_manifest m = {0};
         CHECK_OK(st_ingest_finish(g, &m));
@@ -312,7 +319,7 @@ static void run(unsigned n, run_result *r, int check_read_back)
         m.created_ns = 1764633600000000000ll;
         CHECK_OK(st_manifest_encode(&m, &r->manifest[step - 1]));
         if (check_read_back)
-            CHECK(read_back(b, &m));
+            CHECK(read_back(b, &m, r->codecs));
         m.node = m.job = NULL;
         st_manifest_free(&m);
         r->stats[step - 1] = *st_ingest_get_stats(g);
@@ -334,14 +341,14 @@ static void test_same_bytes_for_any_threads(void)
 {
     static const unsigned threads[NRUN] = {1, 2, 4, 8, 8};
     run_result base;
-    run(threads[0], &base, 1);
+    run(threads[0], 0, &base, 1);
     CHECK(base.stats[0].packs >= 2);                                /* more than one pack */
     CHECK(base.stats[0].bundles >= 2);                              /* small files bundled */
     CHECK(base.stats[0].hole_bytes >= MIB);                         /* holes and zeros */
     CHECK(base.stats[1].new_chunks < base.stats[0].new_chunks / 4); /* step 2 dedups */
     for (int i = 1; i < NRUN; i++) {
         run_result r;
-        run(threads[i], &r, threads[i] == 4);
+        run(threads[i], 0, &r, threads[i] == 4);
         printf("seal threads %u: %zu objects, manifests %zu + %zu bytes, %llu packs, %llu of %llu "
                "new chunks encoded again on the ingest thread\n",
                threads[i], r.store.n, r.manifest[0].len, r.manifest[1].len,
@@ -356,6 +363,32 @@ static void test_same_bytes_for_any_threads(void)
         run_free(&r);
     }
     run_free(&base);
+}
+
+/* With the LZ4 codecs only, no chunk is stored with zstd, for any number of
+ * seal threads (a worker's guessed hint carries the choice too), and the
+ * floats take more bytes than with every codec; by default they do use
+ * zstd. */
+static void test_lz4_only(void)
+{
+    run_result all, lz4[2];
+    run(1, 0, &all, 1);
+    CHECK(all.codecs[ST_CODEC_ZSTD_SHUF4] > 0);
+    for (int i = 0; i < 2; i++) {
+        run(i ? 2 : 1, 1, &lz4[i], 1);
+        CHECK(lz4[i].codecs[ST_CODEC_LZ4_SHUF4] > 0);
+        CHECK(lz4[i].codecs[ST_CODEC_ZSTD_SHUF2] == 0 && lz4[i].codecs[ST_CODEC_ZSTD_SHUF4] == 0);
+        CHECK(lz4[i].stats[0].stored_bytes > all.stats[0].stored_bytes);
+    }
+    CHECK(same_store(&lz4[0].store, &lz4[1].store));
+    CHECK(lz4[1].stats[0].seal_encodes_here + lz4[1].stats[1].seal_encodes_here <
+          (lz4[1].stats[0].new_chunks + lz4[1].stats[1].new_chunks) / 2);
+    printf("lz4 only: %llu stored bytes, every codec %llu\n",
+           (unsigned long long)lz4[0].stats[0].stored_bytes,
+           (unsigned long long)all.stats[0].stored_bytes);
+    run_free(&all);
+    run_free(&lz4[0]);
+    run_free(&lz4[1]);
 }
 
 /* An encode error mid-way fails the ingest; freeing it with jobs in flight
@@ -423,6 +456,7 @@ int main(void)
     test_same_bytes_for_any_threads();
     test_encode_error();
     test_free_in_flight();
+    test_lz4_only();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK(system(cmd) == 0);
