@@ -204,10 +204,10 @@ def main():
     ap.add_argument("outdir", nargs="?", default="/tmp/codec-ckpt")
     ap.add_argument("--steps", type=int, default=150)
     args = ap.parse_args()
-    os.makedirs(args.outdir, exist_ok=True)
     out = lambda name: os.path.join(args.outdir, name)  # noqa: E731
 
     model, opt = train(args.steps)
+    os.makedirs(args.outdir, exist_ok=True)  # after the text was found
     fp32 = model.state_dict()
     bf16 = {k: v.to(torch.bfloat16) for k, v in fp32.items()}
     optim = flat_optimizer(opt)
