@@ -1,7 +1,7 @@
 /*
  * bench_codec — what each chunk-compression strategy costs and gains.
  *
- *   bench_codec [FILE...] [--piece BYTES] [--min-time SECONDS]
+ *   bench_codec [FILE...] [--piece BYTES] [--min-time SECONDS] [--summary]
  *
  * Splits each FILE (or, without one, 32 MiB of synthetic fp32 weights) into
  * pieces (1 MiB by default) and reports, per strategy, encode and decode
@@ -24,6 +24,13 @@
  * figure is the best of repeated passes after a warm-up pass (first passes
  * pay page faults). Single-threaded; the ratio between rows is what counts
  * on a noisy machine (docs/CODEC.md).
+ *
+ * --summary runs only today and new and prints, instead of the tables, one
+ * line per file for scripts and docs tables:
+ *
+ *   file raw_bytes today_stored new_stored today_ratio new_ratio
+ *
+ * (stored includes the chunk headers, as the ratios above do).
  */
 #include <lz4.h>
 #include <stdio.h>
@@ -283,10 +290,13 @@ static void make_synthetic(bench_input *in)
 
 typedef struct bench_result {
     double enc_mbs, dec_mbs, ratio;
+    size_t raw, stored; /* exact bytes: a ratio of 3 digits hides a 0.1% target miss */
 } bench_result;
 
-/* Runs every strategy on one input; fills res (per strategy). */
-static int bench_one(bench_input *in, const char *name, double min_time, bench_result *res)
+/* Runs every strategy on one input (only today and new when summary is set,
+ * printing nothing); fills res (per strategy). */
+static int bench_one(bench_input *in, const char *name, double min_time, int summary,
+                     bench_result *res)
 {
     in->count = (in->len + in->piece - 1) / in->piece;
     bench_ctx b = {.in = in};
@@ -302,11 +312,13 @@ static int bench_one(bench_input *in, const char *name, double min_time, bench_r
     for (size_t i = 0; i < in->count; i++)
         b.ids[i] = st_id_of(in->data + i * in->piece, piece_len(in, i));
 
-    printf("input: %s, %.1f MB, %zu pieces of %zu bytes\n", name, (double)in->len / 1e6, in->count,
-           in->piece);
-    printf("%-10s %12s %12s %8s\n", "strategy", "encode MB/s", "decode MB/s", "ratio");
+    if (!summary) {
+        printf("input: %s, %.1f MB, %zu pieces of %zu bytes\n", name, (double)in->len / 1e6,
+               in->count, in->piece);
+        printf("%-10s %12s %12s %8s\n", "strategy", "encode MB/s", "decode MB/s", "ratio");
+    }
     int rc = 0;
-    for (int s = 0; s < S_COUNT; s++) {
+    for (int s = summary ? S_TODAY : 0; s < S_COUNT; s++) {
         double te = time_best(&b, s, encode_all, min_time);
         size_t stored = 0, picks[ST_CODEC_ZSTD_SHUF4 + 1] = {0};
         for (size_t i = 0; i < in->count; i++) {
@@ -319,7 +331,9 @@ static int bench_one(bench_input *in, const char *name, double min_time, bench_r
             continue;
         }
         res[s] = (bench_result){(double)in->len / te / 1e6, (double)in->len / td / 1e6,
-                                (double)stored / (double)in->len};
+                                (double)stored / (double)in->len, in->len, stored};
+        if (summary)
+            continue;
         printf("%-10s %12.0f %12.0f %8.3f", strategy_names[s], res[s].enc_mbs, res[s].dec_mbs,
                res[s].ratio);
         if (s >= S_AUTO)
@@ -327,11 +341,13 @@ static int bench_one(bench_input *in, const char *name, double min_time, bench_r
                    picks[1], picks[2], picks[3], picks[4], picks[5]);
         printf("\n");
     }
-    uint8_t *dst = xmalloc(in->len < 64 * MIB ? in->len : 64 * MIB);
-    printf("shuffle MB/s: es2 %.0f / %.0f unshuffle, es4 %.0f / %.0f unshuffle\n",
-           shuffle_speed(in, 2, 0, dst), shuffle_speed(in, 2, 1, dst), shuffle_speed(in, 4, 0, dst),
-           shuffle_speed(in, 4, 1, dst));
-    free(dst);
+    if (!summary) {
+        uint8_t *dst = xmalloc(in->len < 64 * MIB ? in->len : 64 * MIB);
+        printf("shuffle MB/s: es2 %.0f / %.0f unshuffle, es4 %.0f / %.0f unshuffle\n",
+               shuffle_speed(in, 2, 0, dst), shuffle_speed(in, 2, 1, dst),
+               shuffle_speed(in, 4, 0, dst), shuffle_speed(in, 4, 1, dst));
+        free(dst);
+    }
 
     for (size_t i = 0; i < in->count; i++)
         free(b.slots[i].buf);
@@ -343,19 +359,37 @@ static int bench_one(bench_input *in, const char *name, double min_time, bench_r
     return rc;
 }
 
+/* The summary's name for file f: its basename, or the path as given when
+ * another file has the same basename (the __0_0.distcp of two DCP steps). */
+static const char *display_name(const char *const *paths, size_t npaths, size_t f)
+{
+    const char *slash = strrchr(paths[f], '/'), *base = slash ? slash + 1 : paths[f];
+    for (size_t g = 0; g < npaths; g++) {
+        const char *s = strrchr(paths[g], '/');
+        if (g != f && !strcmp(s ? s + 1 : paths[g], base))
+            return paths[f];
+    }
+    return base;
+}
+
 int main(int argc, char **argv)
 {
     const char *paths[64];
     size_t npaths = 0;
     double min_time = 0.5;
     size_t piece = MIB;
+    int summary = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--piece") && i + 1 < argc)
             piece = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--min-time") && i + 1 < argc)
             min_time = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--summary"))
+            summary = 1;
         else if (argv[i][0] == '-' || npaths == sizeof paths / sizeof paths[0]) {
-            fprintf(stderr, "usage: %s [FILE...] [--piece BYTES] [--min-time SECONDS]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [FILE...] [--piece BYTES] [--min-time SECONDS] [--summary]\n",
+                    argv[0]);
             return 2;
         } else
             paths[npaths++] = argv[i];
@@ -373,20 +407,27 @@ int main(int argc, char **argv)
         const char *path = npaths ? paths[f] : NULL;
         if (path ? load_file(path, &in) != 0 : (make_synthetic(&in), 0))
             return 1;
-        rc |= bench_one(&in, path ? path : "synthetic fp32", min_time, res[f]);
+        rc |= bench_one(&in, path ? path : "synthetic fp32", min_time, summary, res[f]);
         free(in.data);
-        printf("\n");
+        if (!summary)
+            printf("\n");
+    }
+    if (summary) {
+        printf("# file raw_bytes today_stored new_stored today_ratio new_ratio\n");
+        for (size_t f = 0; f < runs; f++) {
+            const bench_result *t = &res[f][S_TODAY], *n = &res[f][S_NEW];
+            printf("%s %zu %zu %zu %.4f %.4f\n", npaths ? paths[f] : "synthetic-fp32", t->raw,
+                   t->stored, n->stored, t->ratio, n->ratio);
+        }
+        return rc;
     }
     printf("%-28s %23s %23s\n", "summary (ratio enc/dec MB/s)", "today (codecs 0-3)",
            "new (zstd per plane)");
     for (size_t f = 0; f < runs; f++) {
         const bench_result *t = &res[f][S_TODAY], *n = &res[f][S_NEW];
-        const char *name = npaths ? strrchr(paths[f], '/') : NULL;
         printf("%-28s %7.3f %7.0f %7.0f %7.3f %7.0f %7.0f\n",
-               name     ? name + 1
-               : npaths ? paths[f]
-                        : "synthetic fp32",
-               t->ratio, t->enc_mbs, t->dec_mbs, n->ratio, n->enc_mbs, n->dec_mbs);
+               npaths ? display_name(paths, npaths, f) : "synthetic fp32", t->ratio, t->enc_mbs,
+               t->dec_mbs, n->ratio, n->enc_mbs, n->dec_mbs);
     }
     return rc;
 }
