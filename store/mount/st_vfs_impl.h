@@ -269,7 +269,6 @@ typedef struct vfetch {
     size_t nruns;
     vfs_bound bound;            /* of the thread that began it, for its workers */
     pthread_mutex_t write_lock; /* st_restore_to.write_lock */
-    st_file_digest *digest;     /* the whole-file digest, fed by the workers */
     st_side_chunks *sides;      /* its side chunks, shared by the workers (NULL: none) */
     size_t front;               /* (lock) no run below it is TODO */
     size_t urgent;              /* (lock) a TODO run a reader waits for, SIZE_MAX: none */

@@ -16,6 +16,7 @@
  * The refresher thread re-lists the store every refresh_seconds. Store I/O
  * happens without v->lock; results are merged under it.
  */
+#define _GNU_SOURCE /* gettid */
 #include "mount/st_vfs_impl.h"
 
 #include <errno.h>
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -350,11 +352,12 @@ static void fetch_gate_leave(void)
  * 0.86 s in all, 0.3 s of it for the zip directory at the file's end. */
 #define FETCH_READER_WORKERS 2
 
-/* Decoded bytes the fetches' whole-file digests may park, in all: the 3
- * workers ahead of a file's hashing front hold at most 3 runs of
- * VFS_RUN_MAX (st_file_digest; docs/MEMORY.md). Past it a piece is read
- * back from the staging file instead (v->fetch_read_back). */
-static st_park_budget fetch_park = ST_PARK_BUDGET_INIT((FETCH_WORKERS - 1) * VFS_RUN_MAX);
+/* How much nicer the whole-file check runs than the worker that starts it
+ * (docs/WARMUP.md, step 4): it reads back and hashes the whole file after
+ * every run is verified, work nobody's read waits for, so it takes only a
+ * core the readers leave idle. Not SCHED_IDLE: a writer's open waits for
+ * the fetch's end, and a nice value is never starved outright. */
+#define FETCH_CHECK_NICE 19
 
 /* Runs per worker a large file is cut into: 8 keeps a read ahead of the
  * front from waiting long for a run, and the workers' progress even. */
@@ -416,7 +419,6 @@ static void fetch_free(vfetch *fx)
     free(fx->runs);
     st_side_chunks_free(fx->sides); /* set, like layout, if it failed before it ended */
     layout_put(fx->layout);
-    st_file_digest_free(fx->digest);
     pthread_mutex_destroy(&fx->write_lock);
     free(fx);
 }
@@ -501,15 +503,13 @@ static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
     if (!e && !fx->f)
         e = st_seterr(ST_ERR_NOT_FOUND, "%s is not in step %" PRIu64 " any more", r->path, r->step);
     if (!e)
-        e = st_file_digest_new(fx->f, &fetch_park, &fx->digest);
-    if (!e)
         e = st_side_chunks_new(&fx->layout->m, fx->f, &fx->sides);
     if (e)
         return e;
     fx->size = fx->f->size;
     char sp[PATH_MAX];
     vfs_staging_path(v, fx->sid, sp, sizeof sp);
-    /* O_RDWR: a piece not parked for the digest is read back */
+    /* O_RDWR: the whole-file check reads it back */
     if ((e = vfs_staging_create(v, sp, O_RDWR, &fx->fd)))
         return e;
     if (ftruncate(fx->fd, (off_t)fx->size) < 0)
@@ -561,8 +561,6 @@ static void fetch_end(st_vfs *v, vfetch *fx, st_err e)
     layout_put(fx->layout);
     fx->layout = NULL;
     fx->f = NULL;
-    st_file_digest_free(fx->digest); /* its parked bytes go back to fetch_park now */
-    fx->digest = NULL;
     pthread_cond_broadcast(&v->changed);
     vfs_maybe_free(v, n);
     vfs_fetch_put(fx); /* n's reference */
@@ -590,14 +588,19 @@ static size_t take_run(vfetch *fx)
     return r;
 }
 
-/* The fetch's whole-file check, by its last worker (no lock held): the
- * digest its workers fed, finished (what was not parked is read back). */
+/* The fetch's whole-file check, by its last worker once every run is
+ * verified (no lock held): the staging file read back and hashed, at
+ * FETCH_CHECK_NICE (best effort; the thread ends after it). */
 static st_err fetch_verify(st_vfs *v, vfetch *fx)
 {
-    st_err e = st_file_digest_finish(fx->digest, fx->fd);
-    uint64_t read_back = st_file_digest_stats_of(fx->digest).read_back;
+    const id_t tid = (id_t)gettid();
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && now < FETCH_CHECK_NICE)
+        (void)setpriority(PRIO_PROCESS, tid, FETCH_CHECK_NICE);
+    st_err e = st_restore_verify_file(fx->fd, fx->f);
     pthread_mutex_lock(&v->lock);
-    v->fetch_read_back += read_back;
+    v->fetch_read_back += fx->size;
     pthread_mutex_unlock(&v->lock);
     return e;
 }
@@ -646,7 +649,6 @@ static void *fetch_worker_main(void *arg)
         pthread_mutex_unlock(&v->lock);
         run_progress progress = {v, run};
         const st_restore_to to = {.write_lock = &fx->write_lock,
-                                  .digest = fx->digest,
                                   .written = run_written,
                                   .arg = &progress,
                                   .sides = fx->sides};
