@@ -30,6 +30,10 @@
 #define ST_PLANES_WORD_LEN   4
 #define ST_PLANES_RAW_FLAG   0x80000000u
 #define ST_PLANES_ZSTD_LEVEL 1
+/* zstd's match finder for planes (st_codec_planes.c, planes_cctx): a
+ * 2^7-entry hash table and matches of 7 bytes or more. */
+#define ST_PLANES_ZSTD_HASH_LOG  7
+#define ST_PLANES_ZSTD_MIN_MATCH 7
 /* A plane is coded only when its trial saves this many percent of it. */
 #define ST_PLANES_MIN_GAIN_PCT 3
 /* Bit p of a plane mask: plane p is worth a zstd pass. */
