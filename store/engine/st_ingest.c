@@ -352,7 +352,7 @@ static st_err seal_commit_one(st_ingest *g)
         st_codec_plan *plan = &g->plans[job->plan].p;
         st_codec_hint hint;
         st_codec_outcome outcome;
-        st_codec_plan_next(plan, &hint);
+        st_codec_plan_next(plan, job->at, &hint);
         if (job->encoded && st_codec_outcome_serves(&job->outcome, &hint, &outcome)) {
             enc_len = job->enc_len;
             uint8_t *dst = st_pack_append_begin(&b->w, enc_len);
@@ -372,7 +372,7 @@ static st_err seal_commit_one(st_ingest *g)
             g->stats.seal_encodes_here += job->encoded;
         }
         if (!e)
-            st_codec_plan_learn(plan, &outcome);
+            st_codec_plan_learn(plan, job->at, &outcome);
     }
     if (!e)
         e = st_pack_append_commit(&b->w, enc_len, &c->offset);
@@ -400,7 +400,7 @@ static st_err seal_commit_one(st_ingest *g)
  * whose plan is still sampling are sampled (a sample that chooses the codec
  * the plan then sticks to serves as well). A wrong guess costs an encode on
  * the ingest thread, never a byte of output. */
-static void predict_hint(const st_ingest *g, int plan, st_codec_hint *hint)
+static void predict_hint(const st_ingest *g, int plan, uint64_t at, st_codec_hint *hint)
 {
     const uint64_t gen = g->plans[plan].gen;
     st_codec_plan p = g->plans[plan].committed_gen == gen ? g->plans[plan].p : fresh_plan(g);
@@ -408,9 +408,9 @@ static void predict_hint(const st_ingest *g, int plan, st_codec_hint *hint)
         const seal_job *job = &g->jobs[s % SEAL_LAG];
         st_codec_hint h;
         if (job->plan == plan && job->plan_gen == gen)
-            st_codec_plan_next(&p, &h);
+            st_codec_plan_next(&p, job->at, &h);
     }
-    st_codec_plan_next(&p, hint);
+    st_codec_plan_next(&p, at, hint);
 }
 
 /* Commits every job in flight. */
@@ -488,12 +488,13 @@ static st_err store_chunk(st_ingest *g, int stream, const uint8_t *data, st_chun
     job->stream = stream;
     job->plan = plan;
     job->plan_gen = g->plans[plan].gen;
+    job->at = plan == PLAN_FILE ? g->file_at : 0;
     job->id = ref->id;
     job->raw_len = len;
     job->err = ST_OK;
     job->encoded = 0;
     if (workers)
-        predict_hint(g, plan, &job->hint);
+        predict_hint(g, plan, job->at, &job->hint);
     g->nopen++;
     pthread_mutex_lock(&g->seal_lock);
     job->state = workers ? JOB_QUEUED : JOB_DONE; /* one thread: encoded at its commit */
@@ -637,11 +638,17 @@ static st_err place_chunk(st_ingest *g, const st_file_entry *f, const uint8_t *d
 static st_err emit_chunk(st_ingest *g, st_file_entry *f, size_t *refs_cap, const uint8_t *data,
                          size_t len)
 {
-    if (is_all_zero(data, len))
-        return add_hole(g, f, refs_cap, len);
-    st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
-    st_err e = place_chunk(g, f, data, &ref, PLAN_FILE);
-    return e ? e : add_ref(g, f, refs_cap, &ref);
+    st_err e;
+    if (is_all_zero(data, len)) {
+        e = add_hole(g, f, refs_cap, len);
+    } else {
+        st_chunk_ref ref = {.id = st_id_of(data, len), .raw_len = (uint32_t)len};
+        e = place_chunk(g, f, data, &ref, PLAN_FILE);
+        if (!e)
+            e = add_ref(g, f, refs_cap, &ref);
+    }
+    g->file_at += len;
+    return e;
 }
 
 /* Stores the open bundle (if it holds anything) as one chunk and fills in
@@ -853,6 +860,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
     off_t start = lseek(fd, 0, SEEK_CUR);
     const int seekable = start >= 0; /* a pipe has no holes to find */
     uint64_t off = seekable ? (uint64_t)start : 0;
+    g->file_at = off;
     size_t head = 0;
     int head_eof = 0;
     if ((e = read_head(g, fd, seekable, off, &head, &head_eof, relpath)))
@@ -885,6 +893,7 @@ st_err st_ingest_file(st_ingest *g, int fd, const char *relpath, const struct st
                 goto fail;
             if ((e = add_hole(g, f, &refs_cap, data - off)))
                 goto fail;
+            g->file_at += data - off;
             st_hasher_update_zeros(&digest, data - off);
             st_chunker_reset(g->chunker);
             f->size += data - off;

@@ -59,6 +59,7 @@ typedef struct seal_job {
     int plan;          /* PLAN_FILE or PLAN_BUNDLE */
     uint64_t plan_gen; /* that plan's generation at dispatch (its file) */
     st_id id;
+    uint64_t at;        /* the chunk's offset in its file (a bundle's: 0) */
     st_codec_hint hint; /* the predicted hint the worker encodes by */
     uint8_t *raw;       /* a copy of the chunk (the largest chunk's size) */
     size_t raw_len;
@@ -108,7 +109,8 @@ struct st_ingest {
         st_codec_plan p;
         uint64_t gen, committed_gen;
     } plans[NPLANS];
-    int lz4_only; /* every plan starts with it (st_ingest_set_lz4_only) */
+    int lz4_only;     /* every plan starts with it (st_ingest_set_lz4_only) */
+    uint64_t file_at; /* the file offset of the file's next chunk or hole */
 
     /* The open bundle: its bytes, and the files whose slice it holds (by
      * index into files[]: that array moves as it grows). */

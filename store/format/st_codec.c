@@ -221,13 +221,32 @@ static void put_header(uint8_t *out, st_codec_id codec, size_t raw_len, size_t p
     memcpy(out + 16, id->b, ST_ID_LEN);
 }
 
-void st_codec_plan_next(st_codec_plan *plan, st_codec_hint *hint)
+/* A plane mask of zstd codec between the file's frame (bit q: the bytes at
+ * file offsets = q mod es) and the frame of a chunk at file offset at (bit
+ * p: its plane p, the bytes at file offsets = at + p mod es): to_chunk
+ * moves bit (at + p) mod es to p, else the way back. */
+static unsigned planes_reframe(unsigned mask, st_codec_id codec, uint64_t at, int to_chunk)
+{
+    if (!codec_is_zstd(codec))
+        return mask;
+    const unsigned es = codec == ST_CODEC_ZSTD_SHUF4 ? 4 : 2;
+    const unsigned k = (unsigned)(at % es);
+    const unsigned full = (1u << es) - 1;
+    mask &= full;
+    if (!k)
+        return mask;
+    if (to_chunk) /* rotate right by k */
+        return ((mask >> k) | (mask << (es - k))) & full;
+    return ((mask << k) | (mask >> (es - k))) & full;
+}
+
+void st_codec_plan_next(st_codec_plan *plan, uint64_t at, st_codec_hint *hint)
 {
     hint->lz4_only = plan->lz4_only;
     hint->untried =
         plan->streak >= ST_CODEC_PLAN_STREAK && plan->since_trial + 1 < ST_CODEC_PLAN_RECHECK;
     hint->codec = plan->last;
-    hint->planes = plan->planes;
+    hint->planes = planes_reframe(plan->planes, plan->last, at, 1);
     if (hint->untried) {
         plan->since_trial++;
         return;
@@ -236,12 +255,12 @@ void st_codec_plan_next(st_codec_plan *plan, st_codec_hint *hint)
     plan->since_trial = 0;
 }
 
-void st_codec_plan_learn(st_codec_plan *plan, const st_codec_outcome *out)
+void st_codec_plan_learn(st_codec_plan *plan, uint64_t at, const st_codec_outcome *out)
 {
     if (out->trial) {
         plan->streak = out->codec == plan->last && plan->streak ? plan->streak + 1 : 1;
         plan->last = out->codec;
-        plan->planes = out->planes;
+        plan->planes = planes_reframe(out->planes, out->codec, at, 0);
     } else if (out->failed) {
         plan->streak = 0; /* the data changed: sample the next chunk */
     }
@@ -261,11 +280,11 @@ st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *
     st_codec_hint hint = {0};
     st_codec_outcome outcome;
     if (plan)
-        st_codec_plan_next(plan, &hint);
+        st_codec_plan_next(plan, 0, &hint);
     st_err e =
         st_codec_encode_hinted(raw, raw_len, id, out, out_cap, out_len, scratch, &hint, &outcome);
     if (!e && plan)
-        st_codec_plan_learn(plan, &outcome);
+        st_codec_plan_learn(plan, 0, &outcome);
     if (!e && codec_used)
         *codec_used = outcome.used;
     return e;

@@ -95,7 +95,8 @@ st_err st_codec_encode(const uint8_t *raw, size_t raw_len, const st_id *id, uint
 typedef struct st_codec_plan {
     int lz4_only;         /* set by the caller: codecs 0-3 only (benchmarks) */
     st_codec_id last;     /* what the last sample trial chose */
-    unsigned planes;      /* zstd codecs: the planes that trial found worth coding */
+    unsigned planes;      /* zstd codecs: the planes that trial found worth coding, bit
+                             q: the bytes at file offsets = q mod the element size */
     uint32_t streak;      /* sample trials in a row that chose `last` */
     uint32_t since_trial; /* chunks encoded since the last sample trial */
     uint64_t trials;      /* sample trials run (for tests and benchmarks) */
@@ -108,7 +109,9 @@ typedef struct st_codec_plan {
  * all), except every ST_CODEC_PLAN_RECHECK-th, which is sampled again; a
  * codec used untried that fails to gain on the whole chunk stores it raw
  * and ends the streak. The encoding is valid and verified on decode
- * whatever the choice; only its size depends on it.
+ * whatever the choice; only its size depends on it. Each chunk is taken to
+ * start at a file offset that is a multiple of 4 (st_codec_plan_next's at:
+ * 0), as fixed pieces of a multiple of 4 bytes do.
  */
 st_err st_codec_encode_planned(const uint8_t *raw, size_t raw_len, const st_id *id, uint8_t *out,
                                size_t out_cap, size_t *out_len, uint8_t *scratch,
@@ -139,8 +142,15 @@ typedef struct st_codec_outcome {
     st_codec_id used;  /* the codec the chunk was stored with */
 } st_codec_outcome;
 
-/*! The hint for the next chunk of plan's stream; counts it in the plan. */
-void st_codec_plan_next(st_codec_plan *plan, st_codec_hint *hint);
+/*!
+ * The hint for the next chunk of plan's stream, which starts at offset at
+ * of its file; counts it in the plan. The plan keeps its zstd planes by the
+ * file offsets they hold (offset mod the element size), so a chunk that
+ * starts at another residue gets them rotated to its own planes: a
+ * content-defined cut falls anywhere, and an exponent plane stays the
+ * exponent plane whatever chunk it is in.
+ */
+void st_codec_plan_next(st_codec_plan *plan, uint64_t at, st_codec_hint *hint);
 
 /*!
  * st_codec_encode, the codec chosen by hint (a sample trial unless
@@ -161,8 +171,9 @@ st_err st_codec_encode_hinted(const uint8_t *raw, size_t raw_len, const st_id *i
 int st_codec_outcome_serves(const st_codec_outcome *out, const st_codec_hint *hint,
                             st_codec_outcome *as);
 
-/*! Feeds the outcome of a chunk encoded by a hint of plan back into plan. */
-void st_codec_plan_learn(st_codec_plan *plan, const st_codec_outcome *out);
+/*! Feeds the outcome of a chunk encoded by a hint of plan, the chunk at
+ *  offset at of its file (st_codec_plan_next's), back into plan. */
+void st_codec_plan_learn(st_codec_plan *plan, uint64_t at, const st_codec_outcome *out);
 
 /*! Parsed header of a stored chunk. */
 typedef struct st_chunk_header {

@@ -8,12 +8,13 @@
 # put or a restore fails or a restored file differs.
 #
 #   tests/bench/bench_codec_link.sh BUILD_DIR [--smoke] [--size-mib N] [--reps N]
-#       [--workdir DIR] [--rate-mbps N] [--scenarios full,bf16]
+#       [--workdir DIR] [--rate-mbps N] [--scenarios full,bf16,mixed]
 #
 # Checkpoints (untimed, once): a torch.save of each scenario of the peers
 # benchmark (tests/bench/peers/workloads.py: `full`, a transformer and its
 # AdamW state in fp32 after a step on dense gradients; `bf16`, the same in
-# bf16), --size-mib each (default 512). One s3rver on 127.0.0.1 and, in
+# bf16; `mixed`, bf16 weights, fp32 master weights and their AdamW state),
+# --size-mib each (default 512). One s3rver on 127.0.0.1 and, in
 # front of it, tests/s3/faultproxy.py capping each direction at
 # --rate-mbps MB/s (default 200: a cloud link a node's GPUs share). Every
 # repetition, for each scenario and each link (capped, then direct), both
@@ -35,7 +36,7 @@ shopt -s inherit_errexit
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/benchopt.sh"
-build="" size=512 reps=5 workdir=/var/tmp rate=200 scenarios=full,bf16 smoke=0
+build="" size=512 reps=5 workdir=/var/tmp rate=200 scenarios=full,bf16,mixed smoke=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --rate-mbps) rate=${2:?--rate-mbps needs a number}; nargs=2 ;;

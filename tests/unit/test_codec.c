@@ -1020,6 +1020,74 @@ static void test_plan_changes(void)
         CHECK(used[i] == ST_CODEC_RAW);
 }
 
+/* Encodes the PLAN_CHUNK bytes of file at offset at through plan (a hint
+ * drawn for that offset, the outcome learned back); returns the encoded size
+ * and sets *hint to the hint used. */
+static size_t plan_chunk_at(st_codec_plan *plan, const uint8_t *file, uint64_t at,
+                            st_codec_hint *hint)
+{
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(PLAN_CHUNK));
+    uint8_t *enc = xmalloc(st_codec_bound(PLAN_CHUNK)), *back = xmalloc(PLAN_CHUNK);
+    const uint8_t *raw = file + at;
+    st_id id = st_id_of(raw, PLAN_CHUNK);
+    st_codec_outcome outcome;
+    size_t enc_len = 0, raw_len = 0;
+    st_codec_plan_next(plan, at, hint);
+    CHECK_OK(st_codec_encode_hinted(raw, PLAN_CHUNK, &id, enc, st_codec_bound(PLAN_CHUNK), &enc_len,
+                                    scratch, hint, &outcome));
+    st_codec_plan_learn(plan, at, &outcome);
+    CHECK_OK(st_codec_decode(enc, enc_len, &id, back, PLAN_CHUNK, &raw_len, scratch));
+    CHECK(raw_len == PLAN_CHUNK && memcmp(back, raw, PLAN_CHUNK) == 0);
+    free(scratch);
+    free(enc);
+    free(back);
+    return enc_len;
+}
+
+/* A content-defined cut falls at any byte: fp32 chunks that start at file
+ * offsets of every residue mod 4 keep their exponent plane coded once the
+ * plan sticks, because its planes are rotated to each chunk's own (a plane
+ * mask taken as is would code a mantissa plane and store the exponents
+ * raw). */
+static void test_plan_planes_follow_offsets(void)
+{
+    const size_t n = 2 * ST_CODEC_PLAN_RECHECK;
+    uint8_t *file = xmalloc((n + 1) * PLAN_CHUNK);
+    fill_fp32(file, (n + 1) * PLAN_CHUNK, 77);
+    st_codec_plan plan = {0};
+    st_codec_hint hint;
+    size_t aligned = 0;
+    for (size_t i = 0; i < ST_CODEC_PLAN_STREAK; i++) /* the trials, at aligned cuts */
+        aligned = plan_chunk_at(&plan, file, i * PLAN_CHUNK, &hint);
+    CHECK(plan.last == ST_CODEC_ZSTD_SHUF4 && plan.planes == 0x8); /* the exponent plane */
+    for (size_t i = ST_CODEC_PLAN_STREAK; i < n; i++) {
+        const uint64_t at = i * PLAN_CHUNK + i % 4; /* cuts at every residue */
+        size_t size = plan_chunk_at(&plan, file, at, &hint);
+        if (!hint.untried)
+            continue;
+        CHECK(hint.codec == ST_CODEC_ZSTD_SHUF4);
+        CHECK(hint.planes == 1u << (3 - at % 4)); /* the plane of the top bytes */
+        CHECK(size < aligned + aligned / 50);
+    }
+    CHECK(plan.planes == 0x8);
+
+    /* The same unaligned chunk coded by the mask as is stores more: the test
+     * data tells the two apart. */
+    uint8_t *scratch = xmalloc(st_codec_scratch_bound(PLAN_CHUNK));
+    uint8_t *enc = xmalloc(st_codec_bound(PLAN_CHUNK));
+    const uint8_t *raw = file + PLAN_CHUNK + 1;
+    st_id id = st_id_of(raw, PLAN_CHUNK);
+    st_codec_hint as_is = {.untried = 1, .codec = ST_CODEC_ZSTD_SHUF4, .planes = 0x8};
+    st_codec_outcome outcome;
+    size_t wrong = 0;
+    CHECK_OK(st_codec_encode_hinted(raw, PLAN_CHUNK, &id, enc, st_codec_bound(PLAN_CHUNK), &wrong,
+                                    scratch, &as_is, &outcome));
+    CHECK(wrong > aligned + aligned / 20);
+    free(scratch);
+    free(enc);
+    free(file);
+}
+
 static void test_truncation(void)
 {
     both_modes(truncation_once);
@@ -1049,6 +1117,7 @@ int main(void)
     RUN(test_sample_fallback);
     RUN(test_plan_sticks);
     RUN(test_plan_changes);
+    RUN(test_plan_planes_follow_offsets);
     RUN(test_encode_errors);
     RUN(test_decode_errors);
     RUN(test_decode_view);

@@ -10,6 +10,8 @@ torch.save({"step", "model", "optim"}, ...) as the seed's loop does.
 
   full      full training, fp32: every weight and optimizer value changes
   bf16      full training, weights and AdamW state in bf16
+  mixed     mixed-precision training: the bf16 weights the model computes
+            with, then the fp32 master weights and their AdamW state
   finetune  a frozen backbone: the model is saved whole, but only the last
             two layers and the final norm train, so only they and their
             AdamW state change (the optimizer holds state for them only)
@@ -178,6 +180,27 @@ class Full(Scenario):
 
 class Bf16(Full):
     name, dtype, bytes_per_param = "bf16", torch.bfloat16, 6
+
+
+class Mixed(Scenario):
+    """bf16 weights (2 bytes per parameter), fp32 master weights (4) and
+    their AdamW state (8), as a mixed-precision loop saves them; the bf16
+    copy is the master rounded, so it changes with it."""
+    name, bytes_per_param = "mixed", 14
+
+    def build(self, size):
+        model = build_model(size // self.bytes_per_param, torch.float32)
+        opt = adamw_state(list(model.parameters()))
+        master = model.state_dict()
+        state = {"step": 0, "model": {k: v.to(torch.bfloat16) for k, v in master.items()},
+                 "master": master, "optim": opt.state_dict()}
+        return state, list(float_tensors(state))
+
+    def perturb(self):
+        super().perturb()
+        with torch.no_grad():
+            for k, v in self.state["master"].items():
+                self.state["model"][k].copy_(v)
 
 
 class Finetune(Scenario):
@@ -399,4 +422,4 @@ def send(conn, msg):
     conn.sendall(pickle.dumps(msg))
 
 
-SCENARIOS = {c.name: c for c in (Full, Bf16, Finetune, Ddp, Dcp)}
+SCENARIOS = {c.name: c for c in (Full, Bf16, Mixed, Finetune, Ddp, Dcp)}
