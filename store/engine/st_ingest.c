@@ -152,10 +152,7 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
     pthread_cond_init(&g->changed, NULL);
     pthread_mutex_init(&g->seal_lock, NULL);
     pthread_cond_init(&g->seal_changed, NULL);
-    /* One by default: measured on 2 busy cores, a second seal thread cost
-     * CPU and time (docs/BENCHMARKS.md, "Seal threads"); more pay off only
-     * where cores are idle, which the operator knows and we do not. */
-    st_ingest_set_seal_threads(g, 1);
+    st_ingest_set_seal_threads(g, st_ingest_default_seal_threads());
     st_err e = st_chunker_new(chunker, &g->chunker);
     if (e)
         goto fail;
@@ -298,6 +295,18 @@ static void *seal_main(void *arg)
     pthread_mutex_unlock(&g->seal_lock);
     free(scratch);
     return NULL;
+}
+
+/* Every online CPU but one, at least 1 and at most SEAL_LAG: the seal
+ * scales with a node's cores while one is left to the trainer, the FUSE
+ * threads and the uploads. On 2 cores that is 1: there a second thread
+ * took 1.10x the CPU and made a put to an S3 server on the same cores
+ * 1.11x slower, for 1.15x the throughput when nothing else ran
+ * (docs/BENCHMARKS.md, "Seal threads"). */
+unsigned st_ingest_default_seal_threads(void)
+{
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus <= 2 ? 1 : cpus - 1 > SEAL_LAG ? SEAL_LAG : (unsigned)(cpus - 1);
 }
 
 void st_ingest_set_seal_threads(st_ingest *g, unsigned n)

@@ -92,13 +92,16 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
- * How many threads encode new chunks (1..8; default 1: more help only where cores
- * are idle, docs/BENCHMARKS.md "Seal threads"). 1 encodes on the ingest thread. Whatever n, the
- * packs, the manifest and every reference are byte for byte the same (st_ingest.c, "Seal threads").
- * The threads inherit the calling thread's priority. Only before the first
- * new chunk.
+ * How many threads encode new chunks (1..8; default st_ingest_default_seal_threads()).
+ * 1 encodes on the ingest thread. Whatever n, the packs, the manifest and every reference
+ * are byte for byte the same (st_ingest.c, "Seal threads"). The threads inherit the
+ * calling thread's priority. Only before the first new chunk.
  */
 void st_ingest_set_seal_threads(st_ingest *g, unsigned n);
+
+/*! The default number of seal threads: the online CPUs less one, at least 1
+ *  and at most 8 (docs/BENCHMARKS.md, "Seal threads"). */
+unsigned st_ingest_default_seal_threads(void);
 
 /*!
  * 1: new chunks are stored with the LZ4 codecs only (0-3, docs/CODEC.md:

@@ -38,7 +38,8 @@ typedef struct st_store_options {
     const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */
-    /* Threads that encode new chunks on a put (1..8; 0: one);
+    /* Threads that encode new chunks on a put (1..8; 0: the online CPUs
+     * less one, at least 1);
      * the stored bytes are the same whatever the number. */
     unsigned seal_threads;
     /* The codecs a put stores new chunks with (docs/CODEC.md, "zstd per

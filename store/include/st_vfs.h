@@ -119,7 +119,7 @@ typedef struct st_vfs_options {
      * bytes, the fdatasync following at the file's release. */
     const char *close_sync;
     unsigned upload_threads; /* pack PUTs in flight per upload (default 4) */
-    unsigned seal_threads;   /* threads encoding new chunks per upload (0: one) */
+    unsigned seal_threads;   /* threads encoding new chunks per upload (0: the CPUs less one) */
     /* The codecs new chunks may use (docs/CODEC.md, "zstd per plane: when it is picked"): "auto"
      * (NULL, the default: zstd per byte plane where it wins) or "lz4" (the
      * LZ4 codecs only: less CPU, more bytes). */
