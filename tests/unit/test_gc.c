@@ -167,6 +167,19 @@ static void test_retention_and_sweep(void)
     st_store_close(s);
 }
 
+/* gc_checked, and how long it took (ns). */
+static int64_t timed_gc(st_store *s, const char *job, const st_gc_policy *p, st_gc_report *r)
+{
+    const int64_t t = st_now_ns();
+    gc_checked(s, job, p, r);
+    return st_now_ns() - t;
+}
+
+static int64_t max_ns(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
 static void test_grace_period(void)
 {
     st_store *s = open_store("state-grace");
@@ -175,7 +188,11 @@ static void test_grace_period(void)
     st_gc_report r;
     st_gc_policy pol = {.keep_last = 1, .grace_ns = 3600 * SEC};
     int64_t before = st_now_ns();
-    gc_checked(s, "grace", &pol, &r);
+    int64_t slowest = timed_gc(s, "grace", &pol, &r);
+    /* A run reads the store's clock once, by a probe, and carries marker
+     * ages onto this clock with it: a carried time is off by at most that
+     * probe's latency, which a loaded machine stretches. Bound it by the
+     * runs' own durations, not by a fixed figure. */
     CHECK(r.steps_deleted == 2 && r.packs_marked == 1); /* step 2's pack; step 1's is shared */
     /* Nothing freed yet, but the report says what comes back, and when. */
     CHECK(r.bytes_freed < r.pending_bytes && r.pending_bytes > 200 * KIB);
@@ -185,18 +202,20 @@ static void test_grace_period(void)
     uint64_t pending_bytes = r.pending_bytes;
     int64_t free_ns = r.pending_free_first_ns;
     st_gc_report_free(&r);
-    gc_checked(s, "grace", &pol, &r);
+    slowest = max_ns(slowest, timed_gc(s, "grace", &pol, &r));
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0 && r.ndeleted == 0);
     /* Still pending: the same bytes, from the marker's own time (its age by
-     * the store's clock, carried onto this clock: within a few ms). */
-    CHECK(r.pending_bytes == pending_bytes && llabs(r.pending_free_first_ns - free_ns) < 50 * MS);
+     * the store's clock, carried onto this clock: within the probes'
+     * latency). */
+    CHECK(r.pending_bytes == pending_bytes &&
+          llabs(r.pending_free_first_ns - free_ns) < slowest + 10 * MS);
     st_gc_report_free(&r);
     /* A shorter grace now does not shorten the marker's own. */
     st_gc_policy shorter = {.grace_ns = 1};
-    gc_checked(s, "grace", &shorter, &r);
+    slowest = max_ns(slowest, timed_gc(s, "grace", &shorter, &r));
     CHECK(r.packs_pending == 1 && r.packs_deleted == 0);
     /* gc_checked made the marker a second older first (grace 1 ns). */
-    CHECK(llabs(r.pending_free_first_ns - (free_ns - SEC)) < 50 * MS);
+    CHECK(llabs(r.pending_free_first_ns - (free_ns - SEC)) < slowest + 10 * MS);
     st_gc_report_free(&r);
     st_store_close(s);
 }
