@@ -588,16 +588,22 @@ static size_t take_run(vfetch *fx)
     return r;
 }
 
-/* The fetch's whole-file check, by its last worker once every run is
- * verified (no lock held): the staging file read back and hashed, at
- * FETCH_CHECK_NICE (best effort; the thread ends after it). */
-static st_err fetch_verify(st_vfs *v, vfetch *fx)
+/* Makes the calling fetch worker FETCH_CHECK_NICE for the whole-file check
+ * it runs last (best effort; the worker ends after it). Never on another
+ * thread: an empty file's fetch ends on the thread that opened it. */
+static void fetch_worker_yield(void)
 {
     const id_t tid = (id_t)gettid();
     errno = 0;
     const int now = getpriority(PRIO_PROCESS, tid);
     if (errno == 0 && now < FETCH_CHECK_NICE)
         (void)setpriority(PRIO_PROCESS, tid, FETCH_CHECK_NICE);
+}
+
+/* The fetch's whole-file check, once every run is verified (no lock held):
+ * the staging file read back and hashed. */
+static st_err fetch_verify(st_vfs *v, vfetch *fx)
+{
     st_err e = st_restore_verify_file(fx->fd, fx->f);
     pthread_mutex_lock(&v->lock);
     v->fetch_read_back += fx->size;
@@ -674,6 +680,7 @@ static void *fetch_worker_main(void *arg)
         e = fx->err;
         if (!e) {
             pthread_mutex_unlock(&v->lock);
+            fetch_worker_yield();
             e = fetch_verify(v, fx);
             pthread_mutex_lock(&v->lock);
         }

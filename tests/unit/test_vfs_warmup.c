@@ -12,6 +12,9 @@
  * the fetch under way long enough for a read to land during it (8 runs of
  * 8 MiB, 4 workers, 1 s per pack GET: two rounds of GETs at least).
  */
+#define _GNU_SOURCE /* gettid */
+#include <sys/resource.h>
+
 #include "vfs_harness.h"
 #include "mount/st_vfs_impl.h"
 #include "ut_store.h"
@@ -196,6 +199,33 @@ static void test_reader_order(void)
     st_vfs_release(b.v, h);
     CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
     CHECK(vh_file_is(&b, BIG_PATH, big, BIG_LEN));
+    vh_mount_close(&b);
+}
+
+/* An empty remote file has no run: its fetch ends, whole-file check
+ * included, on the thread that opened it (a libfuse worker in the daemon).
+ * That thread keeps its priority: only a fetch worker, which ends after the
+ * check, is made nicer for it. */
+static void test_empty_file_open_keeps_priority(void)
+{
+    store_with_step();
+    vh_mount b;
+    if (!open_b(&b, "empty-b", NULL))
+        return;
+    const char *empty = VH_JOB "/step-000007/.ckpt-complete";
+    CHECK(VH_WAIT(vh_exists(&b, empty), 10));
+    st_vfs_attr at;
+    CHECK_OK(vh_lookup(&b, empty, &at));
+    CHECK(at.size == 0);
+    const id_t tid = (id_t)gettid();
+    errno = 0;
+    const int before = getpriority(PRIO_PROCESS, tid);
+    CHECK(errno == 0);
+    st_vfs_handle *h = NULL;
+    CHECK_OK(st_vfs_open_file(b.v, at.ino, O_RDONLY, VH_PID_A, &h));
+    if (h)
+        st_vfs_release(b.v, h);
+    CHECK(getpriority(PRIO_PROCESS, tid) == before);
     vh_mount_close(&b);
 }
 
@@ -480,6 +510,7 @@ int main(void)
     RUN(test_reader_order);
     RUN(test_warmup_own_part);
     RUN(test_wrong_digest_fails_fetch);
+    RUN(test_empty_file_open_keeps_priority);
     RUN(test_warmup_warms);
     RUN(test_bad_requests_refused);
     RUN(test_closed_mid_fetch_leaves_nothing_trusted);
