@@ -359,9 +359,14 @@ static void fetch_gate_leave(void)
  * the fetch's end, and a nice value is never starved outright. */
 #define FETCH_CHECK_NICE 19
 
-/* Runs per worker a large file is cut into: 8 keeps a read ahead of the
- * front from waiting long for a run, and the workers' progress even. */
-#define RUNS_PER_WORKER 8
+/* Runs per worker a large file is cut into. A run is one GET per pack it
+ * touches, and a pack holds ~24 MiB: with 8 per worker a 544 MiB
+ * incremental step was cut into 16 MiB runs, two GETs per pack, 58 in all;
+ * with 4, 32 MiB runs that end where their pack does, 42, and its cold
+ * resume ended sooner in 5 of 6 alternating repetitions (docs/WARMUP.md,
+ * "Where a cold resume spends its time"). A read ahead of the front does
+ * not wait for a longer run: it gets a worker of its own. */
+#define RUNS_PER_WORKER 4
 
 uint64_t vfs_run_bytes(uint64_t size)
 {
