@@ -14,7 +14,7 @@
  *
  * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
  * to $CKPT_JOB. Exit codes (also in --help and ckptctl(1)): 0 ok, 1 not found
- * or no consistent step, 2 usage, 3 store or I/O error, 4 corrupt data,
+ * or no consistent step, 2 usage, 3 store, I/O or key error, 4 corrupt data,
  * 5 already exists, 6 timeout, 7 gc skipped part of its work.
  */
 #include <errno.h>
@@ -32,7 +32,7 @@
     "  0  ok\n"                                                                                    \
     "  1  not found: no such job or step, no consistent step\n"                                    \
     "  2  usage error\n"                                                                           \
-    "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
+    "  3  store or I/O error (also: no ckptfs mount at --mount); a key file refused\n"             \
     "  4  corrupt data: a chunk or file failed verification, or a pack is missing\n"               \
     "  5  already exists\n"                                                                        \
     "  6  timeout (wait, warmup)\n"                                                                \

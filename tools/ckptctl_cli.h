@@ -22,7 +22,7 @@ enum exit_code {
     EXIT_OK = 0,
     EXIT_NOT_FOUND = 1, /* no such step or job; no consistent step */
     EXIT_USAGE = 2,
-    EXIT_STORE = 3,   /* store or local I/O error */
+    EXIT_STORE = 3,   /* store or local I/O error; a key file refused or not holding a key */
     EXIT_CORRUPT = 4, /* data failed verification */
     EXIT_EXISTS = 5,
     EXIT_TIMEOUT = 6, /* wait gave up */
