@@ -46,6 +46,7 @@ enum opt_bit {
                          --progress */
     OPT_SEAL = 1 << 11,     /* --seal-threads */
     OPT_COMPRESS = 1 << 12, /* --compression */
+    OPT_APPEND = 1 << 13,   /* --append (keygen) */
 };
 
 typedef struct cli {
@@ -71,6 +72,7 @@ typedef struct cli {
     int progress;        /* gc: progress lines on stderr even when it is not a terminal */
     int compact;         /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
     double compact_dead; /* gc: percent dead that makes a pack a candidate; 0: the default (9) */
+    int append;          /* keygen: add a sealing key to an existing key file */
     int json;
     int quiet;
     int help;
