@@ -79,6 +79,7 @@ static ckpt_code code_from_st(st_err e)
     case ST_ERR_AUTH: return CKPT_ESTORE;
     case ST_ERR_CORRUPT: return CKPT_ECORRUPT;
     case ST_ERR_INVALID:
+    case ST_ERR_KEY: /* a key file refused or not holding a key: the caller's to fix */
     case ST_ERR_NAME: return CKPT_EINVAL;
     case ST_ERR_NOSPACE: return CKPT_ENOSPC;
     case ST_ERR_EXISTS: return CKPT_EEXIST;

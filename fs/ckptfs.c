@@ -79,6 +79,7 @@ static int errmap(st_err e)
     case ST_ERR_CROSS: return EXDEV;
     case ST_ERR_TOO_LONG: return ENAMETOOLONG;
     case ST_ERR_TOO_BIG: return EFBIG;
+    case ST_ERR_KEY: return EACCES; /* the key file cannot open what was asked for */
     case ST_ERR_IO:
     case ST_ERR_TRANSIENT:
     case ST_ERR_PERMANENT:

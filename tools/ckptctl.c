@@ -8,13 +8,13 @@
  * opening the store for the verbs that need one. It calls the verbs and
  * ckptctl_cli.c; nothing calls it. The verbs live in ckptctl_store.c (put
  * get restore ls latest verify stats), ckptctl_mount.c (commit wait status
- * drain), ckptctl_gc.c (gc pin unpin) and ckptctl_warmup.c (warmup); what
- * they share (errors, exit codes, --json output) is ckptctl_cli.c, below
- * them.
+ * drain), ckptctl_gc.c (gc pin unpin), ckptctl_warmup.c (warmup) and
+ * ckptctl_keys.c (keygen); what they share (errors, exit codes, --json
+ * output) is ckptctl_cli.c, below them.
  *
  * --store defaults to $CKPT_STORE, then to the embedded file:// store; --job
  * to $CKPT_JOB. Exit codes (also in --help and ckptctl(1)): 0 ok, 1 not found
- * or no consistent step, 2 usage, 3 store or I/O error, 4 corrupt data,
+ * or no consistent step, 2 usage, 3 store, I/O or key error, 4 corrupt data,
  * 5 already exists, 6 timeout, 7 gc skipped part of its work.
  */
 #include <errno.h>
@@ -32,7 +32,7 @@
     "  0  ok\n"                                                                                    \
     "  1  not found: no such job or step, no consistent step\n"                                    \
     "  2  usage error\n"                                                                           \
-    "  3  store or I/O error (also: no ckptfs mount at --mount)\n"                                 \
+    "  3  store or I/O error (also: no ckptfs mount at --mount); a key file refused\n"             \
     "  4  corrupt data: a chunk or file failed verification, or a pack is missing\n"               \
     "  5  already exists\n"                                                                        \
     "  6  timeout (wait, warmup)\n"                                                                \
@@ -161,6 +161,16 @@ static const verb verbs[] = {
      "candidates, candidate_bytes, live_bytes, packs_written, parts_rewritten,\n"
      "steps_skipped, parts_changed, gets, puts, wait_ns, skipped, why), deleted\n"
      "(every key, in order).\n"},
+    {"keygen", run_keygen, STORE_NONE, OPT_APPEND, "keygen [--append] FILE",
+     "Write a new client-side encryption key file FILE (docs/ENCRYPTION.md): one\n"
+     "line 'ckptfs-key v1 <base64 of 32 random bytes>', mode 0600. An existing FILE\n"
+     "is never overwritten (exit 5): its keys may be all that opens a store.\n"
+     "--append adds a new key as the last line of the existing key file FILE: it seals\n"
+     "from now on, and the older lines still open what they sealed (rotation: run it\n"
+     "once, then copy FILE to every node). The file is written whole to a temporary\n"
+     "file, fsynced, then put in place. Prints the new key's id (never the key).\n"
+     "Exit 3: FILE refused (not a regular file of this user with mode 0600 or\n"
+     "stricter, or malformed) or not writable. No other verb takes a key file yet.\n"},
     {"pin", run_pin, STORE_EXISTING, OPT_STEP, "pin --step N",
      "Pin step N of the job: gc never deletes a pinned step.\n"},
     {"unpin", run_unpin, STORE_EXISTING, OPT_STEP, "unpin --step N",
@@ -181,6 +191,7 @@ static const struct {
     {OPT_THREADS, "--threads"},
     {OPT_SEAL, "--seal-threads"},
     {OPT_COMPRESS, "--compression"},
+    {OPT_APPEND, "--append"},
     {OPT_MOUNT, "--mount"},
     {OPT_WORLD, "--world-size"},
     {OPT_TIMEOUT, "--timeout"},
@@ -238,6 +249,7 @@ static void usage(FILE *out)
         "  --mount M        a ckptfs mount point (commit, wait, status)\n"
         "  --world-size W   number of ranks (commit)\n"
         "  --timeout S      seconds to wait (wait, warmup; default: forever)\n"
+        "  --append         add a new sealing key to an existing key file (keygen)\n"
         "  --json           one JSON document on stdout (ls latest restore get put\n"
         "                   verify stats status warmup); nothing on stdout on failure\n\n"
         "Run 'ckptctl VERB --help' for a verb's details; see also ckptctl(1).\n\n" EXIT_CODES_TEXT);
@@ -307,6 +319,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_CA_FILE,
         O_SSE,
         O_PEER_SECRET,
+        O_APPEND,
     };
     static const struct option opts[] = {
         {"store", required_argument, NULL, O_STORE},
@@ -340,6 +353,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"batch", required_argument, NULL, O_BATCH},
         {"progress", no_argument, NULL, O_PROGRESS},
         {"compact", optional_argument, NULL, O_COMPACT},
+        {"append", no_argument, NULL, O_APPEND},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
@@ -465,6 +479,10 @@ static int parse_args(int argc, char **argv, cli *c)
             if (optarg && (!*optarg || *end || !(c->compact_dead > 0) || c->compact_dead > 100))
                 return bad_value("--compact", "a percentage above 0, at most 100", optarg);
             c->given |= OPT_GC;
+            break;
+        case O_APPEND:
+            c->append = 1;
+            c->given |= OPT_APPEND;
             break;
         case 'q': c->quiet = 1; break;
         case 'h': c->help = 1; break;

@@ -12,6 +12,7 @@
  *                    is client/ckpt_mountctl, shared with libckpt)
  *   ckptctl_gc.c     retention and GC: gc pin unpin
  *   ckptctl_warmup.c warmup: a step fetched into a mount's staging ahead of use
+ *   ckptctl_keys.c   keygen: the client-side encryption key file
  *   ckptctl_cli.c    below the verbs: errors, exit codes, arguments, --json output
  *
  * Calls go one way: main calls the verbs and ckptctl_cli.c; a verb calls
@@ -45,6 +46,6 @@ typedef struct verb {
 
 /* ---- verbs (one function each) ---- */
 verb_fn run_put, run_get, run_restore, run_ls, run_latest, run_verify, run_stats, run_commit,
-    run_wait, run_status, run_drain, run_gc, run_pin, run_unpin, run_warmup;
+    run_wait, run_status, run_drain, run_gc, run_pin, run_unpin, run_warmup, run_keygen;
 
 #endif

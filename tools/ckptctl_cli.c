@@ -20,6 +20,7 @@ int exit_for(st_err e)
     case ST_ERR_INVALID: return EXIT_USAGE;
     case ST_ERR_CORRUPT: return EXIT_CORRUPT;
     case ST_ERR_EXISTS: return EXIT_EXISTS;
+    case ST_ERR_KEY: return EXIT_STORE; /* exit 3, as docs/ENCRYPTION.md says */
     default: return EXIT_STORE;
     }
 }

@@ -22,7 +22,7 @@ enum exit_code {
     EXIT_OK = 0,
     EXIT_NOT_FOUND = 1, /* no such step or job; no consistent step */
     EXIT_USAGE = 2,
-    EXIT_STORE = 3,   /* store or local I/O error */
+    EXIT_STORE = 3,   /* store or local I/O error; a key file refused or not holding a key */
     EXIT_CORRUPT = 4, /* data failed verification */
     EXIT_EXISTS = 5,
     EXIT_TIMEOUT = 6, /* wait gave up */
@@ -46,6 +46,7 @@ enum opt_bit {
                          --progress */
     OPT_SEAL = 1 << 11,     /* --seal-threads */
     OPT_COMPRESS = 1 << 12, /* --compression */
+    OPT_APPEND = 1 << 13,   /* --append (keygen) */
 };
 
 typedef struct cli {
@@ -71,6 +72,7 @@ typedef struct cli {
     int progress;        /* gc: progress lines on stderr even when it is not a terminal */
     int compact;         /* gc: compact mostly-dead packs (docs/GC.md, "Compaction") */
     double compact_dead; /* gc: percent dead that makes a pack a candidate; 0: the default (9) */
+    int append;          /* keygen: add a sealing key to an existing key file */
     int json;
     int quiet;
     int help;

@@ -60,6 +60,21 @@ typedef struct st_store_options {
  *  Writes into buf (cap bytes); returns buf, or NULL if it does not fit. */
 char *st_default_store_url(char *buf, size_t cap);
 
+/* The hex digits of a key id (docs/ENCRYPTION.md) and their NUL. */
+#define ST_KEY_ID_HEX_LEN 17
+
+/*!
+ * `ckptctl keygen`: writes a new client-side encryption key file at path
+ * holding one new random key (append 0; ST_ERR_EXISTS when path exists), or
+ * adds a new random key as the last line of the key file at path (append 1:
+ * the new key seals from now on, the older lines still open; docs/
+ * ENCRYPTION.md, "Rotation"). The file is mode 0600 and replaced whole
+ * (fsync, then link or rename). key_id: the new key's id in hex; nkeys: the
+ * keys the file now holds. ST_OK; ST_ERR_EXISTS; ST_ERR_KEY (append: the
+ * file is refused, malformed or full); ST_ERR_IO; ST_ERR_NOSPACE.
+ */
+st_err st_store_keygen(const char *path, int append, char key_id[ST_KEY_ID_HEX_LEN], size_t *nkeys);
+
 st_err st_store_open(const st_store_options *opts, st_store **out);
 void st_store_close(st_store *s);
 

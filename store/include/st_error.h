@@ -35,6 +35,8 @@ typedef enum st_err {
     ST_ERR_TOO_BIG = 19,   /* a file size past what the staging file system holds */
     /* Peers (store/peer). */
     ST_ERR_AUTH = 20, /* a peer refused this node's cluster secret */
+    /* Client-side encryption (docs/ENCRYPTION.md). */
+    ST_ERR_KEY = 21, /* key file refused, or an object sealed with a key it does not hold */
 } st_err;
 
 /*! Short fixed description of a code ("object not found"). Never NULL. */

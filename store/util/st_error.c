@@ -34,6 +34,7 @@ const char *st_strerror(st_err code)
     case ST_ERR_TOO_LONG: return "path too long";
     case ST_ERR_TOO_BIG: return "file too large";
     case ST_ERR_AUTH: return "peer refused the cluster secret";
+    case ST_ERR_KEY: return "encryption key refused or not held";
     }
     return "unknown error";
 }

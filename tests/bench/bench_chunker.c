@@ -61,12 +61,6 @@ static void run_hash(const uint8_t *buf, size_t len)
     }
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 enum work { W_CHUNK, W_HASH, W_BOTH };
 
 static void bench_row(const char *label, st_chunker *c, const uint8_t *buf, size_t len, enum work w,
@@ -86,7 +80,7 @@ static void bench_row(const char *label, st_chunker *c, const uint8_t *buf, size
         if (r >= 0)
             t[r] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
     double mb = (double)len / 1e6;
     printf("%-28.28s %-11s %10.1f %10.1f", label, names[w], mb / t[0], mb / t[reps / 2]);
     if (w != W_HASH)
@@ -129,14 +123,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "out of memory for %zu MiB\n", mib);
         return 1;
     }
-    uint64_t s = 0x9E3779B97F4A7C15ULL;
-    for (size_t i = 0; i + 8 <= len; i += 8) { /* xorshift64*: fast, incompressible */
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        uint64_t v = s * 0x2545F4914F6CDD1DULL;
-        memcpy(buf + i, &v, 8);
-    }
+    bench_fill_random(buf, len);
     char label[64];
     snprintf(label, sizeof label, "random %zu MiB", mib);
     bench_row(label, c, buf, len, W_CHUNK, reps);

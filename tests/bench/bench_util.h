@@ -1,6 +1,7 @@
 /*
  * bench_util.h — what the benchmarks share: a monotonic clock in seconds,
- * reading a whole input file into memory (so the disk is not measured), and
+ * reading a whole input file into memory (so the disk is not measured),
+ * incompressible test data, sorting a row's times, and
  * the loop that streams a buffer through st_chunker_next in feed-sized
  * pieces, as the store feeds it. Header-only; single-threaded use.
  */
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "format/st_chunker.h"
 #include "util/st_fsutil.h"
@@ -49,6 +51,28 @@ static inline uint8_t *bench_read_file(const char *path, size_t lead, size_t *le
 out:
     fclose(f);
     return buf;
+}
+
+/* Fills buf[0..len) (a multiple of 8 bytes is filled; the rest is left)
+ * with xorshift64* output from a fixed seed: fast, incompressible, the
+ * same every run. */
+static inline void bench_fill_random(uint8_t *buf, size_t len)
+{
+    uint64_t s = 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i + 8 <= len; i += 8) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        uint64_t v = s * 0x2545F4914F6CDD1DULL;
+        memcpy(buf + i, &v, 8);
+    }
+}
+
+/* qsort comparator of doubles, ascending: the times of a row's repetitions. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 /* Called with each chunk [start, end) of the buffer; non-zero stops the walk. */

@@ -6,7 +6,8 @@
 # --smoke: CI-sized (small inputs, one repetition), to prove the benchmarks
 # still run; full runs are for docs/BENCHMARKS.md. Reports chunker and
 # XXH3-128 throughput, codec throughput and compression ratios on real fp32
-# and bf16 torch checkpoints (with and without the byte-plane shuffle), the
+# and bf16 torch checkpoints (with and without the byte-plane shuffle),
+# AES-256-GCM seal and open throughput against memcpy (bench_crypt), the
 # dedup table of the chunker on real checkpoints, the cost of a write by where
 # its pages come from (bench_page_reuse.py), the cost of a create in a mount
 # of many files (bench_creates) and, full runs only, time to
@@ -36,6 +37,9 @@ for f in fp32 bf16; do
     echo "== codec on $f.pt (1 MiB pieces)"
     "$build/tests/bench/bench_codec" "$work/codec/$f.pt" --min-time "$mintime"
 done
+
+echo "== client-side encryption: AES-256-GCM seal and open vs memcpy (docs/ENCRYPTION.md)"
+"$build/tests/bench/bench_crypt" --size "$size" --reps "$reps"
 
 echo "== dedup of real checkpoints: format-aware chunker vs plain CDC"
 $py "$here/chunker_dedup_table.py" "$build/tests/bench/bench_dedup" "$work/chunker/pairs.tsv" $cdc_params

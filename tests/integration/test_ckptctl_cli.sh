@@ -3,8 +3,8 @@
 # --json output checked by value, latest/restore/verify/stats over steps made
 # with `ckptctl put`, restore falling back from a damaged or missing pack
 # and leaving nothing of the damaged step, 2,000 files under ulimit -n 256, the
-# mount verbs against a fake control directory, and that a corrupted store
-# object is reported (exit 4) without leaving a bad file.
+# mount verbs against a fake control directory, that a corrupted store
+# object is reported (exit 4) without leaving a bad file, and keygen.
 #   test_ckptctl_cli.sh PATH/TO/ckptctl
 set -u
 ckptctl=$1
@@ -389,6 +389,37 @@ contains "$tmp/out" "0.3 MiB in 1 unreferenced pack(s) will be freed by a gc run
 contains "$tmp/out" "UTC (in 60 min)" "gc says when"
 expect 0 "gc --json of pending packs" -- "$ckptctl" --job gcjob gc --json
 contains "$tmp/out" '"pending_bytes":3' "gc --json has pending_bytes"
+
+# keygen: a new key file of mode 0600, never over an existing one; --append
+# rotates; a refused key file is exit 3, naming the file, never a key.
+expect 0 "keygen --help" -- "$ckptctl" keygen --help
+contains "$tmp/out" "usage: ckptctl \[options\] keygen \[--append\] FILE" "keygen help has usage"
+expect 2 "keygen without FILE" -- "$ckptctl" keygen
+expect 2 "--append on another verb" -- "$ckptctl" ls --append
+expect 0 "keygen" -- "$ckptctl" keygen "$tmp/key"
+contains "$tmp/out" "new key id [0-9a-f]\{16\} seals from now on (1 key in the file)" "keygen prints the key id"
+if [ "$(stat -c %a "$tmp/key")" = 600 ] && grep -qx 'ckptfs-key v1 [A-Za-z0-9+/]\{43\}=' "$tmp/key"; then
+    passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: keygen file: $(stat -c %a "$tmp/key")"; fi
+key_line=$(cut -d' ' -f3 "$tmp/key")
+if grep -qF -- "$key_line" "$tmp/out" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: keygen printed the key"; else passed=$((passed + 1)); fi
+expect 5 "keygen over an existing key file" -- "$ckptctl" keygen "$tmp/key"
+contains "$tmp/err" "$tmp/key exists" "keygen refusal names the file"
+contains "$tmp/err" "--append" "keygen refusal says what to do"
+expect 0 "keygen --append" -- "$ckptctl" keygen --append "$tmp/key"
+contains "$tmp/out" "(2 keys in the file)" "keygen --append adds a line"
+if [ "$(head -n 1 "$tmp/key" | cut -d' ' -f3)" = "$key_line" ] && [ "$(wc -l <"$tmp/key")" = 2 ]; then
+    passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --append lost the first key"; fi
+chmod 644 "$tmp/key"
+expect 3 "keygen --append to a key file others can read" -- "$ckptctl" keygen --append "$tmp/key"
+contains "$tmp/err" "$tmp/key: mode 0644" "key file refusal names the file and the mode"
+chmod 600 "$tmp/key"
+ln -s "$tmp/key" "$tmp/key-link"
+expect 3 "keygen --append through a symlink" -- "$ckptctl" keygen --append "$tmp/key-link"
+contains "$tmp/err" "symlink" "key file refusal: symlink"
+printf 'ckptfs-key v1 not-base64\n' >"$tmp/bad-key" && chmod 600 "$tmp/bad-key"
+expect 3 "keygen --append to a malformed key file" -- "$ckptctl" keygen --append "$tmp/bad-key"
+contains "$tmp/err" "line 1: not a key line" "key file refusal names the line"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

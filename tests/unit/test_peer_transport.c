@@ -107,16 +107,6 @@ static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, 
     make_manifest_of(out, WRITER, step, packs, n);
 }
 
-static void write_secret(const char *path, const char *text, mode_t mode)
-{
-    unlink(path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
-    CHECK(fd >= 0);
-    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
-    CHECK(fchmod(fd, mode) == 0);
-    close(fd);
-}
-
 /* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default). */
 static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
 {
@@ -287,22 +277,22 @@ static void test_secret_file_rules(void)
     const char *good = "0123456789abcdef0123456789abcdef-correct-horse\n";
     st_peer_secret s;
 
-    write_secret(path, good, 0600);
+    ut_write_file_mode(path, good, 0600);
     CHECK_OK(st_peer_secret_load(path, &s));
     CHECK(s.len == strlen(good) - 1 && !memcmp(s.bytes, good, s.len));
 
-    write_secret(path, good, 0644);
+    ut_write_file_mode(path, good, 0644);
     CHECK_ERR(st_peer_secret_load(path, &s), ST_ERR_INVALID);
     CHECK(strstr(st_errmsg(), path) && strstr(st_errmsg(), "mode 0644"));
     CHECK(!strstr(st_errmsg(), "correct-horse"));
     CHECK(s.len == 0);
 
-    write_secret(path, "too-short-secret\n", 0600);
+    ut_write_file_mode(path, "too-short-secret\n", 0600);
     CHECK_ERR(st_peer_secret_load(path, &s), ST_ERR_INVALID);
     CHECK(strstr(st_errmsg(), path) && strstr(st_errmsg(), "32"));
     CHECK(!strstr(st_errmsg(), "too-short-secret"));
 
-    write_secret(path, good, 0600);
+    ut_write_file_mode(path, good, 0600);
     unlink(link);
     CHECK(symlink(path, link) == 0);
     CHECK_ERR(st_peer_secret_load(link, &s), ST_ERR_INVALID);
@@ -829,7 +819,7 @@ int main(void)
     }
     char path[256];
     snprintf(path, sizeof path, "%s/secret", tmp_root);
-    write_secret(path, "a cluster secret of more than thirty-two bytes\n", 0600);
+    ut_write_file_mode(path, "a cluster secret of more than thirty-two bytes\n", 0600);
     CHECK_OK(st_peer_secret_load(path, &secret));
     curl_global_init(CURL_GLOBAL_DEFAULT);
     RUN(test_secret_file_rules);

@@ -126,6 +126,21 @@ static inline void ut_write_file(const char *path, const void *data, size_t len)
     close(fd);
 }
 
+/* Writes the string text to path as a new file of exactly `mode` (whatever
+ * the umask; a file already there is removed first): for the rules of
+ * secret and key files. Records a failed CHECK if it cannot. */
+static inline void ut_write_file_mode(const char *path, const char *text, mode_t mode)
+{
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    CHECK(fchmod(fd, mode) == 0);
+    close(fd);
+}
+
 /* Pages of path that are in the page cache (mincore(2) of a read-only
  * mapping, which faults nothing in), -1 if it cannot be told. */
 static inline long ut_resident_pages(const char *path)
