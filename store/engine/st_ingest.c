@@ -331,6 +331,14 @@ void st_ingest_set_lz4_only(st_ingest *g, int lz4_only)
         g->plans[i].p = fresh_plan(g);
 }
 
+st_err st_ingest_compression(const char *name, int *lz4_only)
+{
+    *lz4_only = name && strcmp(name, "lz4") == 0;
+    if (!name || *lz4_only || strcmp(name, "auto") == 0)
+        return ST_OK;
+    return st_seterr(ST_ERR_INVALID, "compression '%.32s': use auto or lz4", name);
+}
+
 /* Commits the oldest job in flight (ingest thread): draws its hint from
  * its plan, as of the chunk before it; takes the worker's encoding if it is
  * the one that hint gives, else encodes the chunk by it here, straight into

@@ -111,6 +111,14 @@ unsigned st_ingest_default_seal_threads(void);
  */
 void st_ingest_set_lz4_only(st_ingest *g, int lz4_only);
 
+/*!
+ * The compression option's value (`--compression`, st_store_options and
+ * st_vfs_options .compression): "auto" or NULL (0) or "lz4" (1) into
+ * *lz4_only, for st_ingest_set_lz4_only; anything else is ST_ERR_INVALID
+ * naming the value.
+ */
+st_err st_ingest_compression(const char *name, int *lz4_only);
+
 #ifdef CKPT_TEST_HOOKS
 /* Test hook: the encode of the ingest's new chunk number n (from 0) fails
  * with ST_ERR_IO; -1 (the default) for none. */

@@ -117,13 +117,10 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     s->warn_arg = opts->warn_arg;
     s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
     s->seal_threads = opts->seal_threads;
-    if (opts->compression && strcmp(opts->compression, "auto") != 0) {
-        if (strcmp(opts->compression, "lz4") != 0) {
-            free(s);
-            return st_seterr(ST_ERR_INVALID, "compression '%.32s': use auto or lz4",
-                             opts->compression);
-        }
-        s->compression_lz4 = 1;
+    st_err bad = st_ingest_compression(opts->compression, &s->compression_lz4);
+    if (bad) {
+        free(s);
+        return bad;
     }
     if (opts->node) {
         if (!st_name_is_valid(opts->node, ST_NODE_MAX)) {

@@ -10,7 +10,7 @@
  * st_vfs_impl.h the shared state, the file and step life cycles and the
  * locking rule.
  */
-#define _GNU_SOURCE /* pthread_setname_np, gettid */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "mount/st_vfs_impl.h"
 #include "backend/st_backend_open.h"
 
@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -27,7 +26,9 @@
 #include "backend/st_backend_fault.h"
 #include "util/st_fsutil.h"
 #include "util/st_parallel.h"
+#include "util/st_thread.h"
 #include "engine/st_gc.h"
+#include "engine/st_ingest.h"
 
 /* ---- mount-wide queries ---- */
 
@@ -198,7 +199,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         bad = option_choice("control access", opts->control_access, "owner", "all",
                             &v->control_public);
     if (!bad)
-        bad = option_choice("compression", opts->compression, "auto", "lz4", &v->compression_lz4);
+        bad = st_ingest_compression(opts->compression, &v->compression_lz4);
     if (bad) {
         free(v);
         return bad;
@@ -309,13 +310,7 @@ static void *background_main(void *arg)
     background_start start = *(background_start *)arg;
     free(arg);
     (void)pthread_setname_np(pthread_self(), start.name);
-    id_t tid = (id_t)gettid();
-    errno = 0;
-    int now = getpriority(PRIO_PROCESS, tid);
-    /* Best effort: a thread that cannot be reniced still does its work. */
-    if (errno == 0)
-        (void)setpriority(PRIO_PROCESS, tid,
-                          now + VFS_BACKGROUND_NICE > 19 ? 19 : now + VFS_BACKGROUND_NICE);
+    st_thread_nicer(VFS_BACKGROUND_NICE, 0);
     return start.body(start.v);
 }
 

@@ -16,8 +16,8 @@
  * The refresher thread re-lists the store every refresh_seconds. Store I/O
  * happens without v->lock; results are merged under it.
  */
-#define _GNU_SOURCE /* gettid */
 #include "mount/st_vfs_impl.h"
+#include "util/st_thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -593,18 +592,6 @@ static size_t take_run(vfetch *fx)
     return r;
 }
 
-/* Makes the calling fetch worker FETCH_CHECK_NICE for the whole-file check
- * it runs last (best effort; the worker ends after it). Never on another
- * thread: an empty file's fetch ends on the thread that opened it. */
-static void fetch_worker_yield(void)
-{
-    const id_t tid = (id_t)gettid();
-    errno = 0;
-    const int now = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0 && now < FETCH_CHECK_NICE)
-        (void)setpriority(PRIO_PROCESS, tid, FETCH_CHECK_NICE);
-}
-
 /* The fetch's whole-file check, once every run is verified (no lock held):
  * the staging file read back and hashed. */
 static st_err fetch_verify(st_vfs *v, vfetch *fx)
@@ -685,7 +672,9 @@ static void *fetch_worker_main(void *arg)
         e = fx->err;
         if (!e) {
             pthread_mutex_unlock(&v->lock);
-            fetch_worker_yield();
+            /* Only a fetch worker, which ends after the check: never the
+             * thread that opened an empty file (fetch_start_workers). */
+            st_thread_nicer(0, FETCH_CHECK_NICE);
             e = fetch_verify(v, fx);
             pthread_mutex_lock(&v->lock);
         }

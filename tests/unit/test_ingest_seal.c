@@ -365,6 +365,22 @@ static void test_same_bytes_for_any_threads(void)
     run_free(&base);
 }
 
+/* The compression option's one parser (the mount's and the store's): auto
+ * or unset is every codec, lz4 the LZ4 codecs only, anything else an error
+ * naming the value. */
+static void test_compression_option(void)
+{
+    int lz4 = -1;
+    CHECK_OK(st_ingest_compression(NULL, &lz4));
+    CHECK(lz4 == 0);
+    CHECK_OK(st_ingest_compression("lz4", &lz4));
+    CHECK(lz4 == 1);
+    CHECK_OK(st_ingest_compression("auto", &lz4));
+    CHECK(lz4 == 0);
+    CHECK_ERR(st_ingest_compression("zstd", &lz4), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "'zstd'") && strstr(st_errmsg(), "auto or lz4"));
+}
+
 /* With the LZ4 codecs only, no chunk is stored with zstd, for any number of
  * seal threads (a worker's guessed hint carries the choice too), and the
  * floats take more bytes than with every codec; by default they do use
@@ -457,6 +473,7 @@ int main(void)
     test_encode_error();
     test_free_in_flight();
     test_lz4_only();
+    test_compression_option();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK(system(cmd) == 0);
