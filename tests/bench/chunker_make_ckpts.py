@@ -22,14 +22,15 @@ ground truth a perfect chunker could find.
 """
 import copy
 import hashlib
-import json
 import os
-import struct
 import sys
 import types
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_writer  # noqa: E402
 
 
 def patch_dcp_import():
@@ -110,26 +111,6 @@ def repeated_pct(obj_a, obj_b, path_b):
     return 100.0 * rep / os.path.getsize(path_b)
 
 
-def save_safetensors(sd, path):
-    dtypes = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-              torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8"}
-    header, blobs, off = {}, [], 0
-    for k in sorted(sd):
-        t = sd[k].detach().contiguous()
-        b = t.numpy().tobytes()
-        header[k] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/chunker_ckpts"
     os.makedirs(out, exist_ok=True)
@@ -166,7 +147,8 @@ def main():
         states[step] = st
         torch.save(st, p("ckpt_%06d.pt" % step))
         torch.save(st, p("legacy_%06d.pt" % step), _use_new_zipfile_serialization=False)
-        save_safetensors(st["model"], p("model_%06d.safetensors" % step))
+        safetensors_writer.save({k: st["model"][k] for k in sorted(st["model"])},
+                              p("model_%06d.safetensors" % step), {"format": "pt"})
     a, b = states[20], states[30]
     pairs.append(("lora", "ckpt_000020.pt", "ckpt_000030.pt", repeated_pct(a, b, p("ckpt_000030.pt"))))
     pairs.append(("legacy", "legacy_000020.pt", "legacy_000030.pt",

@@ -39,10 +39,8 @@ Faster with LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread.
 import argparse
 import glob
 import gzip
-import json
 import math
 import os
-import struct
 import sys
 import time
 
@@ -51,6 +49,9 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
 import workloads  # noqa: E402  (import_dcp: DCP under Python 3.11)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_writer  # noqa: E402
 
 CHANGELOGS = "/usr/share/doc/*/changelog.Debian.gz"
 SEQ = 128    # tokens per training window
@@ -151,54 +152,6 @@ def flat_optimizer(opt):
     return out
 
 
-def raw_bytes(t):
-    """A tensor's bytes as torch stores them (little-endian on x86); bf16,
-    which numpy lacks, through its int16 view."""
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
-
-SAFETENSORS_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16"}
-
-
-def save_safetensors(tensors, path, metadata):
-    """The safetensors layout: an 8-byte little-endian header length, a JSON
-    header (name -> dtype, shape, [begin, end) in the data; __metadata__ of
-    strings), space-padded to a multiple of 8 so the data is aligned, then
-    each tensor's bytes back to back."""
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name, t in tensors.items():
-        b = raw_bytes(t)
-        header[name] = {"dtype": SAFETENSORS_DTYPE[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for b in blobs:
-            f.write(b)
-    check_safetensors(tensors, path)
-
-
-def check_safetensors(tensors, path):
-    """Reads the file back: every tensor's entry and bytes as written."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    assert (8 + n) % 8 == 0 and header.keys() - {"__metadata__"} == tensors.keys(), path
-    for name, t in tensors.items():
-        begin, end = header[name]["data_offsets"]
-        assert header[name]["shape"] == list(t.shape), name
-        assert data[begin:end] == raw_bytes(t), name
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("outdir", nargs="?", default="/tmp/codec-ckpt")
@@ -233,8 +186,8 @@ def main():
         "mixed": {**prefixed("model", bf16), **prefixed("master", fp32), **optim},
     }
     for name, tensors in whole.items():
-        save_safetensors(tensors, out(f"{name}.safetensors"),
-                         {"format": "pt", "step": str(args.steps)})
+        safetensors_writer.save(tensors, out(f"{name}.safetensors"),
+                                {"format": "pt", "step": str(args.steps)})
         paths.append(f"{name}.safetensors")
     dcp = workloads.import_dcp()
     for name in ("fp32", "mixed"):
@@ -254,7 +207,7 @@ def main():
     for kind, tensors in kinds.items():
         with open(out(f"kind-{kind}.bin"), "wb") as f:
             for t in tensors:
-                f.write(raw_bytes(t))
+                f.write(safetensors_writer.raw_bytes(t))
         paths.append(f"kind-{kind}.bin")
 
     for p in paths:

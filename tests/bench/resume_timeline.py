@@ -5,7 +5,7 @@ it asserts no speed.
 
     /usr/bin/python3 tests/bench/resume_timeline.py BUILD WORKDIR
         [--scenario NAME] [--mib N] [--saves N] [--reps N] [--s3fs] [--perf]
-        [-- CKPTFS_OPTION...]
+        [--other-build DIR] [-- CKPTFS_OPTION...]
 
 Starts its own s3rver (tests/s3/s3rver.sh) and the counting proxy
 (tests/s3/faultproxy.py --request-log) on 127.0.0.1, saves --saves (default
@@ -18,7 +18,10 @@ torch.loads the newest checkpoint, printing: spawn -> mounted -> listed ->
 loaded, the CPU seconds of the loader, the daemon, the server and the proxy
 over the load, and the new node's requests. --s3fs resumes with s3fs too in
 each repetition (the peers benchmark's options, the order alternating),
-from a plain copy of the newest checkpoint put next to the store. --perf
+from a plain copy of the newest checkpoint put next to the store.
+--other-build resumes with a second build's ckptfs too in each repetition
+(printed as "other"; the order alternating): two builds side by side in
+one run, on the same saved store (saved by BUILD). --perf
 records ckptfs's
 profile (perf record --call-graph dwarf) of the last repetition into
 WORKDIR/perf.data. Options after -- go to the resuming ckptfs (e.g.
@@ -103,12 +106,12 @@ class Run:
             time.sleep(0.005)
         return d, t0
 
-    def ckptfs(self, phase, node, extra):
+    def ckptfs(self, phase, node, extra, build=None):
         staging = os.path.join(self.work, "staging." + phase)
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
         mnt = os.path.join(self.work, "mnt." + phase)
-        argv = [os.path.join(self.build, "fs/ckptfs"), mnt, "--store",
+        argv = [os.path.join(build or self.build, "fs/ckptfs"), mnt, "--store",
                 "s3://%s/%s" % (BUCKET, PREFIX), "--s3-endpoint", self.endpoint, "--staging",
                 staging, "--node", node, "-f"] + extra
         d, t0 = self.mount(argv, mnt, os.path.join(self.work, phase + ".log"))
@@ -191,12 +194,15 @@ class Run:
                     count, size = count + 1, size + int(fields[5])
         return count, size / 1e6
 
-    def resume(self, use_s3fs, extra, perf):
+    def resume(self, tool, extra, perf):
+        """tool: "ckptfs", "s3fs", or a build directory (--other-build)."""
+        use_s3fs = tool == "s3fs"
+        other = None if tool in ("ckptfs", "s3fs") else tool
         import torch
         subprocess.run(["sync"], check=True)
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
-        d, t0, job = self.s3fs() if use_s3fs else self.ckptfs("resume", "node-b", extra)
+        d, t0, job = self.s3fs() if use_s3fs else self.ckptfs("resume", "node-b", extra, other)
         t_up = time.monotonic()
         rec = None
         if perf:
@@ -226,7 +232,7 @@ class Run:
         cpu = [b - a for a, b in zip(before, after)]
         print("%-6s spawn->mounted %.3f  ->listed %.3f  ->loaded %.3f  total %.3f s | CPU s "
               "during the load: loader %.2f daemon %.2f server %.2f proxy %.2f | requests %d, %.0f MB%s" % (
-                  "s3fs" if use_s3fs else "ckptfs", t_up - t0, t_ls - t_up, t_done - t_ls,
+                  "other" if other else tool, t_up - t0, t_ls - t_up, t_done - t_ls,
                   t_done - t0, cpu[3], cpu[0], cpu[1], cpu[2], *self.requests_between(t0, t_done),
                   " | warm at %.3f s" % warm["warm"] if "warm" in warm else ""),
               flush=True)
@@ -237,8 +243,9 @@ def main():
     args = sys.argv[1:]
     extra = args[args.index("--") + 1:] if "--" in args else []
     opts = args[:args.index("--")] if "--" in args else args
+    valued = ("--mib", "--saves", "--reps", "--scenario", "--other-build")
     pos = [a for i, a in enumerate(opts) if not a.startswith("--") and
-           (i == 0 or opts[i - 1] not in ("--mib", "--saves", "--reps", "--scenario"))]
+           (i == 0 or opts[i - 1] not in valued)]
     if len(pos) != 2:
         usage()
     build, work = (os.path.abspath(p) for p in pos)
@@ -249,10 +256,12 @@ def main():
         scenario = opts[opts.index("--scenario") + 1] if "--scenario" in opts else "full"
         run.populate(scenario, option(opts, "--mib", 944), option(opts, "--saves", 4))
         reps = option(opts, "--reps", 3)
-        tools = [False, True] if "--s3fs" in opts else [False]
+        tools = ["ckptfs"] + (["s3fs"] if "--s3fs" in opts else [])
+        if "--other-build" in opts:
+            tools.append(os.path.abspath(opts[opts.index("--other-build") + 1]))
         for r in range(reps):
-            for use_s3fs in tools if r % 2 == 0 else tools[::-1]:
-                run.resume(use_s3fs, extra, "--perf" in opts and r == reps - 1 and not use_s3fs)
+            for tool in tools if r % 2 == 0 else tools[::-1]:
+                run.resume(tool, extra, "--perf" in opts and r == reps - 1 and tool == "ckptfs")
     finally:
         run.stop_all()
 
