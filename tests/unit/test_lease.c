@@ -4,12 +4,18 @@
  * a second daemon with a taken name is refused, a restart on its own
  * staging takes the name back, a daemon killed on this host is replaced at
  * once, and a daemon whose name was taken while it ran publishes nothing.
+ * The first lease is a create: of two claims that both read "no lease",
+ * exactly one holds the name, and a create whose answer was lost is its
+ * own claim's.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/st_backend_fault.h"
+#include "backend/st_backend_retry.h"
 #include "engine/st_nodelease.h"
 #include "format/st_lease.h"
 #include "vfs_harness.h"
@@ -107,6 +113,111 @@ static void test_claim_rules(void)
     CHECK_OK(st_lease_decode(buf.data, buf.len, &stored));
     st_bytes_free(&buf);
     st_backend_close(b);
+}
+
+/* One claim of node "n" on its own thread (test_start_race). */
+typedef struct claim_run {
+    st_backend *b;
+    st_lease lease, holder;
+    st_err e;
+    char msg[512];
+} claim_run;
+
+static void *claim_main(void *arg)
+{
+    claim_run *r = arg;
+    r->e = st_nodelease_claim(r->b, "n", &r->lease, ST_CLAIM_ACQUIRE, NULL, &r->holder);
+    snprintf(r->msg, sizeof r->msg, "%s", st_errmsg());
+    return NULL;
+}
+
+/* The instance of the lease stored for node "n", or "" if none. */
+static void stored_instance(st_backend *b, char out[ST_LEASE_INSTANCE_LEN + 1])
+{
+    st_bytes buf = {0};
+    st_lease l;
+    out[0] = '\0';
+    if (st_get(b, "nodes/n.lease", 0, ST_GET_TO_END, &buf) == ST_OK &&
+        st_lease_decode(buf.data, buf.len, &l) == ST_OK)
+        memcpy(out, l.instance, ST_LEASE_INSTANCE_LEN + 1);
+    st_bytes_free(&buf);
+}
+
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Two daemons start with one name and both read "no lease" (docs/NODES.md,
+ * "The first lease is a create"). The first one is held between its read
+ * and its create (the fault wrapper's put_hold on the lease key), the
+ * second claims meanwhile; released, the first one's create meets the
+ * second's lease and is refused, naming the holder. With plain PUTs both
+ * claims succeeded and the later lease replaced the winner's. held is a
+ * second handle on store's objects, which this call wraps and closes. */
+static void start_race_on(st_backend *store, st_backend *held)
+{
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[PATH_MAX + 64];
+    snprintf(hold, sizeof hold, "%s/lease-hold", vh_tmp);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "put_hold=%s,put_hold_key=nodes/n.lease", hold);
+    unlink(reached);
+    ut_write_file(hold, "", 0);
+    CHECK_OK(st_backend_fault_wrap(&held, spec));
+    const int64_t now = st_now_ns();
+    claim_run first = {.b = held, .lease = lease_of("a", now, 1, "0000000000000001")};
+    st_lease second = lease_of("b", now, 2, "0000000000000002");
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, claim_main, &first) == 0);
+    CHECK(VH_WAIT(exists(reached), 20)); /* the first one read "no lease" and waits */
+    CHECK_OK(st_nodelease_claim(store, "n", &second, ST_CLAIM_ACQUIRE, NULL, NULL));
+    unlink(hold);
+    pthread_join(th, NULL);
+    CHECK(first.e == ST_ERR_BUSY);
+    CHECK(strstr(first.msg, "node name 'n' is held by another live ckptfs") != NULL);
+    CHECK(first.holder.pid == 2);
+    char stored[ST_LEASE_INSTANCE_LEN + 1];
+    stored_instance(store, stored);
+    CHECK(!strcmp(stored, second.instance));
+    /* The winner goes on: its heartbeat renews its own lease. */
+    CHECK_OK(st_nodelease_claim(store, "n", &second, ST_CLAIM_RENEW, NULL, NULL));
+    st_backend_close(held);
+}
+
+static void test_start_race(void)
+{
+    st_backend *store, *held;
+    CHECK_OK(st_backend_mem_open(&store));
+    CHECK_OK(st_backend_mem_share(store, &held));
+    start_race_on(store, held);
+    st_backend_close(store);
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/race-store", vh_tmp);
+    CHECK_OK(st_backend_file_open(root, &store));
+    CHECK_OK(st_backend_file_open(root, &held));
+    start_race_on(store, held);
+    st_backend_close(store);
+}
+
+/* A create whose answer was lost after the store took it: the retry meets
+ * the claim's own lease (412 on S3, EEXIST on file://) and the claim holds
+ * the name; its own object is never read as a rival's. */
+static void test_create_answer_lost(void)
+{
+    st_backend *store, *lossy, *retried;
+    CHECK_OK(st_backend_mem_open(&store));
+    CHECK_OK(st_backend_mem_share(store, &lossy));
+    CHECK_OK(st_backend_fault_wrap(&lossy, "lose_answer=nodes/n.lease"));
+    st_retry_policy fast = {.base_ms = 1, .max_ms = 2};
+    CHECK_OK(st_backend_retry_wrap(lossy, &fast, &retried));
+    st_lease mine = lease_of("a", st_now_ns(), 1, "0000000000000001");
+    CHECK_OK(st_nodelease_claim(retried, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
+    CHECK(st_backend_retry_count(retried) == 1); /* the lost answer, sent again */
+    char stored[ST_LEASE_INSTANCE_LEN + 1];
+    stored_instance(store, stored);
+    CHECK(!strcmp(stored, mine.instance));
+    st_backend_close(retried);
+    st_backend_close(store);
 }
 
 /* A started mount whose refresher has written its lease. */
@@ -222,6 +333,8 @@ int main(void)
         return 1;
     RUN(test_codec);
     RUN(test_claim_rules);
+    RUN(test_start_race);
+    RUN(test_create_answer_lost);
     RUN(test_second_daemon_is_refused);
     RUN(test_killed_daemon_is_replaced_at_once);
     RUN(test_taken_name_publishes_nothing);
