@@ -18,23 +18,14 @@
 #include "backend/st_backend_retry.h"
 #include "engine/st_nodelease.h"
 #include "format/st_lease.h"
+#include "ut_lease.h"
 #include "vfs_harness.h"
-
-static st_lease lease_of(const char *instance_char, int64_t heartbeat_ns, int64_t pid,
-                         const char *origin)
-{
-    st_lease l = {.heartbeat_ns = heartbeat_ns, .ttl_ns = 60ll * 1000000000, .pid = pid};
-    memset(l.instance, instance_char[0], ST_LEASE_INSTANCE_LEN);
-    snprintf(l.origin, sizeof l.origin, "%s", origin);
-    snprintf(l.host, sizeof l.host, "host-1");
-    return l;
-}
 
 static void test_codec(void)
 {
     char text[ST_LEASE_TEXT_MAX], key[ST_KEY_MAX];
     size_t len;
-    st_lease l = lease_of("a", 123456789, 42, "00112233445566ff"), back;
+    st_lease l = ut_lease_of("a", 123456789, 42, "00112233445566ff"), back;
     snprintf(l.host, sizeof l.host, "bad host\nname");
     CHECK_OK(st_lease_encode(&l, text, &len));
     CHECK(memchr(text, '\n', len) == text + len - 1); /* one line: the host is squeezed */
@@ -63,8 +54,8 @@ static void test_claim_rules(void)
     st_backend *b;
     CHECK_OK(st_backend_mem_open(&b));
     const int64_t now = 1000ll * 1000000000;
-    st_lease mine = lease_of("a", now, 1, "0000000000000001");
-    st_lease other = lease_of("b", now - 10ll * 1000000000, 2, "0000000000000002"), holder;
+    st_lease mine = ut_lease_of("a", now, 1, "0000000000000001");
+    st_lease other = ut_lease_of("b", now - 10ll * 1000000000, 2, "0000000000000002"), holder;
     size_t len;
     char text[ST_LEASE_TEXT_MAX];
 
@@ -115,87 +106,21 @@ static void test_claim_rules(void)
     st_backend_close(b);
 }
 
-/* One claim of node "n" on its own thread (test_start_race). */
-typedef struct claim_run {
-    st_backend *b;
-    st_lease lease, holder;
-    st_err e;
-    char msg[512];
-} claim_run;
-
-static void *claim_main(void *arg)
-{
-    claim_run *r = arg;
-    r->e = st_nodelease_claim(r->b, "n", &r->lease, ST_CLAIM_ACQUIRE, NULL, &r->holder);
-    snprintf(r->msg, sizeof r->msg, "%s", st_errmsg());
-    return NULL;
-}
-
-/* The instance of the lease stored for node "n", or "" if none. */
-static void stored_instance(st_backend *b, char out[ST_LEASE_INSTANCE_LEN + 1])
-{
-    st_bytes buf = {0};
-    st_lease l;
-    out[0] = '\0';
-    if (st_get(b, "nodes/n.lease", 0, ST_GET_TO_END, &buf) == ST_OK &&
-        st_lease_decode(buf.data, buf.len, &l) == ST_OK)
-        memcpy(out, l.instance, ST_LEASE_INSTANCE_LEN + 1);
-    st_bytes_free(&buf);
-}
-
-static int exists(const char *path)
-{
-    return access(path, F_OK) == 0;
-}
-
-/* Two daemons start with one name and both read "no lease" (docs/NODES.md,
- * "The first lease is a create"). The first one is held between its read
- * and its create (the fault wrapper's put_hold on the lease key), the
- * second claims meanwhile; released, the first one's create meets the
- * second's lease and is refused, naming the holder. With plain PUTs both
- * claims succeeded and the later lease replaced the winner's. held is a
- * second handle on store's objects, which this call wraps and closes. */
-static void start_race_on(st_backend *store, st_backend *held)
-{
-    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[PATH_MAX + 64];
-    snprintf(hold, sizeof hold, "%s/lease-hold", vh_tmp);
-    snprintf(reached, sizeof reached, "%s.reached", hold);
-    snprintf(spec, sizeof spec, "put_hold=%s,put_hold_key=nodes/n.lease", hold);
-    unlink(reached);
-    ut_write_file(hold, "", 0);
-    CHECK_OK(st_backend_fault_wrap(&held, spec));
-    const int64_t now = st_now_ns();
-    claim_run first = {.b = held, .lease = lease_of("a", now, 1, "0000000000000001")};
-    st_lease second = lease_of("b", now, 2, "0000000000000002");
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, claim_main, &first) == 0);
-    CHECK(VH_WAIT(exists(reached), 20)); /* the first one read "no lease" and waits */
-    CHECK_OK(st_nodelease_claim(store, "n", &second, ST_CLAIM_ACQUIRE, NULL, NULL));
-    unlink(hold);
-    pthread_join(th, NULL);
-    CHECK(first.e == ST_ERR_BUSY);
-    CHECK(strstr(first.msg, "node name 'n' is held by another live ckptfs") != NULL);
-    CHECK(first.holder.pid == 2);
-    char stored[ST_LEASE_INSTANCE_LEN + 1];
-    stored_instance(store, stored);
-    CHECK(!strcmp(stored, second.instance));
-    /* The winner goes on: its heartbeat renews its own lease. */
-    CHECK_OK(st_nodelease_claim(store, "n", &second, ST_CLAIM_RENEW, NULL, NULL));
-    st_backend_close(held);
-}
-
+/* ut_lease.h's start race, on the in-memory store and on file://. */
 static void test_start_race(void)
 {
     st_backend *store, *held;
     CHECK_OK(st_backend_mem_open(&store));
+    char hold[PATH_MAX];
+    snprintf(hold, sizeof hold, "%s/lease-hold", vh_tmp);
     CHECK_OK(st_backend_mem_share(store, &held));
-    start_race_on(store, held);
+    ut_lease_race(store, held, "n", hold);
     st_backend_close(store);
     char root[PATH_MAX];
     snprintf(root, sizeof root, "%s/race-store", vh_tmp);
     CHECK_OK(st_backend_file_open(root, &store));
     CHECK_OK(st_backend_file_open(root, &held));
-    start_race_on(store, held);
+    ut_lease_race(store, held, "n", hold);
     st_backend_close(store);
 }
 
@@ -210,12 +135,15 @@ static void test_create_answer_lost(void)
     CHECK_OK(st_backend_fault_wrap(&lossy, "lose_answer=nodes/n.lease"));
     st_retry_policy fast = {.base_ms = 1, .max_ms = 2};
     CHECK_OK(st_backend_retry_wrap(lossy, &fast, &retried));
-    st_lease mine = lease_of("a", st_now_ns(), 1, "0000000000000001");
+    st_lease mine = ut_lease_of("a", st_now_ns(), 1, "0000000000000001");
     CHECK_OK(st_nodelease_claim(retried, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
     CHECK(st_backend_retry_count(retried) == 1); /* the lost answer, sent again */
-    char stored[ST_LEASE_INSTANCE_LEN + 1];
-    stored_instance(store, stored);
-    CHECK(!strcmp(stored, mine.instance));
+    st_bytes buf = {0};
+    st_lease stored;
+    CHECK_OK(st_get(store, "nodes/n.lease", 0, ST_GET_TO_END, &buf));
+    CHECK(st_lease_decode(buf.data, buf.len, &stored) == ST_OK &&
+          !strcmp(stored.instance, mine.instance));
+    st_bytes_free(&buf);
     st_backend_close(retried);
     st_backend_close(store);
 }
@@ -309,7 +237,7 @@ static void test_taken_name_publishes_nothing(void)
     CHECK(VH_WAIT(lease_written(store, "node-t"), 10));
     /* Another daemon takes the name (a live lease of another instance, on
      * another machine), as after a partition that made ours look stale. */
-    st_lease other = lease_of("c", st_now_ns(), 99, "00000000000000cc");
+    st_lease other = ut_lease_of("c", st_now_ns(), 99, "00000000000000cc");
     char text[ST_LEASE_TEXT_MAX];
     size_t len;
     CHECK_OK(st_lease_encode(&other, text, &len));
