@@ -123,10 +123,7 @@ static st_err same_bytes_stored(st_backend *b, const char *key, const void *data
     st_bytes got = {0};
     st_err e = st_get(b, key, 0, ST_GET_TO_END, &got);
     if (e == ST_ERR_NOT_FOUND) /* deleted since: the caller's retry creates it */
-        e = st_seterr(ST_ERR_TRANSIENT,
-                      "put %s: the store answered that it exists, then that "
-                      "it does not",
-                      key);
+        e = st_seterr(ST_ERR_TRANSIENT, "put %s: it existed, then did not (deleted since)", key);
     else if (!e && (got.len != len || (len && memcmp(got.data, data, len) != 0)))
         e = st_seterr(ST_ERR_BUSY,
                       "put %s: the store already holds other bytes under this name (%zu "

@@ -228,6 +228,51 @@ static void test_killed_daemon_is_replaced_at_once(void)
     st_backend_close(store);
 }
 
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Two mounts started with one node name at once (docs/NODES.md, "The first
+ * lease is a create"): the first one's first lease write (its refresher's
+ * first tick) is held between its read and its create while the second one
+ * starts and writes its own; released, the first one is refused: its
+ * status names the holder and it publishes nothing, while the second one
+ * publishes. With plain PUTs the first one's lease replaced the second's
+ * and its status said nothing. */
+static void test_mounts_started_together(void)
+{
+    st_backend *store;
+    CHECK_OK(st_backend_mem_open(&store));
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[PATH_MAX + 64];
+    snprintf(hold, sizeof hold, "%s/twin-hold", vh_tmp);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "put_hold=%s,put_hold_key=nodes/twin.lease", hold);
+    ut_write_file(hold, "", 0);
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open_fault(&a, store, "twin", "twin-a", 1, spec));
+    CHECK(VH_WAIT(exists(reached), 20)); /* a read "no lease"; its create waits */
+    CHECK_OK(vh_mount_open(&b, store, "twin", "twin-b", 1)); /* b reads none too */
+    CHECK(VH_WAIT(lease_written(store, "twin"), 10));
+    unlink(hold);
+    st_bytes st = {0};
+    CHECK(
+        VH_WAIT((vh_status(&a, &st), strstr((char *)st.data, "held by another live ckptfs")), 10));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/ckpt-000008.pt", "eight", VH_PID_A));
+    CHECK_OK(vh_write_str(&b, VH_JOB "/ckpt-000009.pt", "nine", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(b.v, 20));
+    CHECK(vh_consistent(store, 9));
+    st_part p;
+    CHECK_ERR(vh_part(store, 8, "twin", &p), ST_ERR_NOT_FOUND);
+    vh_status(&b, &st);
+    CHECK(strstr((char *)st.data, "held by another live ckptfs") == NULL);
+    st_bytes_free(&st);
+    vh_mount_close(&a);
+    vh_mount_close(&b);
+    CHECK_ERR(vh_part(store, 8, "twin", &p), ST_ERR_NOT_FOUND); /* not even at unmount */
+    st_backend_close(store);
+}
+
 static void test_taken_name_publishes_nothing(void)
 {
     st_backend *store;
@@ -266,6 +311,7 @@ int main(void)
     RUN(test_second_daemon_is_refused);
     RUN(test_killed_daemon_is_replaced_at_once);
     RUN(test_taken_name_publishes_nothing);
+    RUN(test_mounts_started_together);
     vh_teardown();
     return ut_finish();
 }
