@@ -89,14 +89,62 @@ void st_backend_close(st_backend *b)
 
 /* ---- validating wrappers ---- */
 
-st_err st_put(st_backend *b, const char *key, const void *data, size_t len)
+/* The arguments of st_put and st_put_new. */
+static st_err put_args_check(const char *key, const void *data, size_t len)
 {
     st_err e = key_require("put", key, 0);
+    if (!e && !data && len)
+        e = st_seterr(ST_ERR_INVALID, "put %s: data is NULL with len %zu", key, len);
+    return e;
+}
+
+st_err st_put(st_backend *b, const char *key, const void *data, size_t len)
+{
+    st_err e = put_args_check(key, data, len);
+    return e ? e : b->ops->put(b->ctx, key, data, len);
+}
+
+st_err st_put_new(st_backend *b, const char *key, const void *data, size_t len)
+{
+    st_err e = put_args_check(key, data, len);
     if (e)
         return e;
-    if (!data && len)
-        return st_seterr(ST_ERR_INVALID, "put %s: data is NULL with len %zu", key, len);
-    return b->ops->put(b->ctx, key, data, len);
+    if (!b->ops->put_new)
+        return st_seterr(ST_ERR_UNSUPPORTED, "put %s: the %s store has no conditional create", key,
+                         b->ops->scheme);
+    return b->ops->put_new(b->ctx, key, data, len);
+}
+
+/* An existing key met by a create of data: are these its bytes? A
+ * retried create meets its own first try, so "exists" is no refusal by
+ * itself (docs/PROTOCOL.md). */
+static st_err same_bytes_stored(st_backend *b, const char *key, const void *data, size_t len)
+{
+    st_bytes got = {0};
+    st_err e = st_get(b, key, 0, ST_GET_TO_END, &got);
+    if (e == ST_ERR_NOT_FOUND) /* deleted since: the caller's retry creates it */
+        e = st_seterr(ST_ERR_TRANSIENT, "put %s: it existed, then did not (deleted since)", key);
+    else if (!e && (got.len != len || (len && memcmp(got.data, data, len) != 0)))
+        e = st_seterr(ST_ERR_BUSY,
+                      "put %s: the store already holds other bytes under this name (%zu "
+                      "bytes, ours %zu); nothing replaced",
+                      key, got.len, len);
+    st_bytes_free(&got);
+    return e;
+}
+
+st_err st_put_once(st_backend *b, const char *key, const void *data, size_t len, st_once_kind kind,
+                   int *created)
+{
+    st_err e = st_put_new(b, key, data, len);
+    if (e == ST_ERR_UNSUPPORTED)
+        e = st_put(b, key, data, len);
+    if (created)
+        *created = e == ST_OK;
+    if (e != ST_ERR_EXISTS)
+        return e;
+    st_clearerr();
+    return kind == ST_ONCE_NAMED_BY_CONTENT ? ST_OK : same_bytes_stored(b, key, data, len);
 }
 
 st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out)

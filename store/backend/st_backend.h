@@ -131,6 +131,14 @@ typedef struct st_backend_ops {
      *  NULL only in a backend that stands for none (st_stat_time then
      *  refuses with ST_ERR_PERMANENT). */
     st_err (*stat_time)(void *ctx, const char *key, struct st_store_time *t);
+
+    /*! Optional (NULL: st_put_new answers ST_ERR_UNSUPPORTED). A create:
+     *  stores data[0..len) under key as put does, only if key does not
+     *  exist. ST_ERR_EXISTS, nothing written, when it does — whoever wrote
+     *  it: a retried create whose first answer was lost meets its own
+     *  object. ST_ERR_UNSUPPORTED, nothing written, when this store
+     *  cannot create conditionally (docs/S3.md, "Conditional PUT"). */
+    st_err (*put_new)(void *ctx, const char *key, const void *data, size_t len);
 } st_backend_ops;
 
 typedef struct st_backend {
@@ -223,6 +231,30 @@ void st_backend_close(st_backend *b);
 
 /* Convenience wrappers that also validate the key. */
 st_err st_put(st_backend *b, const char *key, const void *data, size_t len);
+/*! ops->put_new with the key checked; ST_ERR_UNSUPPORTED when b has none. */
+st_err st_put_new(st_backend *b, const char *key, const void *data, size_t len);
+
+/*! What a create of an immutable object that meets an existing one
+ *  concludes (st_put_once; docs/PROTOCOL.md, "Immutable objects are
+ *  created, not replaced"). */
+typedef enum st_once_kind {
+    /* The key is a hash of the bytes (a pack): the same bytes are there. */
+    ST_ONCE_NAMED_BY_CONTENT = 0,
+    /* Any other immutable object (a manifest): the stored bytes are read
+     * and compared with data. */
+    ST_ONCE_COMPARE = 1
+} st_once_kind;
+
+/*!
+ * Stores an object that is never replaced: a create (st_put_new) where the
+ * store offers one, else a plain st_put (today's behaviour). An existing
+ * object is ST_OK when kind says it holds these bytes (named by content,
+ * or read back equal); other bytes are ST_ERR_BUSY, nothing replaced, the
+ * message naming the key. *created (may be NULL) is 1 when this call's
+ * request stored the object, 0 when the object was already there.
+ */
+st_err st_put_once(st_backend *b, const char *key, const void *data, size_t len, st_once_kind kind,
+                   int *created);
 st_err st_get(st_backend *b, const char *key, uint64_t offset, uint64_t len, st_bytes *out);
 st_err st_stat(st_backend *b, const char *key, uint64_t *size);
 /*! A streamed GET (ops->get_stream), or for a backend without one a ranged

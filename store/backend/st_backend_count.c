@@ -7,7 +7,8 @@
 
 typedef struct count_ctx {
     /* Our table: del_many only when inner has it, so that a store without
-     * batch requests is deleted through count_del and counted per key. */
+     * batch requests is deleted through count_del and counted per key;
+     * put_new likewise. */
     st_backend_ops ops;
     st_backend *inner;
     st_backend_counts *c;
@@ -35,6 +36,17 @@ static st_err count_put(void *ctx, const char *key, const void *data, size_t len
 {
     count_ctx *x = ctx;
     return counted(x, ST_REQ_PUT, x->inner->ops->put(x->inner->ctx, key, data, len));
+}
+
+/* A create is a PUT. "Exists" is an answer, counted ok; "unsupported"
+ * sent nothing and is not counted. */
+static st_err count_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    count_ctx *x = ctx;
+    st_err e = x->inner->ops->put_new(x->inner->ctx, key, data, len);
+    if (e != ST_ERR_UNSUPPORTED)
+        counted(x, ST_REQ_PUT, e == ST_ERR_EXISTS ? ST_OK : e);
+    return e;
 }
 
 static st_err count_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
@@ -99,6 +111,7 @@ static const st_backend_ops count_ops_template = {
     .get_stream = count_get_stream,
     .stat = count_stat,
     .stat_time = count_stat_time,
+    .put_new = count_put_new,
     .list = count_list,
     .del = count_del,
     .del_many = count_del_many,
@@ -120,6 +133,8 @@ static st_err wrap(st_backend *inner, st_backend_counts *counts, int owns, st_ba
     x->ops = count_ops_template;
     if (!x->inner->ops->del_many)
         x->ops.del_many = NULL;
+    if (!x->inner->ops->put_new)
+        x->ops.put_new = NULL;
     w->ops = &x->ops;
     w->ctx = x;
     *out = w;

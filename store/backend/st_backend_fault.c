@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 typedef struct fault_ctx {
-    st_backend_ops ops; /* del_many only when inner has it (as the count wrapper) */
+    st_backend_ops ops; /* del_many, put_new only when inner has them (as the count wrapper) */
     st_backend *inner;
     unsigned put_delay_ms;
     unsigned get_delay_ms;            /* before a GET of a pack only */
@@ -27,6 +27,8 @@ typedef struct fault_ctx {
     char put_hold_key[256];           /* ...keys containing this ("": packs) */
     char get_hold[256];               /* "" : none; else a file that holds GETs of... */
     char get_hold_key[256];           /* ...keys containing this ("": every key) */
+    char lose_answer[256];            /* "" : none; else the first PUT of a key containing it */
+    atomic_int answer_lost;           /* 1 once that PUT's answer was lost */
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
     atomic_int get_delay_told, get_end_delay_told, hold_told, get_hold_told;
 } fault_ctx;
@@ -63,9 +65,10 @@ static void wait_while_held(fault_ctx *f, const char *key)
         hold_while(f->put_hold, &f->hold_told, "put_hold", key);
 }
 
-static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
+/* What put and put_new meet before the request: put_hold, put_delay_ms
+ * and fail_key (ST_ERR_TRANSIENT, or ST_OK to go on). */
+static st_err before_put(fault_ctx *f, const char *key)
 {
-    fault_ctx *f = ctx;
     wait_while_held(f, key);
     if (f->put_delay_ms) {
         if (!atomic_exchange(&f->delay_told, 1))
@@ -78,7 +81,32 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
             fprintf(stderr, "st_backend_fault: fired: fail_key=%s (first: %s)\n", f->fail_key, key);
         return st_seterr(ST_ERR_TRANSIENT, "fault injected: PUT of %s refused", key);
     }
-    return f->inner->ops->put(f->inner->ctx, key, data, len);
+    return ST_OK;
+}
+
+/* lose_answer: the store did the PUT, its answer is lost (once); a retry
+ * wrapper above sends it again. */
+static st_err answer_of(fault_ctx *f, const char *key, st_err e)
+{
+    if (e || !f->lose_answer[0] || !strstr(key, f->lose_answer) ||
+        atomic_exchange(&f->answer_lost, 1))
+        return e;
+    fprintf(stderr, "st_backend_fault: fired: lose_answer=%s (first: %s)\n", f->lose_answer, key);
+    return st_seterr(ST_ERR_TRANSIENT, "fault injected: the answer to the PUT of %s was lost", key);
+}
+
+static st_err fault_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    fault_ctx *f = ctx;
+    st_err e = before_put(f, key);
+    return e ? e : answer_of(f, key, f->inner->ops->put(f->inner->ctx, key, data, len));
+}
+
+static st_err fault_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    fault_ctx *f = ctx;
+    st_err e = before_put(f, key);
+    return e ? e : answer_of(f, key, f->inner->ops->put_new(f->inner->ctx, key, data, len));
 }
 
 /* get_delay_ms (before) and get_end_delay_ms (after): a GET of a pack,
@@ -164,6 +192,7 @@ static const st_backend_ops fault_ops_template = {
     .get_stream = fault_get_stream,
     .stat = fault_stat,
     .stat_time = fault_stat_time,
+    .put_new = fault_put_new,
     .list = fault_list,
     .del = fault_del,
     .del_many = fault_del_many,
@@ -199,6 +228,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
             snprintf(f->get_hold, sizeof f->get_hold, "%s", it + 9);
         } else if (!strncmp(it, "get_hold_key=", 13) && it[13]) {
             snprintf(f->get_hold_key, sizeof f->get_hold_key, "%s", it + 13);
+        } else if (!strncmp(it, "lose_answer=", 12) && it[12]) {
+            snprintf(f->lose_answer, sizeof f->lose_answer, "%s", it + 12);
         } else {
             free(f);
             free(w);
@@ -211,10 +242,13 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->get_end_delay_told, 0);
     atomic_init(&f->hold_told, 0);
     atomic_init(&f->get_hold_told, 0);
+    atomic_init(&f->answer_lost, 0);
     f->inner = *b;
     f->ops = fault_ops_template;
     if (!f->inner->ops->del_many)
         f->ops.del_many = NULL;
+    if (!f->inner->ops->put_new)
+        f->ops.put_new = NULL;
     w->ops = &f->ops;
     w->ctx = f;
     *b = w;

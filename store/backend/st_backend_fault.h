@@ -14,9 +14,16 @@
  *                      over)
  *   "fail_key=S"       every PUT of a key containing S fails as transient (the
  *                      caller retries forever: a node that cannot publish)
- *   "put_hold=PATH"    every PUT of a pack waits while the file PATH exists
- *                      (polled every 10 ms): a test holds an upload under way
- *                      for as long as it needs, then removes PATH
+ *   "put_hold=PATH"    every PUT (or create, put_new) of a pack, or of a key
+ *                      containing the "put_hold_key=S" item, waits while the
+ *                      file PATH exists (polled every 10 ms), and first
+ *                      creates PATH.reached: a test holds an upload under way
+ *                      for as long as it needs (a lease claim between its
+ *                      read and its create), then removes PATH
+ *   "lose_answer=S"    the first PUT (or create) of a key containing S is
+ *                      done by the store, then answered ST_ERR_TRANSIENT: an
+ *                      answer lost on the way back, which a retry wrapper
+ *                      above sends again (a create then meets its own object)
  *   "get_hold=PATH"    every GET of a key containing the "get_hold_key=S"
  *                      item (every key without one) waits while PATH exists,
  *                      and first creates PATH.reached: a test holds a reader

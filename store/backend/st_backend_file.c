@@ -15,7 +15,9 @@
  * drop its now clean pages from the page cache (drop_cached_pages) →
  * close (NFS reports write-back errors there) → renameat over the target →
  * fsync the directory. A directory we create is made durable by fsyncing its
- * parent right after mkdir. Readers see the old object or all of the new one,
+ * parent right after mkdir. put_new links the temp file to the key instead
+ * (link fails with EEXIST when the key exists: an exact create), then
+ * unlinks the temp name. Readers see the old object or all of the new one,
  * never a mix, because rename is atomic. Every failure removes the temp file.
  *
  * Confinement. Every path is resolved from an fd on the root, one component
@@ -212,9 +214,12 @@ static st_err write_all(int fd, const uint8_t *p, size_t len)
  * temp → fsync → close → rename → fsync dir, all inside dfd. Returns
  * ST_ERR_NOT_FOUND (and sets no message) only when dfd's directory was
  * removed before the temp file existed, which the caller retries.
+ * create_only (put_new): the temp file is linked to leaf instead of
+ * renamed over it, which fails with EEXIST when leaf exists (the object
+ * is not touched: ST_ERR_EXISTS), then unlinked.
  */
 static st_err put_in_dir(file_ctx *c, int dfd, const char *key, const char *leaf, const void *data,
-                         size_t len)
+                         size_t len, int create_only)
 {
     char tmp[80];
     int fd = -1;
@@ -246,9 +251,20 @@ static st_err put_in_dir(file_ctx *c, int dfd, const char *key, const char *leaf
     fd = -1;
     if (r < 0)
         goto fail;
-    what = "rename temp file over the object";
-    if (renameat(dfd, tmp, dfd, leaf) < 0)
-        goto fail;
+    if (create_only) {
+        what = "link temp file to the object";
+        if (linkat(dfd, tmp, dfd, leaf, 0) < 0) {
+            if (errno != EEXIST)
+                goto fail;
+            unlinkat(dfd, tmp, 0);
+            return st_seterr(ST_ERR_EXISTS, "file store %s: put %s: exists", c->root, key);
+        }
+        unlinkat(dfd, tmp, 0); /* the object keeps its name: the temp one only goes */
+    } else {
+        what = "rename temp file over the object";
+        if (renameat(dfd, tmp, dfd, leaf) < 0)
+            goto fail;
+    }
     /* The object is in place; without this fsync a crash could lose the name. */
     if (!c->scratch && fsync_fd(dfd) < 0)
         return file_err(c, errno, "put", key, "fsync directory");
@@ -266,9 +282,9 @@ fail:;
     return e;
 }
 
-static st_err file_put(void *ctx, const char *key, const void *data, size_t len)
+static st_err put_object(file_ctx *c, const char *key, const void *data, size_t len,
+                         int create_only)
 {
-    file_ctx *c = ctx;
     size_t leaf = leaf_offset(key);
     for (int attempt = 0; attempt <= PUT_RETRIES; attempt++) {
         int dfd = walk_dirs(c, key, leaf, 1);
@@ -277,7 +293,7 @@ static st_err file_put(void *ctx, const char *key, const void *data, size_t len)
                 continue;
             return file_err(c, errno, "put", key, "create parent directory");
         }
-        st_err e = put_in_dir(c, dfd, key, key + leaf, data, len);
+        st_err e = put_in_dir(c, dfd, key, key + leaf, data, len, create_only);
         close(dfd);
         if (e != ST_ERR_NOT_FOUND)
             return e;
@@ -286,6 +302,16 @@ static st_err file_put(void *ctx, const char *key, const void *data, size_t len)
         ST_ERR_TRANSIENT,
         "file store %s: put %s: parent directory kept vanishing under concurrent deletes", c->root,
         key);
+}
+
+static st_err file_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    return put_object(ctx, key, data, len, 0);
+}
+
+static st_err file_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    return put_object(ctx, key, data, len, 1);
 }
 
 /* ---- get / stat ---- */
@@ -766,6 +792,7 @@ static const st_backend_ops file_ops = {
     .get_stream = file_get_stream,
     .stat = file_stat,
     .stat_time = file_stat_time,
+    .put_new = file_put_new,
     .list = file_list,
     .del = file_del,
     .close = file_close,

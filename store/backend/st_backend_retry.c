@@ -164,17 +164,34 @@ static int retry_again(retry_ctx *c, st_err e, unsigned tries, uint64_t t0)
     return 0;
 }
 
-static st_err retry_put(void *ctx, const char *key, const void *data, size_t len)
+/* put and put_new: the same body sent again after a transient failure.
+ * A create whose first answer was lost meets its own object on the next
+ * try (ST_ERR_EXISTS): not retried, the caller judges it (st_put_once). */
+static st_err retry_put_with(retry_ctx *c,
+                             st_err (*put)(void *ctx, const char *key, const void *data,
+                                           size_t len),
+                             const char *key, const void *data, size_t len)
 {
-    retry_ctx *c = ctx;
     uint64_t t0 = now_ms();
     st_err e;
     unsigned tries = 0;
     do {
         tries++;
-        e = c->inner->ops->put(c->inner->ctx, key, data, len);
+        e = put(c->inner->ctx, key, data, len);
     } while (retry_again(c, e, tries, t0));
     return e;
+}
+
+static st_err retry_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    retry_ctx *c = ctx;
+    return retry_put_with(c, c->inner->ops->put, key, data, len);
+}
+
+static st_err retry_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    retry_ctx *c = ctx;
+    return retry_put_with(c, c->inner->ops->put_new, key, data, len);
 }
 
 static st_err retry_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
@@ -364,6 +381,7 @@ static const st_backend_ops retry_ops_template = {
     .get_stream = retry_get_stream,
     .stat = retry_stat,
     .stat_time = retry_stat_time,
+    .put_new = retry_put_new,
     .list = retry_list,
     .del = retry_del,
     .del_many = retry_del_many,
@@ -390,6 +408,8 @@ st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, s
      * loops over retry_del, which retries each key on its own. */
     if (!inner->ops->del_many)
         c->ops.del_many = NULL;
+    if (!inner->ops->put_new) /* st_put_new then says unsupported */
+        c->ops.put_new = NULL;
     c->inner = inner;
     c->policy = policy ? *policy : (st_retry_policy){0};
     if (!c->policy.attempts)

@@ -27,6 +27,11 @@
  * (XAmzContentSHA256Mismatch, BadDigest, InvalidDigest) is transient: the
  * retry sends it again.
  *
+ * Conditional PUT (put_new, docs/S3.md): If-None-Match: *, a 412 is
+ * ST_ERR_EXISTS. Whether the store honours the header is probed once per
+ * open, at the first put_new (probe_cond_put); where it does not, put_new
+ * is ST_ERR_UNSUPPORTED and sends nothing.
+ *
  * Server-side encryption (--s3-sse, docs/S3.md): SSE-S3 and SSE-KMS
  * headers on every PUT; SSE-C's three headers (algorithm, key, key MD5) on
  * every PUT, GET (ranged or streamed) and HEAD of an object. The key is in
@@ -57,8 +62,9 @@
  * is scrubbed of the secret before it is quoted.
  *
  * Threads: any op from any thread, concurrently. Shared state: cfg (read
- * only), the pool (pool_lock), the share (share_locks), bucket_seen
- * (atomic). curl and libxml2 are initialised once per process.
+ * only), the pool (pool_lock), the share (share_locks), bucket_seen and
+ * cond_put (atomic; cond_lock serialises the probe). curl and libxml2 are
+ * initialised once per process.
  */
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -73,6 +79,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/st_backend.h"
 #include "backend/st_s3_common.h"
@@ -105,16 +112,31 @@ static void share_unlock(CURL *h, curl_lock_data d, void *arg)
 
 /* ---- ops ---- */
 
-static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
+/* One PUT of data under key into r, with If-None-Match: * when
+ * create_only; the request's own result (put_object judges it). */
+static st_err put_request(v4_ctx *c, v4_req *r, const char *key, const void *data, size_t len,
+                          int create_only)
 {
-    v4_ctx *c = ctx;
-    v4_req r;
-    st_err e = v4_object_req_init(&r, c, "put", key);
+    static const char *const plain[] = {"Content-Type: application/octet-stream", NULL};
+    static const char *const create[] = {"Content-Type: application/octet-stream",
+                                         "If-None-Match: *", NULL};
+    st_err e = v4_object_req_init(r, c, "put", key);
     if (e)
         return e;
-    static const char *const hdrs[] = {"Content-Type: application/octet-stream", NULL};
-    r.sse = c->put_sse;
-    e = v4_request(c, &r, "PUT", r.full_key, NULL, data ? data : "", len, hdrs);
+    r->sse = c->put_sse;
+    return v4_request(c, r, "PUT", r->full_key, NULL, data ? data : "", len,
+                      create_only ? create : plain);
+}
+
+/* put, and put_new once the store is known to honour If-None-Match: a
+ * 412 to a create is ST_ERR_EXISTS. */
+static st_err put_object(v4_ctx *c, const char *key, const void *data, size_t len, int create_only)
+{
+    v4_req r;
+    st_err e = put_request(c, &r, key, data, len, create_only);
+    if (e && create_only && r.status == 412)
+        return st_seterr(ST_ERR_EXISTS, "s3 put s3://%s/%s%s at %s: exists (HTTP 412 %s)",
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint, r.code);
     if (!e && c->cfg.sse != ST_S3_SSE_NONE && !r.sse_confirmed)
         return st_seterr(ST_ERR_PERMANENT,
                          "s3 put s3://%s/%s%s at %s: the store took the object but its answer "
@@ -131,6 +153,65 @@ static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
                       "demands encryption",
                       st_errmsg());
     return e;
+}
+
+static st_err v4_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    return put_object(ctx, key, data, len, 0);
+}
+
+static st_err v4_del(void *ctx, const char *key);
+
+/*
+ * Whether the store honours If-None-Match on a PUT (docs/S3.md,
+ * "Conditional PUT"): a store that ignores it replaces the object and
+ * answers 200, which no answer to a real create can be told from. So a
+ * probe object is PUT, then created again: 412 says yes, 2xx or 501 no.
+ * Any other failure decides nothing (returned; the next put_new probes
+ * again). The answer is logged once per store open.
+ */
+static st_err probe_cond_put(v4_ctx *c)
+{
+    static atomic_uint_fast64_t probes;
+    char probe[96];
+    snprintf(probe, sizeof probe, "%s-%ld-%" PRIu64, ST_S3_COND_PROBE_KEY, (long)getpid(),
+             (uint64_t)atomic_fetch_add(&probes, 1));
+    v4_req r;
+    st_err e = put_object(c, probe, "", 0, 0);
+    if (e)
+        return e;
+    e = put_request(c, &r, probe, "", 0, 1);
+    int yes = e && r.status == 412;
+    int no = !e || r.status == 501 || strcmp(r.code, "NotImplemented") == 0;
+    v4_del(c, probe); /* best effort: a leftover probe is never listed as a key */
+    if (!yes && !no)
+        return e;
+    atomic_store(&c->cond_put, yes ? V4_COND_YES : V4_COND_NO);
+    fprintf(stderr, "ckpt s3: s3://%s/%s at %s: conditional PUT (If-None-Match) %s\n",
+            c->cfg.bucket, c->cfg.prefix, c->cfg.endpoint,
+            yes ? "supported: packs, manifests and first leases are created, never replaced"
+                : "not supported (the store replaced an object): plain PUTs");
+    st_clearerr();
+    return ST_OK;
+}
+
+static st_err v4_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    v4_ctx *c = ctx;
+    st_err e = ST_OK;
+    if (atomic_load(&c->cond_put) == V4_COND_UNKNOWN) {
+        pthread_mutex_lock(&c->cond_lock); /* one probe at a time; the others wait for it */
+        if (atomic_load(&c->cond_put) == V4_COND_UNKNOWN)
+            e = probe_cond_put(c);
+        pthread_mutex_unlock(&c->cond_lock);
+        if (e)
+            return e;
+    }
+    if (atomic_load(&c->cond_put) == V4_COND_NO)
+        return st_seterr(ST_ERR_UNSUPPORTED,
+                         "s3 put s3://%s/%s%s at %s: the store does not honour If-None-Match",
+                         c->cfg.bucket, c->cfg.prefix, key, c->cfg.endpoint);
+    return put_object(c, key, data, len, 1);
 }
 
 /* HEAD: the size. A 404 is not told apart from a missing bucket here. */
@@ -648,6 +729,7 @@ static void v4_close(void *ctx)
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&c->share_locks[i]);
     pthread_mutex_destroy(&c->pool_lock);
+    pthread_mutex_destroy(&c->cond_lock);
     for (int i = 0; i < 4; i++) {
         if (c->put_sse[i])
             OPENSSL_cleanse(c->put_sse[i], strlen(c->put_sse[i]));
@@ -709,6 +791,7 @@ static const st_backend_ops v4_ops = {
     .get_stream = v4_get_stream,
     .stat = v4_stat,
     .stat_time = v4_stat_time,
+    .put_new = v4_put_new,
     .list = v4_list,
     .del = v4_del,
     .del_many = v4_del_many,
@@ -726,6 +809,7 @@ st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_bac
     if (!c)
         return st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
     pthread_mutex_init(&c->pool_lock, NULL);
+    pthread_mutex_init(&c->cond_lock, NULL);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&c->share_locks[i], NULL);
     if ((e = st_s3_config_load(&c->cfg, url, opts)) != ST_OK)
@@ -755,6 +839,7 @@ st_err st_backend_s3v4_open(const char *url, const st_backend_opts *opts, st_bac
     curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     atomic_init(&c->bucket_seen, 0);
     atomic_init(&c->no_batch_delete, 0);
+    atomic_init(&c->cond_put, V4_COND_UNKNOWN);
     if (!(b = malloc(sizeof *b))) {
         e = st_seterr(ST_ERR_NOMEM, "s3 open: out of memory");
         goto out;

@@ -111,6 +111,9 @@ st_err st_s3_full_key(const st_s3_config *cfg, const char *op, const char *key, 
 /* A key no store key can be (a component starting with '.'): a HEAD of it
  * answers 404 with the store's Date, which is the store's "now". */
 #define ST_S3_CLOCK_KEY ".ckptfs-clock"
+/* The object put_new's probe writes and deletes (docs/S3.md, "Conditional
+ * PUT"), with "-<pid>-<n>" appended: a name no store key can be. */
+#define ST_S3_COND_PROBE_KEY ".ckptfs-probe-cond"
 
 /*! Parses an HTTP date value (RFC 9110 IMF-fixdate, "Sun, 06 Nov 1994
  *  08:49:37 GMT", leading blanks and a trailing CR LF allowed) into ns

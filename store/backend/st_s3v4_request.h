@@ -53,7 +53,14 @@ typedef struct v4_ctx {
     /* Set once the store answered DeleteObjects with "not implemented":
      * del_many then deletes key by key. */
     atomic_int no_batch_delete;
+    /* Whether the store honours If-None-Match on a PUT (v4_cond below):
+     * probed at the first put_new, under cond_lock, then read only. */
+    atomic_int cond_put;
+    pthread_mutex_t cond_lock;
 } v4_ctx;
+
+/* v4_ctx.cond_put. */
+enum v4_cond { V4_COND_UNKNOWN = 0, V4_COND_YES = 1, V4_COND_NO = 2 };
 
 /* One request: what it sends and what came back. On the caller's stack. */
 typedef struct v4_req {

@@ -636,9 +636,13 @@ static st_err publish(st_backend *b, const st_manifest *m, st_part *part, int fe
     if (e)
         goto out;
     ST_CRASHPOINT("manifest-put-before");
+    /* A create where the store has one: the revision is past every one
+     * listed, so its key is new unless another daemon with this node name
+     * picked it too, whose manifest is then not replaced (docs/PROTOCOL.md,
+     * "Immutable objects are created, not replaced"). */
     if ((e = st_catalog_seal_part(m, part, &buf)) ||
         (e = st_key_manifest(key, sizeof key, m->job, m->step, m->node, part->revision)) ||
-        (e = st_put(b, key, buf.data, buf.len)))
+        (e = st_put_once(b, key, buf.data, buf.len, ST_ONCE_COMPARE, NULL)))
         goto out;
     (*puts)++;
     ST_CRASHPOINT("manifest-put-after");

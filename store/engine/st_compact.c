@@ -427,7 +427,7 @@ static st_err put_new_pack(compactor *c, st_pack_writer *w)
     if (!e)
         e = st_key_pack(key, sizeof key, c->job, &id);
     if (!e)
-        e = st_put(c->b, key, w->data.data, w->data.len);
+        e = st_put_once(c->b, key, w->data.data, w->data.len, ST_ONCE_NAMED_BY_CONTENT, NULL);
     if (e)
         return e;
     c->r->compact_puts++;

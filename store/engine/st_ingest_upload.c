@@ -47,7 +47,8 @@ static void *upload_main(void *arg)
         st_err e = st_key_pack(key, sizeof key, g->job, &b->id);
         ST_CRASHPOINT("pack-put-before");
         if (!e)
-            e = st_put(g->backend, key, b->w.data.data, b->w.data.len);
+            e = st_put_once(g->backend, key, b->w.data.data, b->w.data.len,
+                            ST_ONCE_NAMED_BY_CONTENT, NULL);
         ST_CRASHPOINT_IF(!e, "pack-put-after");
         pthread_mutex_lock(&g->lock);
         b->err = e;

@@ -35,7 +35,11 @@ typedef enum st_claim_mode {
  * NULL), the message names the holder — unless gone (may be NULL) says the
  * holder's process has certainly ended (same machine and PID namespace,
  * no such process), when the lease is taken over at once. Store errors are returned as they
- * are (nothing is claimed).
+ * are (nothing is claimed). Where no lease was read, it is written with a
+ * create (st_put_new; docs/NODES.md, "The first lease is a create"): a
+ * create that meets a lease reads it again and judges it as above, so the
+ * loser of two claims started together gets ST_ERR_BUSY, and a create
+ * whose lost answer was retried finds its own lease and holds the name.
  */
 typedef int (*st_nodelease_gone_fn)(const st_lease *holder);
 st_err st_nodelease_claim(st_backend *b, const char *node, const st_lease *mine, st_claim_mode mode,

@@ -72,8 +72,8 @@ static void health_on_try(void *arg, st_err e, unsigned try_no)
     (void)try_no;
     st_vfs *v = arg;
     vhealth *h = &v->health;
-    if (e == ST_ERR_NOMEM || e == ST_ERR_INVALID)
-        return; /* our side: the store was not asked, or not heard */
+    if (e == ST_ERR_NOMEM || e == ST_ERR_INVALID || e == ST_ERR_UNSUPPORTED)
+        return; /* our side: the store was not asked (a create it lacks), or not heard */
     int failed = e == ST_ERR_TRANSIENT;
     if (!failed && !atomic_load_explicit(&h->down, memory_order_relaxed))
         return; /* the common case: a healthy store answered */

@@ -6,6 +6,7 @@ S3 client and an S3 server (s3rver), one decision per request.
                   [--stats-file F] [--stats-interval S] [--request-log F] [--seed N]
                   [--stall-s S] [--owner-pid PID] [--rate-mbps N]
                   [--faults e500=0.03,e503=0.03,drop_req=0.03,drop_resp=0.03,cut_body=0.03,stall=0.003]
+                  [--fault-match REGEX ... [--fault-max N]]
 
 It parses request and response framing (Content-Length, chunked, HEAD/1xx/
 204/304), so with keep-alive connections every request, not only the first on
@@ -15,8 +16,10 @@ a connection, can be hit. Faults, each with its probability per request:
     e503       answer 503 SlowDown without asking the server
     drop_req   close the client connection after reading the request head:
                the server never sees the request, the client gets no reply
-    drop_resp  forward the request, then close after half of the response
-               (head or body): the server did the work, the reply is cut
+    drop_resp  forward the request, then close after half of the final
+               response (head or body; an interim 100 Continue passes, so a
+               PUT's body reaches the server): the server did the work, the
+               reply is cut
     cut_body   forward half of a request body to the server, then reset both
                connections (an upload cut mid-way; requests with a body only)
     stall      hold the request for --stall-s seconds, answering nothing,
@@ -27,6 +30,13 @@ a connection, can be hit. Faults, each with its probability per request:
                server that checks the signed payload hash or Content-MD5
                refuses. Its answers are counted by what they say:
                flip_body_answer_<S3 error code>, or _<HTTP status> without one
+
+--fault-match REGEX (repeatable) lets faults hit only requests whose
+request line ("PUT /bucket/key HTTP/1.1") matches one of the expressions
+(re.search), and --fault-max N (default: no limit) only the first N
+requests matching each expression: `--faults drop_resp=1 --fault-match
+'^PUT .*/packs/' --fault-max 1` loses the answer to the first pack PUT and
+to nothing else, whatever the seed.
 
 Every fault closes the connection it hit. Counts go to --stats-file (JSON) on
 SIGTERM/SIGINT and every --stats-interval seconds (default 1; the peer
@@ -50,6 +60,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -208,9 +219,24 @@ class Proxy:
                 sys.exit("faultproxy: unknown fault %r (known: %s)" % (name, ", ".join(FAULTS)))
             self.rates[name] = float(value)
         self.stats = Stats()
+        self.matchers = [re.compile(m) for m in args.fault_match]
+        self.match_hits = [0] * len(self.matchers)
         rate = args.rate_mbps * 1e6
         self.up = Bucket(rate) if rate > 0 else None
         self.down = Bucket(rate) if rate > 0 else None
+
+    def targeted(self, first):
+        """Whether a request may be hit: every one without --fault-match;
+        else one matching an expression that has hit fewer than
+        --fault-max requests (which it then counts)."""
+        if not self.matchers:
+            return True
+        for i, rx in enumerate(self.matchers):
+            if rx.search(first) and (self.args.fault_max is None
+                                     or self.match_hits[i] < self.args.fault_max):
+                self.match_hits[i] += 1
+                return True
+        return False
 
     def pick(self, has_body):
         r = self.rng.random()
@@ -251,7 +277,7 @@ class Proxy:
                     return
                 self.stats.counts["requests"] += 1
                 self.stats.count_request(method, body_len)
-                fault = self.pick(body_len > 0)
+                fault = self.pick(body_len > 0) if self.targeted(first) else None
                 if fault:
                     self.stats.counts[fault] += 1
                 if fault in ("e500", "e503"):
@@ -322,7 +348,10 @@ class Proxy:
                             break
                         rbody = await read_body(ureader, rheaders, method, status)
                         whole = rhead + rbody
-                        if status >= 200 or fault == "drop_resp":
+                        # A 100 Continue passes also under drop_resp: the
+                        # client sends its body only then, and the fault is
+                        # that the server did the work and its answer is lost.
+                        if status >= 200:
                             whole_ready = True
                             break
                         cwriter.write(whole)
@@ -411,6 +440,10 @@ def main():
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--stall-s", type=float, default=5.0)
     ap.add_argument("--faults", default="")
+    ap.add_argument("--fault-match", action="append", default=[],
+                    help="faults only for requests whose request line matches (repeatable)")
+    ap.add_argument("--fault-max", type=int, default=None,
+                    help="at most N faulted requests per --fault-match expression")
     ap.add_argument("--rate-mbps", type=float, default=0.0,
                     help="cap each direction at N MB/s, shared by all connections (0: no cap)")
     ap.add_argument("--owner-pid", type=int, default=0,

@@ -11,6 +11,12 @@
 #   s3t_wait_file FILE PID LOG WHAT
 #                          wait up to 10 s for FILE (a port file) to be written
 #                          while PID lives; else show LOG and exit 1
+#   s3t_rgw_client TEMPLATE
+#                          the prologue of a client of with_rgw.sh's RGW behind
+#                          a proxy: RGW_ENDPOINT set (else exit 2), s3t_python,
+#                          s3t_work TEMPLATE, proxy_pid="" stopped (and $work
+#                          finished) in the EXIT trap, the store's settings
+#                          taken from the command line only, the cache in $work
 # Only PIDs the script started are ever signalled.
 
 s3t_python() {
@@ -50,4 +56,14 @@ s3t_wait_file() { # FILE PID LOG WHAT
     [ -z "$3" ] || cat "$3" >&2
     echo "$me: $4 did not start in 10 s" >&2
     exit 1
+}
+
+s3t_rgw_client() { # TEMPLATE
+    [ -n "${RGW_ENDPOINT:-}" ] || { echo "$me: run it under tests/s3/with_rgw.sh" >&2; exit 2; }
+    s3t_python
+    s3t_work "$1"
+    proxy_pid=""
+    trap 's3t_stop proxy_pid; s3t_finish' EXIT
+    unset CKPT_S3_ENDPOINT CKPT_S3_SSE
+    export XDG_CACHE_HOME=$work/cache
 }

@@ -8,7 +8,8 @@
  * object, so no memcpy ever sees NULL). Keys reaching the ops were validated
  * by st_backend.c's wrappers, so they are not checked again here.
  *
- * Atomicity: a put replaces the object's bytes in one step under the lock,
+ * Atomicity: a put replaces the object's bytes in one step under the lock
+ * (a put_new finds the key absent and inserts it in the same section),
  * and a get copies them out under it, so a reader sees the old object or the
  * whole new one. Bytes are copied in before and freed after the lock is
  * held, so the critical sections are short.
@@ -65,9 +66,11 @@ static st_err no_such(const char *op, const char *key)
     return st_seterr(ST_ERR_NOT_FOUND, "mem store: %s %s: no such object", op, key);
 }
 
-static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
+/* put, and put_new (create_only: an existing key is ST_ERR_EXISTS, checked
+ * under the lock, so exactly one of two racing creates lands). */
+static st_err put_object(mem_store *s, const char *key, const void *data, size_t len,
+                         int create_only)
 {
-    mem_store *s = ctx;
     uint8_t *copy = malloc(len ? len : 1);
     char *kcopy = NULL;
     if (!copy)
@@ -80,7 +83,9 @@ static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
     pthread_mutex_lock(&s->lock);
     int found;
     size_t i = lower_bound(s, key, &found);
-    if (found) {
+    if (found && create_only) {
+        e = st_seterr(ST_ERR_EXISTS, "mem store: put %s: exists", key);
+    } else if (found) {
         old = s->objs[i].data;
         s->objs[i].data = copy;
         s->objs[i].len = len;
@@ -100,6 +105,16 @@ static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
     free(old);
     free(copy);
     return e;
+}
+
+static st_err mem_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    return put_object(ctx, key, data, len, 0);
+}
+
+static st_err mem_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    return put_object(ctx, key, data, len, 1);
 }
 
 static st_err mem_get(void *ctx, const char *key, uint64_t offset, uint64_t len, st_bytes *out)
@@ -272,6 +287,7 @@ static const st_backend_ops mem_ops = {
     .list = mem_list,
     .del = mem_del,
     .close = mem_close,
+    .put_new = mem_put_new,
 };
 
 /* A new handle on s, counted in s->refs. */

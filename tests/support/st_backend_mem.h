@@ -2,8 +2,8 @@
  * st_backend_mem — an object store in process memory, for tests: the mount
  * model and the engine run over it in unit tests without a disk store or a
  * network (as restic's internal/backend/mem). It implements st_backend.h's
- * contract exactly (atomic put, ranged get, stat, ascending prefix list,
- * idempotent del) and passes tests/unit/backend_conformance.h.
+ * contract exactly (atomic put, a create (put_new), ranged get, stat,
+ * ascending prefix list, idempotent del) and passes tests/unit/backend_conformance.h.
  *
  * Nothing survives the last handle: a test that needs a store to outlive one
  * st_vfs or one node opens another handle on it with st_backend_mem_share(),

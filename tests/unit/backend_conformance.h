@@ -190,6 +190,88 @@ static inline void bc_case_overwrite(void)
     free(b);
 }
 
+/* One of bc_case_put_new's racing creators. */
+typedef struct bc_creator {
+    const char *key;
+    char body[16];
+    st_err e;
+} bc_creator;
+
+static inline void *bc_create_main(void *arg)
+{
+    bc_creator *c = arg;
+    c->e = st_put_new(bc_b, c->key, c->body, strlen(c->body));
+    return NULL;
+}
+
+/* put_new is a create: a second one answers ST_ERR_EXISTS and leaves the
+ * object as it was, and of creates racing for one key exactly one lands.
+ * A store without one answers ST_ERR_UNSUPPORTED and writes nothing, and
+ * st_put_once then stores with a plain PUT. st_put_once judges an existing
+ * object by kind: named by content is the same bytes; compared, other
+ * bytes are ST_ERR_BUSY. */
+static inline void bc_case_put_new(void)
+{
+    bc_key k;
+    bc_k(&k, "pn/x");
+    st_bytes got = {0};
+    uint64_t sz = 1;
+    int created = -1;
+    st_err e = st_put_new(bc_b, k.s, "first", 5);
+    if (e == ST_ERR_UNSUPPORTED) {
+        CHECK_ERR(st_stat(bc_b, k.s, &sz), ST_ERR_NOT_FOUND);
+        CHECK_OK(st_put_once(bc_b, k.s, "first", 5, ST_ONCE_COMPARE, &created));
+        CHECK(created == 1);
+        CHECK_OK(st_put_once(bc_b, k.s, "other", 5, ST_ONCE_COMPARE, &created));
+        CHECK_OK(st_get(bc_b, k.s, 0, ST_GET_TO_END, &got));
+        CHECK(got.len == 5 && !memcmp(got.data, "other", 5)); /* replaced, as before */
+        CHECK_OK(st_del(bc_b, k.s));
+        st_bytes_free(&got);
+        return;
+    }
+    CHECK_OK(e);
+    CHECK_ERR(st_put_new(bc_b, k.s, "second", 6), ST_ERR_EXISTS);
+    CHECK_OK(st_get(bc_b, k.s, 0, ST_GET_TO_END, &got));
+    CHECK(got.len == 5 && !memcmp(got.data, "first", 5));
+    CHECK_OK(st_put_once(bc_b, k.s, "first", 5, ST_ONCE_COMPARE, &created));
+    CHECK(created == 0);
+    CHECK_ERR(st_put_once(bc_b, k.s, "other", 5, ST_ONCE_COMPARE, &created), ST_ERR_BUSY);
+    CHECK_OK(st_put_once(bc_b, k.s, "other", 5, ST_ONCE_NAMED_BY_CONTENT, &created));
+    CHECK(created == 0);
+    CHECK_OK(st_get(bc_b, k.s, 0, ST_GET_TO_END, &got));
+    CHECK(got.len == 5 && !memcmp(got.data, "first", 5));
+    /* Gone, it can be created again; an empty object too. */
+    CHECK_OK(st_del(bc_b, k.s));
+    CHECK_OK(st_put_new(bc_b, k.s, NULL, 0));
+    CHECK_OK(st_stat(bc_b, k.s, &sz));
+    CHECK(sz == 0);
+    CHECK_OK(st_del(bc_b, k.s));
+
+    enum { N = 4 };
+    bc_creator cr[N];
+    pthread_t th[N];
+    bc_key rk;
+    bc_k(&rk, "pn/race");
+    for (int i = 0; i < N; i++) {
+        cr[i] = (bc_creator){.key = rk.s};
+        snprintf(cr[i].body, sizeof cr[i].body, "creator-%d", i);
+        CHECK(pthread_create(&th[i], NULL, bc_create_main, &cr[i]) == 0);
+    }
+    int won = -1, lost = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        if (cr[i].e == ST_OK)
+            won = won < 0 ? i : -2;
+        else
+            lost += cr[i].e == ST_ERR_EXISTS;
+    }
+    CHECK(won >= 0 && lost == N - 1);
+    CHECK_OK(st_get(bc_b, rk.s, 0, ST_GET_TO_END, &got));
+    CHECK(won >= 0 && got.len == strlen(cr[won].body) && !memcmp(got.data, cr[won].body, got.len));
+    CHECK_OK(st_del(bc_b, rk.s));
+    st_bytes_free(&got);
+}
+
 /* The ranges a get and a streamed get are checked with, of an object of
  * BC_RANGE_OBJ bytes: the expected result is computed from the contract's
  * rule (bc_range_want), never written down. */
@@ -869,6 +951,7 @@ static inline void backend_conformance_run(st_backend *b, const char *scratch_pr
     bc_begin(b, scratch_prefix);
     RUN(bc_case_roundtrip);
     RUN(bc_case_overwrite);
+    RUN(bc_case_put_new);
     RUN(bc_case_ranges);
     RUN(bc_case_stream_ranges);
     RUN(bc_case_stream_large);
@@ -893,6 +976,7 @@ static inline void backend_conformance_run_cheap(st_backend *b, const char *scra
 {
     bc_begin(b, scratch_prefix);
     RUN(bc_case_roundtrip);
+    RUN(bc_case_put_new);
     RUN(bc_case_ranges);
     RUN(bc_case_stream_ranges);
     RUN(bc_case_stream_large);

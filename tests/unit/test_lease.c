@@ -4,31 +4,28 @@
  * a second daemon with a taken name is refused, a restart on its own
  * staging takes the name back, a daemon killed on this host is replaced at
  * once, and a daemon whose name was taken while it ran publishes nothing.
+ * The first lease is a create: of two claims that both read "no lease",
+ * exactly one holds the name, and a create whose answer was lost is its
+ * own claim's.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/st_backend_fault.h"
+#include "backend/st_backend_retry.h"
 #include "engine/st_nodelease.h"
 #include "format/st_lease.h"
+#include "ut_lease.h"
 #include "vfs_harness.h"
-
-static st_lease lease_of(const char *instance_char, int64_t heartbeat_ns, int64_t pid,
-                         const char *origin)
-{
-    st_lease l = {.heartbeat_ns = heartbeat_ns, .ttl_ns = 60ll * 1000000000, .pid = pid};
-    memset(l.instance, instance_char[0], ST_LEASE_INSTANCE_LEN);
-    snprintf(l.origin, sizeof l.origin, "%s", origin);
-    snprintf(l.host, sizeof l.host, "host-1");
-    return l;
-}
 
 static void test_codec(void)
 {
     char text[ST_LEASE_TEXT_MAX], key[ST_KEY_MAX];
     size_t len;
-    st_lease l = lease_of("a", 123456789, 42, "00112233445566ff"), back;
+    st_lease l = ut_lease_of("a", 123456789, 42, "00112233445566ff"), back;
     snprintf(l.host, sizeof l.host, "bad host\nname");
     CHECK_OK(st_lease_encode(&l, text, &len));
     CHECK(memchr(text, '\n', len) == text + len - 1); /* one line: the host is squeezed */
@@ -57,8 +54,8 @@ static void test_claim_rules(void)
     st_backend *b;
     CHECK_OK(st_backend_mem_open(&b));
     const int64_t now = 1000ll * 1000000000;
-    st_lease mine = lease_of("a", now, 1, "0000000000000001");
-    st_lease other = lease_of("b", now - 10ll * 1000000000, 2, "0000000000000002"), holder;
+    st_lease mine = ut_lease_of("a", now, 1, "0000000000000001");
+    st_lease other = ut_lease_of("b", now - 10ll * 1000000000, 2, "0000000000000002"), holder;
     size_t len;
     char text[ST_LEASE_TEXT_MAX];
 
@@ -107,6 +104,48 @@ static void test_claim_rules(void)
     CHECK_OK(st_lease_decode(buf.data, buf.len, &stored));
     st_bytes_free(&buf);
     st_backend_close(b);
+}
+
+/* ut_lease.h's start race, on the in-memory store and on file://. */
+static void test_start_race(void)
+{
+    st_backend *store, *held;
+    CHECK_OK(st_backend_mem_open(&store));
+    char hold[PATH_MAX];
+    snprintf(hold, sizeof hold, "%s/lease-hold", vh_tmp);
+    CHECK_OK(st_backend_mem_share(store, &held));
+    ut_lease_race(store, held, "n", hold);
+    st_backend_close(store);
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/race-store", vh_tmp);
+    CHECK_OK(st_backend_file_open(root, &store));
+    CHECK_OK(st_backend_file_open(root, &held));
+    ut_lease_race(store, held, "n", hold);
+    st_backend_close(store);
+}
+
+/* A create whose answer was lost after the store took it: the retry meets
+ * the claim's own lease (412 on S3, EEXIST on file://) and the claim holds
+ * the name; its own object is never read as a rival's. */
+static void test_create_answer_lost(void)
+{
+    st_backend *store, *lossy, *retried;
+    CHECK_OK(st_backend_mem_open(&store));
+    CHECK_OK(st_backend_mem_share(store, &lossy));
+    CHECK_OK(st_backend_fault_wrap(&lossy, "lose_answer=nodes/n.lease"));
+    st_retry_policy fast = {.base_ms = 1, .max_ms = 2};
+    CHECK_OK(st_backend_retry_wrap(lossy, &fast, &retried));
+    st_lease mine = ut_lease_of("a", st_now_ns(), 1, "0000000000000001");
+    CHECK_OK(st_nodelease_claim(retried, "n", &mine, ST_CLAIM_ACQUIRE, NULL, NULL));
+    CHECK(st_backend_retry_count(retried) == 1); /* the lost answer, sent again */
+    st_bytes buf = {0};
+    st_lease stored;
+    CHECK_OK(st_get(store, "nodes/n.lease", 0, ST_GET_TO_END, &buf));
+    CHECK(st_lease_decode(buf.data, buf.len, &stored) == ST_OK &&
+          !strcmp(stored.instance, mine.instance));
+    st_bytes_free(&buf);
+    st_backend_close(retried);
+    st_backend_close(store);
 }
 
 /* A started mount whose refresher has written its lease. */
@@ -189,6 +228,51 @@ static void test_killed_daemon_is_replaced_at_once(void)
     st_backend_close(store);
 }
 
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Two mounts started with one node name at once (docs/NODES.md, "The first
+ * lease is a create"): the first one's first lease write (its refresher's
+ * first tick) is held between its read and its create while the second one
+ * starts and writes its own; released, the first one is refused: its
+ * status names the holder and it publishes nothing, while the second one
+ * publishes. With plain PUTs the first one's lease replaced the second's
+ * and its status said nothing. */
+static void test_mounts_started_together(void)
+{
+    st_backend *store;
+    CHECK_OK(st_backend_mem_open(&store));
+    char hold[PATH_MAX], reached[PATH_MAX + 16], spec[PATH_MAX + 64];
+    snprintf(hold, sizeof hold, "%s/twin-hold", vh_tmp);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "put_hold=%s,put_hold_key=nodes/twin.lease", hold);
+    ut_write_file(hold, "", 0);
+    vh_mount a, b;
+    CHECK_OK(vh_mount_open_fault(&a, store, "twin", "twin-a", 1, spec));
+    CHECK(VH_WAIT(exists(reached), 20)); /* a read "no lease"; its create waits */
+    CHECK_OK(vh_mount_open(&b, store, "twin", "twin-b", 1)); /* b reads none too */
+    CHECK(VH_WAIT(lease_written(store, "twin"), 10));
+    unlink(hold);
+    st_bytes st = {0};
+    CHECK(
+        VH_WAIT((vh_status(&a, &st), strstr((char *)st.data, "held by another live ckptfs")), 10));
+    CHECK_OK(vh_write_str(&a, VH_JOB "/ckpt-000008.pt", "eight", VH_PID_A));
+    CHECK_OK(vh_write_str(&b, VH_JOB "/ckpt-000009.pt", "nine", VH_PID_A));
+    CHECK_OK(st_vfs_wait_idle(b.v, 20));
+    CHECK(vh_consistent(store, 9));
+    st_part p;
+    CHECK_ERR(vh_part(store, 8, "twin", &p), ST_ERR_NOT_FOUND);
+    vh_status(&b, &st);
+    CHECK(strstr((char *)st.data, "held by another live ckptfs") == NULL);
+    st_bytes_free(&st);
+    vh_mount_close(&a);
+    vh_mount_close(&b);
+    CHECK_ERR(vh_part(store, 8, "twin", &p), ST_ERR_NOT_FOUND); /* not even at unmount */
+    st_backend_close(store);
+}
+
 static void test_taken_name_publishes_nothing(void)
 {
     st_backend *store;
@@ -198,7 +282,7 @@ static void test_taken_name_publishes_nothing(void)
     CHECK(VH_WAIT(lease_written(store, "node-t"), 10));
     /* Another daemon takes the name (a live lease of another instance, on
      * another machine), as after a partition that made ours look stale. */
-    st_lease other = lease_of("c", st_now_ns(), 99, "00000000000000cc");
+    st_lease other = ut_lease_of("c", st_now_ns(), 99, "00000000000000cc");
     char text[ST_LEASE_TEXT_MAX];
     size_t len;
     CHECK_OK(st_lease_encode(&other, text, &len));
@@ -222,9 +306,12 @@ int main(void)
         return 1;
     RUN(test_codec);
     RUN(test_claim_rules);
+    RUN(test_start_race);
+    RUN(test_create_answer_lost);
     RUN(test_second_daemon_is_refused);
     RUN(test_killed_daemon_is_replaced_at_once);
     RUN(test_taken_name_publishes_nothing);
+    RUN(test_mounts_started_together);
     vh_teardown();
     return ut_finish();
 }

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "backend/st_backend.h"
+#include "backend/st_backend_fault.h"
+#include "backend/st_backend_retry.h"
 #include "engine/st_catalog.h"
 #include "engine/st_ingest.h"
 #include "engine/st_state.h"
@@ -303,6 +305,106 @@ static void test_failed_check_writes_nothing(void)
     fixture_close(&f);
 }
 
+/* One publish of a fixture's manifest on its own thread. */
+typedef struct publish_run {
+    fixture *f;
+    st_backend *b;
+    st_part part;
+    st_err e;
+    char msg[512];
+} publish_run;
+
+static void *publish_main(void *arg)
+{
+    publish_run *r = arg;
+    const st_publish_check look = st_ingest_last_look(r->f->g);
+    uint64_t puts = 0;
+    r->part = (st_part){.revision = 1, .complete = 1};
+    r->e = st_catalog_publish(r->b, &r->f->m, &r->part, &look, 1, &puts);
+    snprintf(r->msg, sizeof r->msg, "%s", st_errmsg());
+    return NULL;
+}
+
+static int exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* A manifest is created, never replaced (docs/PROTOCOL.md, "Immutable
+ * objects are created, not replaced"). The publish is held at its
+ * manifest PUT (the fault wrapper's put_hold); meanwhile another daemon
+ * with this node name stores its own manifest under that key (revision 1:
+ * the step had none). Released, the publish fails (ST_ERR_BUSY), the
+ * stored manifest is the other one's and no part record is written; the
+ * publish tried again takes the next revision. With a plain PUT the other
+ * manifest was replaced and the part record written. */
+static void test_manifest_conflict(void)
+{
+    fixture f;
+    fixture_open(&f, 5);
+    char hold[300], reached[320], spec[400], key[ST_KEY_MAX];
+    snprintf(hold, sizeof hold, "%s/manifest-hold", root);
+    snprintf(reached, sizeof reached, "%s.reached", hold);
+    snprintf(spec, sizeof spec, "put_hold=%s,put_hold_key=.manifest", hold);
+    ut_write_file(hold, "", 0);
+    publish_run run = {.f = &f};
+    CHECK_OK(st_backend_mem_share(f.r.inner, &run.b));
+    CHECK_OK(st_backend_fault_wrap(&run.b, spec));
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, publish_main, &run) == 0);
+    int held = 0;
+    for (int i = 0; i < 4000 && !(held = exists(reached)); i++) /* 20 s at most */
+        usleep(5000);
+    CHECK(held);
+    CHECK_OK(st_key_manifest(key, sizeof key, "pj", 5, "n1", 1));
+    CHECK_OK(st_put(f.r.inner, key, "another daemon's manifest", 25));
+    unlink(hold);
+    pthread_join(th, NULL);
+    CHECK(run.e == ST_ERR_BUSY && run.part.revision == 1);
+    CHECK(strstr(run.msg, "already holds other bytes under this name") != NULL);
+    st_bytes buf = {0};
+    st_part back;
+    CHECK_ERR(st_catalog_load_part(f.r.inner, "pj", 5, "n1", &buf, &back), ST_ERR_NOT_FOUND);
+    CHECK_OK(st_get(f.r.inner, key, 0, ST_GET_TO_END, &buf));
+    CHECK(buf.len == 25 && !memcmp(buf.data, "another daemon's manifest", 25));
+    /* Again: a revision past the other one's, published whole. */
+    publish_main(&run);
+    CHECK_OK(run.e);
+    CHECK(run.part.revision == 2);
+    CHECK_OK(st_catalog_load_part(f.r.inner, "pj", 5, "n1", &buf, &back));
+    CHECK(back.revision == 2);
+    st_part_free(&back);
+    st_bytes_free(&buf);
+    st_backend_close(run.b);
+    fixture_close(&f);
+}
+
+/* A create whose answer was lost after the store took it meets its own
+ * object when the retry wrapper sends it again: the manifest's bytes are
+ * read back equal and the publish completes. */
+static void test_manifest_answer_lost(void)
+{
+    fixture f;
+    fixture_open(&f, 6);
+    st_backend *lossy, *retried;
+    CHECK_OK(st_backend_mem_share(f.r.inner, &lossy));
+    CHECK_OK(st_backend_fault_wrap(&lossy, "lose_answer=.manifest"));
+    st_retry_policy fast = {.base_ms = 1, .max_ms = 2};
+    CHECK_OK(st_backend_retry_wrap(lossy, &fast, &retried));
+    publish_run run = {.f = &f, .b = retried};
+    publish_main(&run);
+    CHECK_OK(run.e);
+    CHECK(st_backend_retry_count(retried) == 1);
+    st_bytes buf = {0};
+    st_part back;
+    CHECK_OK(st_catalog_load_part(f.r.inner, "pj", 6, "n1", &buf, &back));
+    CHECK(back.revision == run.part.revision);
+    st_part_free(&back);
+    st_bytes_free(&buf);
+    st_backend_close(retried);
+    fixture_close(&f);
+}
+
 /* Publishes `job`'s step as node, from a fresh ingest of one file (seed). */
 static void publish_step(fixture *f, uint64_t step, const char *node, uint64_t seed,
                          st_id *first_chunk)
@@ -373,6 +475,8 @@ static void run_cases(void)
 {
     RUN(test_first_round_at_once_then_manifest_then_part);
     RUN(test_failed_check_writes_nothing);
+    RUN(test_manifest_conflict);
+    RUN(test_manifest_answer_lost);
     RUN(test_index_sync_reads_each_step_once);
 }
 
