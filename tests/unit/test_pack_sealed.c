@@ -17,21 +17,10 @@
 #include "util/st_keyring.h"
 #include "util/st_wire.h"
 #include "ut.h"
+#include "ut_crypt.h"
 #include "ut_format.h"
 
 #define NCHUNKS 5
-
-/* A keyring of one key whose bytes are all `fill`. */
-static st_keyring *keyring_of(uint8_t fill)
-{
-    st_keyring *kr = NULL;
-    uint8_t key[ST_KEY_LEN];
-    memset(key, fill, sizeof key);
-    CHECK_OK(st_keyring_new(&kr));
-    if (kr)
-        CHECK_OK(st_keyring_add(kr, key));
-    return kr;
-}
 
 /* Chunk i's content: a marker string repeated to a few hundred bytes. */
 static size_t chunk_content(size_t i, uint8_t *out)
@@ -85,7 +74,7 @@ static st_err decode(const st_keyring *kr, const uint8_t *p, size_t len, st_pack
 
 static void test_roundtrip(void)
 {
-    st_keyring *kr = keyring_of(7);
+    st_keyring *kr = ut_keyring_of(7);
     st_pack_writer w = {0};
     st_pack_writer_set_keyring(&w, kr);
     st_id id;
@@ -149,7 +138,7 @@ static void test_roundtrip(void)
 
 static void test_tamper_and_keys(void)
 {
-    st_keyring *kr = keyring_of(7), *other = keyring_of(9);
+    st_keyring *kr = ut_keyring_of(7), *other = ut_keyring_of(9);
     st_pack_writer w = {0};
     st_pack_writer_set_keyring(&w, kr);
     st_id id;
@@ -217,7 +206,7 @@ static void test_tamper_and_keys(void)
 /* A sealed pack with no chunks: header, sealed empty trailer, footer. */
 static void test_empty(void)
 {
-    st_keyring *kr = keyring_of(3);
+    st_keyring *kr = ut_keyring_of(3);
     st_pack_writer w = {0};
     st_pack_writer_set_keyring(&w, kr);
     st_id id;
