@@ -160,9 +160,12 @@ static st_err fetch_bundle(const st_bundle_source *src, const st_chunk_ref *ref,
         goto out;
     }
     size_t enc_len = ref->stored_len;
-    if (src->seal) { /* opened in place: the chunk encoding, its tag less */
-        e = st_envelope_open_chunk(src->kr, src->job, src->pack, src->seal, ref->offset, enc,
+    if (src->seal) {      /* opened in place: the chunk encoding, its tag less */
+        st_pack_opener o; /* a bundle is one record: no key to keep */
+        memset(&o, 0, sizeof o);
+        e = st_envelope_open_chunk(&o, src->kr, src->job, src->pack, src->seal, ref->offset, enc,
                                    enc_len, enc);
+        st_pack_opener_wipe(&o);
         if (e) {
             e = st_seterr(e, "restoring %s: %s", src->path, st_errmsg());
             goto out;

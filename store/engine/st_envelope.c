@@ -305,18 +305,26 @@ st_err st_envelope_check(st_backend *b, const st_keyring *kr, const char *url)
 
 /* ---- pack records ---- */
 
-st_err st_envelope_open_chunk(const st_keyring *kr, const char *job, const st_id *pack,
-                              const st_pack_seal *seal, uint64_t offset, const uint8_t *in,
-                              size_t len, uint8_t *out)
+st_err st_envelope_open_chunk(st_pack_opener *o, const st_keyring *kr, const char *job,
+                              const st_id *pack, const st_pack_seal *seal, uint64_t offset,
+                              const uint8_t *in, size_t len, uint8_t *out)
 {
-    char key[ST_KEY_MAX];
-    st_crypt_objkey k;
-    st_err e = st_key_pack(key, sizeof key, job, pack);
-    if (!e)
-        e = st_pack_key(kr, key, seal, &k);
-    if (e)
-        return e;
-    e = st_pack_open_record(&k, key, seal, offset, in, len, out);
-    st_crypt_objkey_wipe(&k);
-    return e;
+    if (!o->valid || st_id_cmp(&o->pack, pack) != 0 || memcmp(&o->seal, seal, sizeof *seal)) {
+        st_pack_opener_wipe(o);
+        st_err e = st_key_pack(o->name, sizeof o->name, job, pack);
+        if (!e)
+            e = st_pack_key(kr, o->name, seal, &o->key);
+        if (e)
+            return e;
+        o->pack = *pack;
+        o->seal = *seal;
+        o->valid = 1;
+    }
+    return st_pack_open_record(&o->key, o->name, seal, offset, in, len, out);
+}
+
+void st_pack_opener_wipe(st_pack_opener *o)
+{
+    st_crypt_objkey_wipe(&o->key);
+    o->valid = 0;
 }

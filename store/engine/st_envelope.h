@@ -23,6 +23,7 @@
 #include "format/st_pack.h"
 #include "st_error.h"
 #include "util/st_hash.h"
+#include "util/st_crypt.h"
 #include "util/st_keyring.h"
 
 /* The store marker's key and its whole content. */
@@ -52,14 +53,30 @@ st_err st_envelope_wrap(st_backend **b, const st_keyring *kr);
  *  inner open (a backend the caller lent). */
 st_err st_envelope_borrow(st_backend *inner, const st_keyring *kr, st_backend **out);
 
+/* The key of the last sealed pack a reader opened a record of: deriving a
+ * pack's key (HKDF) costs more than opening a small record, and a reader
+ * takes many records of one pack in a row. Zero-initialise; wipe with
+ * st_pack_opener_wipe. One thread at a time. */
+typedef struct st_pack_opener {
+    int valid;
+    st_id pack;
+    st_pack_seal seal;
+    st_crypt_objkey key;
+    char name[ST_KEY_MAX]; /* the pack's object key, for messages */
+} st_pack_opener;
+
 /*!
  * Opens the record in[0..len) read at `offset` of job's sealed pack `pack`
  * (seal: its key id and salt, from the manifest) into out[0..len -
- * ST_CRYPT_TAG_LEN) (out may be in). ST_OK; ST_ERR_KEY (kr NULL, or no key
- * of the seal's id: named); ST_ERR_CORRUPT naming the pack and offset.
+ * ST_CRYPT_TAG_LEN) (out may be in), with o's key when it is that pack's.
+ * ST_OK; ST_ERR_KEY (kr NULL, or no key of the seal's id: named);
+ * ST_ERR_CORRUPT naming the pack and offset.
  */
-st_err st_envelope_open_chunk(const st_keyring *kr, const char *job, const st_id *pack,
-                              const st_pack_seal *seal, uint64_t offset, const uint8_t *in,
-                              size_t len, uint8_t *out);
+st_err st_envelope_open_chunk(st_pack_opener *o, const st_keyring *kr, const char *job,
+                              const st_id *pack, const st_pack_seal *seal, uint64_t offset,
+                              const uint8_t *in, size_t len, uint8_t *out);
+
+/*! Wipes o's key; o may be used again. */
+void st_pack_opener_wipe(st_pack_opener *o);
 
 #endif

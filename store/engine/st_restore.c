@@ -43,6 +43,7 @@ struct st_restorer {
     const st_keyring *kr; /* opens sealed packs (st_restorer_set_keyring); NULL: none */
     uint8_t *opened;      /* one opened record of a sealed pack */
     size_t opened_cap;
+    st_pack_opener opener; /* the key of the last sealed pack read */
     st_restore_stats stats;
 };
 
@@ -334,7 +335,7 @@ static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *re
     if (!e && k->m->pack_seals) { /* a sealed pack's record: opened first */
         e = grow_buffer(&r->opened, &r->opened_cap, enc_len ? enc_len : 1);
         if (!e)
-            e = st_envelope_open_chunk(r->kr, r->job, &k->m->packs[ref->pack],
+            e = st_envelope_open_chunk(&r->opener, r->kr, r->job, &k->m->packs[ref->pack],
                                        &k->m->pack_seals[ref->pack], ref->offset, p, enc_len,
                                        r->opened);
         p = r->opened;
@@ -1039,6 +1040,7 @@ void st_restorer_free(st_restorer *r)
     free(r->raw);
     free(r->scratch);
     free(r->opened);
+    st_pack_opener_wipe(&r->opener);
     if (r->owns_bundles)
         st_bundlecache_free(r->bundles);
     free(r);
