@@ -171,6 +171,7 @@ ckpt_code ckpt_open(const char *store_url, const ckpt_options *opts, ckpt_store 
         .s3_region = opts->s3_region,
         .s3_addressing = opts->s3_addressing,
         .s3_ca_file = opts->s3_ca_file,
+        .encryption_key_file = opts->encryption_key_file,
     };
     st_err e = st_store_open(&so, &h->st);
     if (e) {

@@ -231,6 +231,10 @@ static void usage(FILE *out)
         "  --s3-sse AES256|aws:kms[:KEY-ID]|c:FILE  server-side encryption of what is\n"
         "                   written; c:FILE: SSE-C, the 32 raw bytes of FILE (mode 0600)\n"
         "                   are the key, needed for reads too (default: $CKPT_S3_SSE)\n"
+        "  --encryption-key-file FILE  client-side encryption (docs/ENCRYPTION.md): the\n"
+        "                   key file (ckptctl keygen) whose keys seal what is written\n"
+        "                   and open what is read; needed for every verb on an\n"
+        "                   encrypted store (default: $CKPT_ENCRYPTION_KEY_FILE)\n"
         "  --peer-secret-file FILE  the peers' cluster secret: ls, latest, restore and\n"
         "                   verify also see steps replicated on peers and not yet\n"
         "                   durable, and read their packs from the peers (docs/PEERS.md)\n"
@@ -318,6 +322,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_ADDRESSING,
         O_CA_FILE,
         O_SSE,
+        O_KEY_FILE,
         O_PEER_SECRET,
         O_APPEND,
     };
@@ -329,6 +334,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"s3-addressing", required_argument, NULL, O_ADDRESSING},
         {"s3-ca-file", required_argument, NULL, O_CA_FILE},
         {"s3-sse", required_argument, NULL, O_SSE},
+        {"encryption-key-file", required_argument, NULL, O_KEY_FILE},
         {"peer-secret-file", required_argument, NULL, O_PEER_SECRET},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
@@ -371,6 +377,7 @@ static int parse_args(int argc, char **argv, cli *c)
         case O_ADDRESSING: c->open.s3_addressing = optarg; break;
         case O_CA_FILE: c->open.s3_ca_file = optarg; break;
         case O_SSE: c->open.s3_sse = optarg; break;
+        case O_KEY_FILE: c->open.encryption_key_file = optarg; break;
         case O_PEER_SECRET: c->open.peer_secret_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:

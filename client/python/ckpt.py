@@ -81,7 +81,7 @@ class _Options(ctypes.Structure):
                 ("warn", ctypes.c_void_p), ("warn_arg", ctypes.c_void_p),
                 ("s3_endpoint", ctypes.c_char_p), ("s3_signature", ctypes.c_char_p),
                 ("s3_region", ctypes.c_char_p), ("s3_addressing", ctypes.c_char_p),
-                ("s3_ca_file", ctypes.c_char_p)]
+                ("s3_ca_file", ctypes.c_char_p), ("encryption_key_file", ctypes.c_char_p)]
 
 
 class _Step(ctypes.Structure):
@@ -304,18 +304,21 @@ class Store:
     the default store. state_dir, node: as ckpt_options (None: defaults).
     s3_endpoint, s3_signature ("v4"/"v2"), s3_region, s3_addressing
     ("path"/"virtual"), s3_ca_file: s3:// settings as in docs/S3.md (None:
-    the environment, else the default).
+    the environment, else the default). encryption_key_file: the key file
+    of an encrypted store (docs/ENCRYPTION.md; None:
+    $CKPT_ENCRYPTION_KEY_FILE, else none).
     Raises CkptError (EINVAL for a malformed URL, ESTORE if unreachable).
     """
 
     def __init__(self, url=None, state_dir=None, node=None, s3_endpoint=None,
-                 s3_signature=None, s3_region=None, s3_addressing=None, s3_ca_file=None):
+                 s3_signature=None, s3_region=None, s3_addressing=None, s3_ca_file=None,
+                 encryption_key_file=None):
         lib = _load()
         self._lock = threading.Lock()
         self._h = None
         opts = _Options(_b(state_dir), None if node is None else node.encode(), None, None,
                         _b(s3_endpoint), _b(s3_signature), _b(s3_region), _b(s3_addressing),
-                        _b(s3_ca_file))
+                        _b(s3_ca_file), _b(encryption_key_file))
         h = ctypes.c_void_p()
         _check(lib.ckpt_open(_b(url), ctypes.byref(opts), ctypes.byref(h)))
         self._h = h

@@ -18,6 +18,7 @@
  * own and keeps nothing.
  */
 #include "engine/st_bundlecache.h"
+#include "engine/st_envelope.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -158,10 +159,23 @@ static st_err fetch_bundle(const st_bundle_source *src, const st_chunk_ref *ref,
                       src->path, key);
         goto out;
     }
+    size_t enc_len = ref->stored_len;
+    if (src->seal) {      /* opened in place: the chunk encoding, its tag less */
+        st_pack_opener o; /* a bundle is one record: no key to keep */
+        memset(&o, 0, sizeof o);
+        e = st_envelope_open_chunk(&o, src->kr, src->job, src->pack, src->seal, ref->offset, enc,
+                                   enc_len, enc);
+        st_pack_opener_wipe(&o);
+        if (e) {
+            e = st_seterr(e, "restoring %s: %s", src->path, st_errmsg());
+            goto out;
+        }
+        enc_len -= ST_CRYPT_TAG_LEN;
+    }
     /* Decoded into exactly bundle_len bytes of room: a chunk that claims
      * more is refused by the codec, one that decodes shorter by the length
      * check of copy_slice(). */
-    e = st_codec_decode(enc, ref->stored_len, &ref->id, *data, ref->bundle_len, len, scratch);
+    e = st_codec_decode(enc, enc_len, &ref->id, *data, ref->bundle_len, len, scratch);
     if (e)
         e = st_seterr(e, "restoring %s: its bundle: %s", src->path, st_errmsg());
 out:

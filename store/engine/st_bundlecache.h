@@ -51,6 +51,10 @@ typedef struct st_bundle_source {
     st_backend *backend; /* borrowed */
     const char *job;
     const st_id *pack; /* the pack ref->pack names */
+    /* A sealed pack's key id and salt (the manifest's, version 4) and the
+     * keyring that opens it; seal NULL for a plain pack. */
+    const struct st_pack_seal *seal;
+    const struct st_keyring *kr;
     const char *path;  /* the file, for messages */
     uint64_t *gets;    /* incremented by a GET this call made (the caller's own counter) */
     uint64_t *fetched; /* bytes that GET received */

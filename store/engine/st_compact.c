@@ -186,6 +186,16 @@ static st_err load_parts(compactor *c)
             }
             if (!e && (e = st_catalog_load_manifest(c->b, &cp->part, &buf, &cp->m)))
                 st_part_free(&cp->part);
+            /* Moving chunks between sealed packs (CKp2) would open and seal
+             * each record again: not built (docs/ENCRYPTION.md, "Where it
+             * lives"). Refused before anything is written. */
+            if (!e && cp->m.pack_seals) {
+                st_manifest_free(&cp->m);
+                st_part_free(&cp->part);
+                e = st_seterr(ST_ERR_UNSUPPORTED,
+                              "compaction of an encrypted store is not built yet; gc without "
+                              "--compact deletes what the policy drops");
+            }
             if (!e)
                 c->nparts++;
             else

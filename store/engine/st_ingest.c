@@ -398,7 +398,7 @@ static st_err seal_commit_one(st_ingest *g)
     pthread_mutex_unlock(&g->seal_lock);
     if (!e) {
         c->slot = b->slot;
-        c->stored_len = (uint32_t)enc_len;
+        c->stored_len = (uint32_t)st_pack_record_len(&b->w, enc_len);
         g->ncommitted++;
         if (st_pack_writer_size(&b->w) >= ST_PACK_TARGET_SIZE)
             e = ingest_flush_pack(g, job->stream);
@@ -960,6 +960,9 @@ st_err st_ingest_add_stored(st_ingest *g, const st_manifest *src, const st_file_
         dst->chunks[i] = f->chunks[i];        /* a slice as it is: its bundle stays whole */
         if (!st_chunk_is_hole(&f->chunks[i])) /* a hole is in no pack */
             e = pack_slot(g, &src->packs[f->chunks[i].pack], &dst->chunks[i].pack);
+        if (!e && src->pack_seals && !st_chunk_is_hole(&f->chunks[i]))
+            e = ingest_note_seal(g, &src->packs[f->chunks[i].pack],
+                                 &src->pack_seals[f->chunks[i].pack]);
         g->has_slice |= st_chunk_is_slice(&f->chunks[i]);
     }
     /* Version 3 stores no digest for a file of one whole chunk: it is that
@@ -1003,8 +1006,13 @@ st_err st_ingest_finish(st_ingest *g, st_manifest *m)
     /* Version 3 (written when a file is a slice) lists files in tree order
      * and refuses any other; its bundle table follows from the file order,
      * so sorting after the bundles were made changes nothing stored. */
-    if (g->has_slice && g->nfiles > 1)
+    st_pack_seal *seals = NULL;
+    if ((e = ingest_pack_seals(g, &seals)))
+        return e;
+    /* Version 4 (sealed packs) keeps version 3's tree order too. */
+    if ((g->has_slice || seals) && g->nfiles > 1)
         qsort(g->files, g->nfiles, sizeof *g->files, cmp_file_path);
+    m->pack_seals = seals;
     m->packs = g->packs;
     m->npacks = g->npacks;
     m->files = g->files;
@@ -1084,6 +1092,7 @@ void st_ingest_free(st_ingest *g)
     pthread_mutex_destroy(&g->lock);
     st_idmap_free(&g->new_ids);
     st_idmap_free(&g->pack_slots);
+    ingest_free_seals(g);
     st_idmap_free(&g->gc_checked);
     st_gc_listing_free(&g->listing);
     st_idmap_free(&g->retired);

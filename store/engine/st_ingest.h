@@ -92,6 +92,14 @@ st_err st_ingest_new(st_backend *backend, st_state *state, const char *job,
 void st_ingest_set_parallel(st_ingest *g, unsigned n);
 
 /*!
+ * Seals what the ingest writes under kr's sealing key (docs/ENCRYPTION.md):
+ * its packs (CKp2) and, in its manifest (version 4), every pack's key id
+ * and salt. kr is borrowed and must outlive the ingest; NULL (the default)
+ * writes plain packs. Only before the first file is ingested.
+ */
+void st_ingest_set_keyring(st_ingest *g, const struct st_keyring *kr);
+
+/*!
  * How many threads encode new chunks (1..8; default st_ingest_default_seal_threads()).
  * 1 encodes on the ingest thread. Whatever n, the packs, the manifest and every reference
  * are byte for byte the same (st_ingest.c, "Seal threads"). The threads inherit the

@@ -140,6 +140,15 @@ struct st_ingest {
     st_err upload_err;
     char upload_msg[512];
 
+    /* Sealing (st_ingest_set_keyring; NULL: plain packs and manifests):
+     * the key id and salt of every sealed pack the manifest may name, new
+     * or old, by pack id (seal_index -> known_seals), for its version 4
+     * pack table (st_ingest_keys.c). Ingest thread only. */
+    const st_keyring *kr;
+    st_idmap seal_index;
+    st_pack_seal *known_seals;
+    size_t nknown, known_cap;
+
     /* The manifest under construction. */
     st_id *packs;
     size_t npacks, packs_cap;
@@ -177,5 +186,18 @@ st_err ingest_flush_pack(st_ingest *g, int stream);
 /*! Waits for every queued pack's PUT and records their chunks in the index;
  *  the first error. */
 st_err ingest_drain_uploads(st_ingest *g);
+
+/* st_ingest_keys.c. Each is called on the ingest's own thread. */
+
+/*! Remembers that pack is sealed with seal (a pack this ingest wrote, or
+ *  one a manifest it carries files from names). */
+st_err ingest_note_seal(st_ingest *g, const st_id *pack, const st_pack_seal *seal);
+/*! With a keyring: the manifest's pack table's seals, parallel to
+ *  g->packs (malloc'd into *seals), the header of an old pack whose seal
+ *  is not known read from the store (one ranged GET per pack). ST_ERR_KEY
+ *  for a plain pack (the store mixes). Without: *seals NULL. */
+st_err ingest_pack_seals(st_ingest *g, st_pack_seal **seals);
+/*! Frees what ingest_note_seal kept. */
+void ingest_free_seals(st_ingest *g);
 
 #endif

@@ -128,6 +128,9 @@ st_err ingest_flush_pack(st_ingest *g, int stream)
     ST_CRASHPOINT("pack-sealed");
     /* The slot was reserved when the pack opened; now it has its name. */
     g->packs[b->slot] = b->id;
+    st_pack_seal seal;
+    if (st_pack_writer_seal(&b->w, &seal) && (e = ingest_note_seal(g, &b->id, &seal)))
+        return e;
     if ((e = st_idmap_put(&g->pack_slots, &b->id, b->slot)))
         return e;
     b->end_chunk = g->ncommitted; /* in flight after it: later packs */
@@ -192,6 +195,7 @@ st_err ingest_open_pack(st_ingest *g, int stream)
         return e;
     pack_buf *b = &g->bufs[free_buf];
     st_pack_writer_reset(&b->w);
+    st_pack_writer_set_keyring(&b->w, g->kr);
     b->stream = stream;
     b->first_chunk = g->ncommitted;
     b->slot = (uint32_t)g->npacks;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/st_bundlecache.h"
+#include "engine/st_envelope.h"
 #include "format/st_codec.h"
 #include "util/st_array.h"
 #include "util/st_fsutil.h"
@@ -39,8 +40,17 @@ struct st_restorer {
      * or its own of ST_BUNDLECACHE_PER_WORKER slots, made at the first slice. */
     st_bundlecache *bundles;
     int owns_bundles;
+    const st_keyring *kr; /* opens sealed packs (st_restorer_set_keyring); NULL: none */
+    uint8_t *opened;      /* one opened record of a sealed pack */
+    size_t opened_cap;
+    st_pack_opener opener; /* the key of the last sealed pack read */
     st_restore_stats stats;
 };
+
+void st_restorer_set_keyring(st_restorer *r, const st_keyring *kr)
+{
+    r->kr = kr;
+}
 
 st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out)
 {
@@ -256,6 +266,7 @@ int st_restore_ends_at_pack(const st_file_entry *f, size_t next, uint64_t held, 
 
 /* Where the bytes of one span go: see restore_span(). */
 typedef struct span_sink {
+    const st_manifest *m; /* f's: its packs and their seals */
     const st_file_entry *f;
     int fd;
     st_hasher *digest;       /* sequential write + whole-file digest, or NULL */
@@ -318,12 +329,21 @@ static st_err deliver_bytes(span_sink *k, const uint8_t *raw, size_t raw_len);
 
 static st_err deliver_chunk(st_restorer *r, span_sink *k, const st_chunk_ref *ref, const uint8_t *p)
 {
-    size_t raw_len;
+    size_t raw_len, enc_len = ref->stored_len;
     const uint8_t *raw; /* in p (a raw chunk) or r->raw: no extra copy */
     st_err e = reserve_decode(r, ref->raw_len);
+    if (!e && k->m->pack_seals) { /* a sealed pack's record: opened first */
+        e = grow_buffer(&r->opened, &r->opened_cap, enc_len ? enc_len : 1);
+        if (!e)
+            e = st_envelope_open_chunk(&r->opener, r->kr, r->job, &k->m->packs[ref->pack],
+                                       &k->m->pack_seals[ref->pack], ref->offset, p, enc_len,
+                                       r->opened);
+        p = r->opened;
+        enc_len -= ST_CRYPT_TAG_LEN;
+    }
     if (!e)
-        e = st_codec_decode_view(p, ref->stored_len, &ref->id, r->raw, r->raw_cap, &raw_len,
-                                 r->scratch, &raw);
+        e = st_codec_decode_view(p, enc_len, &ref->id, r->raw, r->raw_cap, &raw_len, r->scratch,
+                                 &raw);
     if (!e && raw_len != ref->raw_len)
         e = st_seterr(ST_ERR_CORRUPT, "chunk length differs from the manifest");
     if (e)
@@ -374,6 +394,8 @@ static st_err deliver_slice(st_restorer *r, const st_manifest *m, span_sink *k, 
     const st_bundle_source src = {.backend = r->backend,
                                   .job = r->job,
                                   .pack = &m->packs[ref->pack],
+                                  .seal = m->pack_seals ? &m->pack_seals[ref->pack] : NULL,
+                                  .kr = r->kr,
                                   .path = k->f->path,
                                   .gets = &r->stats.gets,
                                   .fetched = &r->stats.fetched_bytes};
@@ -572,7 +594,8 @@ static st_err restore_span(st_restorer *r, const st_manifest *m, const st_file_e
                            st_hasher *digest, const st_restore_to *to)
 {
     const size_t end_chunk = first_chunk + count;
-    span_sink k = {.f = f,
+    span_sink k = {.m = m,
+                   .f = f,
                    .fd = fd,
                    .digest = digest,
                    .to = to,
@@ -1016,6 +1039,8 @@ void st_restorer_free(st_restorer *r)
     free(r->stage);
     free(r->raw);
     free(r->scratch);
+    free(r->opened);
+    st_pack_opener_wipe(&r->opener);
     if (r->owns_bundles)
         st_bundlecache_free(r->bundles);
     free(r);

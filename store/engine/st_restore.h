@@ -84,6 +84,10 @@ typedef struct st_restore_stats {
 /*! backend is borrowed and must outlive the restorer. */
 st_err st_restorer_new(st_backend *backend, const char *job, st_restorer **out);
 
+/*! Opens the chunks of sealed packs (a manifest of version 4) with kr,
+ *  which must outlive r. Without it such a chunk is ST_ERR_KEY. */
+void st_restorer_set_keyring(st_restorer *r, const struct st_keyring *kr);
+
 /*!
  * Makes r take the bundles of slices (small files in a bundle, manifest
  * version 3) from `bundles`, shared with other restorers (borrowed: it

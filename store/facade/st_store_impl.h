@@ -24,6 +24,7 @@ struct st_store {
     struct st_peer_secret *peer_secret;
     char peer_cache[4096]; /* the view's pack cache directory, removed at close */
     st_state *state;
+    struct st_keyring *keyring; /* --encryption-key-file's; NULL: a plain store */
     char node[ST_NODE_MAX + 1];
     st_chunker_params chunker;
     unsigned seal_threads; /* 0: the ingest's default */

@@ -46,6 +46,7 @@
 #include "util/st_fsutil.h"
 #include "engine/st_restore.h"
 #include "engine/st_catalog.h"
+#include "util/st_keyring.h"
 
 /* A task ends at TASK_BYTES, or at a switch to another pack once it holds
  * half that: a file written in one go is then one task, and one streamed
@@ -191,6 +192,7 @@ typedef struct rtask {
 
 typedef struct rjob {
     st_backend *backend;
+    const st_keyring *kr; /* opens sealed packs; NULL: a plain store */
     const char *job;
     int stage_fd; /* the staging directory; every file is written there */
     rfile *files;
@@ -288,10 +290,12 @@ static void *restore_worker(void *arg)
     rjob *j = arg;
     st_restorer *rs = NULL;
     st_err e = st_restorer_new(j->backend, j->job, &rs);
-    if (e)
+    if (e) {
         rjob_fail(j, e);
-    else
+    } else {
         st_restorer_share_bundles(rs, j->bundles);
+        st_restorer_set_keyring(rs, j->kr);
+    }
     while (!e) {
         pthread_mutex_lock(&j->lock);
         if (j->err || j->next == j->ntasks) {
@@ -510,6 +514,7 @@ static st_err restore_view(st_store *s, const char *job, const st_stepview *v, c
                            const st_restore_opts *o, st_restore_result *res)
 {
     rjob j = {.backend = s->reader,
+              .kr = s->keyring,
               .job = job,
               .stage_fd = -1,
               .park = ST_PARK_BUDGET_INIT(ST_RESTORE_PARK_MAX),
@@ -618,6 +623,8 @@ st_err st_store_verify(st_store *s, const char *job, uint64_t step, st_verify_re
         e = st_seterr(ST_ERR_IO, "open /dev/null: %s", strerror(errno));
     if (!e)
         e = st_restorer_new(s->reader, job, &rs);
+    if (!e)
+        st_restorer_set_keyring(rs, s->keyring);
     char first_bad[300] = "";
     /* The versions restore would give back (v.entries), not the shadowed. */
     for (size_t i = 0; !e && i < v.nentries; i++) {

@@ -92,7 +92,10 @@ static st_err put_file(st_bytes *out, const st_file_entry *f, unsigned version)
 st_err st_manifest_encode(const st_manifest *m, st_bytes *out)
 {
     size_t start = out->len;
-    const unsigned version = st_manifest_has_slice(m) ? 3 : st_manifest_has_hole(m) ? 2 : 1;
+    const unsigned version = m->pack_seals              ? 4
+                             : st_manifest_has_slice(m) ? 3
+                             : st_manifest_has_hole(m)  ? 2
+                                                        : 1;
     st_err e = validate_for_encode(m, version);
     if (e)
         return e;
@@ -168,7 +171,7 @@ static st_err get_body_v1(const uint8_t *buf, size_t len, unsigned version, st_m
     st_reader r;
     st_err e;
     st_reader_init(&r, buf, len);
-    if ((e = st_manifest_get_head(&r, d)))
+    if ((e = st_manifest_get_head(&r, 0, d)))
         return e;
     if (st_manifest_get_count(&r, MIN_FILE_LEN, &d->nfiles))
         return st_seterr(ST_ERR_CORRUPT, "manifest: file count malformed or too large");
@@ -229,7 +232,7 @@ st_err st_manifest_decode(const uint8_t *buf, size_t len, st_manifest *m)
         return e;
     const uint8_t *body = buf + ST_MANIFEST_HEADER_LEN;
     size_t body_len = len - ST_MANIFEST_HEADER_LEN - ST_MANIFEST_SUM_LEN;
-    e = version >= 3 ? st_manifest_v3_get_body(body, body_len, &d)
+    e = version >= 3 ? st_manifest_v3_get_body(body, body_len, version, &d)
                      : get_body_v1(body, body_len, version, &d);
     if (e) {
         st_manifest_free(&d);
@@ -246,7 +249,7 @@ st_err st_manifest_canonical_bytes(const uint8_t *buf, size_t len, st_bytes *out
         return st_seterr(ST_ERR_CORRUPT, "manifest: too short or bad magic");
     size_t start = out->len;
     size_t before_sum = len - ST_MANIFEST_SUM_LEN;
-    if (st_le16_get(buf + 4) != 3)
+    if (st_le16_get(buf + 4) < 3)
         return st_bytes_append(out, buf, before_sum);
     st_err e = st_bytes_append(out, buf, ST_MANIFEST_HEADER_LEN);
     if (!e)
@@ -267,6 +270,7 @@ void st_manifest_free(st_manifest *m)
     }
     free(m->files);
     free(m->packs);
+    free(m->pack_seals);
     free(m->node);
     free(m->job);
     memset(m, 0, sizeof *m);

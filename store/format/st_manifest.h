@@ -24,6 +24,11 @@
  * of bundles, front-coded paths in tree order, and per file a kind (0
  * extents as in version 2, 1 one whole chunk, 2 a slice of a bundle). Only
  * kind-0 files store a digest. st_manifest_v3.c owns that body.
+ *
+ * Version 4 (written only when the packs are sealed, docs/ENCRYPTION.md) is
+ * version 3's layout whose pack table gives, after each pack id, the key id
+ * (8 bytes) and salt (16 bytes) of that sealed pack (st_pack_seal): what a
+ * reader needs to open the pack's records without reading its header.
  * docs/FORMATS.md has the rules of every version.
  *
  * A chunk reference carries its location, so restore needs no separate index:
@@ -46,11 +51,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "format/st_pack.h"
 #include "st_error.h"
 #include "util/st_hash.h"
 #include "util/st_wire.h"
 
-#define ST_MANIFEST_VERSION  3 /* the newest version read; the oldest that suffices is written */
+#define ST_MANIFEST_VERSION  4 /* the newest version read; the oldest that suffices is written */
 #define ST_MANIFEST_MAX_PATH 4096
 #define ST_MANIFEST_MAX_NAME 255 /* node and job names */
 
@@ -121,6 +127,9 @@ typedef struct st_manifest {
     char *job;
     size_t npacks;
     st_id *packs;
+    /* Version 4: the key id and salt of each pack, parallel to packs (every
+     * pack sealed); NULL when the packs are plain (versions 1 to 3). */
+    st_pack_seal *pack_seals;
     size_t nfiles;
     st_file_entry *files;
 } st_manifest;

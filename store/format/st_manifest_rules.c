@@ -227,8 +227,11 @@ st_err st_manifest_put_head(st_bytes *out, const st_manifest *m)
         e = st_bytes_put_str(out, m->job, strlen(m->job));
     if (!e)
         e = st_bytes_put_varint(out, m->npacks);
-    for (size_t i = 0; !e && i < m->npacks; i++)
+    for (size_t i = 0; !e && i < m->npacks; i++) {
         e = st_bytes_append(out, m->packs[i].b, ST_ID_LEN);
+        if (!e && m->pack_seals)
+            e = st_bytes_append(out, &m->pack_seals[i], sizeof m->pack_seals[i]);
+    }
     return e;
 }
 
@@ -260,7 +263,7 @@ static st_err get_name(st_reader *r, const char *what, char **out)
     return ST_OK;
 }
 
-st_err st_manifest_get_head(st_reader *r, st_manifest *d)
+st_err st_manifest_get_head(st_reader *r, int sealed, st_manifest *d)
 {
     st_err e;
     st_get_varint(r, &d->step);
@@ -269,16 +272,21 @@ st_err st_manifest_get_head(st_reader *r, st_manifest *d)
         return st_seterr(ST_ERR_CORRUPT, "manifest: header malformed");
     if ((e = get_name(r, "node", &d->node)) || (e = get_name(r, "job", &d->job)))
         return e;
-    if (st_manifest_get_count(r, ST_MANIFEST_MIN_PACK, &d->npacks))
+    const size_t entry = ST_MANIFEST_MIN_PACK + (sealed ? sizeof(st_pack_seal) : 0);
+    if (st_manifest_get_count(r, entry, &d->npacks))
         return st_seterr(ST_ERR_CORRUPT, "manifest: pack count malformed or too large");
     if (d->npacks) {
         const uint8_t *ids;
         d->packs = malloc(d->npacks * sizeof *d->packs);
-        if (!d->packs)
+        d->pack_seals = sealed ? malloc(d->npacks * sizeof *d->pack_seals) : NULL;
+        if (!d->packs || (sealed && !d->pack_seals))
             return st_seterr(ST_ERR_NOMEM, "manifest: out of memory for %zu packs", d->npacks);
-        st_get_bytes(r, d->npacks * ST_ID_LEN, &ids); /* fits: count was capped */
-        for (size_t i = 0; i < d->npacks; i++)
-            memcpy(d->packs[i].b, ids + i * ST_ID_LEN, ST_ID_LEN);
+        st_get_bytes(r, d->npacks * entry, &ids); /* fits: count was capped */
+        for (size_t i = 0; i < d->npacks; i++) {
+            memcpy(d->packs[i].b, ids + i * entry, ST_ID_LEN);
+            if (sealed)
+                memcpy(&d->pack_seals[i], ids + i * entry + ST_ID_LEN, sizeof *d->pack_seals);
+        }
     }
     return ST_OK;
 }

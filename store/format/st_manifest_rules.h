@@ -68,10 +68,12 @@ int st_manifest_file_kind(const st_file_entry *f);
 
 /* ---- fields every version shares ---- */
 
-/* step, created_ns, node, job, pack count and pack ids. */
+/* step, created_ns, node, job, pack count and pack ids (each followed by
+ * its st_pack_seal when m->pack_seals: version 4). */
 st_err st_manifest_put_head(st_bytes *out, const st_manifest *m);
-/* Reads them into d (on failure the caller frees d). */
-st_err st_manifest_get_head(st_reader *r, st_manifest *d);
+/* Reads them into d, the seals too when `sealed` (version 4; on failure
+ * the caller frees d). */
+st_err st_manifest_get_head(st_reader *r, int sealed, st_manifest *d);
 
 /* One extent as `version` writes it (version 1: id, pack, offset, stored and
  * raw length; 2 and 3: a tag first, 0 for a hole, pack + 1 for a chunk). */

@@ -477,8 +477,8 @@ static st_err get_extents(st_reader *r, st_manifest *d, const uint8_t *kinds)
 }
 
 /* The rules on the whole: each file's, its kind, the bundle table. */
-static st_err check_decoded(const st_manifest *d, const uint8_t *kinds, const st_chunk_ref *bundles,
-                            size_t nbundles)
+static st_err check_decoded(const st_manifest *d, unsigned version, const uint8_t *kinds,
+                            const st_chunk_ref *bundles, size_t nbundles)
 {
     for (size_t i = 0; i < d->nfiles; i++) {
         const st_file_entry *f = &d->files[i];
@@ -491,7 +491,7 @@ static st_err check_decoded(const st_manifest *d, const uint8_t *kinds, const st
             return st_seterr(ST_ERR_CORRUPT, "manifest: file %zu (chunk %zu): %s", i, bad_chunk,
                              why);
     }
-    if (!st_manifest_has_slice(d))
+    if (version == 3 && !st_manifest_has_slice(d))
         return st_seterr(ST_ERR_CORRUPT, "manifest: version 3 without a slice of a bundle");
     bundle_table t;
     st_err e = bundle_table_build(d->files, d->nfiles, &t);
@@ -507,8 +507,8 @@ static st_err check_decoded(const st_manifest *d, const uint8_t *kinds, const st
     return ST_OK;
 }
 
-/* Parses body[0..len) into d. */
-static st_err get_body(const uint8_t *body, size_t len, st_manifest *d)
+/* Parses the body[0..len) of a version 3 or 4 manifest into d. */
+static st_err get_body(const uint8_t *body, size_t len, unsigned version, st_manifest *d)
 {
     st_reader r;
     st_chunk_ref *bundles = NULL;
@@ -517,7 +517,8 @@ static st_err get_body(const uint8_t *body, size_t len, st_manifest *d)
     st_err e;
 
     st_reader_init(&r, body, len);
-    if ((e = st_manifest_get_head(&r, d)) || (e = get_bundles(&r, &bundles, &nbundles)))
+    if ((e = st_manifest_get_head(&r, version >= 4, d)) ||
+        (e = get_bundles(&r, &bundles, &nbundles)))
         goto out;
     if (st_manifest_get_count(&r, MIN_FILE_LEN, &d->nfiles)) {
         e = st_seterr(ST_ERR_CORRUPT, "manifest: file count malformed or too large");
@@ -540,7 +541,7 @@ static st_err get_body(const uint8_t *body, size_t len, st_manifest *d)
                       st_reader_left(&r));
         goto out;
     }
-    e = check_decoded(d, kinds, bundles, nbundles);
+    e = check_decoded(d, version, kinds, bundles, nbundles);
 out:
     free(bundles);
     free(kinds);
@@ -549,25 +550,26 @@ out:
 
 /* Unframes p[0..len); then decodes the body into d, or (d NULL) appends
  * its length and bytes to out. */
-static st_err open_body(const uint8_t *p, size_t len, st_manifest *d, st_bytes *out)
+static st_err open_body(const uint8_t *p, size_t len, unsigned version, st_manifest *d,
+                        st_bytes *out)
 {
     uint8_t *body = NULL;
     size_t body_len = 0;
     st_err e = get_frame(p, len, &body, &body_len);
     if (!e && d)
-        e = get_body(body, body_len, d);
+        e = get_body(body, body_len, version, d);
     if (!e && !d && !(e = st_bytes_put_varint(out, body_len)))
         e = st_bytes_append(out, body, body_len);
     free(body);
     return e;
 }
 
-st_err st_manifest_v3_get_body(const uint8_t *p, size_t len, st_manifest *d)
+st_err st_manifest_v3_get_body(const uint8_t *p, size_t len, unsigned version, st_manifest *d)
 {
-    return open_body(p, len, d, NULL);
+    return open_body(p, len, version, d, NULL);
 }
 
 st_err st_manifest_v3_unframe(const uint8_t *p, size_t len, st_bytes *out)
 {
-    return open_body(p, len, NULL, out);
+    return open_body(p, len, 3, NULL, out);
 }

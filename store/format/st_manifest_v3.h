@@ -22,10 +22,11 @@
  * the caps a decoder enforces, ST_ERR_NOMEM. */
 st_err st_manifest_v3_put_body(st_bytes *out, const st_manifest *m);
 
-/* Decodes p[0..len), the bytes between header and checksum, into d (zeroed
- * by the caller, freed by the caller on failure): ST_ERR_CORRUPT for any
- * broken rule, ST_ERR_NOMEM. */
-st_err st_manifest_v3_get_body(const uint8_t *p, size_t len, st_manifest *d);
+/* Decodes p[0..len), the bytes between header and checksum of a version 3
+ * or 4 manifest (4: the pack table carries seals), into d (zeroed by the
+ * caller, freed by the caller on failure): ST_ERR_CORRUPT for any broken
+ * rule, ST_ERR_NOMEM. */
+st_err st_manifest_v3_get_body(const uint8_t *p, size_t len, unsigned version, st_manifest *d);
 
 /* Appends p[0..len)'s body length and the body its frame holds (the caps
  * and the frame checked as by st_manifest_v3_get_body). */

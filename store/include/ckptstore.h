@@ -35,6 +35,10 @@ typedef struct st_store_options {
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
     const char *s3_sse; /* AES256, aws:kms[:KEY-ID] or c:KEY-FILE; NULL: $CKPT_S3_SSE, else none */
     int existing_only;  /* file://: a missing directory is ST_ERR_NOT_FOUND, not made */
+    /* Client-side encryption (docs/ENCRYPTION.md): the key file whose keys
+     * seal what this store writes and open what it reads; NULL:
+     * $CKPT_ENCRYPTION_KEY_FILE, else none (a plain store). */
+    const char *encryption_key_file;
     const char *state_dir;            /* local state (dedup index); NULL: $XDG_CACHE_HOME/ckptfs */
     const char *node;                 /* this writer's name; NULL: derived from the host name */
     const st_chunker_params *chunker; /* NULL: defaults */

@@ -91,6 +91,10 @@ typedef struct st_vfs_options {
     const char *s3_addressing; /* "path" or "virtual"; default: virtual for AWS only */
     const char *s3_ca_file;    /* PEM CA bundle for https; default: the system store */
     const char *s3_sse; /* AES256, aws:kms[:KEY-ID] or c:KEY-FILE; NULL: $CKPT_S3_SSE, else none */
+    /* Client-side encryption (docs/ENCRYPTION.md): the key file whose keys
+     * seal what the mount writes and open what it reads; NULL:
+     * $CKPT_ENCRYPTION_KEY_FILE, else none (a plain store). */
+    const char *encryption_key_file;
     const char *staging_dir;  /* created if missing (0700); one mount at a time */
     const char *node;         /* NULL: from the host name */
     const char *step_pattern; /* NULL: built-in step rule */

@@ -27,6 +27,8 @@
 #include "util/st_fsutil.h"
 #include "util/st_parallel.h"
 #include "util/st_thread.h"
+#include "util/st_keyring.h"
+#include "engine/st_envelope.h"
 #include "engine/st_gc.h"
 #include "engine/st_ingest.h"
 
@@ -140,19 +142,34 @@ static st_err look(void *arg)
     return e;
 }
 
-/* The store's steps and this node's lease, read at once (neither needs the
- * other's answer: on Ceph RGW each is a round trip of ~45 ms, and a mount
- * waited for both in a row). They share one bound, so a dead endpoint
- * delays the mount once, not twice (docs/NODES.md); a store that does not
- * answer within it is left to the refresher thread (docs/MOUNT_MODEL.md, "The
- * store is down"). Only a live holder of the node name fails the open. */
+/* The mixing rule of client-side encryption (docs/ENCRYPTION.md): a key
+ * against a plain store with steps, or none against an encrypted one. */
+static st_err read_encryption(st_vfs *v)
+{
+    return st_envelope_check(v->backend, v->keyring,
+                             v->store_url ? v->store_url : "the mount's store");
+}
+
+/* The store's steps, this node's lease and the encryption marker, read at
+ * once (none needs another's answer: on Ceph RGW each is a round trip of
+ * ~45 ms, and a mount waited for them in a row). They share one bound, so a
+ * dead endpoint delays the mount once, not thrice (docs/NODES.md); a store
+ * that does not answer within it is left to the refresher thread
+ * (docs/MOUNT_MODEL.md, "The store is down"). Only a live holder of the node
+ * name and the mixing rule fail the open. */
 static st_err first_look(st_vfs *v)
 {
     const vfs_bound bound = {.stop_at_ns = st_mono_ns() + VFS_OPEN_STORE_WAIT_NS,
                              .outage_budget_ns = VFS_OPEN_OUTAGE_NS};
-    open_look steps = {v, bound, vfs_remote_refresh}, lease = {v, bound, vfs_lease_read};
-    st_parallel_call calls[] = {{.fn = look, .arg = &steps}, {.fn = look, .arg = &lease}};
-    (void)st_parallel_run(calls, 2); /* each result is looked at below */
+    open_look steps = {v, bound, vfs_remote_refresh}, lease = {v, bound, vfs_lease_read},
+              crypt = {v, bound, read_encryption};
+    st_parallel_call calls[] = {
+        {.fn = look, .arg = &steps}, {.fn = look, .arg = &lease}, {.fn = look, .arg = &crypt}};
+    (void)st_parallel_run(calls, 3); /* each result is looked at below */
+    if (calls[2].err == ST_ERR_KEY)
+        return st_seterr(ST_ERR_KEY, "%s", calls[2].msg);
+    if (calls[2].err)
+        vfs_log(v, 1, "cannot check whether the store is encrypted yet: %s", calls[2].msg);
     if (calls[0].err)
         vfs_log(v, 1, "cannot load the store's steps yet (the refresher keeps trying): %s",
                 calls[0].msg);
@@ -176,6 +193,22 @@ static st_err option_choice(const char *what, const char *value, const char *fir
     if (*is_second || strcmp(value, first) == 0)
         return ST_OK;
     return st_seterr(ST_ERR_INVALID, "%s '%.32s': use %s or %s", what, value, first, second);
+}
+
+/* Loads the key file (docs/ENCRYPTION.md) and, with keys, wraps
+ * v->store_backend in the envelope. */
+static st_err open_encryption(st_vfs *v, const st_vfs_options *opts)
+{
+    const char *key_file = opts->encryption_key_file;
+    if (!key_file || !*key_file)
+        key_file = getenv("CKPT_ENCRYPTION_KEY_FILE");
+    st_err e = key_file && *key_file ? st_keyring_load(key_file, &v->keyring) : ST_OK;
+    if (e || !v->keyring)
+        return e;
+    /* The mixing rule is checked in first_look, under the open's bound. */
+    if (opts->backend)
+        return st_envelope_borrow(opts->backend, v->keyring, &v->store_backend);
+    return st_envelope_wrap(&v->store_backend, v->keyring);
 }
 
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
@@ -256,6 +289,8 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
         goto fail;
     v->retry_backend = opts->backend ? NULL : v->store_backend;
     if (!opts->backend && fault && *fault && (e = st_backend_fault_wrap(&v->store_backend, fault)))
+        goto fail;
+    if ((e = open_encryption(v, opts)))
         goto fail;
     /* inodes 0 (unused), 1 root; 2 to ST_VFS_LAST_CTL_INO are the virtual
      * control entries */
@@ -408,8 +443,9 @@ void st_vfs_close(st_vfs *v)
     st_steprules_free(v->rules);
     st_bundlecache_free(v->bundle_cache);
     st_backend_close(v->backend); /* the count wrapper only */
-    if (!v->opts.backend)
+    if (!v->opts.backend || v->keyring)
         st_backend_close(v->store_backend);
+    st_keyring_free(v->keyring);
     free(v->store_url);
     free(v->staging);
     pthread_cond_destroy(&v->changed);

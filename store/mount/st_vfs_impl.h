@@ -355,6 +355,10 @@ struct st_vfs {
     st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
     st_backend *store_backend; /* what that wraps: owned unless opts.backend */
     st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
+    /* The encryption keys (opts.encryption_key_file); NULL: a plain store.
+     * With them, store_backend is the st_envelope wrapper (owned, also when
+     * it borrows opts.backend). Read-only after open: any thread. */
+    struct st_keyring *keyring;
     st_backend_counts requests;
     /* What the remote view reads through: backend, or with peers the view
      * that adds replicated parts and reads their packs from peers

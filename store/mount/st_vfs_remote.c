@@ -636,8 +636,10 @@ static void *fetch_worker_main(void *arg)
     st_restorer *rs = NULL;
     fetch_gate_enter(); /* before v->lock: a waiting worker holds no lock */
     st_err e = st_restorer_new(v->read_backend, fx->job, &rs);
-    if (!e)
+    if (!e) {
         st_restorer_share_bundles(rs, v->bundle_cache);
+        st_restorer_set_keyring(rs, v->keyring);
+    }
     pthread_mutex_lock(&v->lock);
     size_t r;
     while (!e && !fx->err && !v->fetch_stop && (r = take_run(fx)) != SIZE_MAX) {

@@ -414,6 +414,7 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     if (v->opts.seal_threads)
         st_ingest_set_seal_threads(g, v->opts.seal_threads);
     st_ingest_set_lz4_only(g, v->compression_lz4);
+    st_ingest_set_keyring(g, v->keyring);
     /* In tree order, as the manifest lists them (st_ingest.h): small files
      * then fill bundles in the same order at every upload of the step, so
      * an unchanged bundle deduplicates; the snapshot's is the inode table's. */

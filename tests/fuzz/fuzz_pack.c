@@ -9,7 +9,12 @@
  *     and re-encode to exactly the trailer bytes.
  *   mode bit 1 set — writer: data is cut into raw chunks (1 length byte, then
  *     that many bytes), written into a pack, finished, and decoded back; the
- *     entries must match what was written.
+ *     entries must match what was written. Bit 2 set: the pack is sealed
+ *     (CKp2, a fixed key) and read back with the sealed decoder and every
+ *     record opened.
+ *   mode bits 1 clear, 2 set — sealed decoder: data is the tail of a sealed
+ *     pack under a fixed key and salt; it must be refused (the tag) or
+ *     decode to entries inside the chunk area.
  * Any violation aborts; ASan/UBSan/LSan catch memory errors and leaks.
  */
 #include <stdint.h>
@@ -55,16 +60,62 @@ static void check_decoder(const uint8_t *data, size_t len, uint64_t chunk_area, 
             abort();
         st_bytes_free(&re);
         free(e);
-    } else if ((err != ST_ERR_CORRUPT && err != ST_ERR_UNSUPPORTED && err != ST_ERR_NOMEM) || e ||
+    } else if ((err != ST_ERR_CORRUPT && err != ST_ERR_UNSUPPORTED && err != ST_ERR_NOMEM &&
+                err != ST_ERR_KEY) || /* a sealed pack's footer (CKp2) */
+               e ||
                n) {
         abort();
     }
     free(tail);
 }
 
-static void check_writer(const uint8_t *data, size_t len)
+/* The fixed keyring of the sealed modes (one key of 32 bytes 0x42). */
+static st_keyring *fuzz_keyring(void)
+{
+    static st_keyring *kr;
+    uint8_t key[ST_KEY_LEN];
+    memset(key, 0x42, sizeof key);
+    if (!kr && (st_keyring_new(&kr) || st_keyring_add(kr, key)))
+        abort();
+    return kr;
+}
+
+static void check_sealed_decoder(const uint8_t *data, size_t len, uint64_t chunk_area)
+{
+    st_pack_seal seal;
+    memset(&seal, 0, sizeof seal);
+    st_crypt_objkey k;
+    memcpy(seal.key_id, st_keyring_sealing(fuzz_keyring())->id, ST_KEY_ID_LEN);
+    if (st_pack_key(fuzz_keyring(), "f.pack", &seal, &k))
+        abort();
+    uint8_t *tail = malloc(len ? len : 1);
+    if (!tail)
+        abort();
+    if (len)
+        memcpy(tail, data, len);
+    st_pack_entry *e = NULL;
+    size_t n = 0;
+    st_err err =
+        st_pack_sealed_trailer_decode(&k, "f.pack", &seal, tail, len, chunk_area + len, &e, &n);
+    if (err == ST_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (e[i].offset < ST_PACK_HEADER_LEN || e[i].offset + e[i].stored_len > chunk_area)
+                abort();
+    } else if ((err != ST_ERR_CORRUPT && err != ST_ERR_UNSUPPORTED && err != ST_ERR_KEY &&
+                err != ST_ERR_NOMEM) ||
+               e || n) {
+        abort();
+    }
+    free(e);
+    free(tail);
+    st_crypt_objkey_wipe(&k);
+}
+
+static void check_writer(const uint8_t *data, size_t len, int sealed)
 {
     st_pack_writer w = {0};
+    if (sealed)
+        st_pack_writer_set_keyring(&w, fuzz_keyring());
     st_pack_entry want[256];
     size_t nwant = 0;
     while (len && nwant < 256) {
@@ -83,8 +134,8 @@ static void check_writer(const uint8_t *data, size_t len)
         uint64_t off;
         if (st_pack_append_commit(&w, ST_CODEC_HEADER_LEN + n, &off) != ST_OK)
             abort();
-        want[nwant++] = (st_pack_entry){id, off, (uint32_t)(ST_CODEC_HEADER_LEN + n), (uint32_t)n,
-                                        ST_CODEC_RAW};
+        uint32_t stored = (uint32_t)(ST_CODEC_HEADER_LEN + n + (sealed ? ST_CRYPT_TAG_LEN : 0));
+        want[nwant++] = (st_pack_entry){id, off, stored, (uint32_t)n, ST_CODEC_RAW};
         data += 1 + n;
         len -= 1 + n;
     }
@@ -93,22 +144,40 @@ static void check_writer(const uint8_t *data, size_t len)
         abort();
     st_id whole = st_id_of(w.data.data, w.data.len);
     uint32_t tlen, count;
+    int is_sealed = -1;
     if (st_id_cmp(&whole, &pack_id) ||
-        st_pack_footer_decode(w.data.data + w.data.len - ST_PACK_FOOTER_LEN, &tlen, &count) ||
-        count != nwant)
+        st_pack_any_footer_decode(w.data.data + w.data.len - ST_PACK_FOOTER_LEN, &tlen, &count,
+                                  &is_sealed) ||
+        count != nwant || is_sealed != sealed)
         abort();
     size_t tail = (size_t)tlen + ST_PACK_FOOTER_LEN;
+    const uint8_t *tail_at = w.data.data + w.data.len - tail;
     st_pack_entry *e = NULL;
     size_t n = 0;
-    if (st_pack_trailer_decode(w.data.data + w.data.len - tail, tail, w.data.len, &e, &n) ||
-        n != nwant)
+    st_pack_seal seal;
+    st_crypt_objkey k;
+    if (sealed) {
+        if (!st_pack_writer_seal(&w, &seal) || st_pack_key(fuzz_keyring(), "f.pack", &seal, &k) ||
+            st_pack_sealed_trailer_decode(&k, "f.pack", &seal, tail_at, tail, w.data.len, &e, &n))
+            abort();
+    } else if (st_pack_trailer_decode(tail_at, tail, w.data.len, &e, &n)) {
+        abort();
+    }
+    if (n != nwant)
         abort();
     for (size_t i = 0; i < n; i++) {
         if (st_id_cmp(&e[i].id, &want[i].id) || e[i].offset != want[i].offset ||
             e[i].stored_len != want[i].stored_len || e[i].raw_len != want[i].raw_len ||
             e[i].codec != want[i].codec)
             abort();
+        uint8_t enc[ST_CODEC_HEADER_LEN + 256];
+        if (sealed && (st_pack_open_record(&k, "f.pack", &seal, e[i].offset,
+                                           w.data.data + e[i].offset, e[i].stored_len, enc) ||
+                       memcmp(enc + 16, want[i].id.b, ST_ID_LEN)))
+            abort();
     }
+    if (sealed)
+        st_crypt_objkey_wipe(&k);
     free(e);
     st_pack_writer_free(&w);
 }
@@ -120,7 +189,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t mode = data[0];
     uint64_t chunk_area = st_le32_get(data + 1) % (ST_PACK_MAX_SIZE / 2);
     if (mode & 2)
-        check_writer(data + 5, size - 5);
+        check_writer(data + 5, size - 5, (mode & 4) != 0);
+    else if (mode & 4)
+        check_sealed_decoder(data + 5, size - 5, chunk_area);
     else
         check_decoder(data + 5, size - 5, chunk_area, mode & 1);
     return 0;

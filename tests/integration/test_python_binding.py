@@ -310,11 +310,39 @@ def test_steps_above_2_53(tmp):
     assert p.returncode == 0 and json.loads(p.stdout)["step"] == big, (p.stdout, p.stderr)
 
 
+def test_encrypted_store(tmp):
+    """encryption_key_file opens an encrypted store (docs/ENCRYPTION.md):
+    a step put with the key lists and restores bit-exact through the
+    binding; without the key, or with another one, the store is refused
+    (EINVAL naming the option or the key id, never a key)."""
+    url = "file://" + os.path.join(tmp, "store")
+    state = os.path.join(tmp, "state")
+    key, other = os.path.join(tmp, "key"), os.path.join(tmp, "other")
+    ckptctl("keygen", key, state_dir=state)
+    ckptctl("keygen", other, state_dir=state)
+    src = os.path.join(tmp, "src")
+    os.makedirs(src)
+    with open(os.path.join(src, "model.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    ckptctl("--store", url, "--job", "job", "--encryption-key-file", key, "put", "--step", 7,
+            src, state_dir=state)
+    with ckpt.Store(url, state_dir=state, encryption_key_file=key) as st:
+        assert [s.step for s in st.list_steps("job")] == [7]
+        out = os.path.join(tmp, "out")
+        st.restore("job", out, step=7)
+        assert tree_bytes(out) == tree_bytes(src)
+    e = expect_error(ckpt.EINVAL, ckpt.Store, url, state_dir=state)
+    assert "encryption-key-file" in e.message, e.message
+    with ckpt.Store(url, state_dir=state, encryption_key_file=other) as st:
+        e = expect_error(ckpt.EINVAL, st.restore, "job", os.path.join(tmp, "out2"), step=7)
+        assert "key id" in e.message and "ckptfs-key" not in e.message, e.message
+
+
 def main():
     assert CKPTCTL, "set CKPTCTL to the ckptctl binary"
     failed = 0
     for t in (test_store_calls, test_library_lookup, test_mount_commit_wait,
-              test_steps_above_2_53):
+              test_steps_above_2_53, test_encrypted_store):
         tmp = mountlib.tempdir("ckpt-pybind-")
         try:
             t(tmp)

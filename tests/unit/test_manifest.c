@@ -354,7 +354,7 @@ static void test_hostile_valid_checksum(void)
         {"chunk count +1", {.version = 1, .nchunks_delta = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"overlong varint", {.version = 1, .overlong_step = 1}, 0, NULL, ST_ERR_CORRUPT},
         {"trailing bytes", {.version = 1, .trailing_bytes = 3}, 0, NULL, ST_ERR_CORRUPT},
-        {"version 4", {.version = 4}, 0, NULL, ST_ERR_UNSUPPORTED},
+        {"version 5", {.version = 5}, 0, NULL, ST_ERR_UNSUPPORTED},
         /* Version 2 only where a hole needs it: one encoding per manifest. */
         {"version 2 without a hole", {.version = 2}, 0, NULL, ST_ERR_CORRUPT},
         {"version 1 with a hole", {.version = 1}, 14, NULL, ST_ERR_CORRUPT},
@@ -646,20 +646,12 @@ static void build_golden_v2(st_manifest *m)
  * the stored bytes decode to it. */
 static void check_golden(void (*builder)(st_manifest *), const char *name)
 {
-    st_manifest m, d;
+    st_manifest m;
     builder(&m);
     st_bytes enc = {0};
     CHECK_OK(st_manifest_encode(&m, &enc));
     ut_golden_check(name, enc.data, enc.len);
-    uint8_t *gold = NULL;
-    long len = ut_golden_read(name, &gold);
-    CHECK(len > 0);
-    if (len > 0) {
-        CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));
-        CHECK(ut_manifests_equal(&m, &d));
-        st_manifest_free(&d);
-    }
-    free(gold);
+    ut_golden_decodes_to(name, &m);
     st_bytes_free(&enc);
     st_manifest_free(&m);
 }

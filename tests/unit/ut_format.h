@@ -14,8 +14,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/st_codec.h"
+#include "util/st_hash.h"
 #include "util/st_wire.h"
 #include "ut.h"
+
+/* Writes a raw-codec chunk encoding of raw[0..n) into out (the chunk
+ * format by hand, so pack tests need no codec); returns its length. */
+static inline size_t ut_encode_raw_chunk(const uint8_t *raw, size_t n, uint8_t *out)
+{
+    st_id id = st_id_of(raw, n);
+    memcpy(out, "CKc1", 4);
+    out[4] = ST_CODEC_RAW;
+    out[5] = out[6] = out[7] = 0;
+    st_le32_put(out + 8, (uint32_t)n);
+    st_le32_put(out + 12, (uint32_t)n);
+    memcpy(out + 16, id.b, ST_ID_LEN);
+    if (n)
+        memcpy(out + ST_CODEC_HEADER_LEN, raw, n);
+    return ST_CODEC_HEADER_LEN + n;
+}
 
 /* tests/golden/NAME, found from this header's own path (tests/unit/). */
 static inline void ut_golden_path(const char *name, char *out, size_t cap)

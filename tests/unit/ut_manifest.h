@@ -71,6 +71,9 @@ static inline int ut_manifests_equal(const st_manifest *a, const st_manifest *b)
     for (size_t i = 0; i < a->npacks; i++)
         if (!ut_ids_equal(&a->packs[i], &b->packs[i]))
             return 0;
+    if (!a->pack_seals != !b->pack_seals ||
+        (a->pack_seals && memcmp(a->pack_seals, b->pack_seals, a->npacks * sizeof *a->pack_seals)))
+        return 0;
     for (size_t i = 0; i < a->nfiles; i++) {
         const st_file_entry *x = &a->files[i], *y = &b->files[i];
         if (strcmp(x->path, y->path) || x->size != y->size || x->mode != y->mode ||
@@ -130,6 +133,21 @@ static inline void ut_check_roundtrip(const st_manifest *m)
     CHECK(ut_manifest_is_zeroed(&d));
     st_bytes_free(&enc);
     st_bytes_free(&re);
+}
+
+/* The golden file `name` decodes to exactly m. */
+static inline void ut_golden_decodes_to(const char *name, const st_manifest *m)
+{
+    st_manifest d;
+    uint8_t *gold = NULL;
+    long len = ut_golden_read(name, &gold);
+    CHECK(len > 0);
+    if (len > 0) {
+        CHECK_OK(st_manifest_decode(gold, (size_t)len, &d));
+        CHECK(ut_manifests_equal(m, &d));
+        st_manifest_free(&d);
+    }
+    free(gold);
 }
 
 /* 1 if data is refused as corrupt with the output left zeroed. */

@@ -162,6 +162,14 @@ typedef struct ckpt_options {
     const char *s3_region;
     const char *s3_addressing;
     const char *s3_ca_file;
+    /*! Client-side encryption (docs/ENCRYPTION.md): the key file (mode 0600,
+     *  `ckptctl keygen`) that opens an encrypted store's steps. NULL:
+     *  $CKPT_ENCRYPTION_KEY_FILE, else none. A store encrypted and no key,
+     *  a key and a plain store with steps, or a step sealed with a key the
+     *  file does not hold: CKPT_EINVAL naming what is wrong; a sealed
+     *  object that fails authentication: CKPT_ECORRUPT. Only the file's
+     *  name is copied; the keys stay in the store handle's locked memory. */
+    const char *encryption_key_file;
 } ckpt_options;
 
 /*!
