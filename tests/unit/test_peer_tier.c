@@ -25,6 +25,7 @@
 #include "engine/st_restore.h"
 #include "engine/st_state.h"
 #include "peer/st_peer_auth.h"
+#include "peer/st_peer_cache.h"
 #include "peer/st_peer_read.h"
 #include "peer/st_peer_server.h"
 #include "peer/st_replica.h"
@@ -323,6 +324,16 @@ static void test_write_order(void)
     CHECK(res.replicated && res.holders == 1 && res.packs_sent >= 1);
     CHECK(count_keys(store, "jobs/j/packs/") == 0); /* held: the store has no pack */
     CHECK(count_keys(store, "jobs/j/steps/00000000000000000007/replicas/") == 1);
+    /* The holder keeps the record the store took, byte for byte, and lists it. */
+    char rkey[ST_KEY_MAX];
+    st_bytes in_store = {0}, held = {0};
+    CHECK_OK(st_key_replica(rkey, sizeof rkey, JOB, STEP, NODE, 1));
+    CHECK_OK(st_get(store, rkey, 0, ST_GET_TO_END, &in_store));
+    st_peer_part_name pn = {JOB, STEP, NODE, 1};
+    CHECK_OK(st_peer_cache_get_record(st_peer_server_cache(server), &pn, &held));
+    CHECK(held.len == in_store.len && !memcmp(held.data, in_store.data, held.len));
+    st_bytes_free(&in_store);
+    st_bytes_free(&held);
 
     /* A reader without the writer: from the peer. */
     st_backend *view = reader_view(store, &secret, "read1");
