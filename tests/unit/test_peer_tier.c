@@ -24,6 +24,7 @@
 #include "engine/st_ingest.h"
 #include "engine/st_restore.h"
 #include "engine/st_state.h"
+#include "peer/st_peer_alone.h"
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_cache.h"
 #include "peer/st_peer_read.h"
@@ -254,6 +255,68 @@ static int count_keys(st_backend *b, const char *prefix)
     return n;
 }
 
+/* ---- a store that cannot be reached ---- */
+
+static st_err down_err(const char *key)
+{
+    return st_seterr(ST_ERR_TRANSIENT, "%s: connection refused", key);
+}
+static st_err down_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    (void)ctx, (void)data, (void)len;
+    return down_err(key);
+}
+static st_err down_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    (void)ctx, (void)off, (void)len, (void)out;
+    return down_err(key);
+}
+static st_err down_stat(void *ctx, const char *key, uint64_t *size)
+{
+    (void)ctx, (void)size;
+    return down_err(key);
+}
+static st_err down_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    (void)ctx, (void)cb, (void)arg;
+    return down_err(prefix);
+}
+static st_err down_del(void *ctx, const char *key)
+{
+    (void)ctx;
+    return down_err(key);
+}
+static void down_close(void *ctx)
+{
+    (void)ctx;
+}
+static const st_backend_ops down_ops = {.scheme = "down",
+                                        .put = down_put,
+                                        .get = down_get,
+                                        .stat = down_stat,
+                                        .list = down_list,
+                                        .del = down_del,
+                                        .close = down_close};
+
+static st_backend *store_down(void)
+{
+    st_backend *b = calloc(1, sizeof *b);
+    b->ops = &down_ops;
+    return b;
+}
+
+/* A reader whose store is down, given the peers at addr: *alone says
+ * whether it reads from them alone. */
+static st_err reader_alone(st_backend *store, const char *addr, const st_peer_secret *secret,
+                           const char *name, int *alone, st_backend **out)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    st_peer_read_opts ro = {.self_node = "reader", .secret = secret, .cache_dir = dir};
+    st_peer_alone_opts ao = {.peers = addr, .self_node = "reader", .secret = secret, .job = JOB};
+    return st_peer_reader_open(store, &ro, &ao, alone, out);
+}
+
 static void test_write_order(void)
 {
     char path[512], hold[512], spec[600], addr[64];
@@ -334,6 +397,33 @@ static void test_write_order(void)
     CHECK(held.len == in_store.len && !memcmp(held.data, in_store.data, held.len));
     st_bytes_free(&in_store);
     st_bytes_free(&held);
+
+    /* A new node whose store cannot be reached: from the peer alone. */
+    int alone = 0;
+    st_backend *down = NULL;
+    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone1", &alone, &down));
+    CHECK(alone == 1);
+    st_step_keys *alone_steps = NULL;
+    size_t nalone = 0;
+    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
+    CHECK(nalone == 1 && alone_steps[0].step == STEP && alone_steps[0].nnodes == 1);
+    st_step_keys_free(alone_steps, nalone);
+    CHECK(st_peer_read_is_replicated(down, JOB, STEP, NODE));
+    CHECK_OK(restore_all(down, data, len, 2));
+    CHECK_ERR(st_put(down, "jobs/j/x", "x", 1), ST_ERR_PERMANENT); /* never written through */
+    st_backend_close(down);
+    /* A wrong secret is named; no peer answering is the store's outage. */
+    CHECK_ERR(reader_alone(store_down(), addr, &wrong, "alone2", &alone, &down), ST_ERR_AUTH);
+    CHECK(strstr(st_errmsg(), "refused this node's cluster secret") != NULL && !down);
+    CHECK_ERR(reader_alone(store_down(), "127.0.0.1:1", &secret, "alone3", &alone, &down),
+              ST_ERR_TRANSIENT);
+    CHECK(strstr(st_errmsg(), "no peer answered") && strstr(st_errmsg(), "connection refused"));
+    /* A store that answers is read as before, the peers only for packs. */
+    st_backend *up = NULL;
+    CHECK_OK(st_backend_mem_share(store, &up));
+    CHECK_OK(reader_alone(up, addr, &secret, "alone4", &alone, &down));
+    CHECK(alone == 0);
+    st_backend_close(down);
 
     /* A reader without the writer: from the peer. */
     st_backend *view = reader_view(store, &secret, "read1");
