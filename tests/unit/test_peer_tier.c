@@ -11,6 +11,7 @@
  * publish and the durable notice leave the store's own part and no replica
  * record.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +318,32 @@ static st_err reader_alone(st_backend *store, const char *addr, const st_peer_se
     return st_peer_reader_open(store, &ro, &ao, alone, out);
 }
 
+/* Deletes one pack file under dir (packs/<hh>/<id>.pack); 1 if it did. */
+static int remove_one_pack(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int done = 0;
+    while (d && !done && (de = readdir(d))) {
+        char sub[1024];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+        DIR *s = opendir(sub);
+        struct dirent *f;
+        while (s && !done && (f = readdir(s))) {
+            char file[1400];
+            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+            done = f->d_name[0] != '.' && unlink(file) == 0;
+        }
+        if (s)
+            closedir(s);
+    }
+    if (d)
+        closedir(d);
+    return done;
+}
+
 static void test_write_order(void)
 {
     char path[512], hold[512], spec[600], addr[64];
@@ -466,6 +493,28 @@ static void test_write_order(void)
     CHECK_OK(restore_all(view, data, len, 2));
     CHECK(!st_peer_read_is_replicated(view, JOB, STEP, NODE));
     st_backend_close(view);
+
+    /* The store down again, and one of the part's packs no longer on the
+     * peer (as a pack only the store holds): the part, so the step, is
+     * left out, never half shown. Before, the peer's durable replica still
+     * stands for it. */
+    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone5", &alone, &down));
+    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
+    CHECK(nalone == 1);
+    st_step_keys_free(alone_steps, nalone);
+    st_backend_close(down);
+    st_peer_server_stop(server);
+    snprintf(path, sizeof path, "%s/peer/packs", root);
+    CHECK(remove_one_pack(path));
+    snprintf(path, sizeof path, "%s/peer", root);
+    so.listen = addr; /* the record names this address */
+    CHECK_OK(st_peer_server_start(&so, &server));
+    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone6", &alone, &down));
+    CHECK(alone == 1);
+    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
+    CHECK(nalone == 0);
+    st_step_keys_free(alone_steps, nalone);
+    st_backend_close(down);
 
     m.node = m.job = NULL;
     st_manifest_free(&m);
