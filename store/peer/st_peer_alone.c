@@ -149,7 +149,8 @@ static st_err gather_candidates(open_run *r)
             } else if (it->rev < c->it.rev || st_id_cmp(&it->manifest_id, &c->it.manifest_id)) {
                 continue;
             }
-            c->from[c->nfrom++] = p;
+            if (c->nfrom < PEERS_MAX && (!c->nfrom || c->from[c->nfrom - 1] != p))
+                c->from[c->nfrom++] = p; /* a peer that lists it twice is asked once */
         }
     }
     return ST_OK;

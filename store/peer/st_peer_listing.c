@@ -112,7 +112,7 @@ static int take_name(cursor *c, size_t max, char *out)
         return -1;
     memcpy(out, c->p, n);
     out[n] = '\0';
-    if (!st_name_is_valid(out, max))
+    if (strlen(out) != n || !st_name_is_valid(out, max)) /* a NUL would cut the name short */
         return -1;
     c->p += n;
     return 0;

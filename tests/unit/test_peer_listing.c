@@ -119,6 +119,18 @@ static void test_decoder_refuses(void)
     }
 }
 
+/* A NUL inside a name would cut it short: the listing would not re-encode
+ * to its bytes (found by fuzz_peer_listing; seeds/fuzz_peer_listing/nul_in_name). */
+static void test_nul_in_a_name(void)
+{
+    static const char body[] =
+        "ckptfs-peer-replicas v1\n"
+        "replica job1 400 node\0a 1 held abababababababababababababababab 1 0\n"
+        "end 1 complete\n";
+    st_peer_listing l;
+    CHECK_ERR(st_peer_listing_decode((const uint8_t *)body, sizeof body - 1, &l), ST_ERR_CORRUPT);
+}
+
 static void test_bound(void)
 {
     st_peer_listed *many = calloc(ST_PEER_LISTING_MAX, sizeof *many);
@@ -149,6 +161,7 @@ int main(void)
     RUN(test_golden);
     RUN(test_encoder_refuses);
     RUN(test_decoder_refuses);
+    RUN(test_nul_in_a_name);
     RUN(test_bound);
     return ut_finish();
 }
