@@ -306,6 +306,14 @@ static st_backend *store_down(void)
     return b;
 }
 
+/* The reader from peers alone's last report. */
+static char alone_said[768];
+static void note_alone(void *arg, const char *msg)
+{
+    (void)arg;
+    snprintf(alone_said, sizeof alone_said, "%s", msg);
+}
+
 /* A reader whose store is down, given the peers at addr: *alone says
  * whether it reads from them alone. */
 static st_err reader_alone(st_backend *store, const char *addr, const st_peer_secret *secret,
@@ -314,8 +322,41 @@ static st_err reader_alone(st_backend *store, const char *addr, const st_peer_se
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
     st_peer_read_opts ro = {.self_node = "reader", .secret = secret, .cache_dir = dir};
-    st_peer_alone_opts ao = {.peers = addr, .self_node = "reader", .secret = secret, .job = JOB};
+    st_peer_alone_opts ao = {.peers = addr,
+                             .self_node = "reader",
+                             .secret = secret,
+                             .job = JOB,
+                             .log = note_alone,
+                             .log_arg = NULL};
+    alone_said[0] = '\0';
     return st_peer_reader_open(store, &ro, &ao, alone, out);
+}
+
+/* Restarts the peer of test_write_order on the same address (the records
+ * name it), after its files were changed behind its back. */
+static st_peer_server *restart_peer(st_peer_server *s, st_peer_server_opts *so, const char *addr)
+{
+    st_peer_server_stop(s);
+    so->listen = addr;
+    st_peer_server *again = NULL;
+    CHECK_OK(st_peer_server_start(so, &again));
+    return again;
+}
+
+/* The number of steps of JOB a reader from the peer alone at addr lists. */
+static size_t steps_from_peer_alone(const char *addr, const st_peer_secret *secret,
+                                    const char *name)
+{
+    int alone = 0;
+    st_backend *b = NULL;
+    st_step_keys *steps = NULL;
+    size_t n = 0;
+    CHECK_OK(reader_alone(store_down(), addr, secret, name, &alone, &b));
+    CHECK(alone == 1);
+    CHECK_OK(st_catalog_list_steps(b, JOB, &steps, &n));
+    st_step_keys_free(steps, n);
+    st_backend_close(b);
+    return n;
 }
 
 /* Deletes one pack file under dir (packs/<hh>/<id>.pack); 1 if it did. */
@@ -498,23 +539,31 @@ static void test_write_order(void)
      * peer (as a pack only the store holds): the part, so the step, is
      * left out, never half shown. Before, the peer's durable replica still
      * stands for it. */
-    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone5", &alone, &down));
-    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
-    CHECK(nalone == 1);
-    st_step_keys_free(alone_steps, nalone);
-    st_backend_close(down);
-    st_peer_server_stop(server);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone5") == 1);
+    /* A record the peer's disk altered: refused by its checksum, reported. */
+    snprintf(path, sizeof path, "%s/peer/parts/" JOB "/%020d/" NODE ".r1.record", root, STEP);
+    st_bytes good = {0};
+    CHECK_OK(st_peer_cache_get_record(st_peer_server_cache(server), &pn, &good));
+    good.data[good.len / 2] ^= 1;
+    ut_write_file(path, good.data, good.len);
+    snprintf(path, sizeof path, "%s/peer", root);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone6") == 0);
+    CHECK(strstr(alone_said, "its record does not decode") != NULL);
+    snprintf(path, sizeof path, "%s/peer/parts/" JOB "/%020d/" NODE ".r1.record", root, STEP);
+    good.data[good.len / 2] ^= 1;
+    ut_write_file(path, good.data, good.len);
+    st_bytes_free(&good);
+    snprintf(path, sizeof path, "%s/peer", root);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone7") == 1);
+    /* A pack gone from the peer's disk. */
     snprintf(path, sizeof path, "%s/peer/packs", root);
     CHECK(remove_one_pack(path));
     snprintf(path, sizeof path, "%s/peer", root);
-    so.listen = addr; /* the record names this address */
-    CHECK_OK(st_peer_server_start(&so, &server));
-    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone6", &alone, &down));
-    CHECK(alone == 1);
-    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
-    CHECK(nalone == 0);
-    st_step_keys_free(alone_steps, nalone);
-    st_backend_close(down);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone8") == 0);
+    CHECK(strstr(alone_said, "which no peer that answers holds") != NULL);
 
     m.node = m.job = NULL;
     st_manifest_free(&m);
