@@ -415,8 +415,9 @@ int run_verify(cli *c, st_store *s)
         return EXIT_USAGE;
     uint64_t step = c->step;
     st_err e;
+    say_peers_alone(s);
     if (!c->have_step && (e = st_store_latest(s, c->job, &step)))
-        return fail(e);
+        return fail_alone(s, e);
     st_verify_result r;
     memset(&r, 0, sizeof r);
     e = st_store_verify(s, c->job, step, &r);
