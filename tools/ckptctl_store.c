@@ -71,6 +71,50 @@ int run_put(cli *c, st_store *s)
     return EXIT_OK;
 }
 
+/* What a replicated step is called: from peers beside the store, or from
+ * the peers alone when the store cannot be reached (docs/PEERS.md). */
+static const char *replicated_label(st_store *s)
+{
+    return st_store_peers_alone(s) ? "replicated (store unreachable)" : "replicated";
+}
+
+/* The STATE column of ls: consistent (durable), replicated (restorable from
+ * peers, not yet durable: docs/PEERS.md), partial, or unreadable. */
+static const char *step_state(st_store *s, const st_step_info *si)
+{
+    return si->unreadable    ? "unreadable"
+           : !si->consistent ? "partial"
+           : si->replicated  ? replicated_label(s)
+                             : "consistent";
+}
+
+/* How a consistent step can be restored, for --json: from the store, or
+ * from peers until it is durable. */
+static const char *restorable(st_store *s, int consistent, int replicated)
+{
+    return !consistent ? NULL : replicated ? replicated_label(s) : "durable";
+}
+
+/* Said on stderr (even with -q) whenever what is shown comes from the
+ * peers alone: the caller must know the store was not consulted. */
+static void say_peers_alone(st_store *s)
+{
+    if (st_store_peers_alone(s))
+        fprintf(stderr, "ckptctl: the store cannot be reached: reading steps replicated on "
+                        "peers, from the peers alone (none known to be durable)\n");
+}
+
+/* fail(), and when reading from the peers alone a step not found there is
+ * said to be one the store may still have. */
+static int fail_alone(st_store *s, st_err e)
+{
+    int rc = fail(e);
+    if (e == ST_ERR_NOT_FOUND && st_store_peers_alone(s))
+        fprintf(stderr, "ckptctl: the store cannot be reached, and no such step is complete on "
+                        "the peers that answered\n");
+    return rc;
+}
+
 /* ---- restore and get ---- */
 
 /* The progress bar: drawn on stderr, only when it is a terminal. The store
@@ -119,11 +163,13 @@ static void progress_finish(progress *p)
     }
 }
 
-static int print_restore_json(const cli *c, const st_restore_result *r)
+static int print_restore_json(const cli *c, st_store *s, const st_restore_result *r)
 {
     json_object *o = json_object_new_object();
     int bad = json_set_str(o, "job", c->job);
     bad |= json_set(o, "step", json_object_new_uint64(r->step));
+    bad |= json_set_str(o, "restorable",
+                        restorable(s, 1, st_store_step_replicated(s, c->job, r->step)));
     bad |= json_set_str(o, "to", c->to);
     bad |= c->have_rank ? json_set(o, "rank", json_object_new_int64(c->rank))
                         : json_set_null(o, "rank");
@@ -160,10 +206,11 @@ static int restore_into(cli *c, st_store *s, int latest)
     }
     st_restore_result r;
     memset(&r, 0, sizeof r);
+    say_peers_alone(s);
     st_err e = st_store_restore(s, c->job, latest ? 0 : c->step, c->to, &ro, &r);
     progress_finish(&prog);
     if (e) {
-        int rc = fail(e);
+        int rc = fail_alone(s, e);
         if (e == ST_ERR_CORRUPT && latest && c->no_fallback)
             fprintf(stderr, "ckptctl: not falling back to an older step (--no-fallback)\n");
         return rc;
@@ -180,12 +227,12 @@ static int restore_into(cli *c, st_store *s, int latest)
                 "(files stored with 'ckptctl put' carry no rank)\n",
                 c->rank, r.step);
     if (c->json)
-        return print_restore_json(c, &r);
+        return print_restore_json(c, s, &r);
     if (!c->quiet)
         printf("restored step %" PRIu64 "%s of job %s into %s: %" PRIu64 " files, %.1f MiB, "
-               "verified, %" PRIu64 " GETs\n",
+               "verified, %" PRIu64 " GETs%s\n",
                r.step, r.fell_back ? " (fallback)" : "", c->job, c->to, r.files, mib(r.bytes),
-               r.gets);
+               r.gets, st_store_peers_alone(s) ? ", from peers alone (store unreachable)" : "");
     return EXIT_OK;
 }
 
@@ -248,24 +295,7 @@ static int list_jobs(cli *c, st_store *s)
     return rc;
 }
 
-/* The STATE column of ls: consistent (durable), replicated (restorable from
- * peers, not yet durable: docs/PEERS.md), partial, or unreadable. */
-static const char *step_state(const st_step_info *si)
-{
-    return si->unreadable    ? "unreadable"
-           : !si->consistent ? "partial"
-           : si->replicated  ? "replicated"
-                             : "consistent";
-}
-
-/* How a consistent step can be restored, for --json: from the store, or
- * from peers until it is durable. */
-static const char *restorable(int consistent, int replicated)
-{
-    return !consistent ? NULL : replicated ? "replicated" : "durable";
-}
-
-static int print_steps_json(const st_step_info *steps, size_t n)
+static int print_steps_json(st_store *s, const st_step_info *steps, size_t n)
 {
     json_object *a = json_object_new_array();
     int bad = !a;
@@ -273,10 +303,10 @@ static int print_steps_json(const st_step_info *steps, size_t n)
         const st_step_info *si = &steps[i];
         json_object *o = json_object_new_object();
         bad |= json_set(o, "step", json_object_new_uint64(si->step));
-        bad |= json_set_str(o, "state", step_state(si));
+        bad |= json_set_str(o, "state", step_state(s, si));
         bad |= json_set(o, "consistent", json_object_new_boolean(si->consistent));
         bad |= json_set(o, "complete", json_object_new_boolean(si->complete));
-        const char *how = restorable(si->consistent, si->replicated);
+        const char *how = restorable(s, si->consistent, si->replicated);
         bad |= how ? json_set_str(o, "restorable", how) : json_set_null(o, "restorable");
         bad |= json_set_str(o, "why", si->why);
         const json_u64 fields[] = {{"files", si->files},
@@ -308,13 +338,13 @@ static void print_steps_text(const cli *c, st_store *s, const st_step_info *step
             snprintf(ranks, sizeof ranks, "-");
         consistent += si->consistent != 0;
         printf("%12" PRIu64 "  %-10s %7" PRIu64 " %12.1f %5" PRIu64 " %9s  %s\n", si->step,
-               step_state(si), si->files, mib(si->bytes), si->nodes, ranks,
+               step_state(s, si), si->files, mib(si->bytes), si->nodes, ranks,
                si->consistent ? ""
                : si->why[0]   ? si->why
                               : "not complete");
     }
-    if (c->quiet)
-        return;
+    if (c->quiet || st_store_peers_alone(s))
+        return; /* the dedup ratio is the store's */
     st_store_stats st;
     st_err e = st_store_stats_job(s, c->job, &st);
     if (e) {
@@ -338,12 +368,13 @@ int run_ls(cli *c, st_store *s)
         return list_jobs(c, s);
     st_step_info *steps;
     size_t n;
+    say_peers_alone(s);
     st_err e = st_store_list_steps(s, c->job, &steps, &n);
     if (e)
         return fail(e);
     int rc = EXIT_OK;
     if (c->json)
-        rc = print_steps_json(steps, n);
+        rc = print_steps_json(s, steps, n);
     else
         print_steps_text(c, s, steps, n);
     free(steps);
@@ -357,19 +388,20 @@ int run_latest(cli *c, st_store *s)
     if (!need(c, 1, 0) || !no_positional(c))
         return EXIT_USAGE;
     uint64_t step;
+    say_peers_alone(s);
     st_err e = st_store_latest(s, c->job, &step);
     if (e)
-        return fail(e);
+        return fail_alone(s, e);
     if (c->json) {
         json_object *o = json_object_new_object();
         int bad = json_set_str(o, "job", c->job);
         bad |= json_set(o, "step", json_object_new_uint64(step));
-        bad |=
-            json_set_str(o, "restorable", restorable(1, st_store_step_replicated(s, c->job, step)));
+        bad |= json_set_str(o, "restorable",
+                            restorable(s, 1, st_store_step_replicated(s, c->job, step)));
         return json_print(o, bad);
     }
     printf("%" PRIu64 "\n", step); /* even with -q: it is the answer */
-    if (!c->quiet && st_store_step_replicated(s, c->job, step))
+    if (!c->quiet && st_store_step_replicated(s, c->job, step) && !st_store_peers_alone(s))
         fprintf(stderr, "ckptctl: step %" PRIu64 " is replicated on peers, not yet durable\n",
                 step);
     return EXIT_OK;
@@ -383,8 +415,9 @@ int run_verify(cli *c, st_store *s)
         return EXIT_USAGE;
     uint64_t step = c->step;
     st_err e;
+    say_peers_alone(s);
     if (!c->have_step && (e = st_store_latest(s, c->job, &step)))
-        return fail(e);
+        return fail_alone(s, e);
     st_verify_result r;
     memset(&r, 0, sizeof r);
     e = st_store_verify(s, c->job, step, &r);

@@ -28,6 +28,8 @@
 #include "util/st_fsutil.h"
 #include "engine/st_ingest.h"
 #include "format/st_manifest.h"
+#include "peer/st_peer_alone.h"
+#include "util/st_logf.h"
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_read.h"
 #include "engine/st_restore.h"
@@ -39,14 +41,10 @@
 
 void st_store_warnf(st_store *s, const char *fmt, ...)
 {
-    if (!s->warn)
-        return;
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    st_vlogf(s->warn, s->warn_arg, fmt, ap);
     va_end(ap);
-    s->warn(s->warn_arg, msg);
 }
 
 /* $env/suffix, or $HOME/fallback/suffix. */
@@ -81,13 +79,15 @@ static char *default_state_dir(char *buf, size_t cap)
 }
 
 /* The read view with replicated steps (docs/PEERS.md, "What a reader
- * does"); its pack cache is a directory of this process under state_dir. */
-static st_err open_peer_view(st_store *s, const char *secret_file, const char *state_dir)
+ * does"); its pack cache is a directory of this process under state_dir.
+ * Given peers, a store that cannot be reached is replaced under the view by
+ * what the peers hold ("Restoring from peers alone"). */
+static st_err open_peer_view(st_store *s, const st_store_options *opts, const char *state_dir)
 {
     st_backend *borrow = NULL;
     if (!(s->peer_secret = calloc(1, sizeof *s->peer_secret)))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
-    st_err e = st_peer_secret_load(secret_file, s->peer_secret);
+    st_err e = st_peer_secret_load(opts->peer_secret_file, s->peer_secret);
     if (e)
         return e;
     int n = snprintf(s->peer_cache, sizeof s->peer_cache, "%s/peer-read.%ld", state_dir,
@@ -101,12 +101,12 @@ static st_err open_peer_view(st_store *s, const char *secret_file, const char *s
                             .cache_dir = s->peer_cache,
                             .log = s->warn,
                             .log_arg = s->warn_arg};
-    if ((e = st_peer_read_wrap(&borrow, &ro))) {
-        st_backend_close(borrow);
-        return e;
-    }
-    s->reader = borrow;
-    return ST_OK;
+    st_peer_alone_opts ao = {.peers = opts->peers,
+                             .self_node = s->node,
+                             .secret = s->peer_secret,
+                             .log = s->warn,
+                             .log_arg = s->warn_arg};
+    return st_peer_reader_open(borrow, &ro, &ao, &s->peers_alone, &s->reader);
 }
 
 st_err st_store_open(const st_store_options *opts, st_store **out)
@@ -173,8 +173,14 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     if ((e = st_state_open(db, &s->state)))
         goto fail;
     s->reader = s->backend;
-    if (opts->peer_secret_file && (e = open_peer_view(s, opts->peer_secret_file, state_dir)))
+    if (opts->peers && !opts->peer_secret_file) {
+        e = st_seterr(ST_ERR_INVALID, "peers need the cluster secret (peer_secret_file)");
         goto fail;
+    }
+    if (opts->peer_secret_file && (e = open_peer_view(s, opts, state_dir))) {
+        s->reader = s->backend;
+        goto fail;
+    }
     *out = s;
     return ST_OK;
 fail:

@@ -20,6 +20,7 @@ struct st_store {
      * adds replicated steps (peer/st_peer_read.h) over a borrow of it.
      * Puts and GC use backend: a replicated step is not durable. */
     st_backend *reader;
+    int peers_alone; /* reader stands on the peers alone: the store cannot be reached */
     st_backend_counts reader_requests; /* the borrow's own count (unused) */
     struct st_peer_secret *peer_secret;
     char peer_cache[4096]; /* the view's pack cache directory, removed at close */

@@ -118,6 +118,11 @@ st_err st_store_list_steps(st_store *s, const char *job, st_step_info **steps, s
     return ST_OK;
 }
 
+int st_store_peers_alone(const st_store *s)
+{
+    return s->peers_alone;
+}
+
 int st_store_step_replicated(st_store *s, const char *job, uint64_t step)
 {
     return st_peer_read_is_replicated(s->reader, job, step, NULL);

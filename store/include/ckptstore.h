@@ -55,6 +55,11 @@ typedef struct st_store_options {
      * peers but not yet durable, and read their packs from those peers.
      * NULL: the store's durable steps only. */
     const char *peer_secret_file;
+    /* With peer_secret_file: the peers ("HOST:PORT,...") a reader lists
+     * from when the store cannot be reached at open (its listing fails as
+     * transient past the retries: docs/PEERS.md, "Restoring from peers
+     * alone"). Writes and GC never use them. NULL: no such fallback. */
+    const char *peers;
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
@@ -143,6 +148,11 @@ st_err st_store_latest(st_store *s, const char *job, uint64_t *step);
 /*! 1 if a part of step, as last listed, is replicated on peers and not yet
  *  durable (docs/PEERS.md); 0 if the step is durable or unknown. */
 int st_store_step_replicated(st_store *s, const char *job, uint64_t step);
+
+/*! 1 if the store could not be reached at open and s reads from the peers
+ *  alone (st_store_options.peers): every step it lists is replicated, none
+ *  known to be durable. */
+int st_store_peers_alone(const st_store *s);
 
 typedef struct st_restore_opts {
     int rank;         /* -1: every file; else only the files written by this rank */

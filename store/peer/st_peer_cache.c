@@ -45,6 +45,8 @@ typedef struct cached_part {
     int durable;
     uint64_t arrival; /* order of arrival, kept in the state file */
     uint64_t manifest_size;
+    st_id manifest_id;    /* XXH3-128 of the manifest's bytes (the listing says it) */
+    uint64_t record_size; /* the replica record's bytes held; 0: none */
     st_id *packs;
     size_t npacks;
 } cached_part;
@@ -226,9 +228,11 @@ static void drop_part(st_peer_cache *c, cached_part *r, int delete_files)
         unlinkat(c->root_fd, file, 0);
         part_path(&n, "manifest", dir, file);
         unlinkat(c->root_fd, file, 0);
+        part_path(&n, "record", dir, file);
+        unlinkat(c->root_fd, file, 0);
         unref_packs(c, r, 1);
     }
-    c->bytes -= r->manifest_size;
+    c->bytes -= r->manifest_size + r->record_size;
     free(r->packs);
     *r = c->parts[--c->nparts];
 }
@@ -239,7 +243,7 @@ static st_err add_part(st_peer_cache *c, const cached_part *r)
     if (e)
         return e;
     c->parts[c->nparts++] = *r;
-    c->bytes += r->manifest_size;
+    c->bytes += r->manifest_size + r->record_size;
     return ST_OK;
 }
 
@@ -395,6 +399,23 @@ static int load_pack_dir(st_peer_cache *c, int dirfd, const char *rel, const cha
     return for_each_entry(c, sub, load_pack_file);
 }
 
+/* The XXH3-128 of the manifest file `name` (size bytes) in dirfd; 0 or -1. */
+static int manifest_id_at(int dirfd, const char *name, uint64_t size, st_id *id)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    st_bytes b = {0};
+    size_t got = 0;
+    int rc = st_bytes_reserve(&b, (size_t)size) ||
+             st_read_full(fd, b.data, (size_t)size, &got, name) || got != size;
+    if (!rc)
+        *id = st_id_of(b.data, got);
+    st_bytes_free(&b);
+    close(fd);
+    return rc ? -1 : 0;
+}
+
 /* Reads the state file `name` in the step directory rel into a replica. */
 static int load_state_file(st_peer_cache *c, int dirfd, const char *rel, const char *name)
 {
@@ -434,6 +455,15 @@ static int load_state_file(st_peer_cache *c, int dirfd, const char *rel, const c
         return 0;
     }
     r.manifest_size = (uint64_t)st.st_size;
+    if (manifest_id_at(dirfd, manifest, r.manifest_size, &r.manifest_id)) {
+        free(r.packs);
+        unlinkat(dirfd, name, 0);
+        return 0;
+    }
+    char record[PART_PATH_MAX];
+    snprintf(record, sizeof record, "%s.r%" PRIu32 ".record", r.node, r.rev);
+    if (fstatat(dirfd, record, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        r.record_size = (uint64_t)st.st_size;
     for (size_t i = 0; i < r.npacks; i++) {
         cached_pack *p = find_pack(c, &r.packs[i]);
         if (p)
@@ -549,7 +579,7 @@ st_err st_peer_cache_could_fit(st_peer_cache *c, uint64_t bytes)
     uint64_t evictable = 0;
     for (size_t i = 0; i < c->nparts; i++)
         if (c->parts[i].durable)
-            evictable += c->parts[i].manifest_size;
+            evictable += c->parts[i].manifest_size + c->parts[i].record_size;
     int64_t now = st_mono_ns();
     for (size_t i = 0; i < c->npacks; i++) {
         const cached_pack *p = &c->packs[i];
@@ -720,7 +750,10 @@ st_err st_peer_cache_put_part(st_peer_cache *c, const st_peer_part_name *p, cons
                               size_t npacks, const uint8_t *manifest, size_t manifest_len)
 {
     char hex[ST_ID_HEX_LEN + 1], dir[PART_PATH_MAX], file[PART_PATH_MAX];
-    cached_part r = {.step = p->step, .rev = p->rev, .manifest_size = manifest_len};
+    cached_part r = {.step = p->step,
+                     .rev = p->rev,
+                     .manifest_size = manifest_len,
+                     .manifest_id = st_id_of(manifest, manifest_len)};
     snprintf(r.job, sizeof r.job, "%s", p->job);
     snprintf(r.node, sizeof r.node, "%s", p->node);
     if (npacks && !(r.packs = malloc(npacks * sizeof *packs)))
@@ -754,6 +787,9 @@ st_err st_peer_cache_put_part(st_peer_cache *c, const st_peer_part_name *p, cons
         if (old) {
             unref_packs(c, old, 1);
             drop_part(c, old, 0);
+            /* The old record names the old manifest: the writer sends a new one. */
+            part_path(p, "record", dir, file);
+            unlinkat(c->root_fd, file, 0);
         }
         e = add_part(c, &r);
         if (!e)
@@ -764,18 +800,21 @@ st_err st_peer_cache_put_part(st_peer_cache *c, const st_peer_part_name *p, cons
     return e;
 }
 
-st_err st_peer_cache_get_part(st_peer_cache *c, const st_peer_part_name *p, st_bytes *out)
+/* The replica's file of extension ext ("manifest" or "record") into out. */
+static st_err read_part_file(st_peer_cache *c, const st_peer_part_name *p, const char *ext,
+                             st_bytes *out)
 {
     char dir[PART_PATH_MAX], file[PART_PATH_MAX];
-    part_path(p, "manifest", dir, file);
+    part_path(p, ext, dir, file);
+    int record = !strcmp(ext, "record");
     pthread_mutex_lock(&c->lock);
     cached_part *r = find_part(c, p);
-    uint64_t size = r ? r->manifest_size : 0;
-    int fd = r ? openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    uint64_t size = !r ? 0 : record ? r->record_size : r->manifest_size;
+    int fd = r && size ? openat(c->root_fd, file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     pthread_mutex_unlock(&c->lock);
     if (fd < 0)
-        return st_seterr(ST_ERR_NOT_FOUND, "no replica %s/%" PRIu64 "/%s r%" PRIu32 " here", p->job,
-                         p->step, p->node, p->rev);
+        return st_seterr(ST_ERR_NOT_FOUND, "no replica %s%s/%" PRIu64 "/%s r%" PRIu32 " here",
+                         record ? "record of " : "", p->job, p->step, p->node, p->rev);
     size_t got = 0;
     st_bytes_clear(out);
     st_err e = st_bytes_reserve(out, (size_t)size);
@@ -785,6 +824,44 @@ st_err st_peer_cache_get_part(st_peer_cache *c, const st_peer_part_name *p, st_b
         e = st_seterr(ST_ERR_IO, "peer cache: %s is shorter than recorded", file);
     out->len = e ? 0 : got;
     close(fd);
+    return e;
+}
+
+st_err st_peer_cache_get_part(st_peer_cache *c, const st_peer_part_name *p, st_bytes *out)
+{
+    return read_part_file(c, p, "manifest", out);
+}
+
+st_err st_peer_cache_get_record(st_peer_cache *c, const st_peer_part_name *p, st_bytes *out)
+{
+    return read_part_file(c, p, "record", out);
+}
+
+st_err st_peer_cache_put_record(st_peer_cache *c, const st_peer_part_name *p, const uint8_t *record,
+                                size_t len)
+{
+    char dir[PART_PATH_MAX], file[PART_PATH_MAX];
+    part_path(p, "record", dir, file);
+    pthread_mutex_lock(&c->lock);
+    cached_part *r = find_part(c, p);
+    uint64_t old = r ? r->record_size : 0;
+    st_err e = r ? ST_OK
+                 : st_seterr(ST_ERR_NOT_FOUND, "no replica %s/%" PRIu64 "/%s r%" PRIu32 " here",
+                             p->job, p->step, p->node, p->rev);
+    /* Room is made before the record is counted: eviction moves entries of
+     * the table, so the replica is looked up again after it. */
+    if (!e && len > old)
+        e = make_room(c, len - old);
+    if (!e && !(r = find_part(c, p))) /* evicted to make room: it was durable */
+        e = st_seterr(ST_ERR_NOT_FOUND, "replica %s/%" PRIu64 "/%s r%" PRIu32 " evicted", p->job,
+                      p->step, p->node, p->rev);
+    if (!e)
+        e = publish_bytes(c, dir, file, record, len);
+    if (!e) {
+        c->bytes = c->bytes - r->record_size + len;
+        r->record_size = len;
+    }
+    pthread_mutex_unlock(&c->lock);
     return e;
 }
 
@@ -817,6 +894,47 @@ void st_peer_cache_get_stats(st_peer_cache *c, st_peer_cache_stats *out)
                                  .refusals_full = c->refusals_full,
                                  .corrupt_refused = c->corrupt_refused};
     pthread_mutex_unlock(&c->lock);
+}
+
+static int newer_first(const void *a, const void *b)
+{
+    uint64_t x = (*(const cached_part *const *)a)->arrival,
+             y = (*(const cached_part *const *)b)->arrival;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+st_err st_peer_cache_list_replicas(st_peer_cache *c, const char *job, st_peer_listed *out,
+                                   size_t max, size_t *n, int *truncated)
+{
+    *n = 0;
+    *truncated = 0;
+    pthread_mutex_lock(&c->lock);
+    const cached_part **match = malloc((c->nparts ? c->nparts : 1) * sizeof *match);
+    if (!match) {
+        pthread_mutex_unlock(&c->lock);
+        return st_seterr(ST_ERR_NOMEM, "peer cache: out of memory");
+    }
+    size_t nmatch = 0;
+    for (size_t i = 0; i < c->nparts; i++)
+        if (!job || !strcmp(c->parts[i].job, job))
+            match[nmatch++] = &c->parts[i];
+    qsort(match, nmatch, sizeof *match, newer_first);
+    *truncated = nmatch > max;
+    for (size_t i = 0; i < nmatch && i < max; i++) {
+        const cached_part *r = match[i];
+        st_peer_listed *it = &out[(*n)++];
+        *it = (st_peer_listed){.step = r->step,
+                               .rev = r->rev,
+                               .durable = r->durable,
+                               .manifest_id = r->manifest_id,
+                               .manifest_len = r->manifest_size,
+                               .record_len = r->record_size};
+        snprintf(it->job, sizeof it->job, "%s", r->job);
+        snprintf(it->node, sizeof it->node, "%s", r->node);
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(match);
+    return ST_OK;
 }
 
 st_err st_peer_cache_list_parts(st_peer_cache *c, st_peer_part_cb cb, void *arg)

@@ -7,6 +7,8 @@
  *   DIR/parts/<job>/<step20>/<node>.r<rev>.manifest
  *   DIR/parts/<job>/<step20>/<node>.r<rev>.state  "held" or "durable", the
  *                                                 arrival number, the pack ids
+ *   DIR/parts/<job>/<step20>/<node>.r<rev>.record the replica record, once
+ *                                                 the writer sent it
  *   DIR/tmp/                                      bodies being received
  *
  * Every file is published as temp file in tmp/ → fsync → rename → fsync of
@@ -33,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "peer/st_peer_listing.h"
 #include "st_error.h"
 #include "util/st_hash.h"
 #include "util/st_wire.h"
@@ -119,6 +122,27 @@ st_err st_peer_cache_put_part(st_peer_cache *c, const st_peer_part_name *p, cons
 
 /*! The replica's manifest into out. ST_ERR_NOT_FOUND if none. */
 st_err st_peer_cache_get_part(st_peer_cache *c, const st_peer_part_name *p, st_bytes *out);
+
+/*!
+ * Keeps the replica record (checked by the caller: it decodes and names
+ * this replica's manifest) beside the replica, replacing one held. Counted
+ * against the cap with the replica and evicted with it. ST_ERR_NOT_FOUND
+ * when the replica is not held, ST_ERR_NOSPACE (counted), ST_ERR_IO.
+ */
+st_err st_peer_cache_put_record(st_peer_cache *c, const st_peer_part_name *p, const uint8_t *record,
+                                size_t len);
+
+/*! The replica record into out. ST_ERR_NOT_FOUND if the replica or its
+ *  record is not held. */
+st_err st_peer_cache_get_record(st_peer_cache *c, const st_peer_part_name *p, st_bytes *out);
+
+/*!
+ * The replicas held (of job only, unless job is NULL) into out[0..max):
+ * *n of them, the newest by arrival first; *truncated set when more
+ * matched. For GET /v1/replicas (st_peer_listing.h). ST_ERR_NOMEM.
+ */
+st_err st_peer_cache_list_replicas(st_peer_cache *c, const char *job, st_peer_listed *out,
+                                   size_t max, size_t *n, int *truncated);
 
 /*! The replica is durable in the store: evictable first. ST_ERR_NOT_FOUND. */
 st_err st_peer_cache_mark_durable(st_peer_cache *c, const st_peer_part_name *p);

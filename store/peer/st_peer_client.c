@@ -573,16 +573,24 @@ st_err st_peer_put_part(st_peer_client *c, const char *job, uint64_t step, const
     return e;
 }
 
-st_err st_peer_get_part(st_peer_client *c, const char *job, uint64_t step, const char *node,
-                        uint32_t rev, st_bytes *manifest_out)
+/* GET /v1/<verb>/<job>/<step>/<node>/<rev> into out (replaced; emptied on
+ * failure). */
+static st_err get_part_object(st_peer_client *c, const char *verb, const char *job, uint64_t step,
+                              const char *node, uint32_t rev, st_bytes *out)
 {
-    peer_call k = {.c = c, .method = "GET", .out = manifest_out, .out_max = PART_MAX};
-    st_err e = part_call(&k, "part", job, step, node, rev);
+    peer_call k = {.c = c, .method = "GET", .out = out, .out_max = PART_MAX};
+    st_err e = part_call(&k, verb, job, step, node, rev);
     if (!e)
         e = part_request(c, &k);
     if (e)
-        st_bytes_clear(manifest_out);
+        st_bytes_clear(out);
     return e;
+}
+
+st_err st_peer_get_part(st_peer_client *c, const char *job, uint64_t step, const char *node,
+                        uint32_t rev, st_bytes *manifest_out)
+{
+    return get_part_object(c, "part", job, step, node, rev, manifest_out);
 }
 
 st_err st_peer_mark_durable(st_peer_client *c, const char *job, uint64_t step, const char *node,
@@ -591,4 +599,36 @@ st_err st_peer_mark_durable(st_peer_client *c, const char *job, uint64_t step, c
     peer_call k = {.c = c, .method = "POST"};
     st_err e = part_call(&k, "durable", job, step, node, rev);
     return e ? e : part_request(c, &k);
+}
+
+st_err st_peer_put_record(st_peer_client *c, const char *job, uint64_t step, const char *node,
+                          uint32_t rev, const uint8_t *record, size_t len)
+{
+    peer_call k = {.c = c, .method = "PUT", .body = record, .body_len = len};
+    st_err e = part_call(&k, "record", job, step, node, rev);
+    return e ? e : part_request(c, &k);
+}
+
+st_err st_peer_get_record(st_peer_client *c, const char *job, uint64_t step, const char *node,
+                          uint32_t rev, st_bytes *record_out)
+{
+    return get_part_object(c, "record", job, step, node, rev, record_out);
+}
+
+st_err st_peer_list_replicas(st_peer_client *c, const char *job, st_peer_listing *out)
+{
+    memset(out, 0, sizeof *out);
+    st_bytes body = {0};
+    peer_call k = {.c = c,
+                   .method = "GET",
+                   .out = &body,
+                   .out_max = st_peer_listing_bound(ST_PEER_LISTING_MAX)};
+    if (job && !st_name_is_valid(job, ST_JOB_MAX))
+        return st_seterr(ST_ERR_INVALID, "peer list: invalid job name");
+    snprintf(k.path, sizeof k.path, "/v1/replicas%s%s", job ? "/" : "", job ? job : "");
+    st_err e = part_request(c, &k);
+    if (!e && (e = st_peer_listing_decode(body.data, body.len, out)))
+        e = st_seterr(e, "peer %s: %s", peer_name(c), st_errmsg());
+    st_bytes_free(&body);
+    return e;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "peer/st_peer_auth.h"
+#include "peer/st_peer_listing.h"
 #include "st_error.h"
 #include "util/st_hash.h"
 #include "util/st_wire.h"
@@ -87,5 +88,23 @@ st_err st_peer_get_part(st_peer_client *c, const char *job, uint64_t step, const
 /*! The part is durable in the store: the peer may evict it first. */
 st_err st_peer_mark_durable(st_peer_client *c, const char *job, uint64_t step, const char *node,
                             uint32_t rev);
+
+/*! Sends the replica record (the bytes the store holds) of a replica the
+ *  peer holds: ST_ERR_NOT_FOUND if it does not, ST_ERR_CORRUPT if the record
+ *  does not decode or names another manifest (docs/PEERS.md, "Restoring
+ *  from peers alone"). */
+st_err st_peer_put_record(st_peer_client *c, const char *job, uint64_t step, const char *node,
+                          uint32_t rev, const uint8_t *record, size_t len);
+
+/*! A replica's record into record_out (replaced), not verified here: the
+ *  caller decodes it. ST_ERR_NOT_FOUND. */
+st_err st_peer_get_record(st_peer_client *c, const char *job, uint64_t step, const char *node,
+                          uint32_t rev, st_bytes *record_out);
+
+/*! The replicas the peer holds (of job only unless job is NULL), decoded
+ *  (st_peer_listing.h): *out owns its items on success (st_peer_listing_free)
+ *  and is empty on failure. ST_ERR_CORRUPT for a body that does not
+ *  decode. */
+st_err st_peer_list_replicas(st_peer_client *c, const char *job, st_peer_listing *out);
 
 #endif

@@ -35,6 +35,8 @@
 #include "format/st_pack.h"
 #include "format/st_part.h"
 #include "peer/st_peer_cache.h"
+#include "peer/st_peer_listing.h"
+#include "peer/st_replica.h"
 #include "util/st_fsutil.h"
 
 #define CHANNELS_MAX         256
@@ -140,7 +142,14 @@ static st_err bind_listen(st_peer_server *s, const st_peer_server_opts *o)
 
 /* ---- routes ---- */
 
-typedef enum route_kind { ROUTE_HELLO, ROUTE_PACK, ROUTE_PART, ROUTE_DURABLE } route_kind;
+typedef enum route_kind {
+    ROUTE_HELLO,
+    ROUTE_PACK,
+    ROUTE_PART,
+    ROUTE_DURABLE,
+    ROUTE_RECORD,
+    ROUTE_REPLICAS
+} route_kind;
 
 typedef struct route {
     route_kind kind;
@@ -148,6 +157,7 @@ typedef struct route {
     char job[ST_JOB_MAX + 1], node[ST_NODE_MAX + 1];
     uint64_t step;
     uint32_t rev;
+    int all_jobs; /* GET /v1/replicas without a job */
 } route;
 
 /* n decimal digits of p (1..20, no sign) at most max into *v; 0 or -1. */
@@ -209,10 +219,9 @@ static unsigned parse_route(const char *url, const char *method, route *r, const
         route_kind kind;
         const char *methods;
     } table[] = {
-        {"/v1/hello", ROUTE_HELLO, " GET "},
-        {"/v1/pack/", ROUTE_PACK, " HEAD GET PUT "},
-        {"/v1/part/", ROUTE_PART, " GET PUT "},
-        {"/v1/durable/", ROUTE_DURABLE, " POST "},
+        {"/v1/hello", ROUTE_HELLO, " GET "},        {"/v1/pack/", ROUTE_PACK, " HEAD GET PUT "},
+        {"/v1/part/", ROUTE_PART, " GET PUT "},     {"/v1/durable/", ROUTE_DURABLE, " POST "},
+        {"/v1/record/", ROUTE_RECORD, " GET PUT "}, {"/v1/replicas", ROUTE_REPLICAS, " GET "},
     };
     if (strlen(url) > ST_PEER_PATH_MAX) {
         *why = "path too long";
@@ -233,11 +242,16 @@ static unsigned parse_route(const char *url, const char *method, route *r, const
         int bad = 0;
         if (r->kind == ROUTE_PACK)
             bad = st_id_parse(url + n, &r->pack) || strlen(url + n) != ST_ID_HEX_LEN;
+        else if (r->kind == ROUTE_REPLICAS)
+            bad =
+                !(r->all_jobs = !url[n]) &&
+                (url[n] != '/' || take_name(url + n + 1, strlen(url + n + 1), ST_JOB_MAX, r->job));
         else if (r->kind != ROUTE_HELLO)
             bad = parse_part_path(url + n, r);
         if (bad) {
-            *why = "malformed path: wants /v1/pack/<32 hex> or /v1/part|durable/<job>/<step>/"
-                   "<node>/<rev>, names of [A-Za-z0-9._-] not starting with '.'";
+            *why = "malformed path: wants /v1/pack/<32 hex>, /v1/part|durable|record/<job>/<step>/"
+                   "<node>/<rev> or /v1/replicas[/<job>], names of [A-Za-z0-9._-] not starting "
+                   "with '.'";
             return MHD_HTTP_BAD_REQUEST;
         }
         return 0;
@@ -439,11 +453,9 @@ static st_peer_part_name part_of(const route *rt)
     return (st_peer_part_name){rt->job, rt->step, rt->node, rt->rev};
 }
 
-static enum MHD_Result reply_part(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
+/* Answers 200 with m's bytes (taken), or the error e. */
+static enum MHD_Result reply_bytes(struct MHD_Connection *c, peer_req *q, st_err e, st_bytes m)
 {
-    st_peer_part_name p = part_of(&q->rt);
-    st_bytes m = {0};
-    st_err e = st_peer_cache_get_part(s->cache, &p, &m);
     if (e) {
         st_bytes_free(&m);
         return reply_err(c, q, e);
@@ -457,6 +469,33 @@ static enum MHD_Result reply_part(st_peer_server *s, struct MHD_Connection *c, p
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ok;
+}
+
+/* GET part or record: the replica's manifest or its record. */
+static enum MHD_Result reply_part_object(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
+{
+    st_peer_part_name p = part_of(&q->rt);
+    st_bytes m = {0};
+    st_err e = q->rt.kind == ROUTE_RECORD ? st_peer_cache_get_record(s->cache, &p, &m)
+                                          : st_peer_cache_get_part(s->cache, &p, &m);
+    return reply_bytes(c, q, e, m);
+}
+
+/* GET /v1/replicas[/<job>]: the listing of st_peer_listing.h. */
+static enum MHD_Result reply_replicas(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
+{
+    st_peer_listed *items = malloc(ST_PEER_LISTING_MAX * sizeof *items);
+    st_bytes m = {0};
+    size_t n = 0;
+    int truncated = 0;
+    st_err e = items ? ST_OK : st_seterr(ST_ERR_NOMEM, "out of memory");
+    if (!e)
+        e = st_peer_cache_list_replicas(s->cache, q->rt.all_jobs ? NULL : q->rt.job, items,
+                                        ST_PEER_LISTING_MAX, &n, &truncated);
+    if (!e)
+        e = st_peer_listing_encode(items, n, truncated, &m);
+    free(items);
+    return reply_bytes(c, q, e, m);
 }
 
 /* The Content-Length of a PUT, which must have one of at most max bytes:
@@ -515,7 +554,14 @@ static enum MHD_Result begin(st_peer_server *s, struct MHD_Connection *c, const 
         return MHD_YES;
     case ROUTE_PART:
         if (!put)
-            return reply_part(s, c, q);
+            return reply_part_object(s, c, q);
+        if ((status = body_length(c, PART_BODY_MAX, &len, &why)))
+            return reply(c, q, status, why);
+        return MHD_YES;
+    case ROUTE_REPLICAS: return reply_replicas(s, c, q);
+    case ROUTE_RECORD:
+        if (!put)
+            return reply_part_object(s, c, q);
         if ((status = body_length(c, PART_BODY_MAX, &len, &why)))
             return reply(c, q, status, why);
         return MHD_YES;
@@ -631,6 +677,37 @@ static enum MHD_Result finish_part(st_peer_server *s, struct MHD_Connection *c, 
     return e ? reply_err(c, q, e) : reply(c, q, MHD_HTTP_CREATED, "stored");
 }
 
+/* PUT record: the replica record of a replica held here, whose manifest is
+ * byte for byte the one held (docs/PEERS.md, "Restoring from peers alone"). */
+static enum MHD_Result finish_record(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
+{
+    st_id got = st_id_of(q->body.data, q->body.len);
+    if (st_id_cmp(&got, &q->body_id))
+        return reply(c, q, MHD_HTTP_BAD_REQUEST, "body does not match " ST_PEER_HDR_BODY);
+    st_peer_part_name p = part_of(&q->rt);
+    st_replica rec;
+    st_part part;
+    st_bytes held = {0};
+    const char *why = NULL;
+    if (st_replica_decode(q->body.data, q->body.len, &rec, &part))
+        return reply(c, q, MHD_HTTP_UNPROCESSABLE_CONTENT, "record refused: it does not decode");
+    if (rec.revision != q->rt.rev || part.step != q->rt.step || strcmp(part.job, q->rt.job) ||
+        strcmp(part.node, q->rt.node))
+        why = "record refused: its job, step, node or revision is not the path's";
+    st_err e = st_peer_cache_get_part(s->cache, &p, &held);
+    if (!why && !e &&
+        (held.len != rec.manifest.len || memcmp(held.data, rec.manifest.data, held.len)))
+        why = "record refused: its manifest is not the replica's held here";
+    if (!why && !e)
+        e = st_peer_cache_put_record(s->cache, &p, q->body.data, q->body.len);
+    st_bytes_free(&held);
+    st_part_free(&part);
+    st_replica_free(&rec);
+    if (why)
+        return reply(c, q, MHD_HTTP_UNPROCESSABLE_CONTENT, why);
+    return e ? reply_err(c, q, e) : reply(c, q, MHD_HTTP_CREATED, "stored");
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_data_size, void **req_cls)
@@ -655,7 +732,11 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     if (q->failed)
         return reply(c, q, q->failed, q->why);
-    return q->rt.kind == ROUTE_PACK ? finish_pack(s, c, q) : finish_part(s, c, q);
+    switch (q->rt.kind) {
+    case ROUTE_PACK: return finish_pack(s, c, q);
+    case ROUTE_RECORD: return finish_record(s, c, q);
+    default: return finish_part(s, c, q);
+    }
 }
 
 static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,

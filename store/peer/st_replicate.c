@@ -217,6 +217,20 @@ void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t
     }
 }
 
+/* Gives every holder the replica record the store just took, so a reader
+ * whose store cannot be reached can list the part from the peers alone
+ * (docs/PEERS.md, "Restoring from peers alone"). Best effort: the part is
+ * replicated whether or not a holder keeps its record. */
+static void send_record(st_replication *r, const st_bytes *record)
+{
+    for (size_t i = 0; i < r->ntargets; i++) {
+        target *t = &r->targets[i];
+        if (!t->failed)
+            st_peer_put_record(conn_of(t->p), r->job, r->step, r->node, r->rev, record->data,
+                               record->len);
+    }
+}
+
 st_err st_replication_finish(st_replication *r, st_backend *store, const char *job, uint64_t step,
                              const char *node, uint32_t rev, const st_bytes *manifest,
                              const st_bytes *part, st_replication_result *res)
@@ -260,11 +274,12 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
         e = st_key_replica(key, sizeof key, job, step, node, rev);
     if (!e)
         e = st_put(store, key, buf.data, buf.len);
-    st_bytes_free(&buf);
     if (!e) {
         res->replicated = 1;
         snprintf(res->key, sizeof res->key, "%s", key);
+        send_record(r, &buf);
     }
+    st_bytes_free(&buf);
     return e;
 }
 

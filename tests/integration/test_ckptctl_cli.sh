@@ -4,7 +4,8 @@
 # with `ckptctl put`, restore falling back from a damaged or missing pack
 # and leaving nothing of the damaged step, 2,000 files under ulimit -n 256, the
 # mount verbs against a fake control directory, that a corrupted store
-# object is reported (exit 4) without leaving a bad file, and keygen.
+# object is reported (exit 4) without leaving a bad file, keygen, and
+# --peers with a store that answers.
 #   test_ckptctl_cli.sh PATH/TO/ckptctl
 set -u
 ckptctl=$1
@@ -150,6 +151,16 @@ checkjson "ls --json ranks (put: no rank)" 'all(s["ranks"]==0 and s["world_size"
 expect 0 "ls j2" -- "$ckptctl" $J ls
 contains "$tmp/out" "consistent" "ls shows the state"
 contains "$tmp/out" "dedup ratio 1\.[4-6][0-9]x" "ls shows the job's dedup ratio"
+# --peers (docs/PEERS.md, "Restoring from peers alone"): only with the
+# secret; a store that answers is read as always, the peers never listed.
+expect 2 "--peers without the secret" -- "$ckptctl" $J --peers 127.0.0.1:1 ls
+contains "$tmp/err" "peers need the cluster secret" "--peers refusal says what is missing"
+head -c 48 /dev/urandom >"$tmp/peer-secret" && chmod 600 "$tmp/peer-secret"
+expect 0 "ls --json with --peers, the store up" -- \
+    "$ckptctl" $J --peers 127.0.0.1:1 --peer-secret-file "$tmp/peer-secret" ls --json
+checkjson "ls --json with --peers: durable, from the store" '[(s["step"],s["restorable"]) for s in d]==[(10,"durable"),(20,"durable")]'
+if grep -q "cannot be reached" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: --peers with the store up read from the peers"; else passed=$((passed + 1)); fi
 expect 0 "ls (jobs) --json" -- "$ckptctl" --json ls --job ""
 expect 0 "ls (jobs)" -- env -u CKPT_JOB "$ckptctl" --json ls
 checkjson "ls jobs --json" 'sorted(d)==["cli","j2"]'

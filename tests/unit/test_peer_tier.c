@@ -11,6 +11,7 @@
  * publish and the durable notice leave the store's own part and no replica
  * record.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,9 @@
 #include "engine/st_ingest.h"
 #include "engine/st_restore.h"
 #include "engine/st_state.h"
+#include "peer/st_peer_alone.h"
 #include "peer/st_peer_auth.h"
+#include "peer/st_peer_cache.h"
 #include "peer/st_peer_read.h"
 #include "peer/st_peer_server.h"
 #include "peer/st_replica.h"
@@ -253,6 +256,135 @@ static int count_keys(st_backend *b, const char *prefix)
     return n;
 }
 
+/* ---- a store that cannot be reached ---- */
+
+static st_err down_err(const char *key)
+{
+    return st_seterr(ST_ERR_TRANSIENT, "%s: connection refused", key);
+}
+static st_err down_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    (void)ctx, (void)data, (void)len;
+    return down_err(key);
+}
+static st_err down_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
+{
+    (void)ctx, (void)off, (void)len, (void)out;
+    return down_err(key);
+}
+static st_err down_stat(void *ctx, const char *key, uint64_t *size)
+{
+    (void)ctx, (void)size;
+    return down_err(key);
+}
+static st_err down_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    (void)ctx, (void)cb, (void)arg;
+    return down_err(prefix);
+}
+static st_err down_del(void *ctx, const char *key)
+{
+    (void)ctx;
+    return down_err(key);
+}
+static void down_close(void *ctx)
+{
+    (void)ctx;
+}
+static const st_backend_ops down_ops = {.scheme = "down",
+                                        .put = down_put,
+                                        .get = down_get,
+                                        .stat = down_stat,
+                                        .list = down_list,
+                                        .del = down_del,
+                                        .close = down_close};
+
+static st_backend *store_down(void)
+{
+    st_backend *b = calloc(1, sizeof *b);
+    b->ops = &down_ops;
+    return b;
+}
+
+/* The reader from peers alone's last report. */
+static char alone_said[768];
+static void note_alone(void *arg, const char *msg)
+{
+    (void)arg;
+    snprintf(alone_said, sizeof alone_said, "%s", msg);
+}
+
+/* A reader whose store is down, given the peers at addr: *alone says
+ * whether it reads from them alone. */
+static st_err reader_alone(st_backend *store, const char *addr, const st_peer_secret *secret,
+                           const char *name, int *alone, st_backend **out)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    st_peer_read_opts ro = {.self_node = "reader", .secret = secret, .cache_dir = dir};
+    st_peer_alone_opts ao = {.peers = addr,
+                             .self_node = "reader",
+                             .secret = secret,
+                             .job = JOB,
+                             .log = note_alone,
+                             .log_arg = NULL};
+    alone_said[0] = '\0';
+    return st_peer_reader_open(store, &ro, &ao, alone, out);
+}
+
+/* Restarts the peer of test_write_order on the same address (the records
+ * name it), after its files were changed behind its back. */
+static st_peer_server *restart_peer(st_peer_server *s, st_peer_server_opts *so, const char *addr)
+{
+    st_peer_server_stop(s);
+    so->listen = addr;
+    st_peer_server *again = NULL;
+    CHECK_OK(st_peer_server_start(so, &again));
+    return again;
+}
+
+/* The number of steps of JOB a reader from the peer alone at addr lists. */
+static size_t steps_from_peer_alone(const char *addr, const st_peer_secret *secret,
+                                    const char *name)
+{
+    int alone = 0;
+    st_backend *b = NULL;
+    st_step_keys *steps = NULL;
+    size_t n = 0;
+    CHECK_OK(reader_alone(store_down(), addr, secret, name, &alone, &b));
+    CHECK(alone == 1);
+    CHECK_OK(st_catalog_list_steps(b, JOB, &steps, &n));
+    st_step_keys_free(steps, n);
+    st_backend_close(b);
+    return n;
+}
+
+/* Deletes one pack file under dir (packs/<hh>/<id>.pack); 1 if it did. */
+static int remove_one_pack(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int done = 0;
+    while (d && !done && (de = readdir(d))) {
+        char sub[1024];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+        DIR *s = opendir(sub);
+        struct dirent *f;
+        while (s && !done && (f = readdir(s))) {
+            char file[1400];
+            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+            done = f->d_name[0] != '.' && unlink(file) == 0;
+        }
+        if (s)
+            closedir(s);
+    }
+    if (d)
+        closedir(d);
+    return done;
+}
+
 static void test_write_order(void)
 {
     char path[512], hold[512], spec[600], addr[64];
@@ -323,6 +455,43 @@ static void test_write_order(void)
     CHECK(res.replicated && res.holders == 1 && res.packs_sent >= 1);
     CHECK(count_keys(store, "jobs/j/packs/") == 0); /* held: the store has no pack */
     CHECK(count_keys(store, "jobs/j/steps/00000000000000000007/replicas/") == 1);
+    /* The holder keeps the record the store took, byte for byte, and lists it. */
+    char rkey[ST_KEY_MAX];
+    st_bytes in_store = {0}, held = {0};
+    CHECK_OK(st_key_replica(rkey, sizeof rkey, JOB, STEP, NODE, 1));
+    CHECK_OK(st_get(store, rkey, 0, ST_GET_TO_END, &in_store));
+    st_peer_part_name pn = {JOB, STEP, NODE, 1};
+    CHECK_OK(st_peer_cache_get_record(st_peer_server_cache(server), &pn, &held));
+    CHECK(held.len == in_store.len && !memcmp(held.data, in_store.data, held.len));
+    st_bytes_free(&in_store);
+    st_bytes_free(&held);
+
+    /* A new node whose store cannot be reached: from the peer alone. */
+    int alone = 0;
+    st_backend *down = NULL;
+    CHECK_OK(reader_alone(store_down(), addr, &secret, "alone1", &alone, &down));
+    CHECK(alone == 1);
+    st_step_keys *alone_steps = NULL;
+    size_t nalone = 0;
+    CHECK_OK(st_catalog_list_steps(down, JOB, &alone_steps, &nalone));
+    CHECK(nalone == 1 && alone_steps[0].step == STEP && alone_steps[0].nnodes == 1);
+    st_step_keys_free(alone_steps, nalone);
+    CHECK(st_peer_read_is_replicated(down, JOB, STEP, NODE));
+    CHECK_OK(restore_all(down, data, len, 2));
+    CHECK_ERR(st_put(down, "jobs/j/x", "x", 1), ST_ERR_PERMANENT); /* never written through */
+    st_backend_close(down);
+    /* A wrong secret is named; no peer answering is the store's outage. */
+    CHECK_ERR(reader_alone(store_down(), addr, &wrong, "alone2", &alone, &down), ST_ERR_AUTH);
+    CHECK(strstr(st_errmsg(), "refused this node's cluster secret") != NULL && !down);
+    CHECK_ERR(reader_alone(store_down(), "127.0.0.1:1", &secret, "alone3", &alone, &down),
+              ST_ERR_TRANSIENT);
+    CHECK(strstr(st_errmsg(), "no peer answered") && strstr(st_errmsg(), "connection refused"));
+    /* A store that answers is read as before, the peers only for packs. */
+    st_backend *up = NULL;
+    CHECK_OK(st_backend_mem_share(store, &up));
+    CHECK_OK(reader_alone(up, addr, &secret, "alone4", &alone, &down));
+    CHECK(alone == 0);
+    st_backend_close(down);
 
     /* A reader without the writer: from the peer. */
     st_backend *view = reader_view(store, &secret, "read1");
@@ -365,6 +534,36 @@ static void test_write_order(void)
     CHECK_OK(restore_all(view, data, len, 2));
     CHECK(!st_peer_read_is_replicated(view, JOB, STEP, NODE));
     st_backend_close(view);
+
+    /* The store down again, and one of the part's packs no longer on the
+     * peer (as a pack only the store holds): the part, so the step, is
+     * left out, never half shown. Before, the peer's durable replica still
+     * stands for it. */
+    CHECK(steps_from_peer_alone(addr, &secret, "alone5") == 1);
+    /* A record the peer's disk altered: refused by its checksum, reported. */
+    snprintf(path, sizeof path, "%s/peer/parts/" JOB "/%020d/" NODE ".r1.record", root, STEP);
+    st_bytes good = {0};
+    CHECK_OK(st_peer_cache_get_record(st_peer_server_cache(server), &pn, &good));
+    good.data[good.len / 2] ^= 1;
+    ut_write_file(path, good.data, good.len);
+    snprintf(path, sizeof path, "%s/peer", root);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone6") == 0);
+    CHECK(strstr(alone_said, "its record does not decode") != NULL);
+    snprintf(path, sizeof path, "%s/peer/parts/" JOB "/%020d/" NODE ".r1.record", root, STEP);
+    good.data[good.len / 2] ^= 1;
+    ut_write_file(path, good.data, good.len);
+    st_bytes_free(&good);
+    snprintf(path, sizeof path, "%s/peer", root);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone7") == 1);
+    /* A pack gone from the peer's disk. */
+    snprintf(path, sizeof path, "%s/peer/packs", root);
+    CHECK(remove_one_pack(path));
+    snprintf(path, sizeof path, "%s/peer", root);
+    server = restart_peer(server, &so, addr);
+    CHECK(steps_from_peer_alone(addr, &secret, "alone8") == 0);
+    CHECK(strstr(alone_said, "which no peer that answers holds") != NULL);
 
     m.node = m.job = NULL;
     st_manifest_free(&m);

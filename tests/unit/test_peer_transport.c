@@ -25,6 +25,7 @@
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_client.h"
 #include "peer/st_peer_server.h"
+#include "peer/st_replica.h"
 #include "util/st_fsutil.h"
 #include "ut.h"
 
@@ -411,6 +412,108 @@ static void test_round_trip(void)
     st_peer_server_stop(s);
 }
 
+/* The record of WRITER's part of JOB at step, revision rev, naming manifest
+ * man and held by PEER_NODE: encoded into out. */
+static void make_record(st_bytes *out, uint64_t step, uint32_t rev, const st_bytes *man)
+{
+    st_part p = {.step = step, .revision = rev, .complete = 1, .world_size = 1};
+    snprintf(p.job, sizeof p.job, JOB);
+    snprintf(p.node, sizeof p.node, WRITER);
+    p.manifest_len = man->len;
+    p.manifest_digest = st_id_of(man->data, man->len);
+    st_replica r = {.revision = rev, .nholders = 1, .manifest = *man};
+    CHECK_OK(st_part_encode(&p, &r.part));
+    snprintf(r.holders[0].node, sizeof r.holders[0].node, PEER_NODE);
+    snprintf(r.holders[0].addr, sizeof r.holders[0].addr, "127.0.0.1:1");
+    st_bytes_clear(out);
+    CHECK_OK(st_replica_encode(&r, out));
+    st_bytes_free(&r.part);
+}
+
+/* GET /v1/replicas and PUT/GET /v1/record (docs/PEERS.md, "Restoring from
+ * peers alone"): what a peer lists, the records it keeps and refuses, and
+ * both after a restart. */
+static void test_replica_listing(void)
+{
+    st_peer_server *s = start_server("list", 0);
+    st_peer_client *c = connect_to(s, &secret);
+    st_peer_listing l;
+    CHECK_OK(st_peer_list_replicas(c, NULL, &l));
+    CHECK(l.n == 0 && !l.truncated);
+
+    test_pack a;
+    make_pack(&a, 20000, 11);
+    st_bytes manifest = {0}, other = {0}, rec = {0}, wrong = {0}, got = {0};
+    make_manifest(&manifest, 7, &a, 1);
+    make_manifest(&other, 8, &a, 1);
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 7, WRITER, 2, &a.id, 1, manifest.data, manifest.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 8, WRITER, 1, &a.id, 1, other.data, other.len));
+    CHECK_OK(st_peer_mark_durable(c, JOB, 8, WRITER, 1));
+
+    /* Listed newest first, without a record yet. */
+    st_id man_id = st_id_of(manifest.data, manifest.len);
+    CHECK_OK(st_peer_list_replicas(c, NULL, &l));
+    CHECK(l.n == 2 && !l.truncated);
+    CHECK(l.items[0].step == 8 && l.items[0].durable && l.items[0].record_len == 0);
+    CHECK(l.items[1].step == 7 && l.items[1].rev == 2 && !l.items[1].durable);
+    CHECK(!strcmp(l.items[1].job, JOB) && !strcmp(l.items[1].node, WRITER));
+    CHECK(!st_id_cmp(&l.items[1].manifest_id, &man_id) && l.items[1].manifest_len == manifest.len);
+    st_peer_listing_free(&l);
+    CHECK_ERR(st_peer_get_record(c, JOB, 7, WRITER, 2, &got), ST_ERR_NOT_FOUND);
+
+    /* A record is kept only for a replica held, of its revision, naming
+     * the manifest held byte for byte. */
+    make_record(&rec, 7, 2, &manifest);
+    CHECK_ERR(st_peer_put_record(c, JOB, 7, WRITER, 3, rec.data, rec.len), ST_ERR_CORRUPT);
+    CHECK_ERR(st_peer_put_record(c, JOB, 9, WRITER, 2, rec.data, rec.len), ST_ERR_CORRUPT);
+    make_record(&wrong, 7, 1, &manifest);
+    CHECK_ERR(st_peer_put_record(c, JOB, 7, WRITER, 1, wrong.data, wrong.len), ST_ERR_NOT_FOUND);
+    make_record(&wrong, 7, 2, &other);
+    CHECK_ERR(st_peer_put_record(c, JOB, 7, WRITER, 2, wrong.data, wrong.len), ST_ERR_CORRUPT);
+    CHECK_ERR(st_peer_put_record(c, JOB, 7, WRITER, 2, rec.data, rec.len - 1), ST_ERR_CORRUPT);
+    CHECK_OK(st_peer_put_record(c, JOB, 7, WRITER, 2, rec.data, rec.len));
+    CHECK(exists("list", "parts/" JOB "/00000000000000000007/" WRITER ".r2.record"));
+    CHECK_OK(st_peer_get_record(c, JOB, 7, WRITER, 2, &got));
+    CHECK(got.len == rec.len && !memcmp(got.data, rec.data, got.len));
+    st_peer_server_stats st = stats_of(s);
+    CHECK(st.cache_bytes == a.bytes.len + manifest.len + other.len + rec.len);
+
+    /* Of one job only; a malformed job is refused before anything is sent. */
+    CHECK_OK(st_peer_list_replicas(c, "another-job", &l));
+    CHECK(l.n == 0);
+    CHECK_ERR(st_peer_list_replicas(c, ".hidden", &l), ST_ERR_INVALID);
+
+    /* Restart: the record and the listing come back from the files. */
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+    s = start_server("list", 0);
+    c = connect_to(s, &secret);
+    CHECK_OK(st_peer_list_replicas(c, JOB, &l));
+    CHECK(l.n == 2 && l.items[1].step == 7 && l.items[1].record_len == rec.len &&
+          !st_id_cmp(&l.items[1].manifest_id, &man_id));
+    st_peer_listing_free(&l);
+    st = stats_of(s);
+    CHECK(st.cache_bytes == a.bytes.len + manifest.len + other.len + rec.len);
+
+    /* A replica sent again drops the record that named its old manifest. */
+    CHECK_OK(st_peer_put_part(c, JOB, 7, WRITER, 2, &a.id, 1, manifest.data, manifest.len));
+    CHECK_ERR(st_peer_get_record(c, JOB, 7, WRITER, 2, &got), ST_ERR_NOT_FOUND);
+    CHECK(!exists("list", "parts/" JOB "/00000000000000000007/" WRITER ".r2.record"));
+
+    /* A wrong secret is refused by name. */
+    st_peer_secret bad = secret;
+    bad.bytes[0] ^= 1;
+    st_peer_client *intruder = connect_to(s, &bad);
+    CHECK_ERR(st_peer_list_replicas(intruder, NULL, &l), ST_ERR_AUTH);
+    CHECK(strstr(st_errmsg(), "refused this node's cluster secret") != NULL);
+    st_peer_client_free(intruder);
+
+    free_all(6, &manifest, &other, &rec, &wrong, &got, &a.bytes);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+}
+
 static void test_wrong_secret(void)
 {
     st_peer_server *s = start_server("auth", 0);
@@ -731,7 +834,8 @@ static int stray_entries(const char *dir)
             strcmp(de->d_name, "corrupt") && strcmp(de->d_name, "cap") &&
             strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
             strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
-            strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans")) {
+            strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans") &&
+            strcmp(de->d_name, "list")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -787,6 +891,14 @@ static void test_hostile_paths(void)
     CHECK(ans.status == 405);
     raw_signed(&ch, "GET", "/v1/nothing", NULL, 0, counter++, 0, &ans);
     CHECK(ans.status == 404);
+    static const char *bad_lists[] = {"/v1/replicas/", "/v1/replicas/.x", "/v1/replicas/a/b",
+                                      "/v1/replicasx", "/v1/record/" JOB "/1/" WRITER "/x"};
+    for (size_t i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++) {
+        raw_signed(&ch, "GET", bad_lists[i], NULL, 0, counter++, 0, &ans);
+        CHECK(ans.status == 400);
+    }
+    raw_signed(&ch, "PUT", "/v1/replicas", "x", 1, counter++, 0, &ans);
+    CHECK(ans.status == 405);
     /* A part body too short to hold its pack count. */
     raw_signed(&ch, "PUT", "/v1/part/" JOB "/1/" WRITER "/1", "\x05\0\0\0", 4, counter++, 0, &ans);
     CHECK(ans.status == 400);
@@ -825,6 +937,7 @@ int main(void)
     RUN(test_secret_file_rules);
     RUN(test_listen_rules);
     RUN(test_round_trip);
+    RUN(test_replica_listing);
     RUN(test_wrong_secret);
     RUN(test_replay_and_mac);
     RUN(test_corrupt_packs);
