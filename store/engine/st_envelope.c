@@ -281,8 +281,12 @@ static st_err store_has_steps(st_backend *b, int *any)
 
 st_err st_envelope_check(st_backend *b, const st_keyring *kr, const char *url)
 {
-    uint64_t size;
-    st_err e = st_stat(b, ST_ENVELOPE_MARKER_KEY, &size);
+    /* A GET, not a HEAD: a refusal's answer then has a body, whose S3 error
+     * code (SignatureDoesNotMatch, AccessDenied...) names the cause; a
+     * HEAD's has none. The marker is a few dozen bytes. */
+    st_bytes marker = {0};
+    st_err e = st_get(b, ST_ENVELOPE_MARKER_KEY, 0, ST_GET_TO_END, &marker);
+    st_bytes_free(&marker);
     if (e && e != ST_ERR_NOT_FOUND)
         return e;
     int marked = !e;

@@ -82,7 +82,8 @@ static char *default_state_dir(char *buf, size_t cap)
  * does"); its pack cache is a directory of this process under state_dir.
  * Given peers, a store that cannot be reached is replaced under the view by
  * what the peers hold ("Restoring from peers alone"). */
-static st_err open_peer_view(st_store *s, const st_store_options *opts, const char *state_dir)
+static st_err open_peer_view(st_store *s, const st_store_options *opts, const char *state_dir,
+                             const char *store_down)
 {
     st_backend *borrow = NULL;
     if (!(s->peer_secret = calloc(1, sizeof *s->peer_secret)))
@@ -102,6 +103,7 @@ static st_err open_peer_view(st_store *s, const st_store_options *opts, const ch
                             .log = s->warn,
                             .log_arg = s->warn_arg};
     st_peer_alone_opts ao = {.peers = opts->peers,
+                             .store_down = store_down,
                              .self_node = s->node,
                              .secret = s->peer_secret,
                              .log = s->warn,
@@ -151,8 +153,18 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
         e = st_backend_open_opts(opts->url, &bo, &s->backend);
     /* The mixing rule's HEAD (and listing) before the counter: the counts
      * are the verb's own requests, as before encryption. */
+    /* Why the store could not be read here, when peers may stand in for it. */
+    char store_down[512] = "";
     if (!e)
         e = st_envelope_check(s->backend, s->keyring, opts->url);
+    if (e == ST_ERR_TRANSIENT && opts->peers && opts->peer_secret_file) {
+        /* Unreachable, and peers are given: the reader from the peers
+         * alone (open_peer_view) takes over without asking the store again,
+         * and never writes (docs/PEERS.md, "Restoring from peers alone"). */
+        snprintf(store_down, sizeof store_down, "%s", st_errmsg());
+        st_clearerr();
+        e = ST_OK;
+    }
     if (!e)
         e = st_backend_count_wrap(&s->backend, &s->requests);
     if (!e && s->keyring)
@@ -177,7 +189,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
         e = st_seterr(ST_ERR_INVALID, "peers need the cluster secret (peer_secret_file)");
         goto fail;
     }
-    if (opts->peer_secret_file && (e = open_peer_view(s, opts, state_dir))) {
+    if (opts->peer_secret_file &&
+        (e = open_peer_view(s, opts, state_dir, store_down[0] ? store_down : NULL))) {
         s->reader = s->backend;
         goto fail;
     }

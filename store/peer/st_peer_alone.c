@@ -422,7 +422,10 @@ st_err st_peer_reader_open(st_backend *store, const st_peer_read_opts *ro,
 {
     *out = NULL;
     *alone = 0;
-    st_err e = ao && ao->peers ? st_list(store, ST_KEY_JOBLIST, stop_at_first, NULL) : ST_OK;
+    st_err e = ST_OK;
+    if (ao && ao->peers)
+        e = ao->store_down ? st_seterr(ST_ERR_TRANSIENT, "%s", ao->store_down)
+                           : st_list(store, ST_KEY_JOBLIST, stop_at_first, NULL);
     if (e == ST_ERR_TRANSIENT) {
         char why[512];
         snprintf(why, sizeof why, "%s", st_errmsg());

@@ -36,6 +36,8 @@ typedef struct st_peer_alone_opts {
     const st_peer_secret *secret; /* borrowed for the open only */
     const char *job;              /* list this job only; NULL: every job */
     const char *store_error;      /* why the store was given up, for messages; may be NULL */
+    const char *store_down;       /* the store already failed transiently (its message): not
+                                   * looked at again; NULL: st_peer_reader_open looks */
     void (*log)(void *arg, const char *msg); /* a peer left out, a record refused; may be NULL */
     void *log_arg;
 } st_peer_alone_opts;
