@@ -383,7 +383,8 @@ st_err st_peer_alone_open(const st_peer_alone_opts *o, st_backend **out)
     for (size_t i = 0; !e && r && i < r->ncands; i++)
         e = take_candidate(r, &r->cands[i]);
     if (!e) {
-        qsort(r->x->objs, r->x->n, sizeof *r->x->objs, cmp_kept);
+        if (r->x->n) /* none kept: objs is NULL, which qsort may not be given */
+            qsort(r->x->objs, r->x->n, sizeof *r->x->objs, cmp_kept);
         b->ops = &alone_ops;
         b->ctx = r->x;
         *out = b;
