@@ -267,7 +267,8 @@ static st_err read_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
     if (!e)
         e = add_replicated(x, &l);
     if (!e) {
-        qsort(l.keys, l.n, sizeof *l.keys, cmp_listed);
+        if (l.n) /* an empty listing's keys are NULL, which qsort may not be given */
+            qsort(l.keys, l.n, sizeof *l.keys, cmp_listed);
         for (size_t i = 0; i < l.n; i++)
             if (!strncmp(l.keys[i].key, prefix, strlen(prefix)) &&
                 cb(arg, l.keys[i].key, l.keys[i].size))
