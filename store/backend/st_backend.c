@@ -330,6 +330,18 @@ st_err st_del_many(st_backend *b, st_del_item *items, size_t n)
     return first_failure_result(&first);
 }
 
+st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backend *inner)
+{
+    st_backend_ops ops = *tmpl;
+    if (!inner->ops->del_many)
+        ops.del_many = NULL;
+    if (!inner->ops->stat_time)
+        ops.stat_time = NULL;
+    if (!inner->ops->put_new)
+        ops.put_new = NULL;
+    return ops;
+}
+
 int st_backend_observer_stops(const st_backend_observer *o)
 {
     return o && o->should_stop && o->should_stop(o->arg);

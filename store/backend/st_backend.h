@@ -312,6 +312,21 @@ st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t o
                             void *ctx, const char *key, uint64_t offset, uint64_t len,
                             const st_get_sink *sink);
 
+/*!
+ * The ops table of a wrapper over inner: a copy of *tmpl (the wrapper's
+ * template, which fills every op) with each optional op that inner lacks
+ * cleared (del_many, stat_time, put_new), so that the wrapper offers an
+ * optional op exactly when the store behind it does. A caller then takes
+ * the path this header gives a missing op (st_del_many loops over the
+ * wrapper's del, st_put_new answers ST_ERR_UNSUPPORTED, st_stat_time
+ * refuses) instead of a wrapper op that would forward to nothing.
+ * get_stream is kept: a wrapper streams through st_get_stream(inner),
+ * which falls back on get by itself. Every wrapper builds its table here,
+ * so an optional op added to st_backend_ops is masked in one place for
+ * all of them. Returns the table by value; inner is only read.
+ */
+st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backend *inner);
+
 /*! The first failed item's err among items[0..n), or ST_OK. */
 st_err st_del_items_result(const st_del_item *items, size_t n);
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 
 typedef struct count_ctx {
-    /* Our table: del_many only when inner has it, so that a store without
-     * batch requests is deleted through count_del and counted per key;
-     * put_new likewise. */
+    /* Our table, masked to inner's (st_backend_ops_masked): a store without
+     * batch requests is deleted through count_del and counted per key, and
+     * a create or clock it lacks is refused without a count. */
     st_backend_ops ops;
     st_backend *inner;
     st_backend_counts *c;
@@ -130,11 +130,7 @@ static st_err wrap(st_backend *inner, st_backend_counts *counts, int owns, st_ba
     x->inner = inner;
     x->c = counts;
     x->owns_inner = owns;
-    x->ops = count_ops_template;
-    if (!x->inner->ops->del_many)
-        x->ops.del_many = NULL;
-    if (!x->inner->ops->put_new)
-        x->ops.put_new = NULL;
+    x->ops = st_backend_ops_masked(&count_ops_template, inner);
     w->ops = &x->ops;
     w->ctx = x;
     *out = w;

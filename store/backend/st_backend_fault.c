@@ -244,11 +244,7 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->get_hold_told, 0);
     atomic_init(&f->answer_lost, 0);
     f->inner = *b;
-    f->ops = fault_ops_template;
-    if (!f->inner->ops->del_many)
-        f->ops.del_many = NULL;
-    if (!f->inner->ops->put_new)
-        f->ops.put_new = NULL;
+    f->ops = st_backend_ops_masked(&fault_ops_template, f->inner);
     w->ops = &f->ops;
     w->ctx = f;
     *b = w;

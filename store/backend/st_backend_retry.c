@@ -402,14 +402,10 @@ st_err st_backend_retry_wrap(st_backend *inner, const st_retry_policy *policy, s
         free(b);
         return st_seterr(ST_ERR_NOMEM, "st_backend_retry_wrap: out of memory");
     }
-    c->ops = retry_ops_template;
-    c->ops.scheme = inner->ops->scheme;
     /* del_many only over a store with batch requests; without, st_del_many
      * loops over retry_del, which retries each key on its own. */
-    if (!inner->ops->del_many)
-        c->ops.del_many = NULL;
-    if (!inner->ops->put_new) /* st_put_new then says unsupported */
-        c->ops.put_new = NULL;
+    c->ops = st_backend_ops_masked(&retry_ops_template, inner);
+    c->ops.scheme = inner->ops->scheme;
     c->inner = inner;
     c->policy = policy ? *policy : (st_retry_policy){0};
     if (!c->policy.attempts)

@@ -73,23 +73,42 @@ static st_err ensure_marker(envelope_ctx *x)
     return e;
 }
 
-static st_err env_put(void *ctx, const char *key, const void *data, size_t len)
+/* put (create 0) and put_new (create 1): the object as the store keeps it
+ * (sealed, for a sealed kind), handed to the inner's put, which replaces,
+ * or put_new, which creates: a create stays a create through the
+ * envelope, as the node lease's first claim and st_put_once rely on
+ * (docs/NODES.md). The marker goes first, by a plain put, before any
+ * sealed object or pack, so a store never holds encrypted objects without
+ * saying it is encrypted. */
+static st_err env_store(envelope_ctx *x, int create, const char *key, const void *data, size_t len)
 {
-    envelope_ctx *x = ctx;
+    st_err (*send)(void *ctx, const char *key, const void *data, size_t len) =
+        create ? x->inner->ops->put_new : x->inner->ops->put;
     int pack;
     int kind = kind_of_key(key, &pack);
     st_err e = kind || pack ? ensure_marker(x) : ST_OK;
     if (e || !kind)
-        return e ? e : x->inner->ops->put(x->inner->ctx, key, data, len);
+        return e ? e : send(x->inner->ctx, key, data, len);
     size_t cap = st_crypt_object_bound(len), sealed_len = 0;
     uint8_t *sealed = malloc(cap);
     if (!sealed)
         return st_seterr(ST_ERR_NOMEM, "out of memory sealing %s", key);
     e = st_crypt_seal_object(x->kr, kind, key, data, len, sealed, cap, &sealed_len);
     if (!e)
-        e = x->inner->ops->put(x->inner->ctx, key, sealed, sealed_len);
+        e = send(x->inner->ctx, key, sealed, sealed_len);
     free(sealed);
     return e;
+}
+
+static st_err env_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    return env_store(ctx, 0, key, data, len);
+}
+
+/* Only in the table when the inner has put_new (st_backend_ops_masked). */
+static st_err env_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    return env_store(ctx, 1, key, data, len);
 }
 
 /* GETs the sealed object at key whole and opens it into out, then keeps
@@ -215,6 +234,7 @@ static const st_backend_ops envelope_ops_template = {
     .get_stream = env_get_stream,
     .stat = env_stat,
     .stat_time = env_stat_time,
+    .put_new = env_put_new,
     .list = env_list,
     .del = env_del,
     .del_many = env_del_many,
@@ -234,11 +254,7 @@ static st_err wrap(st_backend *inner, const st_keyring *kr, int owns, st_backend
     x->owns_inner = owns;
     x->kr = kr;
     pthread_mutex_init(&x->marker_lock, NULL);
-    x->ops = envelope_ops_template;
-    if (!x->inner->ops->del_many)
-        x->ops.del_many = NULL;
-    if (!x->inner->ops->stat_time)
-        x->ops.stat_time = NULL;
+    x->ops = st_backend_ops_masked(&envelope_ops_template, inner);
     w->ops = &x->ops;
     w->ctx = x;
     *out = w;

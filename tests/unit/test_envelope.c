@@ -7,7 +7,8 @@
  * copied to another name are ST_ERR_CORRUPT, another keyring ST_ERR_KEY; the
  * marker is written before the first sealed object and the mixing rule
  * refuses a key against a plain store with steps and no key against a
- * marked store.
+ * marked store. A create (put_new) is sealed as a put is and stays a
+ * create; over a store without creates the envelope has none either.
  */
 #define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
@@ -121,6 +122,44 @@ static void test_seal_and_open(void)
     st_keyring_free(other);
 }
 
+static void test_create_is_sealed_and_conditional(void)
+{
+    st_keyring *kr = ut_keyring_of(1);
+    st_backend *mem = NULL, *raw = NULL, *sealed = NULL, *no_create_sealed = NULL;
+    CHECK_OK(st_backend_mem_open(&mem));
+    CHECK_OK(st_backend_mem_share(mem, &raw));
+    sealed = mem;
+    CHECK_OK(st_envelope_wrap(&sealed, kr));
+
+    CHECK_OK(st_put_new(sealed, MANIFEST_KEY, plain, sizeof plain));
+    CHECK(holds(raw, ST_ENVELOPE_MARKER_KEY, "ckptfs-encryption v1 aes-256-gcm"));
+    CHECK(!holds(raw, MANIFEST_KEY, "SECRET"));
+    CHECK(holds(raw, MANIFEST_KEY, ST_CRYPT_MAGIC));
+    st_bytes got = {0};
+    CHECK_OK(st_get(sealed, MANIFEST_KEY, 0, ST_GET_TO_END, &got));
+    CHECK(got.len == sizeof plain && !memcmp(got.data, plain, sizeof plain));
+    CHECK_ERR(st_put_new(sealed, MANIFEST_KEY, "other", 5), ST_ERR_EXISTS);
+    int created = 1;
+    CHECK_OK(st_put_once(sealed, MANIFEST_KEY, plain, sizeof plain, ST_ONCE_COMPARE, &created));
+    CHECK(created == 0);
+    CHECK_OK(st_put_new(sealed, PACK_KEY, plain, sizeof plain)); /* packs pass through */
+    CHECK(holds(raw, PACK_KEY, "SECRET"));
+
+    /* A store without creates: the envelope offers none, and writes nothing. */
+    st_backend_ops no_create_ops = *raw->ops;
+    no_create_ops.put_new = NULL;
+    st_backend no_create = {&no_create_ops, raw->ctx};
+    CHECK_OK(st_envelope_borrow(&no_create, kr, &no_create_sealed));
+    CHECK_ERR(st_put_new(no_create_sealed, PART_KEY, plain, sizeof plain), ST_ERR_UNSUPPORTED);
+    CHECK_ERR(st_get(raw, PART_KEY, 0, ST_GET_TO_END, &got), ST_ERR_NOT_FOUND);
+
+    st_bytes_free(&got);
+    st_backend_close(no_create_sealed);
+    st_backend_close(sealed);
+    st_backend_close(raw);
+    st_keyring_free(kr);
+}
+
 static void test_plain_store_refuses_a_key(void)
 {
     st_keyring *kr = ut_keyring_of(1);
@@ -139,6 +178,7 @@ static void test_plain_store_refuses_a_key(void)
 int main(void)
 {
     RUN(test_seal_and_open);
+    RUN(test_create_is_sealed_and_conditional);
     RUN(test_plain_store_refuses_a_key);
     return ut_finish();
 }

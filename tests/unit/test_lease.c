@@ -5,8 +5,8 @@
  * staging takes the name back, a daemon killed on this host is replaced at
  * once, and a daemon whose name was taken while it ran publishes nothing.
  * The first lease is a create: of two claims that both read "no lease",
- * exactly one holds the name, and a create whose answer was lost is its
- * own claim's.
+ * exactly one holds the name, also on an encrypted store, and a create
+ * whose answer was lost is its own claim's.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -16,8 +16,10 @@
 
 #include "backend/st_backend_fault.h"
 #include "backend/st_backend_retry.h"
+#include "engine/st_envelope.h"
 #include "engine/st_nodelease.h"
 #include "format/st_lease.h"
+#include "ut_crypt.h"
 #include "ut_lease.h"
 #include "vfs_harness.h"
 
@@ -106,22 +108,47 @@ static void test_claim_rules(void)
     st_backend_close(b);
 }
 
-/* ut_lease.h's start race, on the in-memory store and on file://. */
-static void test_start_race(void)
+/* b wrapped in client-side encryption with kr; left plain when kr is NULL. */
+static void sealed_by(st_backend **b, const st_keyring *kr)
+{
+    if (kr)
+        CHECK_OK(st_envelope_wrap(b, kr));
+}
+
+/* ut_lease.h's start race, on the in-memory store and on file:// (a root
+ * of its own, named by tag), each encrypted with kr when it is set. */
+static void start_race_over(const st_keyring *kr, const char *tag)
 {
     st_backend *store, *held;
     CHECK_OK(st_backend_mem_open(&store));
     char hold[PATH_MAX];
     snprintf(hold, sizeof hold, "%s/lease-hold", vh_tmp);
     CHECK_OK(st_backend_mem_share(store, &held));
+    sealed_by(&store, kr);
+    sealed_by(&held, kr);
     ut_lease_race(store, held, "n", hold);
     st_backend_close(store);
     char root[PATH_MAX];
-    snprintf(root, sizeof root, "%s/race-store", vh_tmp);
+    snprintf(root, sizeof root, "%s/race-store-%s", vh_tmp, tag);
     CHECK_OK(st_backend_file_open(root, &store));
     CHECK_OK(st_backend_file_open(root, &held));
+    sealed_by(&store, kr);
+    sealed_by(&held, kr);
     ut_lease_race(store, held, "n", hold);
     st_backend_close(store);
+}
+
+static void test_start_race(void)
+{
+    start_race_over(NULL, "plain");
+}
+
+/* The same race on an encrypted store, whose creates are creates too. */
+static void test_start_race_encrypted(void)
+{
+    st_keyring *kr = ut_keyring_of(1);
+    start_race_over(kr, "sealed");
+    st_keyring_free(kr);
 }
 
 /* A create whose answer was lost after the store took it: the retry meets
@@ -307,6 +334,7 @@ int main(void)
     RUN(test_codec);
     RUN(test_claim_rules);
     RUN(test_start_race);
+    RUN(test_start_race_encrypted);
     RUN(test_create_answer_lost);
     RUN(test_second_daemon_is_refused);
     RUN(test_killed_daemon_is_replaced_at_once);

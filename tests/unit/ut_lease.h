@@ -1,7 +1,8 @@
 /*
  * ut_lease.h — the node-name start race of docs/NODES.md ("The first lease
  * is a create"), driven by state over any store: test_lease runs it on the
- * in-memory and file:// backends, tests/s3/s3_cond_put.c on Ceph RGW.
+ * in-memory and file:// backends, plain and encrypted, tests/s3/s3_cond_put.c
+ * on Ceph RGW.
  *
  * Two daemons start with one name and both read "no lease". The first
  * claim is held between its read and its create (the fault wrapper's
