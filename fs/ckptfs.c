@@ -859,7 +859,7 @@ int main(int argc, char **argv)
     st_err e = st_vfs_open(&s.vo, &v);
     if (e) {
         fs_log_write(FS_LOG_ERROR, st_errmsg()[0] ? st_errmsg() : st_strerror(e));
-        rc = e == ST_ERR_INVALID ? 2 : 1;
+        rc = e == ST_ERR_INVALID ? 2 : e == ST_ERR_KEY ? 3 : 1;
         goto out;
     }
     struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, v);

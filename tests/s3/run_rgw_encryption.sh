@@ -17,7 +17,7 @@
 #     staging directory, reads the file's bytes back (sha256); node c, with
 #     a key file that lacks the key, mounts and does not show the step,
 #     logging the key id it lacks; node d, without a key, does not mount
-#     (exit 1, "is encrypted: give --encryption-key-file"); no key file's
+#     (exit 3, "is encrypted: give --encryption-key-file"); no key file's
 #     key (base64, hex or raw) is in any daemon's log, status or argv.
 # Each daemon is stopped by its PID and every mount unmounted in the EXIT
 # trap, whatever failed.
@@ -210,7 +210,7 @@ stop_node c || fail "node c: ckptfs exit $?"
 if start_node d "$mstore"; then fail "node d (no key) mounted the encrypted store"; fi
 stop_node d
 rc=$?
-if [ $rc != 1 ] || ! grep -q "is encrypted: give --encryption-key-file" "$tmp/node-d.log"; then
+if [ $rc != 3 ] || ! grep -q "is encrypted: give --encryption-key-file" "$tmp/node-d.log"; then
     fail "node d (no key): exit $rc, $(cat "$tmp/node-d.log")"
 fi
 echo "run_rgw_encryption: node d (no key) does not mount, exit $rc:" \
