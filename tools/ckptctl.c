@@ -238,9 +238,12 @@ static void usage(FILE *out)
         "  --peer-secret-file FILE  the peers' cluster secret: ls, latest, restore and\n"
         "                   verify also see steps replicated on peers and not yet\n"
         "                   durable, and read their packs from the peers (docs/PEERS.md)\n"
-        "  --peers HOST:PORT,...  with --peer-secret-file: when the store cannot be\n"
-        "                   reached, ls, latest and restore list the steps replicated on\n"
-        "                   these peers and restore them from the peers alone\n"
+        "  --peers [https://]HOST:PORT,...  with --peer-secret-file: when the store\n"
+        "                   cannot be reached, ls, latest and restore list the steps\n"
+        "                   replicated on these peers and restore them from the peers alone\n"
+        "  --peer-ca-file FILE  with --peer-secret-file: the PEM CA certificates that must\n"
+        "                   sign the certificate of a peer named https://HOST:PORT\n"
+        "                   (default: the system store)\n"
         "  -q, --quiet      print only errors (latest still prints the step)\n"
         "  -h, --help       this help, or the verb's with a verb\n"
         "  --version        print the version\n\n"
@@ -328,6 +331,7 @@ static int parse_args(int argc, char **argv, cli *c)
         O_KEY_FILE,
         O_PEER_SECRET,
         O_PEERS,
+        O_PEER_CA,
         O_APPEND,
     };
     static const struct option opts[] = {
@@ -341,6 +345,7 @@ static int parse_args(int argc, char **argv, cli *c)
         {"encryption-key-file", required_argument, NULL, O_KEY_FILE},
         {"peer-secret-file", required_argument, NULL, O_PEER_SECRET},
         {"peers", required_argument, NULL, O_PEERS},
+        {"peer-ca-file", required_argument, NULL, O_PEER_CA},
         {"job", required_argument, NULL, O_JOB},
         {"step", required_argument, NULL, O_STEP},
         {"to", required_argument, NULL, O_TO},
@@ -385,6 +390,7 @@ static int parse_args(int argc, char **argv, cli *c)
         case O_KEY_FILE: c->open.encryption_key_file = optarg; break;
         case O_PEER_SECRET: c->open.peer_secret_file = optarg; break;
         case O_PEERS: c->open.peers = optarg; break;
+        case O_PEER_CA: c->open.peer_ca_file = optarg; break;
         case O_JOB: c->job = *optarg ? optarg : NULL; break; /* "": none, as for CKPT_JOB */
         case O_STEP:
             if (parse_u64(optarg, &c->step))

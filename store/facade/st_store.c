@@ -89,6 +89,8 @@ static st_err open_peer_view(st_store *s, const st_store_options *opts, const ch
     if (!(s->peer_secret = calloc(1, sizeof *s->peer_secret)))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     st_err e = st_peer_secret_load(opts->peer_secret_file, s->peer_secret);
+    if (!e)
+        e = st_peer_secret_set_ca(s->peer_secret, opts->peer_ca_file);
     if (e)
         return e;
     int n = snprintf(s->peer_cache, sizeof s->peer_cache, "%s/peer-read.%ld", state_dir,
@@ -185,7 +187,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     if ((e = st_state_open(db, &s->state)))
         goto fail;
     s->reader = s->backend;
-    if (opts->peers && !opts->peer_secret_file) {
+    if ((opts->peers || opts->peer_ca_file) && !opts->peer_secret_file) {
         e = st_seterr(ST_ERR_INVALID, "peers need the cluster secret (peer_secret_file)");
         goto fail;
     }

@@ -60,6 +60,10 @@ typedef struct st_store_options {
      * transient past the retries: docs/PEERS.md, "Restoring from peers
      * alone"). Writes and GC never use them. NULL: no such fallback. */
     const char *peers;
+    /* With peer_secret_file: the PEM CA file the certificate of a peer
+     * named https://HOST:PORT must chain to (docs/PEERS.md, "Transport
+     * security"). NULL: the system's CA store. */
+    const char *peer_ca_file;
     /* Called for non-fatal problems (a skipped symlink); may be NULL. */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;

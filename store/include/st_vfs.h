@@ -137,13 +137,19 @@ typedef struct st_vfs_options {
      * part before it is replicated (0 with peers: 1; at most 16).
      * peer_cache_cap: bytes of replicas kept for others (0: a fifth of the
      * staging file system). peer_rate: bytes per second sent to one peer
-     * (0: no cap). */
+     * (0: no cap). peer_tls_cert, peer_tls_key: PEM files with which
+     * peer_listen serves HTTPS only (both or neither; the key private to
+     * the daemon's user). peer_ca_file: the CA an https:// peer's
+     * certificate must chain to (NULL: the system's store). */
     const char *peer_listen;
     const char *peers;
     /* This node's failure domain (NULL: its node name): its replicas go to
      * peers of other domains, and it tells writers its own. */
     const char *failure_domain;
     const char *peer_secret_file;
+    const char *peer_tls_cert;
+    const char *peer_tls_key;
+    const char *peer_ca_file;
     uint64_t replicas;
     uint64_t peer_cache_cap;
     uint64_t peer_rate;

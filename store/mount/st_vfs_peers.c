@@ -60,12 +60,14 @@ static st_err start_server(st_vfs *v, vfs_peers *p)
                               .node = v->node,
                               .failure_domain = v->opts.failure_domain,
                               .secret = &p->secret,
+                              .tls_cert_file = v->opts.peer_tls_cert,
+                              .tls_key_file = v->opts.peer_tls_key,
                               .cache_cap = v->opts.peer_cache_cap ? v->opts.peer_cache_cap
                                                                   : default_cache_cap(v)};
     if ((e = st_peer_server_start(&so, &p->server)))
         return st_seterr(e, "--peer-listen %s: %s", v->opts.peer_listen, st_errmsg());
-    vfs_log(v, 0, "keeping replicas for peers on %s (port %d)", v->opts.peer_listen,
-            st_peer_server_port(p->server));
+    vfs_log(v, 0, "keeping replicas for peers on %s (port %d%s)", v->opts.peer_listen,
+            st_peer_server_port(p->server), v->opts.peer_tls_cert ? ", TLS" : "");
     return ST_OK;
 }
 
@@ -111,10 +113,14 @@ st_err vfs_peers_open(st_vfs *v)
 {
     v->read_backend = v->backend;
     const st_vfs_options *o = &v->opts;
-    if (!o->peer_listen && !o->peers && !o->peer_secret_file)
+    int tls = o->peer_tls_cert || o->peer_tls_key;
+    if (!o->peer_listen && !o->peers && !o->peer_secret_file && !tls && !o->peer_ca_file)
         return ST_OK;
     if (!o->peer_secret_file)
-        return st_seterr(ST_ERR_INVALID, "--peers and --peer-listen need --peer-secret-file");
+        return st_seterr(ST_ERR_INVALID, "--peers, --peer-listen and the --peer-tls and "
+                                         "--peer-ca-file options need --peer-secret-file");
+    if (tls && !o->peer_listen)
+        return st_seterr(ST_ERR_INVALID, "--peer-tls-cert and --peer-tls-key need --peer-listen");
     if (o->failure_domain && !st_name_is_valid(o->failure_domain, ST_NODE_MAX))
         return st_seterr(ST_ERR_INVALID, "--failure-domain '%.64s': use A-Z a-z 0-9 . _ -",
                          o->failure_domain);
@@ -128,6 +134,8 @@ st_err vfs_peers_open(st_vfs *v)
     pthread_mutex_init(&p->lock, NULL);
     p->replicas = o->peers ? (o->replicas ? (unsigned)o->replicas : 1) : 0;
     st_err e = st_peer_secret_load(o->peer_secret_file, &p->secret);
+    if (!e)
+        e = st_peer_secret_set_ca(&p->secret, o->peer_ca_file);
     if (!e && o->peer_listen)
         e = start_server(v, p);
     if (!e)
@@ -204,8 +212,9 @@ st_err vfs_replication_finish(st_vfs *v, struct st_replication *rep, const st_ma
             vfs_log(v, 0, "step %" PRIu64 " of %s replicated on %zu peer(s)", m->step, m->job,
                     p->last.holders);
         } else
-            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %zu of %u peers took it", m->step,
-                    m->job, p->last.holders, p->replicas);
+            vfs_log(v, 1, "step %" PRIu64 " of %s not replicated: %zu of %u peers took it%s%s%s",
+                    m->step, m->job, p->last.holders, p->replicas, p->last.why[0] ? " (" : "",
+                    p->last.why, p->last.why[0] ? ")" : "");
     }
     return st_spool_flush(p->spool);
 }

@@ -5,10 +5,13 @@
  */
 #include "peer/st_peer_auth.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "format/st_part.h"
 #include "util/st_fsutil.h"
@@ -42,6 +45,22 @@ st_err st_peer_secret_load(const char *path, st_peer_secret *out)
     if (e)
         st_peer_secret_wipe(out);
     return e;
+}
+
+st_err st_peer_secret_set_ca(st_peer_secret *s, const char *ca_file)
+{
+    s->ca_file[0] = '\0';
+    if (!ca_file || !*ca_file)
+        return ST_OK;
+    if (strlen(ca_file) >= sizeof s->ca_file)
+        return st_seterr(ST_ERR_INVALID, "peer CA file %.64s...: path too long", ca_file);
+    int fd = -1;
+    st_err e = st_open_regular(ca_file, O_RDONLY, 0, &fd);
+    if (e)
+        return st_seterr(ST_ERR_INVALID, "peer CA file: %s", st_errmsg());
+    close(fd);
+    snprintf(s->ca_file, sizeof s->ca_file, "%s", ca_file);
+    return ST_OK;
 }
 
 /* HMAC-SHA256 of in[0..n) under key[0..key_len). */

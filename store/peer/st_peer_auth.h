@@ -42,9 +42,17 @@
 /* The body of a 401 for a wrong MAC: the client's cue for ST_ERR_AUTH. */
 #define ST_PEER_WRONG_SECRET "wrong cluster secret"
 
+#define ST_PEER_CA_PATH_MAX 4096 /* bytes of a CA file's path, its NUL included */
+
+/* What a node proves itself with to its peers and checks them by: the
+ * cluster secret, and the CA file an https:// peer's certificate must chain
+ * to (docs/PEERS.md, "Transport security"). The CA travels with the secret
+ * because every client given the one may meet a TLS peer, whose address a
+ * replica record can name. */
 typedef struct st_peer_secret {
     uint8_t bytes[ST_PEER_SECRET_MAX];
     size_t len;
+    char ca_file[ST_PEER_CA_PATH_MAX]; /* "": the system's CA store */
 } st_peer_secret;
 
 /*!
@@ -55,6 +63,14 @@ typedef struct st_peer_secret {
  * rule it breaks otherwise; *out is wiped on every failure.
  */
 st_err st_peer_secret_load(const char *path, st_peer_secret *out);
+
+/*!
+ * Sets the CA file (PEM) the certificate of an https:// peer must chain to;
+ * NULL or "" leaves the system's CA store. The file must be a readable
+ * regular file: ST_ERR_INVALID naming it otherwise. Its content is read by
+ * the TLS library at each connection, not here.
+ */
+st_err st_peer_secret_set_ca(st_peer_secret *s, const char *ca_file);
 
 /*! Overwrites the secret's bytes (OPENSSL_cleanse). NULL ok. */
 void st_peer_secret_wipe(st_peer_secret *s);

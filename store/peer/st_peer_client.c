@@ -30,8 +30,14 @@
 #define EXPECT_FROM (1u << 20)          /* bodies from this size wait for 100 Continue */
 #define MS          1000000LL
 
+/* The scheme that makes a peer's address a TLS one (docs/PEERS.md,
+ * "Transport security"); an address without it is plain HTTP. */
+#define TLS_SCHEME "https://"
+
 struct st_peer_client {
-    char addr[ADDR_MAX];
+    char addr[ADDR_MAX];   /* as given: "HOST:PORT" or "https://HOST:PORT" */
+    const char *host_port; /* into addr, past the scheme */
+    int tls;
     char self[ST_NODE_MAX + 1];
     st_peer_secret secret;
     uint64_t rate;
@@ -186,6 +192,56 @@ static st_err sign(peer_call *k, struct curl_slist **hdr)
     return ST_OK;
 }
 
+/* TLS to the peer: its certificate must chain to the CA file given (else
+ * the system's store) and name the host of its address. */
+static void set_tls(const st_peer_client *c, CURL *x)
+{
+    curl_easy_setopt(x, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(x, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (c->secret.ca_file[0]) {
+        curl_easy_setopt(x, CURLOPT_CAINFO, c->secret.ca_file);
+        curl_easy_setopt(x, CURLOPT_CAPATH, NULL); /* that CA alone */
+    }
+}
+
+/* The error of a transfer libcurl ended: a certificate the CA does not
+ * vouch for is ST_ERR_AUTH (the peer did not prove who it is), a CA file
+ * that cannot be used ST_ERR_INVALID, anything else ST_ERR_TRANSIENT, with
+ * a hint when the two ends disagree on TLS. */
+static st_err transfer_error(const peer_call *k)
+{
+    const st_peer_client *c = k->c;
+    const char *why = k->errbuf[0] ? k->errbuf : curl_easy_strerror(k->cc);
+    const char *ca = c->secret.ca_file[0] ? c->secret.ca_file : "the system's CA store";
+    switch (k->cc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+        return st_seterr(ST_ERR_AUTH,
+                         "peer at %s: %s: TLS certificate refused: not signed by a CA of %s, or "
+                         "not for this address (%s)",
+                         c->addr, k->what, ca, why);
+    case CURLE_SSL_CACERT_BADFILE:
+        return st_seterr(ST_ERR_INVALID, "peer at %s: %s: the CA file %s cannot be used (%s)",
+                         c->addr, k->what, ca, why);
+    case CURLE_SSL_CONNECT_ERROR:
+        return st_seterr(ST_ERR_TRANSIENT,
+                         "peer at %s: %s: TLS handshake failed (%s); a peer that serves plain "
+                         "HTTP is named HOST:PORT, without https://",
+                         c->addr, k->what, why);
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+        if (!c->tls)
+            return st_seterr(ST_ERR_TRANSIENT,
+                             "peer at %s: %s: %s; a peer that serves TLS only (--peer-tls-cert) "
+                             "drops plain HTTP: name it https://%s",
+                             c->addr, k->what, why, c->host_port);
+        break;
+    default: break;
+    }
+    return st_seterr(ST_ERR_TRANSIENT, "peer %s at %s: %s: %s", peer_name(c), c->addr, k->what,
+                     why);
+}
+
 /* Sends k once; k->cc and k->status say how it ended. */
 static st_err perform(peer_call *k)
 {
@@ -202,13 +258,15 @@ static st_err perform(peer_call *k)
             hdr = h;
     }
     char url[ADDR_MAX + ST_PEER_PATH_MAX + 16];
-    snprintf(url, sizeof url, "http://%s%s", c->addr, k->path);
+    snprintf(url, sizeof url, "%s://%s%s", c->tls ? "https" : "http", c->host_port, k->path);
     CURL *x = c->easy;
     if (!e) {
         curl_easy_reset(x); /* keeps the live connection */
         curl_easy_setopt(x, CURLOPT_URL, url);
         curl_easy_setopt(x, CURLOPT_PATH_AS_IS, 1L);
-        curl_easy_setopt(x, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(x, CURLOPT_PROTOCOLS_STR, c->tls ? "https" : "http");
+        if (c->tls)
+            set_tls(c, x);
         curl_easy_setopt(x, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(x, CURLOPT_TCP_KEEPALIVE, 1L);
         curl_easy_setopt(x, CURLOPT_CONNECTTIMEOUT_MS, (long)ST_PEER_CONNECT_MS);
@@ -253,8 +311,7 @@ static st_err perform(peer_call *k)
                          "moved within its bound)",
                          peer_name(c), c->addr, k->what);
     if (k->cc != CURLE_OK)
-        return st_seterr(ST_ERR_TRANSIENT, "peer %s at %s: %s: %s", peer_name(c), c->addr, k->what,
-                         k->errbuf[0] ? k->errbuf : curl_easy_strerror(k->cc));
+        return transfer_error(k);
     return ST_OK;
 }
 
@@ -376,9 +433,11 @@ static st_err status_error(const peer_call *k)
 
 /* ---- the API ---- */
 
-/* HOST:PORT of characters a URL can carry as they are. */
+/* HOST:PORT of characters a URL can carry as they are (past the scheme). */
 static int addr_is_valid(const char *addr)
 {
+    if (!strncmp(addr, TLS_SCHEME, strlen(TLS_SCHEME)))
+        addr += strlen(TLS_SCHEME);
     size_t n = strlen(addr);
     const char *colon = strrchr(addr, ':');
     return n > 2 && n < ADDR_MAX && colon && colon != addr && colon[1] &&
@@ -391,7 +450,9 @@ st_err st_peer_client_new(const char *addr, const char *self_node, const st_peer
 {
     *out = NULL;
     if (!addr || !addr_is_valid(addr))
-        return st_seterr(ST_ERR_INVALID, "peer address '%.64s': wants HOST:PORT", addr ? addr : "");
+        return st_seterr(ST_ERR_INVALID,
+                         "peer address '%.64s': wants HOST:PORT or https://HOST:PORT",
+                         addr ? addr : "");
     if (!self_node || !st_name_is_valid(self_node, ST_NODE_MAX))
         return st_seterr(ST_ERR_INVALID, "peer client: invalid node name '%.64s'",
                          self_node ? self_node : "");
@@ -407,6 +468,8 @@ st_err st_peer_client_new(const char *addr, const char *self_node, const st_peer
         return st_seterr(ST_ERR_NOMEM, "peer client: out of memory");
     }
     snprintf(c->addr, sizeof c->addr, "%s", addr);
+    c->tls = !strncmp(c->addr, TLS_SCHEME, strlen(TLS_SCHEME));
+    c->host_port = c->addr + (c->tls ? strlen(TLS_SCHEME) : 0);
     snprintf(c->self, sizeof c->self, "%s", self_node);
     c->secret = *secret;
     c->rate = rate_bytes_per_s;

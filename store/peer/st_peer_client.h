@@ -11,9 +11,10 @@
  *
  * Errors: ST_ERR_TRANSIENT (refused, reset, timed out, 5xx), ST_ERR_AUTH
  * (the peer refused the cluster secret: "peer <node> at <addr> refused this
- * node's cluster secret"), ST_ERR_NOT_FOUND, ST_ERR_NOSPACE (507: the
- * peer's cache is full), ST_ERR_CORRUPT, ST_ERR_INVALID; st_errmsg() names
- * the peer, its address and the request.
+ * node's cluster secret"; or its TLS certificate is not signed by the CA
+ * file or not for its address: "TLS certificate refused"), ST_ERR_NOT_FOUND, ST_ERR_NOSPACE (507:
+ * the peer's cache is full), ST_ERR_CORRUPT, ST_ERR_INVALID; st_errmsg() names the peer, its
+ * address and the request.
  *
  * Threads: a client may be shared; its calls run one at a time.
  */
@@ -37,7 +38,9 @@ typedef struct st_peer_client st_peer_client;
 
 /*!
  * A client of the peer at addr ("HOST:PORT", HOST a name, an IPv4 address
- * or [IPv6]). self_node: this node's name. secret is copied (wiped at
+ * or [IPv6]; "https://HOST:PORT" for a peer that serves TLS, whose
+ * certificate must chain to secret->ca_file and name HOST: ST_ERR_AUTH
+ * otherwise, at the first request). self_node: this node's name. secret is copied (wiped at
  * free). rate_bytes_per_s: 0 = unlimited, else the bodies this client sends
  * are paced to that rate. Does not connect yet. ST_ERR_INVALID (bad address
  * or name, no secret), ST_ERR_NOMEM.

@@ -36,6 +36,7 @@
 #include "format/st_part.h"
 #include "peer/st_peer_cache.h"
 #include "peer/st_peer_listing.h"
+#include "peer/st_peer_tls.h"
 #include "peer/st_replica.h"
 #include "util/st_fsutil.h"
 
@@ -62,6 +63,7 @@ struct st_peer_server {
     char instance[33];
     char domain[ST_NODE_MAX + 1]; /* its failure domain, for writers choosing peers */
     st_peer_secret secret;
+    st_peer_tls tls; /* empty: plain HTTP; else HTTPS only, kept until stop */
     st_peer_cache *cache;
     pthread_mutex_t lock;
     channel channels[CHANNELS_MAX];                     /* lock */
@@ -761,6 +763,16 @@ static void request_done(void *cls, struct MHD_Connection *c, void **req_cls,
 
 /* ---- life ---- */
 
+/* The certificate and key of --peer-tls-cert/--peer-tls-key, once this
+ * libmicrohttpd is known to speak TLS (Debian's is built with GnuTLS). */
+static st_err load_tls(st_peer_server *s, const st_peer_server_opts *o)
+{
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return st_seterr(ST_ERR_UNSUPPORTED,
+                         "peer server: this libmicrohttpd is built without TLS (--peer-tls-cert)");
+    return st_peer_tls_load(o->tls_cert_file, o->tls_key_file, &s->tls);
+}
+
 st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
 {
     *out = NULL;
@@ -791,19 +803,26 @@ st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
         st_peer_hex(instance, sizeof instance, s->instance);
         e = bind_listen(s, o);
     }
+    if (!e && (o->tls_cert_file || o->tls_key_file))
+        e = load_tls(s, o);
     if (!e)
         e = st_peer_cache_open(o->dir, o->cache_cap, o->orphan_grace_ns, &s->cache);
     if (!e) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL | (s->ipv6 ? MHD_USE_IPv6 : 0);
-        s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_LISTEN_SOCKET,
-                                     s->fd, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                                     MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
-                                     MHD_OPTION_END);
+                         MHD_USE_POLL | (s->ipv6 ? MHD_USE_IPv6 : 0) |
+                         (s->tls.cert ? MHD_USE_TLS : 0);
+        /* Without TLS the certificate and key options are left out: the
+         * first MHD_OPTION_END ends the list there. */
+        s->daemon =
+            MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_LISTEN_SOCKET, s->fd,
+                             MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTION_LIMIT,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                             s->tls.cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, s->tls.cert,
+                             MHD_OPTION_HTTPS_MEM_KEY, s->tls.key, MHD_OPTION_END);
         if (!s->daemon)
-            e = st_seterr(ST_ERR_IO, "peer server: cannot start serving on %s (libmicrohttpd)",
-                          o->listen);
+            e = st_seterr(ST_ERR_IO, "peer server: cannot start serving%s on %s (libmicrohttpd)",
+                          s->tls.cert ? " TLS" : "", o->listen);
         else
             s->fd = -1; /* the server's now: MHD_stop_daemon closes it */
     }
@@ -849,6 +868,7 @@ void st_peer_server_stop(st_peer_server *s)
     if (s->fd >= 0)
         close(s->fd);
     st_peer_cache_close(s->cache);
+    st_peer_tls_free(&s->tls);
     pthread_mutex_destroy(&s->lock);
     OPENSSL_cleanse(s, sizeof *s);
     free(s);

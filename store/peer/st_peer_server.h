@@ -29,6 +29,12 @@ typedef struct st_peer_server_opts {
     const char *failure_domain;   /* told in the hello; NULL: the node name */
     const st_peer_secret *secret; /* copied: the caller may wipe its own after start */
     uint64_t cache_cap;           /* bytes of packs+manifests held; 0 = unlimited */
+    /* TLS (docs/PEERS.md, "Transport security"): both PEM files, or
+     * neither (plain HTTP). With them the server speaks HTTPS only. The key
+     * file must be private (st_read_private_file); neither is quoted in a
+     * message. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
     /* How long a pack no replica references is kept from eviction (its
      * manifest may be on its way); 0 = ten minutes (ST_PEER_ORPHAN_NS). */
     int64_t orphan_grace_ns;
@@ -43,7 +49,9 @@ typedef struct st_peer_server_stats {
  * Opens the peer directory (rebuilding its tables, emptying tmp/), binds
  * o->listen and starts serving. ST_ERR_INVALID: a malformed address, a
  * wildcard address without listen_any, an invalid node name, no secret, a
- * directory that is not private; ST_ERR_IO: cannot bind (the message has
+ * directory that is not private, a TLS key file others can read, a
+ * certificate and key that are not a PEM pair; ST_ERR_UNSUPPORTED: TLS
+ * asked of a libmicrohttpd built without it; ST_ERR_IO: cannot bind (the message has
  * the errno); ST_ERR_NOMEM. *out is NULL on failure.
  */
 st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out);

@@ -30,7 +30,7 @@
 #include "util/st_wire.h"
 
 #define ST_REPLICA_MAX_HOLDERS 16
-#define ST_PEER_ADDR_MAX       255 /* "host:port" or "[v6]:port" */
+#define ST_PEER_ADDR_MAX       255 /* "host:port", "[v6]:port", either after "https://" */
 
 typedef struct st_replica_holder {
     char node[ST_NODE_MAX + 1];

@@ -56,7 +56,16 @@ struct st_replication {
     st_id *packs; /* the new packs sent, in order */
     size_t npacks, packs_cap;
     uint64_t packs_sent, bytes_sent;
+    char why[ST_REPLICATION_WHY_MAX]; /* lock: the failures' messages, for the log */
 };
+
+/* Adds msg to r->why; the caller holds r's lock or is r's only user. */
+static void note_failure(st_replication *r, const char *msg)
+{
+    size_t n = strlen(r->why);
+    if (n + 3 < sizeof r->why)
+        snprintf(r->why + n, sizeof r->why - n, "%s%s", n ? "; " : "", msg);
+}
 
 st_err st_peer_set_new(const char *peers, const char *self_node, const char *self_domain,
                        const st_peer_secret *secret, uint64_t rate, st_peer_set **out)
@@ -164,7 +173,9 @@ st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,
         st_err e = peer_node(p);
         pthread_mutex_unlock(&p->lock);
         /* Not chosen: a peer that does not answer, this node, its domain. */
-        if (!e && strcmp(p->node, ps->self) && strcmp(p->domain, ps->domain))
+        if (e)
+            note_failure(r, st_errmsg());
+        else if (strcmp(p->node, ps->self) && strcmp(p->domain, ps->domain))
             all[n++] = (target){.p = p, .rank = rank_of(job, ps->self, p->node)};
     }
     qsort(all, n, sizeof *all, by_rank);
@@ -207,9 +218,10 @@ void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t
             continue;
         st_err e = st_peer_put_pack(conn_of(t->p), &id, data, len);
         pthread_mutex_lock(&r->lock);
-        if (e)
+        if (e) {
             t->failed = 1;
-        else {
+            note_failure(r, st_errmsg());
+        } else {
             r->packs_sent++;
             r->bytes_sent += len;
         }
@@ -250,6 +262,7 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
                                     manifest->data, manifest->len);
         if (e) {
             t->failed = 1;
+            note_failure(r, st_errmsg());
             continue;
         }
         st_replica_holder *h = &rec.holders[rec.nholders++];
@@ -259,6 +272,7 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     res->holders = rec.nholders;
     res->packs_sent = r->packs_sent;
     res->bytes_sent = r->bytes_sent;
+    snprintf(res->why, sizeof res->why, "%s", r->why);
     if (!r->replicas || rec.nholders < r->replicas)
         return ST_OK;
     /* The record carries copies, not the caller's buffers: encode from views. */

@@ -30,7 +30,8 @@
 #include "st_error.h"
 #include "util/st_wire.h"
 
-#define ST_PEERS_MAX 64
+#define ST_PEERS_MAX           64
+#define ST_REPLICATION_WHY_MAX 1024
 
 typedef struct st_peer_set st_peer_set;
 
@@ -45,11 +46,12 @@ void st_peer_set_free(st_peer_set *ps);
 typedef struct st_replication st_replication;
 
 typedef struct st_replication_result {
-    int replicated;       /* the replica record is in the store */
-    size_t holders;       /* peers that acknowledged the whole replica */
-    uint64_t packs_sent;  /* packs sent (a peer that had one counts) */
-    uint64_t bytes_sent;  /* their bytes, once per peer */
-    char key[ST_KEY_MAX]; /* the replica record's key, when replicated */
+    int replicated;                   /* the replica record is in the store */
+    size_t holders;                   /* peers that acknowledged the whole replica */
+    uint64_t packs_sent;              /* packs sent (a peer that had one counts) */
+    uint64_t bytes_sent;              /* their bytes, once per peer */
+    char key[ST_KEY_MAX];             /* the replica record's key, when replicated */
+    char why[ST_REPLICATION_WHY_MAX]; /* why peers failed ("; " between): "" if none did */
 } st_replication_result;
 
 st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,

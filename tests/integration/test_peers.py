@@ -10,7 +10,12 @@ mounts and real PyTorch on one host, each node on its own loopback address
   wrong secret the peer refuses it by name;
 * a peer copy corrupted on the peer's disk is reported and never served:
   the reader falls back to the store;
-* a step that becomes durable leaves no replica record behind.
+* a step that becomes durable leaves no replica record behind;
+* over TLS (a throwaway CA made with openssl): a step replicated to a peer
+  serving HTTPS is restored from it bit-exact; a writer whose CA did not
+  sign the peer's certificate, or that speaks plain HTTP to it, refuses or
+  fails it by name and the step is not replicated there; a key file others
+  can read keeps the daemon from starting.
 
 Environment: CKPTFS and CKPTCTL name the binaries (a -DCKPT_TEST_HOOKS=ON
 build: the hold is a test hook).
@@ -25,8 +30,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import (Mount, file_store_keys, read_bytes, read_status, run_torch,  # noqa: E402
-                      tempdir, wait_durable, wait_for)
+from mountlib import (Mount, MountError, file_store_keys, read_bytes, read_status,  # noqa: E402
+                      run_torch, tempdir, wait_durable, wait_for)
 
 CKPTCTL = os.environ.get("CKPTCTL")
 JOB = "job"
@@ -64,14 +69,37 @@ class Peers(unittest.TestCase):
         return Mount(os.path.join(self.tmp, "mnt-" + name), store=self.store,
                      staging=self.staging(name), node=name, extra_args=extra, env=env)
 
-    def peer_mount(self):
+    def peer_mount(self, *extra):
         """Node b, keeping replicas on 127.0.0.2 (a free port)."""
         return self.mount("b", ["--peer-listen", PEER_ADDR + ":0",
-                                "--peer-secret-file", self.secret])
+                                "--peer-secret-file", self.secret, *extra])
+
+    def tls_files(self, ca_name, ip):
+        """A throwaway CA (made once per name) and a certificate it signs
+        for ip (an IP SAN): (ca.pem, cert.pem, key.pem), the key mode 0600."""
+        d = os.path.join(self.tmp, "tls-" + ca_name)
+        ca, ca_key = os.path.join(d, "ca.pem"), os.path.join(d, "ca.key")
+        cert, key = os.path.join(d, ip + ".pem"), os.path.join(d, ip + ".key")
+        csr, ext = os.path.join(d, ip + ".csr"), os.path.join(d, ip + ".ext")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        os.makedirs(d, exist_ok=True)
+        if not os.path.exists(ca):
+            subprocess.run(["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca,
+                            "-days", "2", "-subj", "/CN=ckptfs test CA " + ca_name],
+                           check=True, capture_output=True, timeout=30)
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:%s\n" % ip)
+        subprocess.run(["openssl", "req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=" + ip],
+                       check=True, capture_output=True, timeout=30)
+        subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                        "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext],
+                       check=True, capture_output=True, timeout=30)
+        os.chmod(key, 0o600)
+        return ca, cert, key
 
     def peer_addr(self, b):
         """The "addr:port" a started peer mount said it listens on."""
-        m = re.search(r"keeping replicas for peers on \S+ \(port (\d+)\)", b.log_text())
+        m = re.search(r"keeping replicas for peers on \S+ \(port (\d+)[,)]", b.log_text())
         self.assertTrue(m, "the peer did not say its port")
         return "%s:%s" % (PEER_ADDR, m.group(1))
 
@@ -95,21 +123,24 @@ class Peers(unittest.TestCase):
     def replica_records(self, step):
         return [k for k in self.keys("steps/%020d/" % step) if "/replicas/" in k]
 
-    def ckptctl(self, *args, secret=None, check=True):
+    def ckptctl(self, *args, secret=None, ca=None, check=True):
         cmd = [CKPTCTL, "--store", self.store, "--job", JOB,
                "--state-dir", os.path.join(self.tmp, "state")]
         if secret:
             cmd += ["--peer-secret-file", secret]
+        if ca:
+            cmd += ["--peer-ca-file", ca]
         p = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=300)
         if check and p.returncode != 0:
             raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd + list(args)), p.returncode,
                                                       p.stderr))
         return p
 
-    def restore(self, step, secret, check=True):
+    def restore(self, step, secret, check=True, ca=None):
         out = os.path.join(self.tmp, "restored-%d" % step)
         shutil.rmtree(out, ignore_errors=True)
-        p = self.ckptctl("restore", "--step", str(step), "--to", out, secret=secret, check=check)
+        p = self.ckptctl("restore", "--step", str(step), "--to", out, secret=secret, ca=ca,
+                         check=check)
         path = os.path.join(out, "ckpt-%06d.pt" % step)
         return p, (read_bytes(path) if p.returncode == 0 else None)
 
@@ -279,6 +310,65 @@ class Peers(unittest.TestCase):
             row, = json.loads(p.stdout)
             self.assertEqual((row["step"], row["state"], row["restorable"]),
                              (300, "consistent", "durable"))
+
+
+    def test_tls_replicated_step_restores_from_peer(self):
+        ca, cert, key = self.tls_files("ca", PEER_ADDR)
+        open(self.hold, "w").close()  # no pack reaches the store
+        with self.peer_mount("--peer-tls-cert", cert, "--peer-tls-key", key) as b:
+            peer = "https://" + self.peer_addr(b)
+            a = self.writer(peer, "put_hold=%s" % self.hold, "--node-lease-ttl", "3600",
+                            "--peer-ca-file", ca)
+            try:
+                a.start()
+                saved = self.save(a, 900)
+                wait_for(lambda: self.replica_records(900), 120, "the replica record")
+                self.assertEqual(self.keys("packs/"), {}, "a pack reached the store")
+                a.kill9()  # the step now lives on the peer alone
+            finally:
+                a.stop()
+            shutil.rmtree(self.staging("a"))
+            self.assertEqual(read_status(b.path)["peers"]["replicas_held"], 1)
+
+            p, restored = self.restore(900, self.secret, ca=ca)
+            self.assertEqual(sha256(restored), sha256(saved))
+            # The record names the peer https://: a reader that cannot
+            # verify its certificate (the system store) reads nothing from it.
+            p, restored = self.restore(900, self.secret, check=False)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("TLS certificate refused", p.stderr)
+
+    def test_tls_peer_refused_by_another_ca_and_by_plain_http(self):
+        _, cert, key = self.tls_files("ca", PEER_ADDR)
+        other_ca, _, _ = self.tls_files("other", PEER_ADDR)
+        with self.peer_mount("--peer-tls-cert", cert, "--peer-tls-key", key) as b:
+            addr = self.peer_addr(b)
+            # The one TLS peer named twice: over https with a CA that did not
+            # sign its certificate, and as plain HTTP.
+            with self.writer("https://%s,%s" % (addr, addr), "put_delay_ms=0",
+                             "--peer-ca-file", other_ca) as a:
+                self.save(a, 950)
+                said = "not replicated: 0 of 1 peers took it"
+                wait_for(lambda: said in a.log_text(), 120, "the writer's word")
+                log = a.log_text()
+                self.assertIn("peer at https://%s: hello: TLS certificate refused" % addr, log)
+                self.assertIn("peer at %s: hello:" % addr, log)
+                self.assertIn("drops plain HTTP: name it https://%s" % addr, log)
+                self.assertEqual(read_status(a.path)["peers"]["parts_unreplicated"], 1)
+                wait_durable(CKPTCTL, self.store, JOB, 950, timeout=120)
+            self.assertEqual(read_status(b.path)["peers"]["replicas_held"], 0)
+        self.assertEqual(self.replica_records(950), [])
+
+    def test_tls_key_readable_by_others_is_refused(self):
+        _, cert, key = self.tls_files("ca", PEER_ADDR)
+        os.chmod(key, 0o644)
+        b = self.peer_mount("--peer-tls-cert", cert, "--peer-tls-key", key)
+        with self.assertRaises(MountError):
+            b.start()
+        self.assertEqual(b.returncode, 2)
+        self.assertIn("peer TLS key file %s: mode 0644 lets group or others read it" % key,
+                      b.log_text())
+        self.assertNotIn("PRIVATE KEY", b.log_text())
 
 
 if __name__ == "__main__":

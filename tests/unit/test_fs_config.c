@@ -279,6 +279,31 @@ static void test_usage_fits(void)
     free(text);
 }
 
+/* The peer TLS options (docs/PEERS.md, "Transport security"): file keys
+ * and long options both, the https:// scheme kept in --peers as given. */
+static void test_peer_tls_options(void)
+{
+    fs_settings s;
+    fs_config *c;
+    char why[512];
+    CHECK(parse("peers = https://10.0.0.2:7070,10.0.0.3:7070\n"
+                "peer-tls-cert = /etc/ckptfs/peer.pem\n"
+                "peer-tls-key = /etc/ckptfs/peer.key\n"
+                "peer-ca-file = /etc/ckptfs/ca.pem\n",
+                &s, &c, why, sizeof why) == 0);
+    CHECK(strcmp(s.vo.peers, "https://10.0.0.2:7070,10.0.0.3:7070") == 0);
+    CHECK(strcmp(s.vo.peer_tls_cert, "/etc/ckptfs/peer.pem") == 0);
+    CHECK(strcmp(s.vo.peer_tls_key, "/etc/ckptfs/peer.key") == 0);
+    CHECK(strcmp(s.vo.peer_ca_file, "/etc/ckptfs/ca.pem") == 0);
+    fs_config_free(c);
+    fs_settings_free(&s);
+    const char *names[] = {"peer-tls-cert", "peer-tls-key", "peer-ca-file"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const fs_option *o = fs_option_find(names[i]);
+        CHECK(o && !(o->flags & (FS_OPT_SECRET | FS_OPT_CLI_ONLY)) && !strcmp(o->metavar, "FILE"));
+    }
+}
+
 int main(void)
 {
     RUN(test_values);
@@ -286,6 +311,7 @@ int main(void)
     RUN(test_table);
     RUN(test_usage_fits);
     RUN(test_secret_not_echoed);
+    RUN(test_peer_tls_options);
     RUN(test_load_modes);
     RUN(test_log_escape);
     RUN(test_log_lines);

@@ -108,17 +108,21 @@ static void make_manifest(st_bytes *out, uint64_t step, const test_pack *packs, 
     make_manifest_of(out, WRITER, step, packs, n);
 }
 
+/* The options of a server on 127.0.0.1 in tmp_root/sub (its path in dir). */
+static st_peer_server_opts server_opts(const char *sub, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/%s", tmp_root, sub);
+    return (st_peer_server_opts){
+        .listen = "127.0.0.1:0", .dir = dir, .node = PEER_NODE, .secret = &secret};
+}
+
 /* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default). */
 static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
 {
     char dir[256];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
-    st_peer_server_opts o = {.listen = "127.0.0.1:0",
-                             .dir = dir,
-                             .node = PEER_NODE,
-                             .secret = &secret,
-                             .cache_cap = cap,
-                             .orphan_grace_ns = grace_ns};
+    st_peer_server_opts o = server_opts(sub, dir, sizeof dir);
+    o.cache_cap = cap;
+    o.orphan_grace_ns = grace_ns;
     st_peer_server *s = NULL;
     CHECK_OK(st_peer_server_start(&o, &s));
     return s;
@@ -325,6 +329,57 @@ static void test_listen_rules(void)
     CHECK_OK(st_peer_server_start(&o, &s));
     CHECK(s && st_peer_server_port(s) > 0);
     st_peer_server_stop(s);
+}
+
+/* TLS's local rules (docs/PEERS.md, "Transport security"): the key file
+ * is private as the secret is, a certificate needs its key, a peer's
+ * address may say https://, and an https client meets a plain server with
+ * a named handshake failure. The handshakes themselves run between real
+ * daemons: tests/integration/test_peers.py. */
+static void test_tls_rules(void)
+{
+    char dir[256], cert[256], key[256];
+    snprintf(cert, sizeof cert, "%s/tls-cert.pem", tmp_root);
+    snprintf(key, sizeof key, "%s/tls-key.pem", tmp_root);
+    ut_write_file_mode(cert, "-----BEGIN CERTIFICATE-----\nnot one\n", 0644);
+    ut_write_file_mode(key, "-----BEGIN PRIVATE KEY-----\nhunter2\n", 0644);
+    st_peer_server_opts o = server_opts("tls", dir, sizeof dir);
+    o.tls_cert_file = cert;
+    o.tls_key_file = key;
+    st_peer_server *s = NULL;
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "peer TLS key file") && strstr(st_errmsg(), key) &&
+          strstr(st_errmsg(), "mode 0644") && !strstr(st_errmsg(), "hunter2"));
+    CHECK(chmod(key, 0600) == 0);
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "not a PEM certificate and its private key") &&
+          !strstr(st_errmsg(), "hunter2"));
+    o.tls_key_file = NULL;
+    CHECK_ERR(st_peer_server_start(&o, &s), ST_ERR_INVALID);
+    CHECK(s == NULL && strstr(st_errmsg(), "--peer-tls-key"));
+
+    st_peer_client *c = NULL;
+    CHECK_ERR(st_peer_client_new("ftp://127.0.0.1:1", WRITER, &secret, 0, &c), ST_ERR_INVALID);
+    CHECK_ERR(st_peer_client_new("https://", WRITER, &secret, 0, &c), ST_ERR_INVALID);
+    st_peer_secret with_ca = secret;
+    CHECK_ERR(st_peer_secret_set_ca(&with_ca, "/nonexistent/ca.pem"), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), "/nonexistent/ca.pem") != NULL);
+    CHECK_OK(st_peer_secret_set_ca(&with_ca, cert)); /* a file: whether it is PEM shows later */
+    s = start_server("tls", 0);                      /* plain HTTP */
+    char addr[64], node[ST_NODE_MAX + 1];
+    snprintf(addr, sizeof addr, "https://127.0.0.1:%d", st_peer_server_port(s));
+    CHECK_OK(st_peer_client_new(addr, WRITER, &with_ca, 0, &c));
+    CHECK_ERR(st_peer_client_node(c, node, sizeof node), ST_ERR_INVALID);
+    CHECK(strstr(st_errmsg(), cert) && strstr(st_errmsg(), "cannot be used"));
+    st_peer_client_free(c);
+    CHECK_OK(st_peer_client_new(addr, WRITER, &secret, 0, &c));
+    CHECK_ERR(st_peer_client_node(c, node, sizeof node), ST_ERR_TRANSIENT);
+    CHECK(strstr(st_errmsg(), addr) && strstr(st_errmsg(), "TLS handshake failed"));
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+    st_peer_secret_wipe(&with_ca);
+    unlink(cert);
+    unlink(key);
 }
 
 static void test_round_trip(void)
@@ -835,7 +890,7 @@ static int stray_entries(const char *dir)
             strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
             strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
             strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans") &&
-            strcmp(de->d_name, "list")) {
+            strcmp(de->d_name, "list") && strcmp(de->d_name, "tls")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -936,6 +991,7 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     RUN(test_secret_file_rules);
     RUN(test_listen_rules);
+    RUN(test_tls_rules);
     RUN(test_round_trip);
     RUN(test_replica_listing);
     RUN(test_wrong_secret);
