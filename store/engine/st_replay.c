@@ -155,23 +155,36 @@ static st_err judge_locked(replay_ctx *x, const char *key, const st_part *p, int
     return e;
 }
 
-static st_err replay_put(void *ctx, const char *key, const void *data, size_t len)
+/* A PUT (create: a put_new) of key; a part record is judged before it is
+ * written (a node never writes what it would refuse to read) and
+ * remembered only once it is stored: a failed PUT leaves the store's
+ * record, which must stay readable. The record is stored then, so a row
+ * that cannot be written only waits for the next read. */
+static st_err store_judged(replay_ctx *x, int create, const char *key, const void *data, size_t len)
 {
-    replay_ctx *x = ctx;
+    st_err (*send)(void *, const char *, const void *, size_t) =
+        create ? x->inner->ops->put_new : x->inner->ops->put;
     st_part p;
     if (!is_part_key(key) || !decode_own(key, data, len, &p))
-        return x->inner->ops->put(x->inner->ctx, key, data, len);
-    /* Judged before the PUT (a node never writes what it would refuse to
-     * read), remembered only once the PUT succeeded: a failed PUT leaves
-     * the store's record, which must stay readable. The record is stored
-     * then, so a row that cannot be written only waits for the next read. */
+        return send(x->inner->ctx, key, data, len);
     st_err e = judge_locked(x, key, &p, 0);
     if (!e)
-        e = x->inner->ops->put(x->inner->ctx, key, data, len);
+        e = send(x->inner->ctx, key, data, len);
     if (!e && judge_locked(x, key, &p, 1))
         st_clearerr();
     st_part_free(&p);
     return e;
+}
+
+static st_err replay_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    return store_judged(ctx, 0, key, data, len);
+}
+
+/* Only in the table when the inner has put_new (st_backend_ops_masked). */
+static st_err replay_put_new(void *ctx, const char *key, const void *data, size_t len)
+{
+    return store_judged(ctx, 1, key, data, len);
 }
 
 /* GETs the part record at key whole, judges it, then keeps [off, off + len)
@@ -238,12 +251,6 @@ static st_err replay_del_many(void *ctx, st_del_item *items, size_t n)
 {
     replay_ctx *x = ctx;
     return x->inner->ops->del_many(x->inner->ctx, items, n);
-}
-
-static st_err replay_put_new(void *ctx, const char *key, const void *data, size_t len)
-{
-    replay_ctx *x = ctx;
-    return x->inner->ops->put_new(x->inner->ctx, key, data, len);
 }
 
 static void replay_close(void *ctx)
