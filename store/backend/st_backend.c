@@ -211,6 +211,18 @@ st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t o
     return e;
 }
 
+st_err st_get_keep_range(st_bytes *body, const char *key, uint64_t offset, uint64_t len)
+{
+    if (offset > body->len)
+        return st_seterr(ST_ERR_INVALID, "get %s: offset %llu past its end", key,
+                         (unsigned long long)offset);
+    uint64_t n = len == ST_GET_TO_END || len > body->len - offset ? body->len - offset : len;
+    if (offset)
+        memmove(body->data, body->data + offset, n);
+    body->len = n;
+    return ST_OK;
+}
+
 st_err st_stat(st_backend *b, const char *key, uint64_t *size)
 {
     st_err e = key_require("stat", key, 0);

@@ -327,6 +327,14 @@ st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t o
  */
 st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backend *inner);
 
+/*!
+ * For a wrapper that reads an object whole (to open or judge it) and
+ * answers a ranged GET of it: keeps [offset, offset + len) of the whole
+ * object in *body (len ST_GET_TO_END: to its end), by get's range rules
+ * (truncated at the end; ST_ERR_INVALID naming key for an offset past it).
+ */
+st_err st_get_keep_range(st_bytes *body, const char *key, uint64_t offset, uint64_t len);
+
 /*! The first failed item's err among items[0..n), or ST_OK. */
 st_err st_del_items_result(const st_del_item *items, size_t n);
 

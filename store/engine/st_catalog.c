@@ -604,6 +604,28 @@ static st_err round_revision(void *arg)
     return next_revision(r->b, r->m, r->part);
 }
 
+/* A part the caller handed no lineage takes the one of the node's part
+ * record it replaces (docs/ENCRYPTION.md, "Replay"). Only part->lineage is
+ * written here, only part->revision by round_revision. */
+static st_err round_lineage(void *arg)
+{
+    publish_round *r = arg;
+    st_bytes buf = {0};
+    st_part old;
+    st_err e = st_catalog_load_part(r->b, r->m->job, r->m->step, r->m->node, &buf, &old);
+    if (e == ST_OK) {
+        memcpy(r->part->lineage, old.lineage, sizeof r->part->lineage);
+        st_part_free(&old);
+    } else if (e == ST_ERR_NOT_FOUND || e == ST_ERR_CORRUPT || e == ST_ERR_UNSUPPORTED) {
+        /* None, or unreadable (a replayed one among them): publish starts a
+         * new lineage. */
+        e = ST_OK;
+        st_clearerr();
+    }
+    st_bytes_free(&buf);
+    return e;
+}
+
 /* Runs the first round (docs/PROTOCOL.md, "Write order"): the publish's
  * own calls, the fence's unless unfenced, and the caller's checks. */
 static st_err publish_first_round(publish_round *r, int fenced, const st_publish_check *checks,
@@ -612,12 +634,14 @@ static st_err publish_first_round(publish_round *r, int fenced, const st_publish
     if (nchecks > ST_PUBLISH_MAX_CHECKS)
         return st_seterr(ST_ERR_INVALID, "publish: %zu checks, at most %d", nchecks,
                          ST_PUBLISH_MAX_CHECKS);
-    st_parallel_call calls[3 + ST_PUBLISH_MAX_CHECKS];
+    st_parallel_call calls[4 + ST_PUBLISH_MAX_CHECKS];
     size_t n = 0;
     calls[n++] = (st_parallel_call){.fn = round_register, .arg = r};
     if (fenced)
         calls[n++] = (st_parallel_call){.fn = round_fence, .arg = r};
     calls[n++] = (st_parallel_call){.fn = round_revision, .arg = r};
+    if (st_part_lineage_is_zero(r->part))
+        calls[n++] = (st_parallel_call){.fn = round_lineage, .arg = r};
     for (size_t i = 0; i < nchecks; i++)
         calls[n++] = (st_parallel_call){.fn = checks[i].fn, .arg = checks[i].arg};
     st_err e = st_parallel_run(calls, n);
@@ -633,6 +657,10 @@ static st_err publish(st_backend *b, const st_manifest *m, st_part *part, int fe
     char key[ST_KEY_MAX];
     publish_round round = {.b = b, .m = m, .part = part};
     st_err e = publish_first_round(&round, fenced, checks, nchecks, puts);
+    /* A first publish of the part, or one whose record had none: a new
+     * lineage (no request: the window of the round's checks is as before). */
+    if (!e && st_part_lineage_is_zero(part))
+        e = st_part_new_lineage(part);
     if (e)
         goto out;
     ST_CRASHPOINT("manifest-put-before");

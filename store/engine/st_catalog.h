@@ -121,7 +121,7 @@ typedef struct st_publish_check {
     void *arg;
 } st_publish_check;
 
-/* Checks a caller may add to one publish (the round's own calls are 3). */
+/* Checks a caller may add to one publish (the round's own calls are 4). */
 #define ST_PUBLISH_MAX_CHECKS 4
 
 /*!
@@ -133,8 +133,10 @@ typedef struct st_publish_check {
  * docs/CONSISTENCY.md, "One version per path") and the caller's checks[0..n).
  * If all of them passed: the manifest m (step, job, node, created_ns filled
  * in), then the part record (its manifest fields are filled here from what
- * was written). On return part->revision says the revision written. Adds
- * the PUTs made to *puts.
+ * was written). A part without a lineage takes the one of the node's part
+ * record it replaces (a GET in the first round), else a new one
+ * (docs/ENCRYPTION.md, "Replay"). On return part->revision and
+ * part->lineage say what was written. Adds the PUTs made to *puts.
  */
 st_err st_catalog_publish(st_backend *b, const st_manifest *m, st_part *part,
                           const st_publish_check *checks, size_t nchecks, uint64_t *puts);

@@ -129,14 +129,8 @@ static st_err get_opened(envelope_ctx *x, int kind, const char *key, uint64_t of
     st_bytes_free(&sealed);
     if (e)
         return e;
-    if (off > plain_len)
-        return st_seterr(ST_ERR_INVALID, "get %s: offset %llu past its end", key,
-                         (unsigned long long)off);
-    uint64_t n = len == ST_GET_TO_END || len > plain_len - off ? plain_len - off : len;
-    if (off)
-        memmove(out->data, out->data + off, n);
-    out->len = n;
-    return ST_OK;
+    out->len = plain_len;
+    return st_get_keep_range(out, key, off, len);
 }
 
 static st_err env_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)

@@ -24,7 +24,13 @@ static const char schema_sql[] =
     "  job TEXT NOT NULL, id BLOB NOT NULL, size INTEGER NOT NULL,"
     "  nchunks INTEGER NOT NULL, stored_ns INTEGER NOT NULL,"
     "  PRIMARY KEY (job, id)) WITHOUT ROWID;"
-    "CREATE TABLE IF NOT EXISTS manifests_seen (key TEXT PRIMARY KEY) WITHOUT ROWID;";
+    "CREATE TABLE IF NOT EXISTS manifests_seen (key TEXT PRIMARY KEY) WITHOUT ROWID;"
+    /* Added without a new schema version: an older build never reads it,
+     * so it cannot misread it (docs/STATE.md). */
+    "CREATE TABLE IF NOT EXISTS parts_seen ("
+    "  job TEXT NOT NULL, step INTEGER NOT NULL, node TEXT NOT NULL,"
+    "  lineage BLOB NOT NULL, revision INTEGER NOT NULL, replaced BLOB NOT NULL,"
+    "  PRIMARY KEY (job, step, node)) WITHOUT ROWID;";
 
 enum {
     Q_CHUNK_LOOKUP,
@@ -37,6 +43,8 @@ enum {
     Q_MANIFEST_MARK,
     Q_PACK_FORGET_CHUNKS,
     Q_PACK_FORGET,
+    Q_PART_SEEN,
+    Q_PART_REMEMBER,
     Q_COUNT
 };
 
@@ -53,6 +61,9 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_MANIFEST_MARK] = "INSERT OR IGNORE INTO manifests_seen VALUES (?1)",
     [Q_PACK_FORGET_CHUNKS] = "DELETE FROM chunks WHERE job=?1 AND pack=?2",
     [Q_PACK_FORGET] = "DELETE FROM packs WHERE job=?1 AND id=?2",
+    [Q_PART_SEEN] =
+        "SELECT lineage, revision, replaced FROM parts_seen WHERE job=?1 AND step=?2 AND node=?3",
+    [Q_PART_REMEMBER] = "INSERT OR REPLACE INTO parts_seen VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 };
 
 struct st_state {
@@ -273,4 +284,53 @@ st_err st_state_manifest_mark(st_state *s, const char *key)
     sqlite3_stmt *q = query(s, Q_MANIFEST_MARK);
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     return run_done(s, q, "mark manifest");
+}
+
+/* Binds the part's key (job, step, node) to ?1..?3. Steps are stored as
+ * SQLite's signed 64-bit integers, bit for bit. */
+static void bind_part(sqlite3_stmt *q, const char *job, uint64_t step, const char *node)
+{
+    sqlite3_bind_text(q, 1, job, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)step);
+    sqlite3_bind_text(q, 3, node, -1, SQLITE_STATIC);
+}
+
+st_err st_state_part_seen(st_state *s, const char *job, uint64_t step, const char *node,
+                          st_part_seen *seen)
+{
+    sqlite3_stmt *q = query(s, Q_PART_SEEN);
+    bind_part(q, job, step, node);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(q);
+        return ST_ERR_NOT_FOUND;
+    }
+    int replaced_len = rc == SQLITE_ROW ? sqlite3_column_bytes(q, 2) : -1;
+    if (rc != SQLITE_ROW || sqlite3_column_bytes(q, 0) != ST_PART_LINEAGE_LEN ||
+        replaced_len % ST_PART_LINEAGE_LEN ||
+        replaced_len > ST_STATE_REPLACED_MAX * ST_PART_LINEAGE_LEN) {
+        sqlite3_reset(q);
+        return db_error(s, "part seen lookup");
+    }
+    memset(seen, 0, sizeof *seen);
+    memcpy(seen->lineage, sqlite3_column_blob(q, 0), ST_PART_LINEAGE_LEN);
+    seen->revision = (uint32_t)sqlite3_column_int64(q, 1);
+    seen->nreplaced = (size_t)replaced_len / ST_PART_LINEAGE_LEN;
+    if (replaced_len)
+        memcpy(seen->replaced, sqlite3_column_blob(q, 2), (size_t)replaced_len);
+    sqlite3_reset(q);
+    return ST_OK;
+}
+
+st_err st_state_part_remember(st_state *s, const char *job, uint64_t step, const char *node,
+                              const st_part_seen *seen)
+{
+    size_t n = seen->nreplaced < ST_STATE_REPLACED_MAX ? seen->nreplaced : ST_STATE_REPLACED_MAX;
+    sqlite3_stmt *q = query(s, Q_PART_REMEMBER);
+    bind_part(q, job, step, node);
+    sqlite3_bind_blob(q, 4, seen->lineage, ST_PART_LINEAGE_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 5, seen->revision);
+    /* A zero-length blob, never NULL (NOT NULL column). */
+    sqlite3_bind_blob(q, 6, seen->replaced, (int)(n * ST_PART_LINEAGE_LEN), SQLITE_STATIC);
+    return run_done(s, q, "remember a part");
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "st_error.h"
+#include "format/st_part.h"
 #include "util/st_hash.h"
 
 typedef struct st_state st_state;
@@ -67,5 +68,25 @@ st_err st_state_counts(st_state *s, const char *job, uint64_t *chunks, uint64_t 
 /*! 1 if this manifest key was already merged into the index, else 0. */
 int st_state_manifest_seen(st_state *s, const char *key);
 st_err st_state_manifest_mark(st_state *s, const char *key);
+
+/* ---- part records seen: the replay check (docs/ENCRYPTION.md, "Replay") ---- */
+
+/* Lineages of one part that were replaced by a newer one, remembered. */
+#define ST_STATE_REPLACED_MAX 4
+
+/*! What this node has seen of one part (job, step, node). */
+typedef struct st_part_seen {
+    uint8_t lineage[ST_PART_LINEAGE_LEN]; /* the current one */
+    uint32_t revision;                    /* the highest seen of it */
+    size_t nreplaced;                     /* newest first */
+    uint8_t replaced[ST_STATE_REPLACED_MAX][ST_PART_LINEAGE_LEN];
+} st_part_seen;
+
+/*! ST_OK and *seen if the part was seen, ST_ERR_NOT_FOUND if not. */
+st_err st_state_part_seen(st_state *s, const char *job, uint64_t step, const char *node,
+                          st_part_seen *seen);
+/*! Records what is now known of the part (replacing the row). */
+st_err st_state_part_remember(st_state *s, const char *job, uint64_t step, const char *node,
+                              const st_part_seen *seen);
 
 #endif

@@ -37,6 +37,7 @@
 #include "format/st_part.h"
 #include "engine/st_catalog.h"
 #include "engine/st_envelope.h"
+#include "engine/st_replay.h"
 #include "util/st_keyring.h"
 
 void st_store_warnf(st_store *s, const char *fmt, ...)
@@ -185,6 +186,10 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
     snprintf(db, sizeof db, "%s/index-%016" PRIx64 ".db", state_dir,
              st_hash64(opts->url, strlen(opts->url)));
     if ((e = st_state_open(db, &s->state)))
+        goto fail;
+    /* Every part record read or written is judged against the same
+     * database (docs/ENCRYPTION.md, "Replay"), above the envelope. */
+    if ((e = st_replay_wrap(&s->backend, db)))
         goto fail;
     s->reader = s->backend;
     if ((opts->peers || opts->peer_ca_file) && !opts->peer_secret_file) {

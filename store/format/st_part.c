@@ -1,11 +1,13 @@
 /*
- * st_part — object key names and the part record codec. Pure functions.
+ * st_part — object key names and the part record codec. Pure functions, but
+ * for the random lineage (st_part_new_lineage).
  */
 #include "format/st_part.h"
 
 #include "format/st_manifest.h"
 
 #include <inttypes.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +167,8 @@ int st_key_parse_part(const char *rest, char *node)
 }
 
 #define PART_MAGIC         "CKs2"
-#define PART_VERSION       2
+#define PART_VERSION       2 /* no lineage */
+#define PART_VERSION_LINE  3 /* with a lineage */
 #define PART_FLAG_COMPLETE 1
 #define PART_FLAG_COVERAGE 2
 
@@ -176,9 +179,10 @@ st_err st_part_encode(const st_part *p, st_bytes *out)
     size_t start = out->len;
     uint16_t flags =
         (p->complete ? PART_FLAG_COMPLETE : 0) | (p->rank_coverage ? PART_FLAG_COVERAGE : 0);
+    int lined = !st_part_lineage_is_zero(p);
     st_err e = st_bytes_append(out, PART_MAGIC, 4);
     if (!e)
-        e = st_bytes_put_le16(out, PART_VERSION);
+        e = st_bytes_put_le16(out, lined ? PART_VERSION_LINE : PART_VERSION);
     if (!e)
         e = st_bytes_put_le16(out, flags);
     if (!e)
@@ -212,6 +216,8 @@ st_err st_part_encode(const st_part *p, st_bytes *out)
         if (!e)
             e = st_bytes_put_varint(out, p->commits[i].world_size);
     }
+    if (!e && lined)
+        e = st_bytes_append(out, p->lineage, ST_PART_LINEAGE_LEN);
     if (!e)
         e = st_bytes_put_le64(out, st_hash64(out->data + start, out->len - start));
     return e;
@@ -252,7 +258,7 @@ st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p)
     const uint8_t *d;
     st_get_le16(&r, &version);
     st_get_le16(&r, &flags);
-    if (!r.err && version != PART_VERSION)
+    if (!r.err && version != PART_VERSION && version != PART_VERSION_LINE)
         return st_seterr(ST_ERR_UNSUPPORTED, "part record version %u is not supported", version);
     if (r.err || (flags & ~(PART_FLAG_COMPLETE | PART_FLAG_COVERAGE)) ||
         st_get_varint(&r, &p->step) || st_get_varint(&r, &created) ||
@@ -284,6 +290,15 @@ st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p)
         if (get_u32(&r, &c->rank) || get_u32(&r, &c->world_size) || c->rank >= c->world_size)
             goto corrupt;
     }
+    if (version == PART_VERSION_LINE) {
+        const uint8_t *line;
+        /* Written only when not zero: a zero one is version 2's. */
+        if (st_get_bytes(&r, ST_PART_LINEAGE_LEN, &line))
+            goto corrupt;
+        memcpy(p->lineage, line, ST_PART_LINEAGE_LEN);
+        if (st_part_lineage_is_zero(p))
+            goto corrupt;
+    }
     if (r.err || st_reader_left(&r) != 0)
         goto corrupt;
     return ST_OK;
@@ -302,6 +317,21 @@ void st_part_free(st_part *p)
     free(p->expected);
     free(p->commits);
     memset(p, 0, sizeof *p);
+}
+
+int st_part_lineage_is_zero(const st_part *p)
+{
+    static const uint8_t zero[ST_PART_LINEAGE_LEN];
+    return memcmp(p->lineage, zero, ST_PART_LINEAGE_LEN) == 0;
+}
+
+st_err st_part_new_lineage(st_part *p)
+{
+    do {
+        if (RAND_bytes(p->lineage, ST_PART_LINEAGE_LEN) != 1)
+            return st_seterr(ST_ERR_IO, "no random bytes for a part record's lineage");
+    } while (st_part_lineage_is_zero(p));
+    return ST_OK;
 }
 
 int st_key_parse_node_rev(const char *rest, const char *dir, const char *suffix, char *node,

@@ -10,12 +10,15 @@
  *   jobs/<job>/steps/<step:020>/nodes/<node>.commit        (the part record)
  *
  * Part record encoding (all integers varints unless said otherwise):
- *   magic "CKs2", version (LE u16 = 2), flags (LE u16: bit 0 complete,
- *   bit 1 rank_coverage), step, created_ns, job (str), node (str),
- *   revision, manifest length, manifest digest (16 bytes),
+ *   magic "CKs2", version (LE u16: 2, or 3 with a lineage), flags (LE u16:
+ *   bit 0 complete, bit 1 rank_coverage), step, created_ns, job (str),
+ *   node (str), revision, manifest length, manifest digest (16 bytes),
  *   world_size, expected count + each path (str),
  *   commit count + each (rank, world_size);
+ *   version 3 only: the lineage (16 bytes);
  *   XXH3-64 of everything above (LE u64).
+ * A record with a zero lineage is written as version 2, which every build
+ * reads; version 2 decodes to a zero lineage.
  * The decoder accepts any byte string and either returns a valid record or
  * ST_ERR_CORRUPT / ST_ERR_UNSUPPORTED.
  */
@@ -84,6 +87,7 @@ int st_key_parse_node_rev(const char *rest, const char *dir, const char *suffix,
 int st_key_parse_manifest(const char *rest, char *node, uint32_t *revision);
 
 #define ST_PART_MAX_EXPECTED 65536
+#define ST_PART_LINEAGE_LEN  16
 #define ST_PART_MAX_COMMITS  65536
 
 typedef struct st_rank_commit {
@@ -98,6 +102,10 @@ typedef struct st_part {
     char job[ST_JOB_MAX + 1];
     char node[ST_NODE_MAX + 1];
     uint32_t revision;
+    /* Random, chosen when the node first publishes its part of the step and
+     * kept by every publish of it again; all zero in a record of a build
+     * before lineages (docs/ENCRYPTION.md, "Replay"). */
+    uint8_t lineage[ST_PART_LINEAGE_LEN];
     uint64_t manifest_len;
     st_id manifest_digest;
     int complete;        /* this node saw the step complete */
@@ -113,6 +121,14 @@ st_err st_part_encode(const st_part *p, st_bytes *out);
 /*! On success *p owns its arrays (st_part_free); on failure *p is empty. */
 st_err st_part_decode(const uint8_t *buf, size_t len, st_part *p);
 void st_part_free(st_part *p);
+
+/*! 1 if p's lineage is all zero (a record of a build before lineages, or
+ *  one not chosen yet). */
+int st_part_lineage_is_zero(const st_part *p);
+
+/*! Gives p a new random lineage (libcrypto's RAND_bytes): a part published
+ *  for the first time, or whose record has none. ST_OK or ST_ERR_IO. */
+st_err st_part_new_lineage(st_part *p);
 
 /*!
  * 1 if part a's version of a path wins over part b's when both parts of one

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include "util/st_thread.h"
 #include "util/st_keyring.h"
 #include "engine/st_envelope.h"
+#include "engine/st_replay.h"
 #include "engine/st_gc.h"
 #include "engine/st_ingest.h"
 
@@ -211,6 +213,20 @@ static st_err open_encryption(st_vfs *v, const st_vfs_options *opts)
     return st_envelope_wrap(&v->store_backend, v->keyring);
 }
 
+/* Wraps v->store_backend (above the envelope: it judges plaintext) in the
+ * replay check over this node's STAGING/index.db (docs/ENCRYPTION.md,
+ * "Replay"); the wrapper owns what it wraps unless that is opts.backend. */
+static st_err open_replay_check(st_vfs *v)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/index.db", v->staging);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return st_seterr(ST_ERR_INVALID, "staging directory path too long");
+    if (v->store_backend == v->opts.backend)
+        return st_replay_borrow(v->opts.backend, path, &v->store_backend);
+    return st_replay_wrap(&v->store_backend, path);
+}
+
 st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
 {
     *out = NULL;
@@ -290,7 +306,7 @@ st_err st_vfs_open(const st_vfs_options *opts, st_vfs **out)
     v->retry_backend = opts->backend ? NULL : v->store_backend;
     if (!opts->backend && fault && *fault && (e = st_backend_fault_wrap(&v->store_backend, fault)))
         goto fail;
-    if ((e = open_encryption(v, opts)))
+    if ((e = open_encryption(v, opts)) || (e = open_replay_check(v)))
         goto fail;
     /* inodes 0 (unused), 1 root; 2 to ST_VFS_LAST_CTL_INO are the virtual
      * control entries */
@@ -442,8 +458,8 @@ void st_vfs_close(st_vfs *v)
     free(v->queue);
     st_steprules_free(v->rules);
     st_bundlecache_free(v->bundle_cache);
-    st_backend_close(v->backend); /* the count wrapper only */
-    if (!v->opts.backend || v->keyring)
+    st_backend_close(v->backend);            /* the count wrapper only */
+    if (v->store_backend != v->opts.backend) /* ours, or a wrapper of the lent one */
         st_backend_close(v->store_backend);
     st_keyring_free(v->keyring);
     free(v->store_url);

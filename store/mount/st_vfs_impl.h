@@ -352,12 +352,15 @@ struct st_vfs {
     char *staging;
     int staging_lock_fd; /* STAGING/lock, flock'ed for the mount's life; -1: not held */
     char node[ST_NODE_MAX + 1];
-    st_backend *backend;       /* the store, wrapped in st_backend_count (requests) */
-    st_backend *store_backend; /* what that wraps: owned unless opts.backend */
+    st_backend *backend; /* the store, wrapped in st_backend_count (requests) */
+    /* What that wraps: the replay check (engine/st_replay.h) over the
+     * envelope if any over the store; the wrappers are owned, the store
+     * unless it is opts.backend. */
+    st_backend *store_backend;
     st_backend *retry_backend; /* the retry wrapper in it, for its count; NULL: none */
     /* The encryption keys (opts.encryption_key_file); NULL: a plain store.
-     * With them, store_backend is the st_envelope wrapper (owned, also when
-     * it borrows opts.backend). Read-only after open: any thread. */
+     * With them, store_backend holds the st_envelope wrapper (owned, also
+     * when it borrows opts.backend). Read-only after open: any thread. */
     struct st_keyring *keyring;
     st_backend_counts requests;
     /* What the remote view reads through: backend, or with peers the view

@@ -381,6 +381,15 @@ static st_err store_step(st_vfs *v, st_state *index, snapshot *s, uint32_t *revi
     else if (e != ST_ERR_NOT_FOUND)
         goto out;
     uint32_t base = have_mine && mine.revision > *revision ? mine.revision : *revision;
+    /* The part keeps its lineage while its record lives; a first publish,
+     * or one after the step was deleted, starts a new one (docs/
+     * ENCRYPTION.md, "Replay"). Chosen here, before the replica record
+     * carries it to peers. */
+    memset(s->part.lineage, 0, sizeof s->part.lineage);
+    if (have_mine)
+        memcpy(s->part.lineage, mine.lineage, sizeof s->part.lineage);
+    if (st_part_lineage_is_zero(&s->part) && (e = st_part_new_lineage(&s->part)))
+        goto out;
     for (size_t i = 0; i < s->n; i++) {
         if (!s->files[i].carry)
             continue;

@@ -32,7 +32,7 @@ static int same_part(const st_part *a, const st_part *b)
         memcmp(&a->manifest_digest, &b->manifest_digest, sizeof a->manifest_digest) ||
         a->complete != b->complete || a->rank_coverage != b->rank_coverage ||
         a->world_size != b->world_size || a->nexpected != b->nexpected ||
-        a->ncommits != b->ncommits)
+        a->ncommits != b->ncommits || memcmp(a->lineage, b->lineage, sizeof a->lineage))
         return 0;
     for (size_t i = 0; i < a->nexpected; i++)
         if (strcmp(a->expected[i], b->expected[i]))

@@ -14,6 +14,12 @@ mounts on file:// stores and the real ckptctl.
 * Tampering (ckptctl put/restore): a pack swapped for another sealed pack
   under its name, a manifest or part record copied from another step, and
   a truncated pack or manifest are exit 4 naming the object.
+* Replay (docs/ENCRYPTION.md, "Replay"): a node publishes a step again
+  (revision 2); a mount on another node and ckptctl see revision 2; the
+  revision-1 part record put back in the store is refused: ckptctl exit 4
+  naming both revisions, and the other node's mount, restarted on its
+  staging, logs the refusal and never serves revision 1's bytes; a
+  ckptctl with a fresh state cannot tell (the documented limit).
 
 Environment: CKPTFS and CKPTCTL name the binaries.
 """
@@ -236,6 +242,77 @@ class EncryptionTest(MountTestCase):
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertIn(self.key, p.stderr)
 
+    def test_rolled_back_part_record_is_refused(self):
+        first, second = b"first revision" * 1000, b"second revision" * 1000
+        a = self.mount("a", key=self.key)
+        self.write_step(a, first)
+        wait_for(lambda: self.consistent(1, key=self.key), TIMEOUT, "step 1 durable")
+        prefix = "jobs/%s/steps/%020d/nodes/" % (JOB, 1)
+        part = key_path(self.store_dir(), prefix + "a.commit")
+        with open(part, "rb") as f:
+            rev1 = f.read()
+
+        def republished():
+            with open(part, "rb") as f:
+                return (prefix + "a.r2.manifest" in file_store_keys(self.store, prefix)
+                        and f.read() != rev1)
+
+        with open(os.path.join(a.path, JOB, "step-1", "model.bin"), "wb") as f:
+            f.write(second)  # rewritten: the step is published again
+        wait_for(republished, TIMEOUT, "revision 2 of step 1 published")
+        a.unmount()
+
+        c = self.mount("c", key=self.key)  # another node: sees revision 2
+        model = os.path.join(c.path, JOB, "step-1", "model.bin")
+
+        def shows_second():
+            try:
+                with open(model, "rb") as f:
+                    return f.read() == second
+            except OSError:
+                return False
+
+        wait_for(shows_second, TIMEOUT, "revision 2 read on node c")
+        c.unmount()
+        p = self.ctl("--job", JOB, "ls", key=self.key)  # ckptctl sees it too
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+        with open(part + ".rollback", "wb") as f:  # the rollback, atomically
+            f.write(rev1)
+        os.replace(part + ".rollback", part)
+
+        p = self.restore(1, "rolled-back")
+        self.assertEqual(p.returncode, 4, p.stdout + p.stderr)
+        self.assertIn(prefix + "a.commit is rolled back: it holds revision 1", p.stderr)
+        self.assertIn("seen revision 2", p.stderr)
+        p = self.ctl("--job", JOB, "ls", key=self.key)
+        self.assertIn("rolled back", p.stdout + p.stderr)
+
+        # Node c restarted on its staging: it refuses the part record (a
+        # log line) and never serves revision 1's bytes; what it fetched of
+        # revision 2 before stays.
+        c2 = Mount(c.path, store=self.store, staging=os.path.join(self.tmp, "c-staging"),
+                   node="c", binary=CKPTFS,
+                   extra_args=["--refresh", "0.5", "--encryption-key-file", self.key])
+        self.mounts.append(c2)
+        c2.start()
+        wait_for(lambda: "is rolled back" in c2.log_text(), TIMEOUT, "node c refuses it")
+        self.assertIn("cannot load step 1 of %s" % JOB, c2.log_text())
+        try:
+            with open(model, "rb") as f:
+                got = f.read()
+        except OSError:
+            got = None
+        self.assertIn(got, (None, second))
+        c2.unmount()
+
+        # A node that never saw revision 2 cannot tell (the documented limit).
+        p = self.ctl("--state-dir", os.path.join(self.tmp, "fresh-state"), "--job", JOB,
+                     "restore", "--step", "1", "--to", os.path.join(self.tmp, "fresh"),
+                     key=self.key)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(self.tmp, "fresh", "step-1", "model.bin"), "rb") as f:
+            self.assertEqual(f.read(), first)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
