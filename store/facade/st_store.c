@@ -109,6 +109,7 @@ static st_err open_peer_view(st_store *s, const st_store_options *opts, const ch
                              .store_down = store_down,
                              .self_node = s->node,
                              .secret = s->peer_secret,
+                             .keyring = s->keyring,
                              .log = s->warn,
                              .log_arg = s->warn_arg};
     return st_peer_reader_open(borrow, &ro, &ao, &s->peers_alone, &s->reader);

@@ -62,6 +62,7 @@ static st_err start_server(st_vfs *v, vfs_peers *p)
                               .secret = &p->secret,
                               .tls_cert_file = v->opts.peer_tls_cert,
                               .tls_key_file = v->opts.peer_tls_key,
+                              .keyring = v->keyring,
                               .cache_cap = v->opts.peer_cache_cap ? v->opts.peer_cache_cap
                                                                   : default_cache_cap(v)};
     if ((e = st_peer_server_start(&so, &p->server)))
@@ -101,6 +102,8 @@ static st_err start_replication(st_vfs *v, vfs_peers *p)
     char dir[4096];
     st_err e = st_peer_set_new(v->opts.peers, v->node, v->opts.failure_domain, &p->secret,
                                v->opts.peer_rate, &p->set);
+    if (!e)
+        st_peer_set_keyring(p->set, v->keyring);
     if (!e)
         e = staging_path(v, "spool", dir, sizeof dir);
     if (!e)

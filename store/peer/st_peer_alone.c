@@ -16,6 +16,7 @@
 #include "format/st_part.h"
 #include "peer/st_peer_client.h"
 #include "peer/st_peer_listing.h"
+#include "peer/st_peer_seal.h"
 #include "peer/st_replica.h"
 #include "util/st_array.h"
 #include "util/st_logf.h"
@@ -182,9 +183,11 @@ static int pack_on_a_holder(open_run *r, const st_replica *rec, const st_id *pac
 }
 
 /* Why the record in buf cannot stand for the candidate c, or NULL. On NULL
- * *m holds its decoded manifest (st_manifest_free). */
-static const char *check_record(const candidate *c, const st_bytes *buf, st_replica *rec,
-                                st_manifest *m)
+ * *m holds its decoded manifest (st_manifest_free). sealed: buf was opened
+ * from an envelope, whose tag authenticated it under its name; the listing
+ * then names the sealed manifest, which the record's plaintext cannot match. */
+static const char *check_record(const candidate *c, const st_bytes *buf, int sealed,
+                                st_replica *rec, st_manifest *m)
 {
     st_part part;
     if (st_replica_decode(buf->data, buf->len, rec, &part))
@@ -194,7 +197,8 @@ static const char *check_record(const candidate *c, const st_bytes *buf, st_repl
     if (rec->revision != c->it.rev || part.step != c->it.step || strcmp(part.job, c->it.job) ||
         strcmp(part.node, c->it.node))
         why = "its record is of another part or revision";
-    else if (rec->manifest.len != c->it.manifest_len || st_id_cmp(&man_id, &c->it.manifest_id))
+    else if (!sealed &&
+             (rec->manifest.len != c->it.manifest_len || st_id_cmp(&man_id, &c->it.manifest_id)))
         why = "its record's manifest is not the one listed";
     else if (st_manifest_decode(rec->manifest.data, rec->manifest.len, m))
         why = "its manifest does not decode";
@@ -212,17 +216,19 @@ static const char *check_record(const candidate *c, const st_bytes *buf, st_repl
  * and the peers hold every pack it needs. */
 static st_err take_candidate(open_run *r, const candidate *c)
 {
-    st_bytes buf = {0};
-    st_err e = ST_OK;
-    for (size_t k = 0; k < c->nfrom; k++) {
+    st_bytes got = {0}, buf = {0};
+    char key[ST_KEY_MAX];
+    st_err e = st_key_replica(key, sizeof key, c->it.job, c->it.step, c->it.node, c->it.rev);
+    for (size_t k = 0; !e && k < c->nfrom; k++) {
         asked_peer *p = &r->peers[c->from[k]];
         st_replica rec;
         st_manifest m = {0};
-        if (st_peer_get_record(p->client, c->it.job, c->it.step, c->it.node, c->it.rev, &buf)) {
+        if (st_peer_get_record(p->client, c->it.job, c->it.step, c->it.node, c->it.rev, &got) ||
+            st_peer_open(r->o->keyring, ST_CRYPT_REPLICA, key, got.data, got.len, &buf)) {
             say(r, "reading from peers alone: %s", st_errmsg());
             continue;
         }
-        const char *why = check_record(c, &buf, &rec, &m);
+        const char *why = check_record(c, &buf, st_peer_is_sealed(got.data, got.len), &rec, &m);
         if (why) {
             say(r, "peer at %s: step %" PRIu64 " of job %s, node %s r%" PRIu32 ": %s: not used",
                 p->addr, c->it.step, c->it.job, c->it.node, c->it.rev, why);
@@ -239,10 +245,7 @@ static st_err take_candidate(open_run *r, const candidate *c)
                 "that answers holds (the store has it): not restorable from peers alone",
                 c->it.step, c->it.job, c->it.node, st_id_hex(&m.packs[missing], hex));
         } else {
-            char key[ST_KEY_MAX];
-            e = st_key_replica(key, sizeof key, c->it.job, c->it.step, c->it.node, c->it.rev);
-            if (!e)
-                e = keep(r->x, key, buf.data, buf.len);
+            e = keep(r->x, key, buf.data, buf.len);
             snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", c->it.job);
             if (!e)
                 e = keep(r->x, key, NULL, 0);
@@ -253,6 +256,7 @@ static st_err take_candidate(open_run *r, const candidate *c)
         st_replica_free(&rec);
         break; /* one record that passed its checks decides */
     }
+    st_bytes_free(&got);
     st_bytes_free(&buf);
     return e;
 }

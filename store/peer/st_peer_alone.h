@@ -29,11 +29,13 @@
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_read.h"
 #include "st_error.h"
+#include "util/st_keyring.h"
 
 typedef struct st_peer_alone_opts {
     const char *peers;            /* "HOST:PORT,HOST:PORT,..." (at most 64) */
     const char *self_node;        /* this node's name (for the peers' MAC) */
     const st_peer_secret *secret; /* borrowed for the open only */
+    const st_keyring *keyring;    /* opens sealed records (an encrypted store); NULL: none */
     const char *job;              /* list this job only; NULL: every job */
     const char *store_error;      /* why the store was given up, for messages; may be NULL */
     const char *store_down;       /* the store already failed transiently (its message): not

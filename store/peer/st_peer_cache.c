@@ -62,6 +62,7 @@ struct st_peer_cache {
     size_t nparts, parts_alloc;
     uint64_t bytes, next_arrival, tmp_seq;                                              /* lock */
     uint64_t packs_received, bytes_received, evictions, refusals_full, corrupt_refused; /* lock */
+    const st_keyring *keyring; /* set before serving, read only afterwards; NULL: none */
 };
 
 /* ---- paths ---- */
@@ -623,17 +624,17 @@ void st_peer_cache_count_corrupt(st_peer_cache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Decodes the trailer of the pack in fd (size bytes). ST_OK or ST_ERR_CORRUPT. */
-static st_err check_trailer(int fd, uint64_t size)
+void st_peer_cache_set_keyring(st_peer_cache *c, const st_keyring *kr)
 {
-    uint8_t footer[ST_PACK_FOOTER_LEN];
-    uint32_t trailer_len = 0, count = 0;
-    if (size < ST_PACK_FOOTER_LEN ||
-        pread(fd, footer, sizeof footer, (off_t)(size - ST_PACK_FOOTER_LEN)) !=
-            (ssize_t)sizeof footer ||
-        st_pack_footer_decode(footer, &trailer_len, &count) ||
-        (uint64_t)trailer_len + ST_PACK_FOOTER_LEN > size)
-        return st_seterr(ST_ERR_CORRUPT, "not a pack: its footer does not decode");
+    c->keyring = kr;
+}
+
+/* The trailer (with its footer) of the pack in fd, size bytes, whose footer
+ * said trailer_len: st_pack_sealed_trailer_decode or st_pack_trailer_decode
+ * on what it reads. */
+static st_err decode_tail(const st_peer_cache *c, int fd, uint64_t size, uint32_t trailer_len,
+                          int sealed)
+{
     size_t tail_len = (size_t)trailer_len + ST_PACK_FOOTER_LEN;
     uint8_t *tail = malloc(tail_len);
     if (!tail)
@@ -641,10 +642,45 @@ static st_err check_trailer(int fd, uint64_t size)
     st_pack_entry *entries = NULL;
     size_t n = 0;
     st_err e = ST_ERR_CORRUPT;
-    if (pread(fd, tail, tail_len, (off_t)(size - tail_len)) == (ssize_t)tail_len)
+    uint8_t header[ST_PACK_HEADER_LEN];
+    st_pack_seal seal;
+    st_crypt_objkey k;
+    if (pread(fd, tail, tail_len, (off_t)(size - tail_len)) != (ssize_t)tail_len)
+        e = ST_ERR_CORRUPT;
+    else if (!sealed)
         e = st_pack_trailer_decode(tail, tail_len, size, &entries, &n);
+    else if (size < ST_PACK_HEADER_LEN ||
+             pread(fd, header, sizeof header, 0) != (ssize_t)sizeof header ||
+             st_pack_header_decode("the pack sent", header, &seal))
+        e = ST_ERR_CORRUPT;
+    else if (!(e = st_pack_key(c->keyring, "the pack sent", &seal, &k))) {
+        e = st_pack_sealed_trailer_decode(&k, "the pack sent", &seal, tail, tail_len, size,
+                                          &entries, &n);
+        st_crypt_objkey_wipe(&k);
+    }
     free(entries);
     free(tail);
+    return e;
+}
+
+/* Decodes the trailer of the pack in fd (size bytes), a sealed one (CKp2)
+ * with the keyring as the store's reader does. ST_OK, ST_ERR_CORRUPT, or
+ * ST_ERR_KEY for a sealed pack this peer holds no key of. */
+static st_err check_trailer(const st_peer_cache *c, int fd, uint64_t size)
+{
+    uint8_t footer[ST_PACK_FOOTER_LEN];
+    uint32_t trailer_len = 0, count = 0;
+    int sealed = 0;
+    if (size < ST_PACK_FOOTER_LEN ||
+        pread(fd, footer, sizeof footer, (off_t)(size - ST_PACK_FOOTER_LEN)) !=
+            (ssize_t)sizeof footer ||
+        st_pack_any_footer_decode(footer, &trailer_len, &count, &sealed) ||
+        (uint64_t)trailer_len + ST_PACK_FOOTER_LEN > size)
+        return st_seterr(ST_ERR_CORRUPT, "not a pack: its footer does not decode");
+    if (sealed && !c->keyring)
+        return st_seterr(ST_ERR_KEY, "a sealed pack: this peer holds no encryption key "
+                                     "(--encryption-key-file)");
+    st_err e = decode_tail(c, fd, size, trailer_len, sealed);
     if (e == ST_ERR_CORRUPT)
         return st_seterr(e, "not a pack: its trailer does not decode");
     return e;
@@ -654,7 +690,7 @@ st_err st_peer_cache_admit_pack(st_peer_cache *c, const st_id *pack, const char 
                                 uint64_t size, int *was_held)
 {
     *was_held = 0;
-    st_err e = check_trailer(fd, size);
+    st_err e = check_trailer(c, fd, size);
     if (e == ST_ERR_CORRUPT)
         st_peer_cache_count_corrupt(c);
     if (e) {

@@ -38,6 +38,7 @@
 #include "peer/st_peer_listing.h"
 #include "st_error.h"
 #include "util/st_hash.h"
+#include "util/st_keyring.h"
 #include "util/st_wire.h"
 
 /* A pack no replica references is kept this long (monotonic) before it may
@@ -70,6 +71,14 @@ typedef struct st_peer_cache_stats {
 st_err st_peer_cache_open(const char *dir, uint64_t cap, int64_t orphan_grace_ns,
                           st_peer_cache **out);
 
+/*!
+ * Gives the cache the keyring that checks sealed packs (CKp2) as the
+ * store's reader does (docs/ENCRYPTION.md, "Peers"); kr must outlive c.
+ * Called before the cache is shared. Without one, a sealed pack is
+ * refused with ST_ERR_KEY.
+ */
+void st_peer_cache_set_keyring(st_peer_cache *c, const st_keyring *kr);
+
 /*! Closes and frees. NULL ok. The files stay. */
 void st_peer_cache_close(st_peer_cache *c);
 
@@ -92,7 +101,8 @@ void st_peer_cache_tmp_remove(st_peer_cache *c, const char *name);
 
 /*!
  * Admits the pack received into tmp/name (fd open on it, size bytes) whose
- * id the caller recomputed: decodes its trailer (ST_ERR_CORRUPT, counted),
+ * id the caller recomputed: decodes its trailer (ST_ERR_CORRUPT, counted;
+ * ST_ERR_KEY for a sealed pack without the key of its key id),
  * makes room (ST_ERR_NOSPACE, counted, when evicting cannot), fsyncs it
  * and renames it into packs/. *was_held: 1 if the pack was already there
  * (tmp/name is then removed and nothing counted). The caller still closes

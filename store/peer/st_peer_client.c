@@ -46,10 +46,11 @@ struct st_peer_client {
     int keyed;                    /* lock: key and nonces are a live channel */
     uint8_t key[ST_PEER_KEY_LEN]; /* lock */
     uint8_t server_nonce[ST_PEER_NONCE_LEN], client_nonce[ST_PEER_NONCE_LEN]; /* lock */
-    uint64_t counter;                  /* lock: of the last signed request */
-    int64_t last_use_ns;               /* lock: monotonic */
-    char peer_node[ST_NODE_MAX + 1];   /* lock: "" before the first hello */
-    char peer_domain[ST_NODE_MAX + 1]; /* lock: its failure domain (its node name if unsaid) */
+    uint64_t counter;                     /* lock: of the last signed request */
+    int64_t last_use_ns;                  /* lock: monotonic */
+    char peer_node[ST_NODE_MAX + 1];      /* lock: "" before the first hello */
+    char peer_domain[ST_NODE_MAX + 1];    /* lock: its failure domain (its node name if unsaid) */
+    char peer_key[2 * ST_KEY_ID_LEN + 1]; /* lock: its sealing key's id, hex; "": none said */
 };
 
 /* One request and what came back. */
@@ -367,6 +368,10 @@ static st_err hello(st_peer_client *c)
         !st_name_is_valid(domain, ST_NODE_MAX))
         snprintf(domain, sizeof domain, "%s", node); /* a peer that does not say */
     snprintf(c->peer_domain, sizeof c->peer_domain, "%s", domain);
+    char key[2 * ST_KEY_ID_LEN + 2];
+    if (hello_field(text, "key", key, sizeof key) || strlen(key) != 2 * ST_KEY_ID_LEN)
+        key[0] = '\0'; /* a peer without a key file, or one that does not say */
+    snprintf(c->peer_key, sizeof c->peer_key, "%s", key);
     if (RAND_bytes(c->client_nonce, ST_PEER_NONCE_LEN) != 1)
         return st_seterr(ST_ERR_IO, "peer client: no random bytes for a nonce");
     e = st_peer_key_derive(&c->secret, c->server_nonce, c->client_nonce, c->self, c->peer_node,
@@ -488,28 +493,33 @@ void st_peer_client_free(st_peer_client *c)
     free(c);
 }
 
-st_err st_peer_client_node(st_peer_client *c, char *out, size_t cap)
+/* What the peer's hello said (field: one of c's peer_* strings) into out,
+ * saying hello first when it has not yet. */
+static st_err hello_said(st_peer_client *c, const char *field, char *out, size_t cap)
 {
     pthread_mutex_lock(&c->lock);
     st_err e = c->peer_node[0] ? ST_OK : hello(c);
-    if (!e && strlen(c->peer_node) >= cap)
+    if (!e && strlen(field) >= cap)
         e = st_seterr(ST_ERR_INVALID, "peer client: a buffer of %zu bytes is too small", cap);
     if (!e)
-        snprintf(out, cap, "%s", c->peer_node);
+        snprintf(out, cap, "%s", field);
     pthread_mutex_unlock(&c->lock);
     return e;
 }
 
+st_err st_peer_client_node(st_peer_client *c, char *out, size_t cap)
+{
+    return hello_said(c, c->peer_node, out, cap);
+}
+
 st_err st_peer_client_domain(st_peer_client *c, char *out, size_t cap)
 {
-    pthread_mutex_lock(&c->lock);
-    st_err e = c->peer_node[0] ? ST_OK : hello(c);
-    if (!e && strlen(c->peer_domain) >= cap)
-        e = st_seterr(ST_ERR_INVALID, "peer client: a buffer of %zu bytes is too small", cap);
-    if (!e)
-        snprintf(out, cap, "%s", c->peer_domain);
-    pthread_mutex_unlock(&c->lock);
-    return e;
+    return hello_said(c, c->peer_domain, out, cap);
+}
+
+st_err st_peer_client_key(st_peer_client *c, char *out, size_t cap)
+{
+    return hello_said(c, c->peer_key, out, cap);
 }
 
 /* HEAD of the pack. Under lock. */

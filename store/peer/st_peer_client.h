@@ -57,6 +57,10 @@ st_err st_peer_client_node(st_peer_client *c, char *out, size_t cap);
 /*! The peer's failure domain, as its hello said (its node name if it said
  *  none); the same rules as st_peer_client_node. */
 st_err st_peer_client_domain(st_peer_client *c, char *out, size_t cap);
+/*! The id of the peer's sealing key (16 hex) as its hello said, "" when it
+ *  said none (a peer without --encryption-key-file); the same rules as
+ *  st_peer_client_node (cap: at least 2 * ST_KEY_ID_LEN + 1). */
+st_err st_peer_client_key(st_peer_client *c, char *out, size_t cap);
 
 /*! *has: 1 if the peer holds the pack, else 0. */
 st_err st_peer_has_pack(st_peer_client *c, const st_id *pack, int *has);

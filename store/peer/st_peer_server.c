@@ -31,11 +31,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "backend/st_backend.h"
 #include "format/st_manifest.h"
 #include "format/st_pack.h"
 #include "format/st_part.h"
 #include "peer/st_peer_cache.h"
 #include "peer/st_peer_listing.h"
+#include "peer/st_peer_seal.h"
 #include "peer/st_peer_tls.h"
 #include "peer/st_replica.h"
 #include "util/st_fsutil.h"
@@ -63,7 +65,8 @@ struct st_peer_server {
     char instance[33];
     char domain[ST_NODE_MAX + 1]; /* its failure domain, for writers choosing peers */
     st_peer_secret secret;
-    st_peer_tls tls; /* empty: plain HTTP; else HTTPS only, kept until stop */
+    st_peer_tls tls;           /* empty: plain HTTP; else HTTPS only, kept until stop */
+    const st_keyring *keyring; /* NULL: none; sealed packs, manifests, records refused */
     st_peer_cache *cache;
     pthread_mutex_t lock;
     channel channels[CHANNELS_MAX];                     /* lock */
@@ -408,10 +411,10 @@ static enum MHD_Result reply(struct MHD_Connection *c, peer_req *q, unsigned sta
 /* A reply whose text is the store's error detail, by class. */
 static enum MHD_Result reply_err(struct MHD_Connection *c, peer_req *q, st_err e)
 {
-    unsigned status = e == ST_ERR_NOT_FOUND ? MHD_HTTP_NOT_FOUND
-                      : e == ST_ERR_NOSPACE ? MHD_HTTP_INSUFFICIENT_STORAGE
-                      : e == ST_ERR_CORRUPT ? MHD_HTTP_UNPROCESSABLE_CONTENT
-                                            : MHD_HTTP_INTERNAL_SERVER_ERROR;
+    unsigned status = e == ST_ERR_NOT_FOUND                    ? MHD_HTTP_NOT_FOUND
+                      : e == ST_ERR_NOSPACE                    ? MHD_HTTP_INSUFFICIENT_STORAGE
+                      : e == ST_ERR_CORRUPT || e == ST_ERR_KEY ? MHD_HTTP_UNPROCESSABLE_CONTENT
+                                                               : MHD_HTTP_INTERNAL_SERVER_ERROR;
     char text[600];
     snprintf(text, sizeof text, "%s%s", e == ST_ERR_NOSPACE ? "peer cache full: " : "",
              st_errmsg());
@@ -420,11 +423,17 @@ static enum MHD_Result reply_err(struct MHD_Connection *c, peer_req *q, st_err e
 
 static enum MHD_Result reply_hello(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
 {
-    char nonce[2 * ST_PEER_NONCE_LEN + 1], text[400];
+    char nonce[2 * ST_PEER_NONCE_LEN + 1], text[600], key[2 * ST_KEY_ID_LEN + 1];
     if (new_channel(s, nonce))
         return reply_err(c, q, ST_ERR_IO);
-    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\ndomain %s\n", ST_PEER_PROTOCOL,
-             s->node, s->instance, nonce, s->domain);
+    const st_key *k = s->keyring ? st_keyring_sealing(s->keyring) : NULL;
+    if (k)
+        st_key_id_hex(k->id, key);
+    /* The key id says which key this peer checks sealed bytes with, and
+     * nothing of the key (docs/ENCRYPTION.md, "Cipher and keys"). */
+    snprintf(text, sizeof text, "%s\nnode %s\ninstance %s\nnonce %s\ndomain %s\n%s%s%s",
+             ST_PEER_PROTOCOL, s->node, s->instance, nonce, s->domain, k ? "key " : "",
+             k ? key : "", k ? "\n" : "");
     return reply(c, q, MHD_HTTP_OK, text);
 }
 
@@ -617,8 +626,9 @@ static enum MHD_Result finish_pack(st_peer_server *s, struct MHD_Connection *c, 
 
 /* The body of PUT part: LE32 count, count pack ids, the manifest. Checks
  * it against the route; 0, or the refusal's status with *why. */
-static unsigned check_part_body(const peer_req *q, const st_id **ids, uint32_t *n,
-                                const uint8_t **manifest, size_t *manifest_len, const char **why)
+static unsigned check_part_body(const st_peer_server *s, const peer_req *q, const st_id **ids,
+                                uint32_t *n, const uint8_t **manifest, size_t *manifest_len,
+                                const char **why)
 {
     const st_bytes *b = &q->body;
     if (b->len < 4 || st_le32_get(b->data) > (b->len - 4) / ST_ID_LEN) {
@@ -630,10 +640,22 @@ static unsigned check_part_body(const peer_req *q, const st_id **ids, uint32_t *
     *manifest = b->data + 4 + (size_t)*n * ST_ID_LEN;
     *manifest_len = b->len - 4 - (size_t)*n * ST_ID_LEN;
     st_manifest m = {0};
-    if (st_manifest_decode(*manifest, *manifest_len, &m)) {
+    st_bytes plain = {0};
+    char name[ST_KEY_MAX];
+    st_err e = st_key_manifest(name, sizeof name, q->rt.job, q->rt.step, q->rt.node, q->rt.rev);
+    if (!e && (e = st_peer_open(s->keyring, ST_CRYPT_MANIFEST, name, *manifest, *manifest_len,
+                                &plain)) == ST_ERR_KEY) {
+        st_bytes_free(&plain);
+        *why = "manifest refused: it is sealed and this peer holds no key of its key id "
+               "(--encryption-key-file)";
+        return MHD_HTTP_UNPROCESSABLE_CONTENT;
+    }
+    if (e || st_manifest_decode(plain.data, plain.len, &m)) {
+        st_bytes_free(&plain);
         *why = "manifest refused: it does not decode";
         return MHD_HTTP_UNPROCESSABLE_CONTENT;
     }
+    st_bytes_free(&plain);
     unsigned status = 0;
     if (m.step != q->rt.step || strcmp(m.job, q->rt.job) || strcmp(m.node, q->rt.node)) {
         *why = "manifest refused: its job, step or node is not the path's";
@@ -662,7 +684,7 @@ static enum MHD_Result finish_part(st_peer_server *s, struct MHD_Connection *c, 
     const uint8_t *manifest;
     size_t manifest_len;
     const char *why = NULL;
-    unsigned status = check_part_body(q, &ids, &n, &manifest, &manifest_len, &why);
+    unsigned status = check_part_body(s, q, &ids, &n, &manifest, &manifest_len, &why);
     if (status)
         return reply(c, q, status, why);
     /* The ids may sit at any alignment in the body: copied. */
@@ -679,25 +701,58 @@ static enum MHD_Result finish_part(st_peer_server *s, struct MHD_Connection *c, 
     return e ? reply_err(c, q, e) : reply(c, q, MHD_HTTP_CREATED, "stored");
 }
 
+/* The plaintext of the replica's held manifest into *out: opened when
+ * sealed. ST_OK, ST_ERR_NOT_FOUND, ST_ERR_KEY, ST_ERR_CORRUPT. */
+static st_err held_manifest(const st_peer_server *s, const peer_req *q, st_bytes *out)
+{
+    st_peer_part_name p = part_of(&q->rt);
+    char name[ST_KEY_MAX];
+    st_bytes held = {0};
+    st_err e = st_peer_cache_get_part(s->cache, &p, &held);
+    if (!e)
+        e = st_key_manifest(name, sizeof name, q->rt.job, q->rt.step, q->rt.node, q->rt.rev);
+    if (!e)
+        e = st_peer_open(s->keyring, ST_CRYPT_MANIFEST, name, held.data, held.len, out);
+    st_bytes_free(&held);
+    return e;
+}
+
+/* Why the PUT record's body cannot be kept, or NULL: it does not open
+ * (when sealed: under the replica record's own name) or decode, or is of
+ * another part. On NULL *rec, *part hold it decoded (free them either way). */
+static const char *check_record(const st_peer_server *s, const peer_req *q, st_replica *rec,
+                                st_part *part)
+{
+    char name[ST_KEY_MAX];
+    st_bytes plain = {0};
+    const char *why = NULL;
+    if (st_key_replica(name, sizeof name, q->rt.job, q->rt.step, q->rt.node, q->rt.rev) ||
+        st_peer_open(s->keyring, ST_CRYPT_REPLICA, name, q->body.data, q->body.len, &plain))
+        why = "record refused: it does not open under this peer's keys";
+    else if (st_replica_decode(plain.data, plain.len, rec, part))
+        why = "record refused: it does not decode";
+    else if (rec->revision != q->rt.rev || part->step != q->rt.step ||
+             strcmp(part->job, q->rt.job) || strcmp(part->node, q->rt.node))
+        why = "record refused: its job, step, node or revision is not the path's";
+    st_bytes_free(&plain);
+    return why;
+}
+
 /* PUT record: the replica record of a replica held here, whose manifest is
- * byte for byte the one held (docs/PEERS.md, "Restoring from peers alone"). */
+ * byte for byte the one held (docs/PEERS.md, "Restoring from peers alone");
+ * both opened first when sealed, and the record kept as it came. */
 static enum MHD_Result finish_record(st_peer_server *s, struct MHD_Connection *c, peer_req *q)
 {
     st_id got = st_id_of(q->body.data, q->body.len);
     if (st_id_cmp(&got, &q->body_id))
         return reply(c, q, MHD_HTTP_BAD_REQUEST, "body does not match " ST_PEER_HDR_BODY);
     st_peer_part_name p = part_of(&q->rt);
-    st_replica rec;
-    st_part part;
+    st_replica rec = {0};
+    st_part part = {0};
     st_bytes held = {0};
-    const char *why = NULL;
-    if (st_replica_decode(q->body.data, q->body.len, &rec, &part))
-        return reply(c, q, MHD_HTTP_UNPROCESSABLE_CONTENT, "record refused: it does not decode");
-    if (rec.revision != q->rt.rev || part.step != q->rt.step || strcmp(part.job, q->rt.job) ||
-        strcmp(part.node, q->rt.node))
-        why = "record refused: its job, step, node or revision is not the path's";
-    st_err e = st_peer_cache_get_part(s->cache, &p, &held);
-    if (!why && !e &&
+    st_err e = ST_OK;
+    const char *why = check_record(s, q, &rec, &part);
+    if (!why && !(e = held_manifest(s, q, &held)) &&
         (held.len != rec.manifest.len || memcmp(held.data, rec.manifest.data, held.len)))
         why = "record refused: its manifest is not the replica's held here";
     if (!why && !e)
@@ -807,6 +862,10 @@ st_err st_peer_server_start(const st_peer_server_opts *o, st_peer_server **out)
         e = load_tls(s, o);
     if (!e)
         e = st_peer_cache_open(o->dir, o->cache_cap, o->orphan_grace_ns, &s->cache);
+    if (!e) {
+        s->keyring = o->keyring;
+        st_peer_cache_set_keyring(s->cache, o->keyring);
+    }
     if (!e) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | (s->ipv6 ? MHD_USE_IPv6 : 0) |

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "peer/st_peer_auth.h"
+#include "util/st_keyring.h"
 #include "st_error.h"
 
 typedef struct st_peer_server st_peer_server;
@@ -38,6 +39,11 @@ typedef struct st_peer_server_opts {
     /* How long a pack no replica references is kept from eviction (its
      * manifest may be on its way); 0 = ten minutes (ST_PEER_ORPHAN_NS). */
     int64_t orphan_grace_ns;
+    /* The keys that open sealed packs, manifests and replica records
+     * (docs/PEERS.md, "Encrypted stores"); must outlive the server. Its
+     * sealing key's id is told in the hello. NULL: sealed bytes are
+     * refused (422). */
+    const st_keyring *keyring;
 } st_peer_server_opts;
 
 typedef struct st_peer_server_stats {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "peer/st_peer_client.h"
+#include "peer/st_peer_seal.h"
 #include "util/st_array.h"
 #include "util/st_hash.h"
 
@@ -23,6 +24,7 @@ typedef struct peer {
     char addr[ST_PEER_ADDR_MAX + 1];
     char node[ST_NODE_MAX + 1];        /* from its hello; "" until it answered */
     char domain[ST_NODE_MAX + 1];      /* its failure domain, from the same hello */
+    char key[2 * ST_KEY_ID_LEN + 1];   /* its sealing key's id, hex, from the same hello */
     st_peer_client *conns[PEER_CONNS]; /* each serialises its own requests */
     atomic_uint next;                  /* round robin over conns */
     pthread_mutex_t lock;              /* node, domain */
@@ -30,7 +32,9 @@ typedef struct peer {
 
 struct st_peer_set {
     char self[ST_NODE_MAX + 1];
-    char domain[ST_NODE_MAX + 1]; /* this node's failure domain: never chosen */
+    char domain[ST_NODE_MAX + 1];    /* this node's failure domain: never chosen */
+    const st_keyring *keyring;       /* NULL: no encryption */
+    char key[2 * ST_KEY_ID_LEN + 1]; /* the keyring's sealing key id, hex: peers must hold it */
     size_t n;
     peer peers[ST_PEERS_MAX];
 };
@@ -118,18 +122,30 @@ void st_peer_set_free(st_peer_set *ps)
     free(ps);
 }
 
+void st_peer_set_keyring(st_peer_set *ps, const st_keyring *kr)
+{
+    const st_key *k = kr ? st_keyring_sealing(kr) : NULL;
+    ps->keyring = k ? kr : NULL;
+    ps->key[0] = '\0';
+    if (k)
+        st_key_id_hex(k->id, ps->key);
+}
+
 /* The next of p's connections, round robin. */
 static st_peer_client *conn_of(peer *p)
 {
     return p->conns[atomic_fetch_add(&p->next, 1) % PEER_CONNS];
 }
 
-/* The peer's node name and failure domain, asked once (its lock held). */
+/* The peer's node name and failure domain, asked once, and its sealing
+ * key's id as its latest hello said (a restarted peer says hello again,
+ * with its key file's newest line); its lock held. */
 static st_err peer_node(peer *p)
 {
-    if (p->node[0])
-        return ST_OK;
-    st_err e = st_peer_client_domain(p->conns[0], p->domain, sizeof p->domain);
+    st_err e = st_peer_client_key(p->conns[0], p->key, sizeof p->key);
+    if (e || p->node[0])
+        return e;
+    e = st_peer_client_domain(p->conns[0], p->domain, sizeof p->domain);
     return e ? e : st_peer_client_node(p->conns[0], p->node, sizeof p->node);
 }
 
@@ -172,10 +188,20 @@ st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,
         pthread_mutex_lock(&p->lock);
         st_err e = peer_node(p);
         pthread_mutex_unlock(&p->lock);
-        /* Not chosen: a peer that does not answer, this node, its domain. */
+        /* Not chosen: a peer that does not answer, this node, its domain,
+         * one that could not check what this node seals. */
         if (e)
             note_failure(r, st_errmsg());
-        else if (strcmp(p->node, ps->self) && strcmp(p->domain, ps->domain))
+        else if (!strcmp(p->node, ps->self) || !strcmp(p->domain, ps->domain))
+            continue;
+        else if (ps->key[0] && strcmp(p->key, ps->key)) {
+            char msg[ST_PEER_ADDR_MAX + ST_NODE_MAX + 160];
+            snprintf(msg, sizeof msg,
+                     "peer %s at %s does not hold this node's encryption key (key id %s%s%s): "
+                     "not chosen",
+                     p->node, p->addr, ps->key, p->key[0] ? "; it seals with " : "", p->key);
+            note_failure(r, msg);
+        } else
             all[n++] = (target){.p = p, .rank = rank_of(job, ps->self, p->node)};
     }
     qsort(all, n, sizeof *all, by_rank);
@@ -254,12 +280,22 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     r->rev = rev;
     r->finished = 1;
     st_replica rec = {.revision = rev};
+    char key[ST_KEY_MAX];
+    st_bytes sent = {0}; /* the manifest as the peers get it: sealed with a keyring */
+    st_err e = st_key_manifest(key, sizeof key, job, step, node, rev);
+    if (!e)
+        e = st_peer_seal(r->ps->keyring, ST_CRYPT_MANIFEST, key, manifest->data, manifest->len,
+                         &sent);
+    if (e) {
+        st_bytes_free(&sent);
+        return e;
+    }
     for (size_t i = 0; i < r->ntargets; i++) {
         target *t = &r->targets[i];
         if (t->failed)
             continue;
-        st_err e = st_peer_put_part(conn_of(t->p), job, step, node, rev, r->packs, r->npacks,
-                                    manifest->data, manifest->len);
+        e = st_peer_put_part(conn_of(t->p), job, step, node, rev, r->packs, r->npacks, sent.data,
+                             sent.len);
         if (e) {
             t->failed = 1;
             note_failure(r, st_errmsg());
@@ -269,6 +305,7 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
         snprintf(h->node, sizeof h->node, "%s", t->p->node);
         snprintf(h->addr, sizeof h->addr, "%s", t->p->addr);
     }
+    st_bytes_free(&sent);
     res->holders = rec.nholders;
     res->packs_sent = r->packs_sent;
     res->bytes_sent = r->bytes_sent;
@@ -279,9 +316,8 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     rec.part = *part;
     rec.manifest = *manifest;
     st_bytes buf = {0};
-    char key[ST_KEY_MAX];
     snprintf(key, sizeof key, ST_KEY_JOBLIST "%s", job);
-    st_err e = st_replica_encode(&rec, &buf);
+    e = st_replica_encode(&rec, &buf);
     if (!e) /* the job must be listed before any of its steps can be found */
         e = st_put(store, key, "", 0);
     if (!e)
@@ -291,8 +327,11 @@ st_err st_replication_finish(st_replication *r, st_backend *store, const char *j
     if (!e) {
         res->replicated = 1;
         snprintf(res->key, sizeof res->key, "%s", key);
-        send_record(r, &buf);
+        /* Best effort as the sending: a record that cannot be sealed is not sent. */
+        if (!st_peer_seal(r->ps->keyring, ST_CRYPT_REPLICA, key, buf.data, buf.len, &sent))
+            send_record(r, &sent);
     }
+    st_bytes_free(&sent);
     st_bytes_free(&buf);
     return e;
 }

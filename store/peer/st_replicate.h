@@ -28,6 +28,7 @@
 #include "peer/st_peer_auth.h"
 #include "peer/st_replica.h"
 #include "st_error.h"
+#include "util/st_keyring.h"
 #include "util/st_wire.h"
 
 #define ST_PEERS_MAX           64
@@ -42,6 +43,11 @@ typedef struct st_peer_set st_peer_set;
 st_err st_peer_set_new(const char *peers, const char *self_node, const char *self_domain,
                        const st_peer_secret *secret, uint64_t rate, st_peer_set **out);
 void st_peer_set_free(st_peer_set *ps);
+/*! Encryption (docs/PEERS.md, "Encrypted stores"): the manifests and
+ *  replica records sent are sealed under kr (borrowed: must outlive the
+ *  set), and a peer whose hello does not name kr's sealing key is not
+ *  chosen (the result's why says so by name). Before the first part. */
+void st_peer_set_keyring(st_peer_set *ps, const st_keyring *kr);
 
 typedef struct st_replication st_replication;
 
@@ -60,7 +66,9 @@ st_err st_replication_begin(st_peer_set *ps, const char *job, unsigned replicas,
 void st_replication_pack(void *arg, const char *key, const uint8_t *data, size_t len);
 /*! Sends the manifest and, once enough peers acknowledged, PUTs the replica
  *  record (and the job's registry entry) to store. manifest: the encoded
- *  manifest; part: the encoded part record naming it (revision rev). A
+ *  manifest; part: the encoded part record naming it (revision rev). With
+ *  a keyring (st_peer_set_keyring) the peers get both sealed, as the
+ *  store does, one sealing sent to every peer. A
  *  failure to reach peers is not an error (res->replicated stays 0); a
  *  store error is returned. */
 st_err st_replication_finish(st_replication *r, st_backend *store, const char *job, uint64_t step,

@@ -18,12 +18,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/st_backend.h"
 #include "format/st_codec.h"
 #include "format/st_manifest.h"
 #include "format/st_pack.h"
 #include "format/st_part.h"
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_client.h"
+#include "peer/st_peer_seal.h"
 #include "peer/st_peer_server.h"
 #include "peer/st_replica.h"
 #include "util/st_fsutil.h"
@@ -47,10 +49,11 @@ typedef struct test_pack {
     uint32_t raw_len;
 } test_pack;
 
-static void make_pack(test_pack *p, size_t raw, uint64_t seed)
+static void make_pack_sealed(test_pack *p, size_t raw, uint64_t seed, const st_keyring *kr)
 {
     memset(p, 0, sizeof *p);
     st_pack_writer w = {0};
+    st_pack_writer_set_keyring(&w, kr);
     uint8_t *data = malloc(raw), *scratch = malloc(st_codec_scratch_bound(raw));
     for (int i = 0; i < 3; i++) {
         ut_rand_fill(data, raw, seed * 10 + (uint64_t)i);
@@ -73,6 +76,11 @@ static void make_pack(test_pack *p, size_t raw, uint64_t seed)
     st_pack_writer_free(&w);
     free(data);
     free(scratch);
+}
+
+static void make_pack(test_pack *p, size_t raw, uint64_t seed)
+{
+    make_pack_sealed(p, raw, seed, NULL);
 }
 
 /* The encoded manifest of WRITER's part of JOB at step: one file, whose
@@ -116,16 +124,24 @@ static st_peer_server_opts server_opts(const char *sub, char *dir, size_t cap)
         .listen = "127.0.0.1:0", .dir = dir, .node = PEER_NODE, .secret = &secret};
 }
 
-/* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default). */
-static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
+/* A server in tmp_root/sub; grace_ns: its orphan grace (0: the default);
+ * kr: the keys it opens sealed bytes with (NULL: none). */
+static st_peer_server *start_server_keyed(const char *sub, uint64_t cap, int64_t grace_ns,
+                                          const st_keyring *kr)
 {
     char dir[256];
     st_peer_server_opts o = server_opts(sub, dir, sizeof dir);
     o.cache_cap = cap;
     o.orphan_grace_ns = grace_ns;
+    o.keyring = kr;
     st_peer_server *s = NULL;
     CHECK_OK(st_peer_server_start(&o, &s));
     return s;
+}
+
+static st_peer_server *start_server_graced(const char *sub, uint64_t cap, int64_t grace_ns)
+{
+    return start_server_keyed(sub, cap, grace_ns, NULL);
 }
 
 static st_peer_server *start_server(const char *sub, uint64_t cap)
@@ -483,6 +499,86 @@ static void make_record(st_bytes *out, uint64_t step, uint32_t rev, const st_byt
     st_bytes_clear(out);
     CHECK_OK(st_replica_encode(&r, out));
     st_bytes_free(&r.part);
+}
+
+static st_keyring *random_keyring(uint64_t seed)
+{
+    st_keyring *kr = NULL;
+    uint8_t key[ST_KEY_LEN];
+    ut_rand_fill(key, sizeof key, seed);
+    CHECK_OK(st_keyring_new(&kr));
+    CHECK_OK(st_keyring_add(kr, key));
+    return kr;
+}
+
+/* 1 if the file tmp_root/sub/rel begins with the envelope's magic. */
+static int sealed_on_disk(const char *sub, const char *rel)
+{
+    char path[512], head[4] = {0};
+    snprintf(path, sizeof path, "%s/%s/%s", tmp_root, sub, rel);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f)
+        fclose(f);
+    return n == 4 && !memcmp(head, ST_CRYPT_MAGIC, 4);
+}
+
+#define SEALED_PART "parts/" JOB "/00000000000000000007/" WRITER ".r1."
+
+/* An encrypted store's replica (docs/PEERS.md, "Encrypted stores"): a peer
+ * with the key says its key id in the hello, checks a sealed pack's
+ * trailer, opens the sealed manifest and record and keeps them sealed; a
+ * peer without the key, or with another, refuses them. */
+static void test_sealed_replica(void)
+{
+    st_keyring *kr = random_keyring(61), *other = random_keyring(62);
+    st_peer_server *s = start_server_keyed("sealed", 0, 0, kr);
+    st_peer_client *c = connect_to(s, &secret);
+    test_pack a;
+    make_pack_sealed(&a, 20000, 60, kr);
+    char said[2 * ST_KEY_ID_LEN + 1], hex[2 * ST_KEY_ID_LEN + 1];
+    CHECK_OK(st_peer_client_key(c, said, sizeof said));
+    st_key_id_hex(st_keyring_sealing(kr)->id, hex);
+    CHECK(!strcmp(said, hex));
+
+    char man_key[ST_KEY_MAX], rec_key[ST_KEY_MAX];
+    CHECK_OK(st_key_manifest(man_key, sizeof man_key, JOB, 7, WRITER, 1));
+    CHECK_OK(st_key_replica(rec_key, sizeof rec_key, JOB, 7, WRITER, 1));
+    st_bytes plain = {0}, man = {0}, rec = {0}, rec_plain = {0}, moved = {0};
+    make_manifest(&plain, 7, &a, 1);
+    CHECK_OK(st_peer_seal(kr, ST_CRYPT_MANIFEST, man_key, plain.data, plain.len, &man));
+    make_record(&rec_plain, 7, 1, &plain);
+    CHECK_OK(st_peer_seal(kr, ST_CRYPT_REPLICA, rec_key, rec_plain.data, rec_plain.len, &rec));
+    /* The same record sealed under another part's name fails its tag. */
+    CHECK_OK(st_peer_seal(kr, ST_CRYPT_REPLICA, man_key, rec_plain.data, rec_plain.len, &moved));
+
+    CHECK_OK(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len));
+    CHECK_OK(st_peer_put_part(c, JOB, 7, WRITER, 1, &a.id, 1, man.data, man.len));
+    CHECK_ERR(st_peer_put_record(c, JOB, 7, WRITER, 1, moved.data, moved.len), ST_ERR_CORRUPT);
+    CHECK_OK(st_peer_put_record(c, JOB, 7, WRITER, 1, rec.data, rec.len));
+    CHECK(sealed_on_disk("sealed", SEALED_PART "manifest"));
+    CHECK(sealed_on_disk("sealed", SEALED_PART "record"));
+    CHECK(stats_of(s).replicas_held == 1 && stats_of(s).corrupt_refused == 0);
+    st_peer_client_free(c);
+    st_peer_server_stop(s);
+
+    /* Without the key, and with another: nothing sealed is taken, and
+     * nothing counts as corrupt; the hello says which key, or none. */
+    for (int keyed = 0; keyed < 2; keyed++) {
+        s = start_server_keyed(keyed ? "other" : "keyless", 0, 0, keyed ? other : NULL);
+        c = connect_to(s, &secret);
+        CHECK_OK(st_peer_client_key(c, said, sizeof said));
+        CHECK(keyed ? strlen(said) == 2 * ST_KEY_ID_LEN && strcmp(said, hex) : !said[0]);
+        CHECK_ERR(st_peer_put_pack(c, &a.id, a.bytes.data, a.bytes.len), ST_ERR_CORRUPT);
+        CHECK_ERR(st_peer_put_part(c, JOB, 7, WRITER, 1, NULL, 0, man.data, man.len),
+                  ST_ERR_CORRUPT);
+        CHECK(stats_of(s).packs_held == 0 && stats_of(s).corrupt_refused == 0);
+        st_peer_client_free(c);
+        st_peer_server_stop(s);
+    }
+    free_all(6, &plain, &man, &rec, &rec_plain, &moved, &a.bytes);
+    st_keyring_free(kr);
+    st_keyring_free(other);
 }
 
 /* GET /v1/replicas and PUT/GET /v1/record (docs/PEERS.md, "Restoring from
@@ -890,7 +986,9 @@ static int stray_entries(const char *dir)
             strcmp(de->d_name, "hostile") && strcmp(de->d_name, "secret") &&
             strcmp(de->d_name, "rehello") && strcmp(de->d_name, "many") &&
             strcmp(de->d_name, "rate") && strcmp(de->d_name, "orphans") &&
-            strcmp(de->d_name, "list") && strcmp(de->d_name, "tls")) {
+            strcmp(de->d_name, "list") && strcmp(de->d_name, "tls") &&
+            strcmp(de->d_name, "sealed") && strcmp(de->d_name, "keyless") &&
+            strcmp(de->d_name, "other")) {
             fprintf(stderr, "stray entry %s/%s\n", dir, de->d_name);
             stray = 1;
         }
@@ -994,6 +1092,7 @@ int main(void)
     RUN(test_tls_rules);
     RUN(test_round_trip);
     RUN(test_replica_listing);
+    RUN(test_sealed_replica);
     RUN(test_wrong_secret);
     RUN(test_replay_and_mac);
     RUN(test_corrupt_packs);
