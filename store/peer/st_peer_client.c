@@ -371,7 +371,10 @@ static st_err hello(st_peer_client *c)
     char key[2 * ST_KEY_ID_LEN + 2];
     if (hello_field(text, "key", key, sizeof key) || strlen(key) != 2 * ST_KEY_ID_LEN)
         key[0] = '\0'; /* a peer without a key file, or one that does not say */
-    snprintf(c->peer_key, sizeof c->peer_key, "%s", key);
+    /* key is empty or exactly the id's length here: the precision only
+     * tells the compiler so (key's buffer is a byte longer, to see an
+     * overlong one). */
+    snprintf(c->peer_key, sizeof c->peer_key, "%.*s", (int)sizeof c->peer_key - 1, key);
     if (RAND_bytes(c->client_nonce, ST_PEER_NONCE_LEN) != 1)
         return st_seterr(ST_ERR_IO, "peer client: no random bytes for a nonce");
     e = st_peer_key_derive(&c->secret, c->server_nonce, c->client_nonce, c->self, c->peer_node,
