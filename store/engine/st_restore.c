@@ -689,15 +689,16 @@ static uint64_t hole_at(int fd, uint64_t pos)
     return data > (off_t)pos ? (uint64_t)(data - (off_t)pos) : 0;
 }
 
-st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
-                               uint64_t len)
+/* st_restore_digest_range(), asking pace(arg) (if set) before each block. */
+static st_err digest_range_paced(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                                 uint64_t len, st_restore_pace pace, void *arg)
 {
     uint8_t *buf = malloc(1 << 20);
     if (!buf)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     st_err e = ST_OK;
     uint64_t pos = off, end = off + len;
-    while (pos < end) {
+    while (pos < end && !(pace && (e = pace(arg)))) {
         /* The file's holes read as zeros: hash them without reading them
          * (up to the file's end: a short file must still fail below). */
         uint64_t zeros = hole_at(fd, pos);
@@ -721,6 +722,12 @@ st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest
     return e;
 }
 
+st_err st_restore_digest_range(int fd, const st_file_entry *f, st_hasher *digest, uint64_t off,
+                               uint64_t len)
+{
+    return digest_range_paced(fd, f, digest, off, len, NULL, NULL);
+}
+
 st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const st_file_entry *f)
 {
     if (hashed != f->size)
@@ -736,10 +743,15 @@ st_err st_restore_digest_check(const st_hasher *digest, uint64_t hashed, const s
 
 st_err st_restore_verify_file(int fd, const st_file_entry *f)
 {
+    return st_restore_verify_file_paced(fd, f, NULL, NULL);
+}
+
+st_err st_restore_verify_file_paced(int fd, const st_file_entry *f, st_restore_pace pace, void *arg)
+{
     st_hasher digest;
     if (st_hasher_init(&digest))
         return st_seterr(ST_ERR_NOMEM, "out of memory");
-    st_err e = st_restore_digest_range(fd, f, &digest, 0, f->size);
+    st_err e = digest_range_paced(fd, f, &digest, 0, f->size, pace, arg);
     if (!e)
         e = st_restore_digest_check(&digest, f->size, f);
     st_hasher_free(&digest);

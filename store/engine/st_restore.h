@@ -226,6 +226,15 @@ st_err st_restore_chunks(st_restorer *r, const st_manifest *m, const st_file_ent
 /*! Reads fd back and checks f's size and whole-file digest. */
 st_err st_restore_verify_file(int fd, const st_file_entry *f);
 
+/* Called before each block st_restore_verify_file_paced() reads back; a
+ * nonzero st_err stops the check with that error. It may block: that is how
+ * a caller holds the read-back while others use the file or the machine. */
+typedef st_err (*st_restore_pace)(void *arg);
+
+/*! st_restore_verify_file() that asks pace(arg) before each block. */
+st_err st_restore_verify_file_paced(int fd, const st_file_entry *f, st_restore_pace pace,
+                                    void *arg);
+
 /*!
  * The same check in steps, so that a file restored by several workers can be
  * verified while its later parts are still being fetched: reads bytes

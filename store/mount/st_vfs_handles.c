@@ -218,6 +218,7 @@ st_err st_vfs_read_wait(st_vfs *v, st_vfs_handle *h, uint64_t off, size_t *len)
     if (!h->fetch) /* set at open only: no lock needed to see it */
         return ST_OK;
     pthread_mutex_lock(&v->lock);
+    h->fetch->reads++; /* holds the whole-file check back (fetch_check_pace) */
     st_err e = vfs_fetch_wait_range(v, h->fetch, off, *len);
     pthread_mutex_unlock(&v->lock);
     return e;

@@ -279,6 +279,9 @@ typedef struct vfetch {
     int busy;                   /* (lock) of those, restoring a run now */
     int refs;                   /* (lock) n->fetch and the handles that wait on it */
     int ended;                  /* (lock) verified whole, or failed (err) */
+    uint64_t reads;             /* (lock) reads of it through the handles that wait on it */
+    uint64_t reads_seen;        /* (lock) of those, seen by the whole-file check's pacing */
+    int hurry;                  /* (lock) threads that need its end: the check does not wait */
     st_err err;                 /* (lock) */
     char msg[400];              /* (lock) err's text */
 } vfetch;
@@ -477,6 +480,9 @@ struct st_vfs {
     vwarm warm[VFS_WARM_MAX]; /* oldest first */
     size_t nwarm;
     int warm_thread;             /* the warm-up thread runs */
+    vfetch *warm_checking;       /* (warm-up thread) the file it moved past before its
+                                  * whole-file check ended, a reference; or NULL */
+    uint64_t warm_checking_id;   /* the request that file is of */
     uint64_t warm_started_bytes; /* sizes of the files warm-up began to fetch */
     uint64_t next_warm_id;
 };

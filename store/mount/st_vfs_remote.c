@@ -358,6 +358,14 @@ static void fetch_gate_leave(void)
  * the fetch's end, and a nice value is never starved outright. */
 #define FETCH_CHECK_NICE 19
 
+/* How long the file must go unread before the whole-file check reads on
+ * (fetch_check_pace). A nice value shares the cores, not the memory: the
+ * check streams the whole file through memory beside a reader that is
+ * copying the same file out of the page cache, and on a 2-vCPU machine that
+ * slowed a cold torch.load of a 544 MiB step by about 0.1 s (docs/WARMUP.md,
+ * step 4). A reader between two records pauses for well under this. */
+#define FETCH_CHECK_QUIET_NS (50ll * 1000000)
+
 /* Runs per worker a large file is cut into. A run is one GET per pack it
  * touches, and a pack holds ~24 MiB: with 8 per worker a 544 MiB
  * incremental step was cut into 16 MiB runs, two GETs per pack, 58 in all;
@@ -592,11 +600,36 @@ static size_t take_run(vfetch *fx)
     return r;
 }
 
+/* st_restore_pace of the whole-file check (no lock held): while the file
+ * is open and being read through the handles that wait on the fetch, waits
+ * until it has gone unread for FETCH_CHECK_QUIET_NS. It waits for no one who
+ * needs the fetch's end (hurry), not once the last handle is closed (a
+ * refresh merges a newer version of the file only after its fetch ended),
+ * and not once the mount is closing. */
+static st_err fetch_check_pace(void *arg)
+{
+    vfetch *fx = arg;
+    st_vfs *v = fx->v;
+    int64_t quiet_at = 0;
+    pthread_mutex_lock(&v->lock);
+    while (!fx->hurry && !v->fetch_stop && fx->n->opens) {
+        if (fx->reads != fx->reads_seen) {
+            fx->reads_seen = fx->reads;
+            quiet_at = st_mono_ns() + FETCH_CHECK_QUIET_NS;
+        } else if (!quiet_at || st_mono_ns() >= quiet_at) {
+            break;
+        }
+        vfs_timedwait(v, quiet_at);
+    }
+    pthread_mutex_unlock(&v->lock);
+    return ST_OK;
+}
+
 /* The fetch's whole-file check, once every run is verified (no lock held):
- * the staging file read back and hashed. */
+ * the staging file read back and hashed, paced by its readers. */
 static st_err fetch_verify(st_vfs *v, vfetch *fx)
 {
-    st_err e = st_restore_verify_file(fx->fd, fx->f);
+    st_err e = st_restore_verify_file_paced(fx->fd, fx->f, fetch_check_pace, fx);
     pthread_mutex_lock(&v->lock);
     v->fetch_read_back += fx->size;
     pthread_mutex_unlock(&v->lock);
@@ -837,9 +870,13 @@ st_err vfs_fetch(st_vfs *v, vnode *n)
     if (e || !fx)
         return e;
     e = vfs_fetch_wait_range(v, fx, 0, fx->size);
-    /* Verified run by run; the whole-file check is the fetch's end. */
+    /* Verified run by run; the whole-file check is the fetch's end, and
+     * it does not wait for readers while this thread waits for it. */
+    fx->hurry++;
+    pthread_cond_broadcast(&v->changed);
     while (!e && !fx->ended)
         pthread_cond_wait(&v->changed, &v->lock);
+    fx->hurry--;
     if (!e && fx->err)
         e = st_seterr(fx->err, "%s", fx->msg);
     vfs_fetch_put(fx);

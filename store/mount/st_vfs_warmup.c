@@ -7,8 +7,12 @@
  * (detached, counted in v->fetch_threads so that close waits for it), serves
  * them in order: for each file of the request's step it begins (or joins) the
  * file's fetch, whose FETCH_WORKERS keep that many GETs in flight, and waits
- * for its end before the next file. A file a trainer opens meanwhile gets its
- * own fetch at once (or joins this one): warm-up never holds a reader back.
+ * until every run of it is verified before the next file. The file's
+ * whole-file check, which holds back while a reader reads the file, ends
+ * while the next file is fetched: warm-up waits for it before it moves past
+ * another file, and before the request ends. A file a trainer opens
+ * meanwhile gets its own fetch at once (or joins this one): warm-up never
+ * holds a reader back.
  * The thread ends when no request is left to serve.
  *
  * A request covers every file of its step, unless this node (by its name)
@@ -155,6 +159,23 @@ static void fail_request(st_vfs *v, uint64_t id)
     vfs_log(v, 2, "warm-up of step %" PRIu64 " of %s failed: %s", w->step, w->job, w->error);
 }
 
+/* Waits for the whole-file check of the file warm-up moved past (lock held,
+ * dropped while waiting), and fails its request if the check failed. */
+static void settle_checking(st_vfs *v)
+{
+    vfetch *fx = v->warm_checking;
+    if (!fx)
+        return;
+    v->warm_checking = NULL;
+    while (!fx->ended)
+        pthread_cond_wait(&v->changed, &v->lock);
+    if (fx->err && !v->fetch_stop) {
+        st_seterr(fx->err, "%s", fx->msg);
+        fail_request(v, v->warm_checking_id);
+    }
+    vfs_fetch_put(fx);
+}
+
 /* Fetches the next file of a FETCHING request, or ends the request. */
 static void warm_next_file(st_vfs *v, vwarm *w)
 {
@@ -167,8 +188,11 @@ static void warm_next_file(st_vfs *v, vwarm *w)
             n = c;
     }
     if (!n) {
-        w->state = VWARM_DONE;
-        vfs_log(v, 0, "warm-up of step %" PRIu64 " of %s done", w->step, w->job);
+        settle_checking(v);
+        if ((w = find_request(v, id)) && w->state == VWARM_FETCHING) {
+            w->state = VWARM_DONE;
+            vfs_log(v, 0, "warm-up of step %" PRIu64 " of %s done", w->step, w->job);
+        }
         return;
     }
     if (!n->fetching && v->warm_started_bytes + n->size > v->opts.warmup_max_bytes) {
@@ -191,12 +215,17 @@ static void warm_next_file(st_vfs *v, vwarm *w)
     n->opens++; /* pins n while the lock is dropped (an open does the same) */
     vfetch *fx;
     st_err e = vfs_fetch_begin(v, n, &fx);
-    while (!e && fx && !fx->ended)
+    while (!e && fx && !fx->ended && !fx->err && fx->done < fx->nruns)
         pthread_cond_wait(&v->changed, &v->lock);
     if (!e && fx && fx->err && !v->fetch_stop)
         e = st_seterr(fx->err, "%s", fx->msg);
-    if (fx)
+    settle_checking(v);           /* the previous file's check had this file's fetch to end */
+    if (!e && fx && !fx->ended) { /* its check runs on: settled at the next file */
+        v->warm_checking = fx;
+        v->warm_checking_id = id;
+    } else if (fx) {
         vfs_fetch_put(fx);
+    }
     n->opens--;
     vfs_maybe_free(v, n);
     if (e)
@@ -252,6 +281,7 @@ static void *warmup_main(void *arg)
             if (v->warm[i].state == VWARM_WAITING)
                 v->warm[i].state = VWARM_QUEUED;
     }
+    settle_checking(v);
     v->warm_thread = 0;
     v->fetch_threads--;
     pthread_cond_broadcast(&v->changed);

@@ -116,9 +116,11 @@ static void test_read_during_fetch(void)
         same = vh_pread(&b, h, buf, 1u << 20, off, &e) == (ssize_t)(1u << 20) &&
                memcmp(buf, big + off, 1u << 20) == 0;
     CHECK(same);
-    st_vfs_release(b.v, h);
-    /* The fetch ends with the whole-file check: a cached, verified copy. */
+    /* The fetch ends with the whole-file check: a cached, verified copy.
+     * The check holds back while the file is read, and goes on once it is
+     * not, though the reader still holds it open. */
     CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    st_vfs_release(b.v, h);
     CHECK(fetched(&b) == BIG_LEN);
     /* The whole-file digest was checked once every run was verified, by
      * reading the staging file back: the whole file, once. */
@@ -276,6 +278,27 @@ static int warm_requests(vh_mount *m, const char *want)
 static int warm_state_is(vh_mount *m, const char *want)
 {
     return warm_requests(m, want) > 0;
+}
+
+/* Warm-up moves to a step's next file once a file's runs are verified, its
+ * whole-file check still to end: a check that fails after that still fails
+ * the request. */
+static void test_warmup_wrong_digest_fails_request(void)
+{
+    store_with_step();
+    ut_wrong_file_digests(store, VH_JOB, 7, "a");
+    vh_mount b;
+    if (!open_b(&b, "bad-digest-warm-b", NULL))
+        return;
+    CHECK_OK(warmup_write(&b, VH_JOB "\n"));
+    CHECK(VH_WAIT(warm_state_is(&b, "failed"), 60));
+    CHECK(warm_requests(&b, "warm") == 0);
+    CHECK(VH_WAIT(fetches_active(&b) == 0, 30));
+    st_bytes out = {0};
+    vh_status(&b, &out);
+    CHECK(strstr((const char *)out.data, "whole-file digest mismatch") != NULL);
+    st_bytes_free(&out);
+    vh_mount_close(&b);
 }
 
 static void test_warmup_warms(void)
@@ -511,6 +534,7 @@ int main(void)
     RUN(test_reader_order);
     RUN(test_warmup_own_part);
     RUN(test_wrong_digest_fails_fetch);
+    RUN(test_warmup_wrong_digest_fails_request);
     RUN(test_empty_file_open_keeps_priority);
     RUN(test_warmup_warms);
     RUN(test_bad_requests_refused);
