@@ -328,6 +328,33 @@ st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t o
 st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backend *inner);
 
 /*!
+ * The head of a wrapper's ctx: every wrapper (a backend whose ctx holds
+ * another backend) makes it the FIRST member of its ctx struct, so that
+ * the forwarders below reach the inner backend from ctx alone. A wrapper
+ * changes only some ops (a retry, a fault, a seal); for each op it passes
+ * through unchanged, its table names the shared forwarder instead of a
+ * copy of its own, so a pass-through reads the same in every wrapper.
+ */
+typedef struct st_backend_wrap {
+    st_backend *inner; /* the backend wrapped; the wrapper says who closes it */
+} st_backend_wrap;
+
+/*! Forwarders for a wrapper's ops table: each calls the same op of
+ *  ((st_backend_wrap *)ctx)->inner with the same arguments and returns its
+ *  result, as if the wrapper were not there. ctx must point at a struct
+ *  whose first member is a st_backend_wrap. The keys were checked by the
+ *  caller of the wrapper (st_put, st_stat...), so they are not checked
+ *  again, except by st_wrap_stat_time, which goes through st_stat_time.
+ *  st_wrap_del_many and st_wrap_stat_time are optional ops: in a table
+ *  built by st_backend_ops_masked they are there only when inner has them. */
+st_err st_wrap_put(void *ctx, const char *key, const void *data, size_t len);
+st_err st_wrap_stat(void *ctx, const char *key, uint64_t *size);
+st_err st_wrap_stat_time(void *ctx, const char *key, st_store_time *t);
+st_err st_wrap_list(void *ctx, const char *prefix, st_list_cb cb, void *arg);
+st_err st_wrap_del(void *ctx, const char *key);
+st_err st_wrap_del_many(void *ctx, st_del_item *items, size_t n);
+
+/*!
  * For a wrapper that reads an object whole (to open or judge it) and
  * answers a ranged GET of it: keeps [offset, offset + len) of the whole
  * object in *body (len ST_GET_TO_END: to its end), by get's range rules
