@@ -15,7 +15,10 @@
  */
 #include "backend/st_backend.h"
 
+#include "util/st_logf.h"
+
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,4 +404,12 @@ st_err st_wrap_del_many(void *ctx, st_del_item *items, size_t n)
 int st_backend_observer_stops(const st_backend_observer *o)
 {
     return o && o->should_stop && o->should_stop(o->arg);
+}
+
+void st_backend_observer_logf(const st_backend_observer *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    st_vlogf(o ? o->log : NULL, o ? o->arg : NULL, fmt, ap);
+    va_end(ap);
 }

@@ -149,9 +149,9 @@ typedef struct st_backend {
 /*!
  * What the user of a backend hears of every try of a request, and how it
  * stops waiting for one (st_backend_opts.observer; docs/BACKENDS.md,
- * "Observing and stopping requests"). Both callbacks run on the thread that
+ * "Observing and stopping requests"). The callbacks run on the thread that
  * made the call, with no backend lock held; they must be cheap and must not
- * call the backend. Either may be NULL.
+ * call the backend. Any may be NULL.
  */
 typedef struct st_backend_observer {
     /* After every try the retry wrapper makes (st_backend_retry.h): e is its
@@ -164,8 +164,18 @@ typedef struct st_backend_observer {
      * within 50 ms), and an S3 request in flight is aborted within 100 ms
      * (ST_ERR_TRANSIENT, "aborted: the caller stopped waiting"). */
     int (*should_stop)(void *arg);
+    /* What a backend has to say that is no result of a call: the S3 V4
+     * backend's answer to its conditional-PUT probe (once per open), and
+     * with CKPT_RETRY_TRACE set each retry the retry wrapper makes. A
+     * library prints nothing itself: the daemon writes these to its log,
+     * ckptctl to stderr; NULL: they are not said. */
+    void (*log)(void *arg, const char *msg);
     void *arg;
 } st_backend_observer;
+
+/*! Formats fmt and hands it to o->log (o or its log may be NULL: nothing). */
+void st_backend_observer_logf(const st_backend_observer *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /*! 1 when o asks to stop now (o or its should_stop may be NULL: 0). */
 int st_backend_observer_stops(const st_backend_observer *o);
