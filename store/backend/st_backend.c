@@ -1,7 +1,8 @@
 /*
  * st_backend — key rules and the validating wrappers every caller goes
  * through (st_put, st_get, st_get_stream, st_stat, st_list, st_del, st_del_many), and the
- * generic batched delete and streamed GET for backends without their own. Opening a backend
+ * generic batched delete and streamed GET for backends without their own, and the forwarders
+ * a wrapper's table names for the ops it passes through (st_wrap_*). Opening a backend
  * from a URL is st_backend_open.c, a layer above the backends.
  *
  * Invariants: no key that fails st_key_is_valid() ever reaches a backend's
@@ -14,7 +15,10 @@
  */
 #include "backend/st_backend.h"
 
+#include "util/st_logf.h"
+
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,7 +358,58 @@ st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backen
     return ops;
 }
 
+/* ---- pass-through forwarders of wrappers ---- */
+
+/* The inner backend of a wrapper's ctx (st_backend_wrap first in it). */
+static st_backend *wrapped(void *ctx)
+{
+    return ((st_backend_wrap *)ctx)->inner;
+}
+
+st_err st_wrap_put(void *ctx, const char *key, const void *data, size_t len)
+{
+    st_backend *inner = wrapped(ctx);
+    return inner->ops->put(inner->ctx, key, data, len);
+}
+
+st_err st_wrap_stat(void *ctx, const char *key, uint64_t *size)
+{
+    st_backend *inner = wrapped(ctx);
+    return inner->ops->stat(inner->ctx, key, size);
+}
+
+st_err st_wrap_stat_time(void *ctx, const char *key, st_store_time *t)
+{
+    return st_stat_time(wrapped(ctx), key, t);
+}
+
+st_err st_wrap_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
+{
+    st_backend *inner = wrapped(ctx);
+    return inner->ops->list(inner->ctx, prefix, cb, arg);
+}
+
+st_err st_wrap_del(void *ctx, const char *key)
+{
+    st_backend *inner = wrapped(ctx);
+    return inner->ops->del(inner->ctx, key);
+}
+
+st_err st_wrap_del_many(void *ctx, st_del_item *items, size_t n)
+{
+    st_backend *inner = wrapped(ctx);
+    return inner->ops->del_many(inner->ctx, items, n);
+}
+
 int st_backend_observer_stops(const st_backend_observer *o)
 {
     return o && o->should_stop && o->should_stop(o->arg);
+}
+
+void st_backend_observer_logf(const st_backend_observer *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    st_vlogf(o ? o->log : NULL, o ? o->arg : NULL, fmt, ap);
+    va_end(ap);
 }

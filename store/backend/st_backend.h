@@ -149,9 +149,9 @@ typedef struct st_backend {
 /*!
  * What the user of a backend hears of every try of a request, and how it
  * stops waiting for one (st_backend_opts.observer; docs/BACKENDS.md,
- * "Observing and stopping requests"). Both callbacks run on the thread that
+ * "Observing and stopping requests"). The callbacks run on the thread that
  * made the call, with no backend lock held; they must be cheap and must not
- * call the backend. Either may be NULL.
+ * call the backend. Any may be NULL.
  */
 typedef struct st_backend_observer {
     /* After every try the retry wrapper makes (st_backend_retry.h): e is its
@@ -164,8 +164,18 @@ typedef struct st_backend_observer {
      * within 50 ms), and an S3 request in flight is aborted within 100 ms
      * (ST_ERR_TRANSIENT, "aborted: the caller stopped waiting"). */
     int (*should_stop)(void *arg);
+    /* What a backend has to say that is no result of a call: the S3 V4
+     * backend's answer to its conditional-PUT probe (once per open), and
+     * with CKPT_RETRY_TRACE set each retry the retry wrapper makes. A
+     * library prints nothing itself: the daemon writes these to its log,
+     * ckptctl to stderr; NULL: they are not said. */
+    void (*log)(void *arg, const char *msg);
     void *arg;
 } st_backend_observer;
+
+/*! Formats fmt and hands it to o->log (o or its log may be NULL: nothing). */
+void st_backend_observer_logf(const st_backend_observer *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /*! 1 when o asks to stop now (o or its should_stop may be NULL: 0). */
 int st_backend_observer_stops(const st_backend_observer *o);
@@ -326,6 +336,33 @@ st_err st_get_stream_by_get(st_err (*get)(void *ctx, const char *key, uint64_t o
  * all of them. Returns the table by value; inner is only read.
  */
 st_backend_ops st_backend_ops_masked(const st_backend_ops *tmpl, const st_backend *inner);
+
+/*!
+ * The head of a wrapper's ctx: every wrapper (a backend whose ctx holds
+ * another backend) makes it the FIRST member of its ctx struct, so that
+ * the forwarders below reach the inner backend from ctx alone. A wrapper
+ * changes only some ops (a retry, a fault, a seal); for each op it passes
+ * through unchanged, its table names the shared forwarder instead of a
+ * copy of its own, so a pass-through reads the same in every wrapper.
+ */
+typedef struct st_backend_wrap {
+    st_backend *inner; /* the backend wrapped; the wrapper says who closes it */
+} st_backend_wrap;
+
+/*! Forwarders for a wrapper's ops table: each calls the same op of
+ *  ((st_backend_wrap *)ctx)->inner with the same arguments and returns its
+ *  result, as if the wrapper were not there. ctx must point at a struct
+ *  whose first member is a st_backend_wrap. The keys were checked by the
+ *  caller of the wrapper (st_put, st_stat...), so they are not checked
+ *  again, except by st_wrap_stat_time, which goes through st_stat_time.
+ *  st_wrap_del_many and st_wrap_stat_time are optional ops: in a table
+ *  built by st_backend_ops_masked they are there only when inner has them. */
+st_err st_wrap_put(void *ctx, const char *key, const void *data, size_t len);
+st_err st_wrap_stat(void *ctx, const char *key, uint64_t *size);
+st_err st_wrap_stat_time(void *ctx, const char *key, st_store_time *t);
+st_err st_wrap_list(void *ctx, const char *prefix, st_list_cb cb, void *arg);
+st_err st_wrap_del(void *ctx, const char *key);
+st_err st_wrap_del_many(void *ctx, st_del_item *items, size_t n);
 
 /*!
  * For a wrapper that reads an object whole (to open or judge it) and

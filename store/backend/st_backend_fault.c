@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 typedef struct fault_ctx {
-    st_backend_ops ops; /* del_many, put_new only when inner has them (as the count wrapper) */
-    st_backend *inner;
+    st_backend_wrap head; /* first: the ops it passes through are st_wrap_* */
+    st_backend_ops ops;   /* del_many, put_new only when inner has them (as the count wrapper) */
     unsigned put_delay_ms;
     unsigned get_delay_ms;            /* before a GET of a pack only */
     unsigned get_end_delay_ms;        /* after a GET of a pack handed its body */
@@ -32,6 +32,7 @@ typedef struct fault_ctx {
     atomic_int delay_told, fail_told; /* 1 once "fired" was said (any thread) */
     atomic_int get_delay_told, get_end_delay_told, hold_told, get_hold_told;
 } fault_ctx;
+_Static_assert(offsetof(fault_ctx, head) == 0, "st_wrap_* read the head at ctx");
 
 static void sleep_ms(unsigned ms)
 {
@@ -99,14 +100,15 @@ static st_err fault_put(void *ctx, const char *key, const void *data, size_t len
 {
     fault_ctx *f = ctx;
     st_err e = before_put(f, key);
-    return e ? e : answer_of(f, key, f->inner->ops->put(f->inner->ctx, key, data, len));
+    return e ? e : answer_of(f, key, f->head.inner->ops->put(f->head.inner->ctx, key, data, len));
 }
 
 static st_err fault_put_new(void *ctx, const char *key, const void *data, size_t len)
 {
     fault_ctx *f = ctx;
     st_err e = before_put(f, key);
-    return e ? e : answer_of(f, key, f->inner->ops->put_new(f->inner->ctx, key, data, len));
+    return e ? e
+             : answer_of(f, key, f->head.inner->ops->put_new(f->head.inner->ctx, key, data, len));
 }
 
 /* get_delay_ms (before) and get_end_delay_ms (after): a GET of a pack,
@@ -132,7 +134,7 @@ static st_err fault_get(void *ctx, const char *key, uint64_t off, uint64_t len, 
     fault_ctx *f = ctx;
     hold_get(f, key);
     delay_pack_get(key, f->get_delay_ms, &f->get_delay_told, "get_delay_ms");
-    st_err e = f->inner->ops->get(f->inner->ctx, key, off, len, out);
+    st_err e = f->head.inner->ops->get(f->head.inner->ctx, key, off, len, out);
     delay_pack_get(key, f->get_end_delay_ms, &f->get_end_delay_told, "get_end_delay_ms");
     return e;
 }
@@ -143,45 +145,15 @@ static st_err fault_get_stream(void *ctx, const char *key, uint64_t off, uint64_
     fault_ctx *f = ctx;
     hold_get(f, key);
     delay_pack_get(key, f->get_delay_ms, &f->get_delay_told, "get_delay_ms");
-    st_err e = st_get_stream(f->inner, key, off, len, sink);
+    st_err e = st_get_stream(f->head.inner, key, off, len, sink);
     delay_pack_get(key, f->get_end_delay_ms, &f->get_end_delay_told, "get_end_delay_ms");
     return e;
-}
-
-static st_err fault_stat(void *ctx, const char *key, uint64_t *size)
-{
-    fault_ctx *f = ctx;
-    return f->inner->ops->stat(f->inner->ctx, key, size);
-}
-
-static st_err fault_stat_time(void *ctx, const char *key, st_store_time *t)
-{
-    fault_ctx *f = ctx;
-    return st_stat_time(f->inner, key, t);
-}
-
-static st_err fault_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
-{
-    fault_ctx *f = ctx;
-    return f->inner->ops->list(f->inner->ctx, prefix, cb, arg);
-}
-
-static st_err fault_del(void *ctx, const char *key)
-{
-    fault_ctx *f = ctx;
-    return f->inner->ops->del(f->inner->ctx, key);
-}
-
-static st_err fault_del_many(void *ctx, st_del_item *items, size_t n)
-{
-    fault_ctx *f = ctx;
-    return f->inner->ops->del_many(f->inner->ctx, items, n);
 }
 
 static void fault_close(void *ctx)
 {
     fault_ctx *f = ctx;
-    st_backend_close(f->inner);
+    st_backend_close(f->head.inner);
     free(f);
 }
 
@@ -190,12 +162,12 @@ static const st_backend_ops fault_ops_template = {
     .put = fault_put,
     .get = fault_get,
     .get_stream = fault_get_stream,
-    .stat = fault_stat,
-    .stat_time = fault_stat_time,
+    .stat = st_wrap_stat,
+    .stat_time = st_wrap_stat_time,
     .put_new = fault_put_new,
-    .list = fault_list,
-    .del = fault_del,
-    .del_many = fault_del_many,
+    .list = st_wrap_list,
+    .del = st_wrap_del,
+    .del_many = st_wrap_del_many,
     .close = fault_close,
 };
 
@@ -243,8 +215,8 @@ st_err st_backend_fault_wrap(st_backend **b, const char *spec)
     atomic_init(&f->hold_told, 0);
     atomic_init(&f->get_hold_told, 0);
     atomic_init(&f->answer_lost, 0);
-    f->inner = *b;
-    f->ops = st_backend_ops_masked(&fault_ops_template, f->inner);
+    f->head.inner = *b;
+    f->ops = st_backend_ops_masked(&fault_ops_template, f->head.inner);
     w->ops = &f->ops;
     w->ctx = f;
     *b = w;

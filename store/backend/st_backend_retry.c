@@ -30,8 +30,9 @@
  *         listing never failed. A caller's stop (non-zero from cb) ends the
  *         inner listing with ST_OK, so it is never retried.
  *
- * With CKPT_RETRY_TRACE set in the environment, every retry is told on
- * stderr (op message, try number, wait): how an operator sees a flaky store.
+ * With CKPT_RETRY_TRACE set in the environment, every retry is told to the
+ * observer's log (op message, try number, wait): how an operator sees a
+ * flaky store, in the daemon's log or on ckptctl's stderr.
  *
  * The policy's observer (st_backend.h) hears every try's result as it
  * happens, so a mount can say "the store is unreachable" after the first
@@ -63,7 +64,7 @@ typedef struct retry_ctx {
     st_backend *inner;
     st_retry_policy policy;   /* defaults applied */
     _Atomic uint64_t retries; /* total waits taken, for st_backend_retry_count() */
-    int trace;                /* CKPT_RETRY_TRACE set: each retry is told on stderr */
+    int trace;                /* CKPT_RETRY_TRACE set: each retry is told to the observer's log */
 } retry_ctx;
 
 static uint64_t now_ms(void)
@@ -146,8 +147,8 @@ static int retry_again(retry_ctx *c, st_err e, unsigned tries, uint64_t t0)
     } else {
         wait = backoff_ms(&c->policy, tries);
         if (c->trace) /* the message is secret-free (see the header comment) */
-            fprintf(stderr, "ckpt retry: try %u failed, next in %llu ms: %s\n", tries,
-                    (unsigned long long)wait, st_errmsg());
+            st_backend_observer_logf(o, "ckpt retry: try %u failed, next in %llu ms: %s", tries,
+                                     (unsigned long long)wait, st_errmsg());
         atomic_fetch_add_explicit(&c->retries, 1, memory_order_relaxed);
         if (!wait_or_stop(o, wait))
             return 1;

@@ -168,7 +168,8 @@ static st_err v4_del(void *ctx, const char *key);
  * answers 200, which no answer to a real create can be told from. So a
  * probe object is PUT, then created again: 412 says yes, 2xx or 501 no.
  * Any other failure decides nothing (returned; the next put_new probes
- * again). The answer is logged once per store open.
+ * again). The answer is told once per store open, to the observer's log
+ * (cond_put_told), by the caller, once the probe's lock is released.
  */
 static st_err probe_cond_put(v4_ctx *c)
 {
@@ -187,12 +188,19 @@ static st_err probe_cond_put(v4_ctx *c)
     if (!yes && !no)
         return e;
     atomic_store(&c->cond_put, yes ? V4_COND_YES : V4_COND_NO);
-    fprintf(stderr, "ckpt s3: s3://%s/%s at %s: conditional PUT (If-None-Match) %s\n",
-            c->cfg.bucket, c->cfg.prefix, c->cfg.endpoint,
-            yes ? "supported: packs, manifests and first leases are created, never replaced"
-                : "not supported (the store replaced an object): plain PUTs");
     st_clearerr();
     return ST_OK;
+}
+
+/* Tells the probe's answer (probe_cond_put) to the observer's log. */
+static void cond_put_told(v4_ctx *c)
+{
+    int yes = atomic_load(&c->cond_put) == V4_COND_YES;
+    st_backend_observer_logf(
+        c->cfg.observer, "ckpt s3: s3://%s/%s at %s: conditional PUT (If-None-Match) %s",
+        c->cfg.bucket, c->cfg.prefix, c->cfg.endpoint,
+        yes ? "supported: packs, manifests and first leases are created, never replaced"
+            : "not supported (the store replaced an object): plain PUTs");
 }
 
 static st_err v4_put_new(void *ctx, const char *key, const void *data, size_t len)
@@ -200,12 +208,17 @@ static st_err v4_put_new(void *ctx, const char *key, const void *data, size_t le
     v4_ctx *c = ctx;
     st_err e = ST_OK;
     if (atomic_load(&c->cond_put) == V4_COND_UNKNOWN) {
+        int probed = 0;
         pthread_mutex_lock(&c->cond_lock); /* one probe at a time; the others wait for it */
-        if (atomic_load(&c->cond_put) == V4_COND_UNKNOWN)
+        if (atomic_load(&c->cond_put) == V4_COND_UNKNOWN) {
             e = probe_cond_put(c);
+            probed = !e;
+        }
         pthread_mutex_unlock(&c->cond_lock);
         if (e)
             return e;
+        if (probed) /* no lock held: the observer's contract */
+            cond_put_told(c);
     }
     if (atomic_load(&c->cond_put) == V4_COND_NO)
         return st_seterr(ST_ERR_UNSUPPORTED,

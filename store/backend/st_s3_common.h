@@ -71,7 +71,8 @@ typedef struct st_s3_config {
     char sse_kms_key_id[256];   /* ST_S3_SSE_KMS: the key's id or ARN, "" for the default key */
     char *sse_c_key_b64;        /* ST_S3_SSE_C: base64 of the key; never printed; zeroed on free */
     char sse_c_key_md5_b64[32]; /* ST_S3_SSE_C: base64 of the key's MD5 */
-    /* opts->observer (borrowed): its should_stop aborts a request in flight. */
+    /* opts->observer (borrowed): its should_stop aborts a request in flight;
+     * its log hears the conditional-PUT probe's answer. */
     const st_backend_observer *observer;
 } st_s3_config;
 

@@ -20,13 +20,14 @@
 #include "util/st_crypt.h"
 
 typedef struct envelope_ctx {
+    st_backend_wrap head; /* first: the ops it passes through are st_wrap_* */
     st_backend_ops ops;
-    st_backend *inner;
     int owns_inner; /* close closes inner too */
     const st_keyring *kr;
     pthread_mutex_t marker_lock;
     int marker_written; /* guarded by marker_lock */
 } envelope_ctx;
+_Static_assert(offsetof(envelope_ctx, head) == 0, "st_wrap_* read the head at ctx");
 
 /* The envelope kind of the object at key, or 0 for one that passes through
  * (*pack: 1 for a pack, which is sealed by its writer). */
@@ -65,8 +66,8 @@ static st_err ensure_marker(envelope_ctx *x)
     st_err e = ST_OK;
     pthread_mutex_lock(&x->marker_lock);
     if (!x->marker_written) {
-        e = x->inner->ops->put(x->inner->ctx, ST_ENVELOPE_MARKER_KEY, ST_ENVELOPE_MARKER_BODY,
-                               sizeof ST_ENVELOPE_MARKER_BODY - 1);
+        e = x->head.inner->ops->put(x->head.inner->ctx, ST_ENVELOPE_MARKER_KEY,
+                                    ST_ENVELOPE_MARKER_BODY, sizeof ST_ENVELOPE_MARKER_BODY - 1);
         x->marker_written = !e;
     }
     pthread_mutex_unlock(&x->marker_lock);
@@ -83,19 +84,19 @@ static st_err ensure_marker(envelope_ctx *x)
 static st_err env_store(envelope_ctx *x, int create, const char *key, const void *data, size_t len)
 {
     st_err (*send)(void *ctx, const char *key, const void *data, size_t len) =
-        create ? x->inner->ops->put_new : x->inner->ops->put;
+        create ? x->head.inner->ops->put_new : x->head.inner->ops->put;
     int pack;
     int kind = kind_of_key(key, &pack);
     st_err e = kind || pack ? ensure_marker(x) : ST_OK;
     if (e || !kind)
-        return e ? e : send(x->inner->ctx, key, data, len);
+        return e ? e : send(x->head.inner->ctx, key, data, len);
     size_t cap = st_crypt_object_bound(len), sealed_len = 0;
     uint8_t *sealed = malloc(cap);
     if (!sealed)
         return st_seterr(ST_ERR_NOMEM, "out of memory sealing %s", key);
     e = st_crypt_seal_object(x->kr, kind, key, data, len, sealed, cap, &sealed_len);
     if (!e)
-        e = send(x->inner->ctx, key, sealed, sealed_len);
+        e = send(x->head.inner->ctx, key, sealed, sealed_len);
     free(sealed);
     return e;
 }
@@ -117,7 +118,7 @@ static st_err get_opened(envelope_ctx *x, int kind, const char *key, uint64_t of
                          st_bytes *out)
 {
     st_bytes sealed = {0};
-    st_err e = x->inner->ops->get(x->inner->ctx, key, 0, ST_GET_TO_END, &sealed);
+    st_err e = x->head.inner->ops->get(x->head.inner->ctx, key, 0, ST_GET_TO_END, &sealed);
     size_t plain_len = 0;
     if (!e)
         e = st_bytes_reserve(out, sealed.len);
@@ -139,7 +140,7 @@ static st_err env_get(void *ctx, const char *key, uint64_t off, uint64_t len, st
     int pack;
     int kind = kind_of_key(key, &pack);
     if (!kind)
-        return x->inner->ops->get(x->inner->ctx, key, off, len, out);
+        return x->head.inner->ops->get(x->head.inner->ctx, key, off, len, out);
     return get_opened(x, kind, key, off, len, out);
 }
 
@@ -150,7 +151,7 @@ static st_err env_get_stream(void *ctx, const char *key, uint64_t off, uint64_t 
     int pack;
     int kind = kind_of_key(key, &pack);
     if (!kind)
-        return st_get_stream(x->inner, key, off, len, sink);
+        return st_get_stream(x->head.inner, key, off, len, sink);
     st_bytes plain = {0};
     st_err e = get_opened(x, kind, key, off, len, &plain);
     if (!e && plain.len)
@@ -169,16 +170,10 @@ static st_err env_stat(void *ctx, const char *key, uint64_t *size)
 {
     envelope_ctx *x = ctx;
     int pack;
-    st_err e = x->inner->ops->stat(x->inner->ctx, key, size);
+    st_err e = x->head.inner->ops->stat(x->head.inner->ctx, key, size);
     if (!e)
         *size = plain_size(kind_of_key(key, &pack), *size);
     return e;
-}
-
-static st_err env_stat_time(void *ctx, const char *key, st_store_time *t)
-{
-    envelope_ctx *x = ctx;
-    return st_stat_time(x->inner, key, t);
 }
 
 typedef struct list_arg {
@@ -197,26 +192,14 @@ static st_err env_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
 {
     envelope_ctx *x = ctx;
     list_arg l = {cb, arg};
-    return x->inner->ops->list(x->inner->ctx, prefix, list_plain_sizes, &l);
-}
-
-static st_err env_del(void *ctx, const char *key)
-{
-    envelope_ctx *x = ctx;
-    return x->inner->ops->del(x->inner->ctx, key);
-}
-
-static st_err env_del_many(void *ctx, st_del_item *items, size_t n)
-{
-    envelope_ctx *x = ctx;
-    return x->inner->ops->del_many(x->inner->ctx, items, n);
+    return x->head.inner->ops->list(x->head.inner->ctx, prefix, list_plain_sizes, &l);
 }
 
 static void env_close(void *ctx)
 {
     envelope_ctx *x = ctx;
     if (x->owns_inner)
-        st_backend_close(x->inner);
+        st_backend_close(x->head.inner);
     pthread_mutex_destroy(&x->marker_lock);
     free(x);
 }
@@ -227,11 +210,11 @@ static const st_backend_ops envelope_ops_template = {
     .get = env_get,
     .get_stream = env_get_stream,
     .stat = env_stat,
-    .stat_time = env_stat_time,
+    .stat_time = st_wrap_stat_time,
     .put_new = env_put_new,
     .list = env_list,
-    .del = env_del,
-    .del_many = env_del_many,
+    .del = st_wrap_del,
+    .del_many = st_wrap_del_many,
     .close = env_close,
 };
 
@@ -244,7 +227,7 @@ static st_err wrap(st_backend *inner, const st_keyring *kr, int owns, st_backend
         free(w);
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     }
-    x->inner = inner;
+    x->head.inner = inner;
     x->owns_inner = owns;
     x->kr = kr;
     pthread_mutex_init(&x->marker_lock, NULL);

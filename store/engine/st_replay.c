@@ -17,12 +17,13 @@
 #include <string.h>
 
 typedef struct replay_ctx {
+    st_backend_wrap head; /* first: the ops it passes through are st_wrap_* */
     st_backend_ops ops;
-    st_backend *inner;
     int owns_inner; /* close closes inner too */
     pthread_mutex_t lock;
     st_state *state; /* guarded by lock: one connection, one thread at a time */
 } replay_ctx;
+_Static_assert(offsetof(replay_ctx, head) == 0, "st_wrap_* read the head at ctx");
 
 /* ---- the rule ---- */
 
@@ -163,13 +164,13 @@ static st_err judge_locked(replay_ctx *x, const char *key, const st_part *p, int
 static st_err store_judged(replay_ctx *x, int create, const char *key, const void *data, size_t len)
 {
     st_err (*send)(void *, const char *, const void *, size_t) =
-        create ? x->inner->ops->put_new : x->inner->ops->put;
+        create ? x->head.inner->ops->put_new : x->head.inner->ops->put;
     st_part p;
     if (!is_part_key(key) || !decode_own(key, data, len, &p))
-        return send(x->inner->ctx, key, data, len);
+        return send(x->head.inner->ctx, key, data, len);
     st_err e = judge_locked(x, key, &p, 0);
     if (!e)
-        e = send(x->inner->ctx, key, data, len);
+        e = send(x->head.inner->ctx, key, data, len);
     if (!e && judge_locked(x, key, &p, 1))
         st_clearerr();
     st_part_free(&p);
@@ -191,7 +192,7 @@ static st_err replay_put_new(void *ctx, const char *key, const void *data, size_
  * as a ranged GET would. */
 static st_err get_judged(replay_ctx *x, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
-    st_err e = x->inner->ops->get(x->inner->ctx, key, 0, ST_GET_TO_END, out);
+    st_err e = x->head.inner->ops->get(x->head.inner->ctx, key, 0, ST_GET_TO_END, out);
     if (e)
         return e;
     st_part p;
@@ -210,7 +211,7 @@ static st_err replay_get(void *ctx, const char *key, uint64_t off, uint64_t len,
 {
     replay_ctx *x = ctx;
     if (!is_part_key(key))
-        return x->inner->ops->get(x->inner->ctx, key, off, len, out);
+        return x->head.inner->ops->get(x->head.inner->ctx, key, off, len, out);
     return get_judged(x, key, off, len, out);
 }
 
@@ -219,45 +220,15 @@ static st_err replay_get_stream(void *ctx, const char *key, uint64_t off, uint64
 {
     replay_ctx *x = ctx;
     if (!is_part_key(key))
-        return st_get_stream(x->inner, key, off, len, sink);
+        return st_get_stream(x->head.inner, key, off, len, sink);
     return st_get_stream_by_get(replay_get, x, key, off, len, sink);
-}
-
-static st_err replay_stat(void *ctx, const char *key, uint64_t *size)
-{
-    replay_ctx *x = ctx;
-    return x->inner->ops->stat(x->inner->ctx, key, size);
-}
-
-static st_err replay_stat_time(void *ctx, const char *key, st_store_time *t)
-{
-    replay_ctx *x = ctx;
-    return st_stat_time(x->inner, key, t);
-}
-
-static st_err replay_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
-{
-    replay_ctx *x = ctx;
-    return x->inner->ops->list(x->inner->ctx, prefix, cb, arg);
-}
-
-static st_err replay_del(void *ctx, const char *key)
-{
-    replay_ctx *x = ctx;
-    return x->inner->ops->del(x->inner->ctx, key);
-}
-
-static st_err replay_del_many(void *ctx, st_del_item *items, size_t n)
-{
-    replay_ctx *x = ctx;
-    return x->inner->ops->del_many(x->inner->ctx, items, n);
 }
 
 static void replay_close(void *ctx)
 {
     replay_ctx *x = ctx;
     if (x->owns_inner)
-        st_backend_close(x->inner);
+        st_backend_close(x->head.inner);
     st_state_close(x->state);
     pthread_mutex_destroy(&x->lock);
     free(x);
@@ -268,11 +239,11 @@ static const st_backend_ops replay_ops_template = {
     .put = replay_put,
     .get = replay_get,
     .get_stream = replay_get_stream,
-    .stat = replay_stat,
-    .stat_time = replay_stat_time,
-    .list = replay_list,
-    .del = replay_del,
-    .del_many = replay_del_many,
+    .stat = st_wrap_stat,
+    .stat_time = st_wrap_stat_time,
+    .list = st_wrap_list,
+    .del = st_wrap_del,
+    .del_many = st_wrap_del_many,
     .close = replay_close,
     .put_new = replay_put_new,
 };
@@ -292,7 +263,7 @@ static st_err wrap(st_backend *inner, const char *state_path, int owns, st_backe
         free(w);
         return e;
     }
-    x->inner = inner;
+    x->head.inner = inner;
     x->owns_inner = owns;
     pthread_mutex_init(&x->lock, NULL);
     x->ops = st_backend_ops_masked(&replay_ops_template, inner);

@@ -123,6 +123,7 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
         return st_seterr(ST_ERR_NOMEM, "out of memory");
     s->warn = opts->warn;
     s->warn_arg = opts->warn_arg;
+    s->backend_observer = (st_backend_observer){.log = s->warn, .arg = s->warn_arg};
     s->chunker = opts->chunker ? *opts->chunker : st_chunker_default_params;
     s->seal_threads = opts->seal_threads;
     st_err bad = st_ingest_compression(opts->compression, &s->compression_lz4);
@@ -148,7 +149,8 @@ st_err st_store_open(const st_store_options *opts, st_store **out)
                           .s3_addressing = opts->s3_addressing,
                           .s3_ca_file = opts->s3_ca_file,
                           .s3_sse = opts->s3_sse,
-                          .existing_only = opts->existing_only};
+                          .existing_only = opts->existing_only,
+                          .observer = &s->backend_observer};
     const char *key_file = opts->encryption_key_file;
     if (!key_file || !*key_file)
         key_file = getenv("CKPT_ENCRYPTION_KEY_FILE");

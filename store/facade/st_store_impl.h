@@ -32,6 +32,9 @@ struct st_store {
     int compression_lz4;   /* opts->compression is "lz4" */
     void (*warn)(void *arg, const char *msg);
     void *warn_arg;
+    /* Hands what the backend says besides results (the S3 probe's answer,
+     * CKPT_RETRY_TRACE's retries) to warn; outlives backend. */
+    st_backend_observer backend_observer;
     st_backend_counts requests;
 };
 

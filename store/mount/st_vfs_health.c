@@ -14,6 +14,8 @@
  *                (vfs_bound_set) has passed: a hard deadline (the mount's
  *                start), or an outage budget (a read gives up once the store
  *                has been unreachable that long).
+ *   log          what the backend says besides results (the S3 probe's
+ *                answer, CKPT_RETRY_TRACE's retries): into the mount's log.
  * A try that failed because we stopped it says nothing about the store and
  * is not counted.
  *
@@ -67,6 +69,11 @@ static int health_should_stop(void *arg)
     return 0;
 }
 
+static void health_log(void *arg, const char *msg)
+{
+    vfs_log(arg, 0, "%s", msg);
+}
+
 static void health_on_try(void *arg, st_err e, unsigned try_no)
 {
     (void)try_no;
@@ -107,8 +114,8 @@ void vfs_health_init(st_vfs *v)
     atomic_init(&v->health.down, 0);
     atomic_init(&v->health.since_ns, 0);
     atomic_init(&v->health.stop_all, 0);
-    v->health.observer =
-        (st_backend_observer){.on_try = health_on_try, .should_stop = health_should_stop, .arg = v};
+    v->health.observer = (st_backend_observer){
+        .on_try = health_on_try, .should_stop = health_should_stop, .log = health_log, .arg = v};
 }
 
 void vfs_health_destroy(st_vfs *v)

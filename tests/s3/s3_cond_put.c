@@ -39,11 +39,24 @@
 #include "ut.h"
 #include "ut_lease.h"
 
+/* The backend's reports on stderr, where run_rgw_cond_put.sh finds the
+ * probe's answer. */
+static void print_log(void *arg, const char *msg)
+{
+    (void)arg;
+    fprintf(stderr, "%s\n", msg);
+}
+
+static const st_backend_observer stderr_observer = {.log = print_log};
+
 static st_backend *open_store(const char *endpoint, const char *prefix)
 {
     char url[512];
     snprintf(url, sizeof url, "s3://ckpt-test/%s", prefix);
-    st_backend_opts o = {.s3_endpoint = endpoint, .s3_signature = "v4", .retry_base_ms = 10};
+    st_backend_opts o = {.s3_endpoint = endpoint,
+                         .s3_signature = "v4",
+                         .retry_base_ms = 10,
+                         .observer = &stderr_observer};
     st_backend *b = NULL;
     CHECK_OK(st_backend_open_opts(url, &o, &b));
     return b;

@@ -25,69 +25,40 @@
 
 /* A backend wrapper that counts pack GETs in flight; everything else passes. */
 typedef struct counting {
-    st_backend *inner; /* owned */
+    st_backend_wrap head; /* first: the ops it passes through are st_wrap_*; inner owned */
     atomic_int inflight, most;
 } counting;
-
-static st_err c_put(void *ctx, const char *key, const void *data, size_t len)
-{
-    counting *c = ctx;
-    return c->inner->ops->put(c->inner->ctx, key, data, len);
-}
+_Static_assert(offsetof(counting, head) == 0, "st_wrap_* read the head at ctx");
 
 static st_err c_get(void *ctx, const char *key, uint64_t off, uint64_t len, st_bytes *out)
 {
     counting *c = ctx;
     if (!strstr(key, "/packs/"))
-        return c->inner->ops->get(c->inner->ctx, key, off, len, out);
+        return c->head.inner->ops->get(c->head.inner->ctx, key, off, len, out);
     int now = atomic_fetch_add(&c->inflight, 1) + 1;
     int most = atomic_load(&c->most);
     while (now > most && !atomic_compare_exchange_weak(&c->most, &most, now))
         ;
     usleep(GET_HOLD_US);
-    st_err e = c->inner->ops->get(c->inner->ctx, key, off, len, out);
+    st_err e = c->head.inner->ops->get(c->head.inner->ctx, key, off, len, out);
     atomic_fetch_sub(&c->inflight, 1);
     return e;
-}
-
-static st_err c_stat(void *ctx, const char *key, uint64_t *size)
-{
-    counting *c = ctx;
-    return c->inner->ops->stat(c->inner->ctx, key, size);
-}
-
-static st_err c_stat_time(void *ctx, const char *key, st_store_time *t)
-{
-    counting *c = ctx;
-    return st_stat_time(c->inner, key, t);
-}
-
-static st_err c_list(void *ctx, const char *prefix, st_list_cb cb, void *arg)
-{
-    counting *c = ctx;
-    return c->inner->ops->list(c->inner->ctx, prefix, cb, arg);
-}
-
-static st_err c_del(void *ctx, const char *key)
-{
-    counting *c = ctx;
-    return c->inner->ops->del(c->inner->ctx, key);
 }
 
 static void c_close(void *ctx)
 {
     counting *c = ctx;
-    st_backend_close(c->inner);
+    st_backend_close(c->head.inner);
 }
 
 static const st_backend_ops counting_ops = {
     .scheme = "mem",
-    .put = c_put,
+    .put = st_wrap_put,
     .get = c_get,
-    .stat = c_stat,
-    .stat_time = c_stat_time,
-    .list = c_list,
-    .del = c_del,
+    .stat = st_wrap_stat,
+    .stat_time = st_wrap_stat_time,
+    .list = st_wrap_list,
+    .del = st_wrap_del,
     .close = c_close,
 };
 
@@ -133,10 +104,10 @@ static void test_concurrent_opens_share_the_fetch_bound(void)
 
     /* Node B, a new node, over the counting handle. */
     static counting c;
-    CHECK_OK(st_backend_mem_share(store, &c.inner));
+    CHECK_OK(st_backend_mem_share(store, &c.head.inner));
     st_backend *b = malloc(sizeof *b);
     CHECK(b != NULL);
-    if (!b || !c.inner)
+    if (!b || !c.head.inner)
         return;
     *b = (st_backend){&counting_ops, &c};
     vh_mount m = {0};
