@@ -664,8 +664,12 @@ static int parse_argv(int argc, char **argv, const struct option *lopts, const c
         usage(stderr);
         return 2;
     }
-    if (optind == argc - 1)
-        s->mountpoint = argv[optind];
+    char why[256];
+    if (optind == argc - 1 &&
+        fs_option_set(fs_option_find("mountpoint"), argv[optind], s, why, sizeof why)) {
+        fprintf(stderr, "ckptfs: MOUNTPOINT %s\n", why);
+        return 2;
+    }
     if (!s->mountpoint) {
         fprintf(stderr, "ckptfs: no MOUNTPOINT (argument, --mountpoint or mountpoint =)\n");
         usage(stderr);

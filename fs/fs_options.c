@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One fs_option per row of fs_options.def. */
 #define FS_OPTION(name, short_name, metavar, kind, field, flags, help)                             \
@@ -51,6 +52,11 @@ void fs_settings_free(fs_settings *s)
 {
     free(s->fuse_opts);
     s->fuse_opts = NULL;
+    while (s->owned_paths) {
+        fs_owned_path *next = s->owned_paths->next;
+        free(s->owned_paths);
+        s->owned_paths = next;
+    }
 }
 
 const fs_option *fs_option_find(const char *name)
@@ -129,11 +135,39 @@ static int append_opts(char **list, const char *opts)
     return 0;
 }
 
+/* Sets *field to value, made absolute against the working directory if it
+ * is relative (FS_VAL_PATH). Returns 0, or -1 with why set. */
+static int set_path(const char *value, const char **field, fs_settings *s, char *why, size_t cap)
+{
+    if (value[0] == '/') {
+        *field = value;
+        return 0;
+    }
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) {
+        snprintf(why, cap, "is relative ('%s') and the working directory is unknown: %s", value,
+                 strerror(errno));
+        return -1;
+    }
+    size_t len = strlen(cwd) + 1 + strlen(value) + 1;
+    fs_owned_path *p = malloc(sizeof *p + len);
+    if (!p) {
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
+    snprintf(p->path, len, "%s/%s", strcmp(cwd, "/") ? cwd : "", value);
+    p->next = s->owned_paths;
+    s->owned_paths = p;
+    *field = p->path;
+    return 0;
+}
+
 /* What a kind accepts, for the error message. */
 static const char *kind_wants(fs_value_kind k)
 {
     switch (k) {
-    case FS_VAL_STRING: return "a non-empty value";
+    case FS_VAL_STRING:
+    case FS_VAL_PATH: return "a non-empty value";
     case FS_VAL_SIZE: return "a size in bytes (K, M, G, T suffixes)";
     case FS_VAL_COUNT: return "a whole number >= 1";
     case FS_VAL_THREADS: return "a whole number 1..32";
@@ -153,6 +187,10 @@ int fs_option_set(const fs_option *o, const char *value, fs_settings *s, char *w
     if (!bad) {
         switch (o->kind) {
         case FS_VAL_STRING: *(const char **)field = value; break;
+        case FS_VAL_PATH:
+            if (set_path(value, field, s, why, cap))
+                return -1;
+            break;
         case FS_VAL_SIZE: bad = parse_size(value, field); break;
         case FS_VAL_COUNT:
             bad = parse_whole(value, 1, UINT64_MAX, &whole);

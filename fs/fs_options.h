@@ -18,9 +18,15 @@
  * threshold on them. */
 enum { FS_LOG_ERROR = 3, FS_LOG_WARN = 4, FS_LOG_INFO = 6, FS_LOG_DEBUG = 7 };
 
+/* A path option's value made absolute (FS_VAL_PATH), owned by the settings. */
+typedef struct fs_owned_path {
+    struct fs_owned_path *next;
+    char path[];
+} fs_owned_path;
+
 /* Everything the options decide. String fields are borrowed: from argv or
- * from the fs_config that set them (which outlives the mount); fuse_opts is
- * owned (fs_settings_free). */
+ * from the fs_config that set them (which outlives the mount); fuse_opts and
+ * the absolute forms of relative paths are owned (fs_settings_free). */
 typedef struct fs_settings {
     st_vfs_options vo; /* the store's options (store_url, staging_dir: see below) */
     const char *store;
@@ -28,6 +34,7 @@ typedef struct fs_settings {
     const char *mountpoint;
     const char *config;         /* --config FILE, the source of fstab/mount -t fuse.ckptfs */
     char *fuse_opts;            /* every -o / fuse-options value joined with ',' */
+    fs_owned_path *owned_paths; /* FS_VAL_PATH values that were relative */
     int log_level;              /* FS_LOG_*: messages above it are dropped */
     const char *metrics_listen; /* --metrics-listen HOST:PORT, NULL: no port */
     const char *prefetch;       /* --prefetch latest|none|JOB,...: warm-up at start */
@@ -45,6 +52,10 @@ enum {
 
 typedef enum fs_value_kind {
     FS_VAL_STRING,    /* any non-empty text */
+    FS_VAL_PATH,      /* a file or directory: a relative one is taken from the
+                       * directory ckptfs started in and stored absolute,
+                       * because libfuse leaves that directory for / when it
+                       * starts serving (fuse_daemonize, foreground or not) */
     FS_VAL_SIZE,      /* bytes with an optional K/M/G/T suffix */
     FS_VAL_COUNT,     /* a whole number >= 1 */
     FS_VAL_THREADS,   /* a whole number 1..32 */

@@ -4,16 +4,18 @@
 # read is refused without being printed; a 0600 file's secret is accepted
 # and appears in neither argv nor the initial environment; the command line
 # wins over the file (--node, --log-level); stderr lines carry journald
-# priority prefixes.
+# priority prefixes; relative paths are taken from the starting directory.
 #   test_ckptfs_config.sh PATH/TO/ckptfs
 set -euo pipefail
-ckptfs=$1
+ckptfs=$(readlink -f "$1") # the block that changes directory runs it too
 tmp=$(mktemp -d /tmp/ckptfs-config.XXXXXX)
 pid=""
 cleanup() {
     local rc=$?
     set +e
-    mountpoint -q "$tmp/mnt" && { timeout 30 fusermount3 -u "$tmp/mnt" || fusermount3 -uz "$tmp/mnt"; }
+    for m in "$tmp/mnt" "$tmp/cwd/mnt"; do
+        mountpoint -q "$m" && { timeout 30 fusermount3 -u "$m" || fusermount3 -uz "$m"; }
+    done
     if [ -n "$pid" ]; then
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null
@@ -108,4 +110,25 @@ run_once JOURNAL_STREAM=9:12345 -- --log-level info
 grep -qx "<6>file://$tmp/store mounted on $tmp/mnt (staging $tmp/staging)" "$tmp/log" ||
     { cat -A "$tmp/log"; fail "no journald-style line under JOURNAL_STREAM"; }
 ok "under \$JOURNAL_STREAM: <N> lines without the ckptfs: prefix"
+# Relative paths are taken from the directory ckptfs starts in: libfuse
+# moves the daemon to / when it starts serving, after which a relative
+# staging directory named nothing (the mount came up, and every write
+# failed with EIO).
+mkdir "$tmp/cwd" "$tmp/cwd/mnt"
+(cd "$tmp/cwd" && exec "$ckptfs" mnt --store "file://$tmp/store-rel" --staging rel-staging \
+    --node rel -f 2>"$tmp/log") &
+pid=$!
+for _ in $(seq 100); do [ -e "$tmp/cwd/mnt/.ckptfs/status" ] && break; sleep 0.1; done
+[ -e "$tmp/cwd/mnt/.ckptfs/status" ] || { cat "$tmp/log"; fail "no mount from relative paths"; }
+mkdir "$tmp/cwd/mnt/job"
+printf 'relative paths\n' >"$tmp/cwd/mnt/job/f.txt" || { cat "$tmp/log"; fail "write failed"; }
+[ "$(cat "$tmp/cwd/mnt/job/f.txt")" = "relative paths" ] || fail "read back differs"
+[ -e "$tmp/cwd/rel-staging/index.db" ] || { cat "$tmp/log"; fail "no index.db in the relative staging directory"; }
+grep -q "error" "$tmp/log" && { cat "$tmp/log"; fail "errors in the log"; }
+grep -qF "mounted on $tmp/cwd/mnt (staging $tmp/cwd/rel-staging)" "$tmp/log" ||
+    { cat "$tmp/log"; fail "the log does not name the absolute paths"; }
+timeout 30 fusermount3 -u "$tmp/cwd/mnt"
+wait "$pid" || fail "ckptfs exit $?"
+pid=""
+ok "relative MOUNTPOINT and --staging are taken from the starting directory"
 echo "test_ckptfs_config: $passed checks passed"
