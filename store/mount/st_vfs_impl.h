@@ -47,7 +47,9 @@ typedef struct vremote {
     uint64_t step;
     char node[ST_NODE_MAX + 1];
     uint32_t revision;
-    char *path; /* the path inside the job in that manifest */
+    char *path;     /* the path inside the job in that manifest */
+    int from_peers; /* listed from the peers alone (vfs_peers_alone): read from there
+                     * while the store is down (vfs_read_source) */
 } vremote;
 
 typedef struct vnode vnode;
@@ -258,7 +260,8 @@ typedef struct vlayout {
 
 typedef struct vfetch {
     struct st_vfs *v;
-    vnode *n; /* pinned by n->fetching until the fetch ends */
+    vnode *n;           /* pinned by n->fetching until the fetch ends */
+    st_backend *source; /* where it reads (vfs_read_source): the store's view or the peers' */
     char job[ST_JOB_MAX + 1];
     uint64_t sid;           /* the staging file being filled */
     int fd;                 /* on it, O_RDWR; closed when the fetch ends */
@@ -525,6 +528,17 @@ struct st_replication;
 st_err vfs_peers_open(st_vfs *v);
 /*! At close, after the uploader stopped. */
 void vfs_peers_close(st_vfs *v);
+
+/* The view over the peers alone (docs/PEERS.md, "Restoring from peers
+ * alone"), for a refresh whose listing of the store failed as transient:
+ * built at the first such failure (asking every --peers peer once) and kept
+ * until the mount closes; NULL without --peers, or when no peer answered
+ * (logged). No lock held. */
+st_backend *vfs_peers_alone(st_vfs *v);
+
+/* The backend a remote file is read from: the peers-alone view for a file
+ * listed from it while the store is down, else the mount's read view. */
+st_backend *vfs_read_source(st_vfs *v, const vremote *r);
 /*! Before an upload of a part of job: the backend its ingest writes through
  *  (v->backend, or the spool with this part's replication as its hook) and
  *  *rep (NULL when no replication). */

@@ -11,6 +11,7 @@
 #include <sys/statvfs.h>
 
 #include "mount/st_vfs_impl.h"
+#include "peer/st_peer_alone.h"
 #include "peer/st_peer_auth.h"
 #include "peer/st_peer_read.h"
 #include "peer/st_peer_server.h"
@@ -25,8 +26,10 @@ typedef struct vfs_peers {
     st_spool *spool;        /* with set: where packs go before the store */
     unsigned replicas;
     st_replication_result last; /* of the upload under way (one at a time) */
-    pthread_mutex_t lock;       /* the counters below */
+    pthread_mutex_t lock;       /* the counters below, and alone */
     uint64_t parts_replicated, parts_unreplicated, bytes_sent;
+    st_backend *alone; /* the view over the peers alone, once built (vfs_peers_alone) */
+    int alone_tried;   /* its build failed: not asked again */
 } vfs_peers;
 
 static void read_log(void *arg, const char *msg)
@@ -72,28 +75,89 @@ static st_err start_server(st_vfs *v, vfs_peers *p)
     return ST_OK;
 }
 
+/* A read view's options, its cache in STAGING/<name> (dir: the path's buffer). */
+static st_err read_opts(st_vfs *v, vfs_peers *p, const char *name, char *dir, size_t cap,
+                        st_peer_read_opts *ro)
+{
+    st_err e = staging_path(v, name, dir, cap);
+    *ro = (st_peer_read_opts){.self_node = v->node,
+                              .secret = &p->secret,
+                              .cache_dir = dir,
+                              .log = read_log,
+                              .log_arg = v};
+    return e;
+}
+
 /* The read view, over a count wrapper of its own (closing the view closes
  * only that wrapper): with a secret, every mount sees replicated steps. */
 static st_err start_read_view(st_vfs *v, vfs_peers *p)
 {
     char dir[4096];
     st_backend *counted = NULL;
-    st_err e = staging_path(v, "peer-read", dir, sizeof dir);
+    st_peer_read_opts ro;
+    st_err e = read_opts(v, p, "peer-read", dir, sizeof dir, &ro);
     if (!e)
         e = st_backend_count_borrow(v->store_backend, &v->requests, &counted);
     if (e)
         return e;
-    st_peer_read_opts ro = {.self_node = v->node,
-                            .secret = &p->secret,
-                            .cache_dir = dir,
-                            .log = read_log,
-                            .log_arg = v};
     if ((e = st_peer_read_wrap(&counted, &ro))) {
         st_backend_close(counted);
         return e;
     }
     v->read_backend = counted;
     return ST_OK;
+}
+
+st_backend *vfs_peers_alone(st_vfs *v)
+{
+    vfs_peers *p = v->peers;
+    if (!p || !v->opts.peers)
+        return NULL;
+    char why[512];
+    snprintf(why, sizeof why, "%s", st_errmsg());
+    pthread_mutex_lock(&p->lock);
+    if (!p->alone && !p->alone_tried) {
+        p->alone_tried = 1;
+        char dir[4096];
+        st_peer_read_opts ro;
+        st_peer_alone_opts ao = {.peers = v->opts.peers,
+                                 .self_node = v->node,
+                                 .secret = &p->secret,
+                                 .keyring = v->keyring,
+                                 .store_error = why,
+                                 .log = read_log,
+                                 .log_arg = v};
+        st_backend *b = NULL;
+        size_t parts = 0;
+        st_err e = read_opts(v, p, "peer-read-alone", dir, sizeof dir, &ro);
+        if (!e && !(e = st_peer_alone_open(&ao, &b)))
+            parts = st_peer_alone_parts(b);
+        if (!e && (e = st_peer_read_wrap(&b, &ro)))
+            st_backend_close(b);
+        if (e)
+            vfs_log(v, 2, "the store cannot be reached (%s), and the peers cannot stand in: %s",
+                    why, st_errmsg());
+        else {
+            p->alone = b;
+            vfs_log(v, 1,
+                    "the store cannot be reached (%s): listing steps replicated on peers, from "
+                    "the peers alone (%zu parts; none known to be durable)",
+                    why, parts);
+        }
+    }
+    st_backend *b = p->alone;
+    pthread_mutex_unlock(&p->lock);
+    return b;
+}
+
+st_backend *vfs_read_source(st_vfs *v, const vremote *r)
+{
+    /* Once the store answers, its read view serves these files too: it
+     * shows a replicated part from the store's replica record and reads
+     * its packs from the holders, and a part taken over is durable there. */
+    if (r && r->from_peers && v->peers && v->peers->alone && vfs_health_down(v))
+        return v->peers->alone;
+    return v->read_backend;
 }
 
 /* The peers this node replicates to, and the spool their packs go through. */
@@ -156,6 +220,7 @@ void vfs_peers_close(st_vfs *v)
     v->read_backend = NULL;
     if (!p)
         return;
+    st_backend_close(p->alone);
     st_spool_close(p->spool);
     st_peer_set_free(p->set);
     st_peer_server_stop(p->server);

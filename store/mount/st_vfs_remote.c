@@ -39,7 +39,7 @@
  * Returns 1 when f's path is open or being fetched and was left as it is
  * (to be merged by a later refresh), else 0. */
 static int merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
-                      const st_file_entry *f)
+                      const st_file_entry *f, int from_peers)
 {
     int cached = 0; /* n had a fetched copy, whose journal row names it */
     if (vfs_journal_is_tombstone(v, jd->name, f->path))
@@ -72,6 +72,7 @@ static int merge_file(st_vfs *v, vnode *jd, const st_part *part, uint64_t step,
     }
     if (!vfs_set_remote(n, f->path, step, part->revision, part->node))
         return 0;
+    n->remote->from_peers = from_peers;
     n->mode = S_IFREG | (f->mode & 07777);
     n->size = f->size;
     n->mtime_ns = f->mtime_ns;
@@ -120,11 +121,12 @@ static void layout_seed(st_vfs *v, const char *job, st_stepview *sv)
  * shows the version every reader takes (sv.entries). Called again while the
  * step's listed revision is not the largest merged: paths then point at
  * their new version. */
-static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_t removals,
-                      st_bytes *buf)
+static void load_step(st_vfs *v, st_backend *src, const char *job, const st_step_keys *k,
+                      uint64_t removals, st_bytes *buf)
 {
     st_stepview sv;
-    if (st_catalog_load_view(v->read_backend, job, k, buf, &sv)) {
+    const int from_peers = src != v->read_backend;
+    if (st_catalog_load_view(src, job, k, buf, &sv)) {
         vfs_log(v, 1, "cannot load step %" PRIu64 " of %s: %s", k->step, job, st_errmsg());
         return;
     }
@@ -164,7 +166,7 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_
             if (!strcmp(p->node, v->node) &&
                 (p->revision <= s->revision || s->uploading || s->queued))
                 continue;
-            skipped |= merge_file(v, jd, p, k->step, sv.entries[i].f);
+            skipped |= merge_file(v, jd, p, k->step, sv.entries[i].f, from_peers);
         }
         /* Not k->max_revision: a listing taken between a publisher's
          * manifest PUT and its part record PUT lists a revision that no
@@ -173,7 +175,8 @@ static void load_step(st_vfs *v, const char *job, const st_step_keys *k, uint64_
         for (size_t i = 0; i < sv.nparts; i++)
             if (sv.parts[i].revision > merged)
                 merged = sv.parts[i].revision;
-        layout_seed(v, job, &sv); /* moves parts[0] out */
+        if (!from_peers)              /* a fetch of a file listed from the peers loads its own */
+            layout_seed(v, job, &sv); /* moves parts[0] out */
         s->remote_loaded = 1;
         s->remote_revision = merged;
         s->remote_skipped = skipped;
@@ -243,18 +246,26 @@ st_err vfs_remote_refresh(st_vfs *v)
     char **jobs = NULL;
     size_t njobs = 0;
     st_bytes buf = {0};
-    st_err e = st_catalog_list_jobs(v->read_backend, &jobs, &njobs);
+    /* With the store unreachable, the steps replicated on --peers stand in
+     * (docs/PEERS.md, "Restoring from peers alone"); each refresh asks the
+     * store first, and once it answers its listing wins. */
+    st_backend *src = v->read_backend, *alone;
+    st_err e = st_catalog_list_jobs(src, &jobs, &njobs);
+    if (e == ST_ERR_TRANSIENT && (alone = vfs_peers_alone(v))) {
+        src = alone;
+        e = st_catalog_list_jobs(src, &jobs, &njobs);
+    }
     for (size_t i = 0; !e && i < njobs; i++) {
         st_step_keys *steps;
         size_t n;
         int64_t listed_ns = st_now_ns();
-        if ((e = st_catalog_list_steps(v->read_backend, jobs[i], &steps, &n)))
+        if ((e = st_catalog_list_steps(src, jobs[i], &steps, &n)))
             break;
         forget_vanished(v, jobs[i], steps, n, listed_ns);
         for (size_t k = 0; k < n; k++) {
             uint64_t removals;
             if (!step_loaded(v, jobs[i], &steps[k], &removals))
-                load_step(v, jobs[i], &steps[k], removals, &buf);
+                load_step(v, src, jobs[i], &steps[k], removals, &buf);
         }
         st_step_keys_free(steps, n);
     }
@@ -474,7 +485,8 @@ static vlayout *layout_cached(st_vfs *v, const char *job, const vremote *r)
  * and cached in place of the last one. Opening N files of a step reads its
  * part record and manifest once, not N times (each decode of a 10,000-file
  * manifest made a step's opens quadratic). */
-static st_err layout_get(st_vfs *v, const char *job, const vremote *r, vlayout **out)
+static st_err layout_get(st_vfs *v, st_backend *src, const char *job, const vremote *r,
+                         vlayout **out)
 {
     pthread_mutex_lock(&v->lock);
     *out = layout_cached(v, job, r);
@@ -487,9 +499,9 @@ static st_err layout_get(st_vfs *v, const char *job, const vremote *r, vlayout *
     snprintf(l->job, sizeof l->job, "%s", job);
     l->step = r->step;
     l->refs = 1;
-    st_err e = st_catalog_load_part(v->read_backend, job, r->step, r->node, &l->buf, &l->part);
+    st_err e = st_catalog_load_part(src, job, r->step, r->node, &l->buf, &l->part);
     if (!e)
-        e = st_catalog_load_manifest(v->read_backend, &l->part, &l->buf, &l->m);
+        e = st_catalog_load_manifest(src, &l->part, &l->buf, &l->m);
     pthread_mutex_lock(&v->lock);
     if (!e && !v->fetch_stop) {
         vfs_layout_cache_drop(v);
@@ -508,7 +520,7 @@ static st_err layout_get(st_vfs *v, const char *job, const vremote *r, vlayout *
  * entry, its staging file created at its size (sparse), its runs. */
 static st_err fetch_layout(st_vfs *v, vfetch *fx, const vremote *r)
 {
-    st_err e = layout_get(v, fx->job, r, &fx->layout);
+    st_err e = layout_get(v, fx->source, fx->job, r, &fx->layout);
     for (size_t i = 0; !e && i < fx->layout->m.nfiles; i++)
         if (!strcmp(fx->layout->m.files[i].path, r->path))
             fx->f = &fx->layout->m.files[i];
@@ -668,7 +680,7 @@ static void *fetch_worker_main(void *arg)
     vfs_bound outer = vfs_bound_set(fx->bound);
     st_restorer *rs = NULL;
     fetch_gate_enter(); /* before v->lock: a waiting worker holds no lock */
-    st_err e = st_restorer_new(v->read_backend, fx->job, &rs);
+    st_err e = st_restorer_new(fx->source, fx->job, &rs);
     if (!e) {
         st_restorer_share_bundles(rs, v->bundle_cache);
         st_restorer_set_keyring(rs, v->keyring);
@@ -787,6 +799,7 @@ st_err vfs_fetch_begin(st_vfs *v, vnode *n, vfetch **out)
     }
     fx->v = v;
     fx->n = n;
+    fx->source = vfs_read_source(v, n->remote);
     fx->fd = -1;
     fx->urgent = SIZE_MAX;
     fx->refs = 1; /* n->fetch's */

@@ -180,6 +180,7 @@ int vfs_set_remote(vnode *n, const char *path, uint64_t step, uint32_t revision,
     r->path = p;
     r->step = step;
     r->revision = revision;
+    r->from_peers = 0; /* the caller says otherwise (merge_file) */
     snprintf(r->node, sizeof r->node, "%s", node);
     n->remote = r;
     return 1;

@@ -11,7 +11,9 @@ s3rver over HTTP:
   from the peer alone, labelled so in its output and --json; `ls --json`
   lists it as `replicated (store unreachable)`;
 * a wrong secret is refused by name (exit 3); with no peer answering
-  either, "no peer answered" and exit 3.
+  either, "no peer answered" and exit 3;
+* a new node's mount, the store still down, lists the step from the peer
+  alone and reads it bit-exact.
 
 Every ckptctl call with the store down first spends the backend's retry
 bound on the store (about 40 s): that is the rule a reader falls back by.
@@ -141,6 +143,18 @@ class PeersAlone(unittest.TestCase):
             p = self.ckptctl("127.0.0.2:%d" % closed_port(), self.secret, "latest")
             self.assertEqual(p.returncode, 3, p.stderr)
             self.assertIn("no peer answered", p.stderr)
+
+            # A new node's mount, the store still down, lists the step from
+            # the peer alone and reads it bit-exact from there.
+            c = self.mount("c", ["--peers", peer, "--peer-secret-file", self.secret])
+            try:
+                c.start()
+                path = os.path.join(c.path, JOB, "ckpt-%06d.pt" % STEP)
+                wait_for(lambda: os.path.exists(path), 180, "the step listed from the peer")
+                self.assertEqual(test_peers.sha256(read_bytes(path)), test_peers.sha256(saved))
+                self.assertIn("from the peers alone", c.log_text())
+            finally:
+                c.stop()
         finally:
             if a:
                 a.stop()
