@@ -45,6 +45,14 @@ static void check_string(const char *v)
         abort();
 }
 
+/* A path option's value: a string, and absolute (FS_VAL_PATH). */
+static void check_path(const char *v)
+{
+    check_string(v);
+    if (v && v[0] != '/')
+        abort();
+}
+
 static void check_settings(const fs_settings *s, unsigned secret_line)
 {
     for (size_t i = 0; i < fs_option_count; i++) {
@@ -53,6 +61,7 @@ static void check_settings(const fs_settings *s, unsigned secret_line)
         double secs;
         switch (o->kind) {
         case FS_VAL_STRING: check_string(*(const char *const *)field); break;
+        case FS_VAL_PATH: check_path(*(const char *const *)field); break;
         case FS_VAL_APPEND: check_string(*(const char *const *)field); break;
         case FS_VAL_SIZE: break;  /* any uint64_t */
         case FS_VAL_COUNT: break; /* 0 = unset, else >= 1 by type */
