@@ -169,7 +169,10 @@ class PeersEncryption(MountTestCase):
         a = self.writer(peer, 3600)
         self.write_step(a, 1)
         wait_for(lambda: self.replica_records(1), TIMEOUT, "the replica record")
-        self.assertEqual(read_status(a.path)["peers"]["parts_replicated"], 1)
+        # The writer counts the part once the record's PUT returned, a moment
+        # after the record shows in the store.
+        wait_for(lambda: read_status(a.path)["peers"]["parts_replicated"] == 1, TIMEOUT,
+                 "the writer's count of replicated parts")
         self.assertEqual(self.packs_in_store(), {}, "a pack reached the store")
         self.assert_sealed_replica(b, 1)
         self.lose_writer(a)
