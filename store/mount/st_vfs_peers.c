@@ -154,7 +154,10 @@ st_backend *vfs_read_source(st_vfs *v, const vremote *r)
 {
     /* Once the store answers, its read view serves these files too: it
      * shows a replicated part from the store's replica record and reads
-     * its packs from the holders, and a part taken over is durable there. */
+     * its packs from the holders, and a part taken over is durable there.
+     * p->alone is read without p->lock: it is set (under that lock) before
+     * the refresh merges any file from it under v->lock, and a fetch asks
+     * here under v->lock, so no file carries from_peers before it is set. */
     if (r && r->from_peers && v->peers && v->peers->alone && vfs_health_down(v))
         return v->peers->alone;
     return v->read_backend;

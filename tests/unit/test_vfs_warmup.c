@@ -234,12 +234,19 @@ static void test_empty_file_open_keeps_priority(void)
 /* A manifest whose whole-file digest is wrong (its chunks all verify) still
  * fails the fetch with the digest computed from memory: the file is not
  * kept, and the error says why. */
-static void test_wrong_digest_fails_fetch(void)
+/* A fresh store with step 7 whose whole-file digests are wrong (every chunk
+ * still verifies), and mount b over it; 0 (b closed) if that failed. */
+static int open_b_wrong_digests(vh_mount *b, const char *staging)
 {
     store_with_step();
     ut_wrong_file_digests(store, VH_JOB, 7, "a");
+    return open_b(b, staging, NULL);
+}
+
+static void test_wrong_digest_fails_fetch(void)
+{
     vh_mount b;
-    if (!open_b(&b, "bad-digest-b", NULL))
+    if (!open_b_wrong_digests(&b, "bad-digest-b"))
         return;
     st_bytes out = {0};
     (void)vh_read(&b, BIG_PATH, &out); /* runs already verified may be served */
@@ -285,10 +292,8 @@ static int warm_state_is(vh_mount *m, const char *want)
  * the request. */
 static void test_warmup_wrong_digest_fails_request(void)
 {
-    store_with_step();
-    ut_wrong_file_digests(store, VH_JOB, 7, "a");
     vh_mount b;
-    if (!open_b(&b, "bad-digest-warm-b", NULL))
+    if (!open_b_wrong_digests(&b, "bad-digest-warm-b"))
         return;
     CHECK_OK(warmup_write(&b, VH_JOB "\n"));
     CHECK(VH_WAIT(warm_state_is(&b, "failed"), 60));
